@@ -1,0 +1,62 @@
+"""`causal-assets` command line: ad-hoc search over a materialized index, and DuckDB catalog refresh."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from causal_assets.core.catalog import DuckDBCatalog
+from causal_assets.core.errors import CausalAssetsError
+from causal_assets.core.index.search import METHODS, CorpusIndex
+from causal_assets.resources import DEFAULT_BASE, DEFAULT_CATALOG
+
+
+def _search(args: argparse.Namespace) -> int:
+    index = CorpusIndex.load(args.base_path, args.corpus, dense=args.method == "dense")
+    hits = index.search(args.query, k=args.k, method=args.method)
+    if args.json:
+        print(json.dumps([h.__dict__ for h in hits], indent=2))
+        return 0
+    for h in hits:
+        snippet = " ".join(index.text(h.chunk_id).split())[:100]
+        print(f"{h.rank:>3}  {h.score:8.4f}  {h.chunk_id}  [{h.kind}]  {snippet}")
+    return 0
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    status = DuckDBCatalog(args.catalog_path, lock_timeout_s=10).refresh_from_storage(args.base_path)
+    for name, s in sorted(status.items()):
+        print(f"{name}: {s}")
+    return 1 if "deferred" in status.values() else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="causal-assets", description=__doc__)
+    parser.add_argument("--base-path", default=DEFAULT_BASE, help="Parquet base path or fsspec URL")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("search", help="search a materialized corpus index")
+    s.add_argument("query")
+    s.add_argument("--corpus", default="default")
+    s.add_argument("--method", choices=METHODS, default="bm25")
+    s.add_argument("-k", type=int, default=10)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_search)
+
+    c = sub.add_parser("catalog", help="(re)create the DuckDB views over every materialized asset")
+    c.add_argument("--catalog-path", default=DEFAULT_CATALOG)
+    c.set_defaults(func=_catalog)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (CausalAssetsError, ValueError) as e:
+        print(f"causal-assets: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"causal-assets: {e.filename or e}: not materialized yet (run the corpus index job first)", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

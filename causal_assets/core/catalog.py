@@ -1,0 +1,98 @@
+"""The DuckDB catalog: one view per asset over its Parquet files, for ad-hoc SQL.
+
+DuckDB lets one read-write connection exclude every other process (readers too), so the catalog holds
+only views, written by short-lived connections. Views over `<asset>/*.parquet` globs see new partitions
+and new data without any refresh, so the write lock is only needed when an asset appears for the first
+time. If a user holds the file open, the refresh is skipped and reported, never raised: a run must not
+fail because someone is looking at the data.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import duckdb
+from upath import UPath
+
+log = logging.getLogger(__name__)
+
+
+def view_source(base: str | UPath, asset: str, partitioned: bool) -> str:
+    base = UPath(base)
+    target = base / asset / "*.parquet" if partitioned else base / f"{asset}.parquet"
+    location = str(target.path if target.protocol in ("", "file", "local") else target)
+    location = location.replace("'", "''")
+    return f"select * from read_parquet('{location}', union_by_name = true)"
+
+
+def _lock_error(e: Exception) -> bool:
+    text = str(e).lower()
+    return "lock" in text or "conflicting" in text
+
+
+class DuckDBCatalog:
+    def __init__(self, path: str | Path, lock_timeout_s: float = 2.0):
+        self.path = Path(path)
+        self.lock_timeout_s = lock_timeout_s
+        self._known: dict[str, str] = {}  # views this process already verified
+
+    def _connect(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return duckdb.connect(str(self.path), read_only=read_only)
+            except duckdb.Error as e:
+                if not _lock_error(e) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def existing_views(self) -> dict[str, str]:
+        if not self.path.exists():
+            return {}
+        with self._connect(read_only=True) as con:
+            return dict(con.execute("select view_name, sql from duckdb_views() where not internal").fetchall())
+
+    def ensure_views(self, views: dict[str, str]) -> dict[str, str]:
+        """Create or replace `name -> select` views that are missing or changed.
+
+        Returns {name: status} with status created | unchanged | deferred (catalog locked by another process).
+        """
+        todo = {n: sql for n, sql in views.items() if self._known.get(n) != sql}
+        status = {n: "unchanged" for n in views if n not in todo}
+        if not todo:
+            return status
+        try:
+            current = self.existing_views()
+            todo = {n: sql for n, sql in todo.items() if sql not in (current.get(n) or "")}
+            if todo:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self._connect(read_only=False) as con:
+                    for name, sql in todo.items():
+                        con.execute(f'create or replace view "{name}" as {sql}')
+            for name, sql in views.items():
+                self._known[name] = sql
+                status.setdefault(name, "created" if name in todo else "unchanged")
+        except duckdb.Error as e:
+            if not _lock_error(e):
+                raise
+            log.warning("DuckDB catalog %s is locked by another process; view refresh deferred (%s)", self.path, e)
+            for name in todo:
+                status[name] = "deferred"
+        return status
+
+    def refresh_from_storage(self, base: str | UPath) -> dict[str, str]:
+        """(Re)create views for every asset found under `base`: directories are partitioned assets."""
+        base = UPath(base)
+        views = {}
+        if base.exists():
+            for entry in sorted(base.iterdir()):
+                if entry.name.startswith(".") or entry.name in ("cache",):
+                    continue
+                if entry.is_dir() and any(entry.glob("*.parquet")):
+                    views[entry.name] = view_source(base, entry.name, partitioned=True)
+                elif entry.name.endswith(".parquet"):
+                    views[entry.name[:-8]] = view_source(base, entry.name[:-8], partitioned=False)
+        return self.ensure_views(views)

@@ -1,0 +1,101 @@
+"""The corpus registry: named corpus sources validated with pydantic, and the one function that loads any of them."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from causal_assets.core.corpus.beir import load_beir_corpus
+from causal_assets.core.corpus.chunk import Chunk
+from causal_assets.core.corpus.folder import load_folder
+from causal_assets.core.corpus.hotpotqa import load_hotpotqa
+from causal_assets.core.corpus.python_package import load_python_package
+from causal_assets.core.errors import ConfigError, CorpusError
+from causal_assets.core.paths import REGISTRY_DIR, expand
+
+DEFAULT_CORPUS = "default"
+
+
+class CorpusSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9_]+$")
+    loader: Literal["python_package", "beir", "hotpotqa", "folder"]
+    path: str | None = None
+    package: str | None = None
+    description: str = ""
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _source_given(self) -> "CorpusSpec":
+        if self.loader == "python_package" and not self.package:
+            raise ValueError("loader python_package needs 'package'")
+        if self.loader != "python_package" and not self.path:
+            raise ValueError(f"loader {self.loader} needs 'path'")
+        return self
+
+    @property
+    def resolved_path(self) -> Path | None:
+        return Path(expand(self.path)) if self.path else None
+
+    def available(self) -> bool:
+        return self.loader == "python_package" or self.resolved_path.exists()
+
+    @property
+    def split_identifiers(self) -> bool:
+        """Code corpora also index the parts of snake_case/camelCase identifiers."""
+        return bool(self.options.get("split_identifiers", self.loader == "python_package"))
+
+
+def registry_path() -> Path:
+    return Path(os.environ.get("CAUSAL_ASSETS_CORPORA", REGISTRY_DIR / "corpora.yaml"))
+
+
+def load_corpus_registry(path: str | Path | None = None) -> dict[str, CorpusSpec]:
+    path = Path(path) if path else registry_path()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: corpus registry not found") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("corpora"), list):
+        raise ConfigError(f"{path}: expected a mapping with a 'corpora' list")
+    specs: dict[str, CorpusSpec] = {}
+    for i, entry in enumerate(data["corpora"]):
+        try:
+            spec = CorpusSpec.model_validate(entry)
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = ".".join(str(x) for x in err["loc"]) or "entry"
+            raise ConfigError(f"{path}: corpora[{i}].{field}: {err['msg']} (value: {err.get('input')!r})") from None
+        if spec.name in specs:
+            raise ConfigError(f"{path}: corpora[{i}].name: duplicate corpus name {spec.name!r}")
+        specs[spec.name] = spec
+    if DEFAULT_CORPUS not in specs:
+        raise ConfigError(f"{path}: no corpus named {DEFAULT_CORPUS!r}")
+    return specs
+
+
+def available_corpora(path: str | Path | None = None) -> list[str]:
+    return [name for name, spec in load_corpus_registry(path).items() if spec.available()]
+
+
+def load_corpus(spec: CorpusSpec) -> tuple[list[Chunk], dict]:
+    """Chunks of a registered corpus and a small load report (counts of files read and skipped)."""
+    opts = {k: v for k, v in spec.options.items() if k != "split_identifiers"}
+    if spec.loader == "python_package":
+        return load_python_package(spec.package, spec.name, **opts)
+    if not spec.resolved_path.exists():
+        raise CorpusError(f"corpus {spec.name!r}: path {spec.resolved_path} does not exist")
+    if spec.loader == "beir":
+        return load_beir_corpus(spec.resolved_path, spec.name), {}
+    if spec.loader == "hotpotqa":
+        chunks, questions = load_hotpotqa(spec.resolved_path, spec.name)
+        return chunks, {"questions": len(questions)}
+    return load_folder(spec.resolved_path, spec.name, **opts)

@@ -1,0 +1,181 @@
+"""Retrieval metrics (seed 001 §5) computed by ranx, with graded and fractional labels kept.
+
+ranx treats a document as relevant only when its label is >= 1 (`rel_lvl` defaults to 1, and
+`ranx.Qrels` even casts labels to int), so a Monte Carlo delta-P label of 0.35 would silently count
+as non-relevant. We therefore hand ranx two prepared label sets instead of the raw qrels:
+
+* binary metrics (recall, hit_rate, precision, mrr, map): a document is relevant when
+  `label > 0 and label >= relevance_threshold`; it is passed to ranx as 1, everything else is left out.
+* ndcg: every label > 0 is a graded gain. All gains are divided by the smallest positive label, so
+  the smallest becomes exactly 1.0 and none falls under ranx's `rel_lvl=1`. This does not change
+  nDCG: ranx's `ndcg` is the Järvelin-Kekäläinen form with linear gains (sum rel_i / log2(i+1),
+  the same as trec_eval's ndcg_cut), so a common factor cancels between DCG and the ideal DCG.
+  (`ndcg_burges` uses 2**rel - 1 and would not be scale invariant; we do not use it.)
+
+Ranking order is fixed before ranx sees the run: score descending, then doc id descending, which is
+trec_eval's tie-breaking, so results are deterministic and match trec_eval even with tied scores.
+
+Query sets: queries only in the run are ignored; qrels queries with no relevant document are dropped
+(counted in `df.attrs`, and logged); qrels queries missing from the run score 0 on every metric.
+`k` is the cutoff; `mrr` and `ndcg` are also reported with `k=0`, meaning the whole ranked list
+(for mrr that is trec_eval's recip_rank). `map` is reported at `map_k` only (MAP@10 by default).
+"""
+from __future__ import annotations
+
+import logging
+from itertools import chain
+from typing import Iterable
+
+import numba
+import numpy as np
+import pandas as pd
+import ranx
+from numba.typed import List as TypedList
+
+Qrels = dict[str, dict[str, float]]  # query_id -> doc_id -> relevance label (graded or fractional)
+Run = dict[str, dict[str, float]]  # query_id -> doc_id -> retrieval score
+
+DEFAULT_KS = (1, 3, 5, 10, 100)
+BINARY_METRICS = ("recall", "hit_rate", "precision", "mrr")
+NO_CUTOFF = 0
+
+log = logging.getLogger(__name__)
+
+
+def is_relevant(label: float, relevance_threshold: float = 0.0) -> bool:
+    """Binary relevance used by every binary metric and by the failure analysis."""
+    return label > 0 and label >= relevance_threshold
+
+
+def ranked(docs: dict[str, float]) -> list[str]:
+    """Doc ids best first: score descending, ties broken by doc id descending (as trec_eval)."""
+    return [d for d, _ in sorted(docs.items(), key=lambda x: (x[1], x[0]), reverse=True)]
+
+
+def evaluate_per_query(
+    qrels: Qrels,
+    run: Run,
+    ks: Iterable[int] = DEFAULT_KS,
+    relevance_threshold: float = 0.0,
+    map_k: int = 10,
+) -> pd.DataFrame:
+    """One row per (query_id, metric, k). See the module docstring for conventions and `attrs`."""
+    qids, scores, attrs = _score(qrels, run, ks, relevance_threshold, map_k)
+    n = len(qids)
+    df = pd.DataFrame({
+        "query_id": np.tile(np.asarray(qids, dtype=object), len(scores)),
+        "metric": np.repeat([m for m, _ in scores], n),
+        "k": np.repeat([k for _, k in scores], n).astype(int),
+        "value": np.concatenate(list(scores.values())) if scores else np.array([]),
+    })
+    df.attrs.update(attrs)
+    return df
+
+
+def evaluate(
+    qrels: Qrels,
+    run: Run,
+    ks: Iterable[int] = DEFAULT_KS,
+    relevance_threshold: float = 0.0,
+    map_k: int = 10,
+) -> pd.DataFrame:
+    """Mean over evaluated queries, one row per (metric, k); `attrs` as in `evaluate_per_query`."""
+    _, scores, attrs = _score(qrels, run, ks, relevance_threshold, map_k)
+    df = pd.DataFrame(
+        [(m, k, float(v.mean()) if len(v) else float("nan")) for (m, k), v in scores.items()],
+        columns=["metric", "k", "value"],
+    )
+    df["k"] = df["k"].astype(int)
+    df.attrs.update(attrs)
+    return df
+
+
+def warm_up() -> None:
+    """Compile or load ranx's numba kernels once, so the first real evaluation is not slowed."""
+    evaluate({"q": {"a": 1.0, "b": 0.5}}, {"q": {"a": 1.0, "c": 0.5}})
+
+
+def _score(qrels, run, ks, relevance_threshold, map_k):
+    """Per-query score arrays keyed by (metric, k), aligned with the returned query ids."""
+    ks = sorted({int(k) for k in ks})
+    if not ks or ks[0] < 1 or map_k < 1:
+        raise ValueError(f"cutoffs must be positive integers, got ks={ks}, map_k={map_k}")
+
+    binary, graded, qids, dropped = [], [], [], []
+    for qid, labels in qrels.items():
+        rel = {d: 1.0 for d, v in labels.items() if is_relevant(v, relevance_threshold)}
+        if not rel:
+            dropped.append(qid)
+            continue
+        qids.append(qid)
+        binary.append(rel)
+        graded.append({d: float(v) for d, v in labels.items() if v > 0})
+    attrs = {
+        "n_queries": len(qids),
+        "n_dropped_no_relevant": len(dropped),
+        "dropped_query_ids": dropped,
+        "n_missing_from_run": sum(q not in run for q in qids),
+        "relevance_threshold": relevance_threshold,
+    }
+    if dropped:
+        log.warning("dropped %d of %d qrels queries with no relevant document",
+                    len(dropped), len(qrels))
+
+    binary_metrics = [f"{m}@{k}" for m in BINARY_METRICS for k in ks] + ["mrr", f"map@{map_k}"]
+    # full-list ndcg also keeps this list at >= 2 metrics: ranx.evaluate(return_mean=False) raises
+    # KeyError for a single metric (ranx 0.3.21)
+    ndcg_metrics = [f"ndcg@{k}" for k in ks] + ["ndcg"]
+    if not qids:
+        return qids, {_key(m): np.array([]) for m in binary_metrics + ndcg_metrics}, attrs
+
+    min_gain = min(v for g in graded for v in g.values())
+    graded = [{d: v / min_gain for d, v in g.items()} for g in graded]
+    runs = [run.get(q, {}) for q in qids]
+    run_l, qrels_b, qrels_g = _typed_lists(runs, binary, graded)
+
+    scores = {}
+    for metrics, labels in ((binary_metrics, qrels_b), (ndcg_metrics, qrels_g)):
+        # ranx pins numba to one thread for tiny inputs and never resets it; ask for all threads.
+        out = ranx.evaluate(labels, run_l, metrics, return_mean=False,
+                            threads=numba.config.NUMBA_NUM_THREADS)
+        scores.update({_key(m): np.asarray(v, dtype=float) for m, v in out.items()})
+    return qids, scores, attrs
+
+
+def _key(ranx_metric: str) -> tuple[str, int]:
+    name, _, k = ranx_metric.partition("@")
+    return name, int(k) if k else NO_CUTOFF
+
+
+def _typed_lists(runs, binary, graded):
+    """ranx's array input: per query an (n, 2) array [doc code, value], best first.
+
+    Doc ids become integer codes from one shared sorted vocabulary (exact matching, no hashing),
+    so sorting code descending reproduces trec_eval's doc-id-descending tie-break.
+    """
+    parts = (runs, binary, graded)
+    ids = np.fromiter(chain.from_iterable(chain.from_iterable(parts)), dtype=object)
+    codes = pd.factorize(ids, sort=True)[0].astype(np.float64)
+    out, start = [], 0
+    for part in parts:
+        offsets = np.zeros(len(part) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, part), np.int64, len(part)), out=offsets[1:])
+        values = np.fromiter(chain.from_iterable(x.values() for x in part), np.float64, offsets[-1])
+        code = codes[start:start + offsets[-1]]
+        start += offsets[-1]
+        order = _best_first(code, values, offsets)
+        rows = np.column_stack((code[order], values[order]))
+        out.append(TypedList(np.split(rows, offsets[1:-1])))
+    return out
+
+
+@numba.njit(cache=True, parallel=True)
+def _best_first(code, value, offsets):
+    """Per-query order: value descending, then code descending (a global np.lexsort is ~10x slower)."""
+    order = np.empty(len(code), dtype=np.int64)
+    for q in numba.prange(len(offsets) - 1):
+        s, e = offsets[q], offsets[q + 1]
+        by_code = np.argsort(-code[s:e], kind="mergesort")
+        by_value = np.argsort(-value[s:e][by_code], kind="mergesort")  # stable: keeps code order
+        order[s:e] = s + by_code[by_value]
+    return order

@@ -1,0 +1,47 @@
+"""The analyzer shared by every sparse index and by queries: the same function on both sides, always.
+
+Lucene-style: lowercase word tokens of 2+ characters, the English stopword list BM25 baselines use
+(bm25s's copy of Lucene's), Snowball English stemming (PyStemmer). For code, identifiers are also split into
+their parts ("calculateTotal" -> calculate, total; "shortest_path" -> shortest, path) while the whole
+identifier is kept, so a query can match either form.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
+
+TOKEN = re.compile(r"(?u)\b\w\w+\b")
+CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+STOPWORDS = frozenset(STOPWORDS_EN)
+_stemmer = Stemmer.Stemmer("english")
+
+
+@lru_cache(maxsize=500_000)
+def _stem(word: str) -> str:
+    return _stemmer.stemWord(word)
+
+
+def _identifier_parts(token: str) -> list[str]:
+    parts = [p for piece in token.split("_") for p in CAMEL.findall(piece)]
+    return parts if len(parts) > 1 else []
+
+
+def analyze(text: str, split_identifiers: bool = False) -> list[str]:
+    """Index terms of `text`, in order (duplicates kept: term frequency matters)."""
+    out = []
+    for token in TOKEN.findall(text):
+        words = [token]
+        if split_identifiers:
+            words += _identifier_parts(token)
+        for w in words:
+            w = w.lower()
+            if len(w) > 1 and w not in STOPWORDS:
+                out.append(_stem(w))
+    return out
+
+
+def make_analyzer(split_identifiers: bool):
+    return lambda text: analyze(text, split_identifiers)

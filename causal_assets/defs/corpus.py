@@ -1,0 +1,102 @@
+"""Stage 1, the corpus index: chunks, sparse indexes (BM25, TF-IDF) and dense embeddings, per corpus."""
+
+import hashlib
+import json
+import time
+
+import pandas as pd
+from dagster import AssetExecutionContext, AssetOut, Config, MetadataValue, Output, asset, multi_asset
+
+from causal_assets.core.corpus.chunk import chunks_to_frame
+from causal_assets.core.corpus.registry import load_corpus
+from causal_assets.core.errors import CorpusError
+from causal_assets.core.index.build import build_sparse, sparse_frames
+from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
+from causal_assets.defs.partitions import corpus_partitions
+from causal_assets.resources import CorpusRegistry, Storage
+
+GROUP = "corpus_index"
+
+
+def corpus_fingerprint(content_hashes: pd.Series) -> str:
+    """One hash for the whole corpus content: what freshness checks and sensors compare."""
+    return hashlib.sha256("\n".join(sorted(content_hashes)).encode()).hexdigest()[:16]
+
+
+@asset(partitions_def=corpus_partitions, group_name=GROUP, kinds={"python", "parquet"})
+def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistry) -> Output[pd.DataFrame]:
+    """Chunks of one registered corpus (Python package AST, BEIR, HotpotQA or a folder): id, title, text, kind,
+    span, content hash and metadata."""
+    spec = corpus_registry.spec(context.partition_key)
+    t0 = time.perf_counter()
+    chunks, report = load_corpus(spec)
+    frame = chunks_to_frame(chunks)
+    dupes = frame["chunk_id"][frame["chunk_id"].duplicated()]
+    if len(dupes):
+        raise CorpusError(f"corpus {spec.name!r}: duplicate chunk ids, e.g. {dupes.iloc[0]!r}")
+    frame.insert(0, "chunk_idx", range(len(frame)))
+    frame["index_options"] = json.dumps({"split_identifiers": spec.split_identifiers})
+    skipped = report.pop("skipped", [])
+    context.log.info(f"{spec.name}: {len(frame)} chunks from {spec.loader} in {time.perf_counter() - t0:.1f}s; {report}")
+    return Output(frame, metadata={
+        "chunks": len(frame),
+        "by_kind": MetadataValue.json(frame["kind"].value_counts().to_dict()),
+        "load_report": MetadataValue.json(report),
+        "skipped_files": MetadataValue.md("\n".join(f"- {s}" for s in skipped[:50]) or "none"),
+        "corpus_hash": corpus_fingerprint(frame["content_hash"]),
+        "loader": spec.loader,
+        "load_seconds": round(time.perf_counter() - t0, 2),
+    })
+
+
+class EmbeddingConfig(Config):
+    model: str = DEFAULT_MODEL  # the packaged all-MiniLM-L6-v2, or a local model directory
+    batch_size: int = 64
+
+
+@asset(partitions_def=corpus_partitions, group_name=GROUP, kinds={"pytorch", "parquet"})
+def corpus_embeddings(context: AssetExecutionContext, config: EmbeddingConfig, storage: Storage,
+                      corpus_chunks: pd.DataFrame) -> Output[pd.DataFrame]:
+    """L2-normalised sentence embeddings of every chunk; only chunks whose content hash is new are encoded."""
+    texts = (corpus_chunks["title"].where(corpus_chunks["title"] == "", corpus_chunks["title"] + "\n")
+             + corpus_chunks["text"]).tolist()
+    hashes = corpus_chunks["content_hash"].tolist()
+    last_log = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        if time.monotonic() - last_log[0] > 10 or done == total:
+            last_log[0] = time.monotonic()
+            context.log.info(f"embedded {done}/{total} new texts")
+
+    embedder = Embedder(config.model, config.batch_size)
+    vectors, stats = embed_incremental(texts, hashes, embedder, EmbeddingCache(storage.cache_dir("embeddings"), config.model),
+                                       context.partition_key, progress)
+    frame = pd.DataFrame({"corpus": context.partition_key, "chunk_id": corpus_chunks["chunk_id"],
+                          "chunk_idx": corpus_chunks["chunk_idx"], "content_hash": hashes,
+                          "model": config.model, "embedding": list(vectors)})
+    context.log.info(f"embeddings: {stats}")
+    return Output(frame, metadata={
+        "model": config.model, "dimension": int(vectors.shape[1]), "chunks": stats["chunks"],
+        "newly_embedded": stats["embedded"], "cache_hits": stats["cache_hits"],
+        "embed_seconds": round(stats["embed_s"], 3), "total_seconds": round(stats["total_s"], 3),
+        "texts_per_second": round(stats["embedded"] / stats["embed_s"], 1) if stats["embedded"] else 0.0,
+        "corpus_hash": corpus_fingerprint(corpus_chunks["content_hash"]),
+    })
+
+
+@multi_asset(
+    partitions_def=corpus_partitions, group_name=GROUP,
+    outs={"sparse_postings": AssetOut(kinds={"parquet"}, description="BM25 and TF-IDF postings: (method, term_id, chunk_idx, weight)."),
+          "sparse_vocabulary": AssetOut(kinds={"parquet"}, description="Index terms with document frequency and idf.")},
+)
+def sparse_index(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
+    """BM25 (bm25s, Lucene k1=1.2, b=0.75) and TF-IDF (scikit-learn, sublinear tf, l2) over the analyzed chunks."""
+    split = json.loads(corpus_chunks["index_options"].iloc[0])["split_identifiers"]
+    indexes, stats = build_sparse(corpus_chunks, split)
+    postings, vocab = sparse_frames(indexes, context.partition_key)
+    meta = {"vocabulary": stats["vocabulary"], "postings": len(postings), "split_identifiers": split,
+            "analyze_seconds": round(stats["analyze_s"], 2), "build_seconds": round(stats["build_s"], 2),
+            "avg_terms_per_chunk": round(stats["avg_terms_per_chunk"], 1),
+            "corpus_hash": corpus_fingerprint(corpus_chunks["content_hash"])}
+    yield Output(postings, output_name="sparse_postings", metadata=meta)
+    yield Output(vocab, output_name="sparse_vocabulary", metadata={"terms": len(vocab)})

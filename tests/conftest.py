@@ -1,0 +1,73 @@
+"""Shared fixtures: small subsets of the real benchmarks in ../shared/data (read from there, never copied
+into the repository) and isolated storage for Dagster materializations."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from causal_assets.core.paths import shared_data_dir
+
+SHARED = shared_data_dir()
+SCIFACT = SHARED / "scifact"
+HOTPOT = SHARED / "hotpotqa" / "hotpot_dev_distractor_200.jsonl"
+
+
+def require(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"benchmark data not found at {path}")
+    return path
+
+
+def make_beir_subset(src: Path, dst: Path, n_docs: int, split: str = "test") -> Path:
+    """The first `n_docs` real documents plus the real queries/qrels that only need those documents."""
+    dst.mkdir(parents=True, exist_ok=True)
+    (dst / "qrels").mkdir(exist_ok=True)
+    lines = (src / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:n_docs]
+    (dst / "corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ids = {json.loads(l)["_id"] for l in lines}
+    qrel_lines = (src / "qrels" / f"{split}.tsv").read_text().splitlines()
+    kept = [l for l in qrel_lines[1:] if l.split("\t")[1] in ids]
+    (dst / "qrels" / f"{split}.tsv").write_text("\n".join([qrel_lines[0], *kept]) + "\n")
+    qids = {l.split("\t")[0] for l in kept}
+    queries = [l for l in (src / "queries.jsonl").read_text().splitlines() if json.loads(l)["_id"] in qids]
+    (dst / "queries.jsonl").write_text("\n".join(queries) + "\n")
+    return dst
+
+
+@pytest.fixture(scope="session")
+def scifact_small(tmp_path_factory) -> Path:
+    return make_beir_subset(require(SCIFACT), tmp_path_factory.mktemp("scifact_small"), 60)
+
+
+@pytest.fixture
+def small_registry(tmp_path, scifact_small) -> Path:
+    """Registry whose partition names match the shipped ones but point at small real sources."""
+    hotpot_small = tmp_path / "hotpot_small.jsonl"
+    hotpot_small.write_text("\n".join(require(HOTPOT).read_text().splitlines()[:3]) + "\n")
+    reg = {"corpora": [
+        {"name": "default", "loader": "python_package", "package": "networkx",
+         "options": {"subpackages": ["algorithms.shortest_paths.unweighted"]}},
+        {"name": "scifact", "loader": "beir", "path": str(scifact_small)},
+        {"name": "hotpotqa", "loader": "hotpotqa", "path": str(hotpot_small)},
+    ]}
+    path = tmp_path / "corpora.yaml"
+    path.write_text(yaml.safe_dump(reg))
+    return path
+
+
+@pytest.fixture
+def resources(tmp_path, small_registry):
+    from causal_assets.resources import CorpusRegistry, ParquetIOManagerFactory, Storage
+
+    storage = Storage(base_path=str(tmp_path / "parquet"), catalog_path=str(tmp_path / "catalog.duckdb"))
+    return {"storage": storage, "corpus_registry": CorpusRegistry(path=str(small_registry)),
+            "io_manager": ParquetIOManagerFactory(storage=storage)}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _dagster_home(tmp_path_factory):
+    os.environ.setdefault("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster_home")))

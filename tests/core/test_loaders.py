@@ -1,0 +1,169 @@
+"""Corpus loaders on real data, and the one clear error each kind of bad input gets."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+
+import pytest
+
+from causal_assets.core.corpus.beir import load_beir_corpus, load_beir_qrels, load_beir_queries
+from causal_assets.core.corpus.chunk import chunks_to_frame, frame_to_chunks
+from causal_assets.core.corpus.folder import load_folder, split_with_overlap
+from causal_assets.core.corpus.hotpotqa import load_hotpotqa
+from causal_assets.core.corpus.python_package import load_python_package, package_root
+from causal_assets.core.corpus.registry import load_corpus_registry
+from causal_assets.core.errors import ConfigError, CorpusError
+from tests.conftest import HOTPOT, SCIFACT, require
+
+
+def test_python_package_chunks_have_fqn_signature_and_exact_span():
+    chunks, report = load_python_package("networkx", "t", subpackages=["algorithms.shortest_paths"])
+    by_id = {c.chunk_id: c for c in chunks}
+    fn = by_id["networkx.algorithms.shortest_paths.generic.shortest_path"]
+    assert fn.kind == "function"
+    assert fn.metadata["signature"].startswith("def shortest_path(G, source=None, target=None")
+    assert "Compute shortest paths in the graph" in fn.metadata["docstring"]
+    src = (package_root("networkx") / "algorithms/shortest_paths/generic.py").read_text().splitlines()
+    node = next(n for n in ast.parse("\n".join(src)).body if getattr(n, "name", "") == "shortest_path")
+    assert (fn.start_line, fn.end_line) == (node.lineno, node.end_lineno)
+    assert "def shortest_path(" in fn.text
+    kinds = {c.kind for c in chunks}
+    assert {"module", "function"} <= kinds
+    assert report["files"] > 5 and report["skipped_unparsable"] == 0
+    assert not any("tests" in c.path.split("/") for c in chunks)
+
+
+def test_python_package_missing():
+    with pytest.raises(CorpusError, match="'no_such_pkg_xyz' is not installed"):
+        load_python_package("no_such_pkg_xyz", "t")
+
+
+def test_beir_scifact_full_corpus_and_qrels():
+    folder = require(SCIFACT)
+    chunks = load_beir_corpus(folder, "scifact")
+    assert len(chunks) == 5183
+    queries = load_beir_queries(folder)
+    qrels = load_beir_qrels(folder, "test", {c.chunk_id for c in chunks}, set(queries))
+    assert len(qrels) == 300 and sum(len(v) for v in qrels.values()) == 339
+    assert sum(len(v) for v in load_beir_qrels(folder, "train").values()) == 919
+
+
+def test_chunk_frame_roundtrip():
+    chunks = load_beir_corpus(require(SCIFACT), "scifact")[:20]
+    assert frame_to_chunks(chunks_to_frame(chunks)) == chunks
+
+
+def _beir(tmp_path, corpus_lines, qrels="query-id\tcorpus-id\tscore\n"):
+    (tmp_path / "qrels").mkdir(exist_ok=True)
+    (tmp_path / "corpus.jsonl").write_bytes(corpus_lines if isinstance(corpus_lines, bytes) else corpus_lines.encode())
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "a question"}\n')
+    (tmp_path / "qrels" / "test.tsv").write_text(qrels)
+    return tmp_path
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"_id": "1", "text": "ok"}\n{"_id": "2", "text": \n', r"corpus.jsonl:2: malformed JSON"),
+    ('{"_id": "1", "text": "ok"}\n{"title": "no id", "text": "x"}\n', r"corpus.jsonl:2: missing field '_id'"),
+    ('{"_id": "1", "text": "ok"}\n{"_id": "1", "text": "again"}\n', r"corpus.jsonl:2: duplicate _id '1'"),
+    ('["not", "an object"]\n', r"corpus.jsonl:1: expected a JSON object"),
+    ('\n\n', r"corpus.jsonl: corpus is empty"),
+    (b'{"_id": "1", "text": "caf\xe9"}\n', r"corpus.jsonl: not UTF-8"),
+])
+def test_beir_bad_corpus(tmp_path, content, message):
+    with pytest.raises(CorpusError, match=message):
+        load_beir_corpus(_beir(tmp_path, content), "bad")
+
+
+def test_beir_bad_qrels(tmp_path):
+    folder = _beir(tmp_path, '{"_id": "1", "text": "ok"}\n', "query-id\tcorpus-id\tscore\nq1\t999\t1\n")
+    with pytest.raises(CorpusError, match=r"test.tsv:2: corpus-id '999' is not in corpus.jsonl"):
+        load_beir_qrels(folder, "test", {"1"}, {"q1"})
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\t1\tone\n")
+    with pytest.raises(CorpusError, match=r"test.tsv:2: score 'one' is not a number"):
+        load_beir_qrels(folder, "test")
+    with pytest.raises(CorpusError, match=r"dev.tsv: file not found \(splits here: \['test'\]\)"):
+        load_beir_qrels(folder, "dev")
+
+
+def test_missing_path_is_named(tmp_path):
+    with pytest.raises(CorpusError, match=f"{tmp_path}/nope/corpus.jsonl: file not found"):
+        load_beir_corpus(tmp_path / "nope", "x")
+    with pytest.raises(CorpusError, match="folder not found"):
+        load_folder(tmp_path / "nope", "x")
+
+
+def test_hotpotqa_real_paragraphs_and_gold_flags():
+    chunks, questions = load_hotpotqa(require(HOTPOT), "hotpotqa")
+    assert len(questions) == 200 and len(chunks) == 200 * 10 - 8  # 8 real questions have 9 paragraphs
+    q = questions[0]
+    gold = [c for c in chunks if c.metadata["question_id"] == q.question_id and c.metadata["supporting"]]
+    assert sorted(c.title for c in gold) == sorted(q.supporting_titles)
+    assert all(c.text for c in chunks)
+
+
+def test_hotpotqa_bad_record(tmp_path):
+    bad = tmp_path / "h.jsonl"
+    bad.write_text(json.dumps({"_id": "a", "question": "q", "context": [["T", "not a list"]]}) + "\n")
+    with pytest.raises(CorpusError, match=r"h.jsonl:1: context\[0\] must be \[title, \[sentences\]\]"):
+        load_hotpotqa(bad, "h")
+    bad.write_text('{"_id": "a", "question": "q"}\n')
+    with pytest.raises(CorpusError, match=r"h.jsonl:1: missing field 'context'"):
+        load_hotpotqa(bad, "h")
+
+
+def test_split_with_overlap_covers_text_with_overlap():
+    text = "\n\n".join(f"Paragraph {i}. " + "word " * 60 for i in range(20))
+    spans = split_with_overlap(text, 500, 100)
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
+        assert s2 < e1 and e1 - s2 <= 100  # overlapping, by at most the overlap
+        assert e1 - s1 <= 500
+    with pytest.raises(ValueError):
+        split_with_overlap(text, 100, 100)
+
+
+def test_folder_skips_bad_files_and_reports_them(tmp_path):
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "guide.md").write_text("# Guide\n\n" + "Install the package and run it. " * 100)
+    (root / "mod.py").write_text("def add(a, b):\n    '''Add two numbers.'''\n    return a + b\n")
+    (root / "blob.txt").write_bytes(b"abc\x00\x01\x02" * 10)
+    (root / "latin1.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    (root / "huge.txt").write_text("x" * 5000)
+    outside = tmp_path / "secret.txt"
+    outside.write_text("outside the root")
+    os.symlink(outside, root / "link.txt")
+    chunks, report = load_folder(root, "docs", chunk_chars=800, overlap_chars=100, max_file_bytes=4000)
+    assert report["skipped_binary"] == 1 and report["skipped_undecodable"] == 1
+    assert report["skipped_oversize"] == 1 and report["skipped_outside_root"] == 1
+    assert any("link.txt" in s for s in report["skipped"])
+    assert not any("outside the root" in c.text for c in chunks)
+    md = [c for c in chunks if c.path == "guide.md"]
+    assert len(md) >= 4 and md[0].start_line == 1
+    assert any(c.chunk_id == "mod.add" and c.kind == "function" for c in chunks)
+
+
+def test_folder_with_nothing_readable(tmp_path):
+    (tmp_path / "a.bin.txt").write_bytes(b"\x00\x00")
+    with pytest.raises(CorpusError, match="no readable text files"):
+        load_folder(tmp_path, "x")
+
+
+def test_registry_errors_name_file_and_field(tmp_path):
+    p = tmp_path / "corpora.yaml"
+    p.write_text("corpora:\n  - name: default\n    loader: python_package\n    package: networkx\n  - name: x\n    loader: beir\n")
+    with pytest.raises(ConfigError, match=r"corpora.yaml: corpora\[1\].*needs 'path'"):
+        load_corpus_registry(p)
+    p.write_text("corpora:\n  - name: default\n    loader: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"corpora.yaml:\d+: malformed YAML"):
+        load_corpus_registry(p)
+    p.write_text("corpora:\n  - name: Bad-Name\n    loader: folder\n    path: /tmp\n")
+    with pytest.raises(ConfigError, match=r"corpora\[0\].name: String should match pattern"):
+        load_corpus_registry(p)
+
+
+def test_shipped_registry_is_valid():
+    specs = load_corpus_registry()
+    assert specs["default"].available()
+    assert {"scifact", "cosqa", "hotpotqa"} <= set(specs)
