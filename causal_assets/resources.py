@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pandas as pd
 from dagster import (ConfigurableIOManagerFactory, ConfigurableResource, InputContext, MetadataValue,
                      OutputContext, TableColumn, TableSchema, UPathIOManager)
 from upath import UPath
 
+from causal_assets.core.benchmarks import BenchmarkSpec, benchmark_registry_path, load_benchmark_registry
 from causal_assets.core.catalog import DuckDBCatalog, view_source
 from causal_assets.core.corpus.registry import CorpusSpec, load_corpus_registry, registry_path
 from causal_assets.core.paths import PROJECT_ROOT
@@ -15,6 +17,7 @@ from causal_assets.core.storage import read_parquet, write_parquet_atomic
 
 DEFAULT_BASE = os.environ.get("CAUSAL_ASSETS_BASE_PATH", str(PROJECT_ROOT / "data" / "parquet"))
 DEFAULT_CATALOG = os.environ.get("CAUSAL_ASSETS_CATALOG", str(PROJECT_ROOT / "data" / "causal_assets.duckdb"))
+DEFAULT_REPORTS = os.environ.get("CAUSAL_ASSETS_REPORTS", str(PROJECT_ROOT / "data" / "reports"))
 
 
 class Storage(ConfigurableResource):
@@ -24,6 +27,7 @@ class Storage(ConfigurableResource):
     base_path: str = DEFAULT_BASE
     catalog_path: str = DEFAULT_CATALOG
     catalog_lock_timeout_s: float = 2.0
+    reports_dir: str = DEFAULT_REPORTS  # Markdown reports and plots (a local directory)
 
     @property
     def base(self) -> UPath:
@@ -31,6 +35,10 @@ class Storage(ConfigurableResource):
 
     def catalog(self) -> DuckDBCatalog:
         return DuckDBCatalog(self.catalog_path, self.catalog_lock_timeout_s)
+
+    @property
+    def reports_path(self) -> Path:
+        return Path(self.reports_dir)
 
     def cache_dir(self, name: str) -> UPath:
         return self.base / "cache" / name
@@ -46,6 +54,18 @@ class CorpusRegistry(ConfigurableResource):
         specs = load_corpus_registry(self.path)
         if name not in specs:
             raise KeyError(f"{self.path}: no corpus named {name!r} (known: {sorted(specs)})")
+        return specs[name]
+
+
+class BenchmarkRegistry(ConfigurableResource):
+    """The benchmark registry file (YAML/JSON); $CAUSAL_ASSETS_BENCHMARKS or the shipped one."""
+
+    path: str = str(benchmark_registry_path())
+
+    def spec(self, name: str) -> BenchmarkSpec:
+        specs = load_benchmark_registry(self.path)
+        if name not in specs:
+            raise KeyError(f"{self.path}: no benchmark named {name!r} (known: {sorted(specs)})")
         return specs[name]
 
 

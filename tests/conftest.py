@@ -22,17 +22,19 @@ def require(path: Path) -> Path:
     return path
 
 
-def make_beir_subset(src: Path, dst: Path, n_docs: int, split: str = "test") -> Path:
-    """The first `n_docs` real documents plus the real queries/qrels that only need those documents."""
+def make_beir_subset(src: Path, dst: Path, n_docs: int) -> Path:
+    """The first `n_docs` real documents plus the real queries/qrels (every split) that only need those documents."""
     dst.mkdir(parents=True, exist_ok=True)
     (dst / "qrels").mkdir(exist_ok=True)
     lines = (src / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:n_docs]
     (dst / "corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     ids = {json.loads(l)["_id"] for l in lines}
-    qrel_lines = (src / "qrels" / f"{split}.tsv").read_text().splitlines()
-    kept = [l for l in qrel_lines[1:] if l.split("\t")[1] in ids]
-    (dst / "qrels" / f"{split}.tsv").write_text("\n".join([qrel_lines[0], *kept]) + "\n")
-    qids = {l.split("\t")[0] for l in kept}
+    qids = set()
+    for qrels_file in (src / "qrels").glob("*.tsv"):
+        qrel_lines = qrels_file.read_text().splitlines()
+        kept = [l for l in qrel_lines[1:] if l.split("\t")[1] in ids]
+        (dst / "qrels" / qrels_file.name).write_text("\n".join([qrel_lines[0], *kept]) + "\n")
+        qids |= {l.split("\t")[0] for l in kept}
     queries = [l for l in (src / "queries.jsonl").read_text().splitlines() if json.loads(l)["_id"] in qids]
     (dst / "queries.jsonl").write_text("\n".join(queries) + "\n")
     return dst
@@ -40,7 +42,7 @@ def make_beir_subset(src: Path, dst: Path, n_docs: int, split: str = "test") -> 
 
 @pytest.fixture(scope="session")
 def scifact_small(tmp_path_factory) -> Path:
-    return make_beir_subset(require(SCIFACT), tmp_path_factory.mktemp("scifact_small"), 60)
+    return make_beir_subset(require(SCIFACT), tmp_path_factory.mktemp("scifact_small"), 120)
 
 
 @pytest.fixture
@@ -56,15 +58,24 @@ def small_registry(tmp_path, scifact_small) -> Path:
     ]}
     path = tmp_path / "corpora.yaml"
     path.write_text(yaml.safe_dump(reg))
+    benchmarks = {"benchmarks": [
+        {"name": "scifact", "loader": "beir", "corpus": "scifact", "path": str(scifact_small),
+         "splits": ["train", "test"], "eval_splits": ["test"], "tune_split": "train"},
+        {"name": "hotpotqa", "loader": "hotpotqa", "corpus": "hotpotqa", "path": str(hotpot_small),
+         "splits": ["dev", "train", "test"], "eval_splits": ["dev"], "tune_split": "train", "validator": "answer_f1"},
+    ]}
+    (tmp_path / "benchmarks.yaml").write_text(yaml.safe_dump(benchmarks))
     return path
 
 
 @pytest.fixture
 def resources(tmp_path, small_registry):
-    from causal_assets.resources import CorpusRegistry, ParquetIOManagerFactory, Storage
+    from causal_assets.resources import BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
 
-    storage = Storage(base_path=str(tmp_path / "parquet"), catalog_path=str(tmp_path / "catalog.duckdb"))
+    storage = Storage(base_path=str(tmp_path / "parquet"), catalog_path=str(tmp_path / "catalog.duckdb"),
+                      reports_dir=str(tmp_path / "reports"))
     return {"storage": storage, "corpus_registry": CorpusRegistry(path=str(small_registry)),
+            "benchmark_registry": BenchmarkRegistry(path=str(small_registry.parent / "benchmarks.yaml")),
             "io_manager": ParquetIOManagerFactory(storage=storage)}
 
 

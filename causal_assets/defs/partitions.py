@@ -1,7 +1,17 @@
 """Partition definitions shared by the stage modules."""
 from dagster import StaticPartitionsDefinition
 
+from causal_assets.core.benchmarks import available_benchmarks, load_benchmark_registry
 from causal_assets.core.corpus.registry import available_corpora
 
 # One partition per registered corpus whose data is present; `default` is always there.
 corpus_partitions = StaticPartitionsDefinition(available_corpora())
+
+# One partition per registered benchmark whose data (and corpus) is present.
+benchmark_partitions = StaticPartitionsDefinition(
+    [b for b in available_benchmarks() if load_benchmark_registry()[b].corpus in corpus_partitions.get_partition_keys()])
+
+
+def benchmark_to_corpus() -> dict[str, str]:
+    specs = load_benchmark_registry()
+    return {b: specs[b].corpus for b in benchmark_partitions.get_partition_keys()}

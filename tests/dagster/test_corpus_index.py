@@ -38,11 +38,11 @@ def test_scifact_index_incremental_and_searchable(resources, scifact_small):
     instance = DagsterInstance.ephemeral()
     first = _materialize(resources, "scifact", instance)
     m1 = _meta(first, "corpus_embeddings")
-    assert m1["chunks"] == 60 and m1["newly_embedded"] == 60 and m1["cache_hits"] == 0
+    assert m1["chunks"] == 120 and m1["newly_embedded"] == 120 and m1["cache_hits"] == 0
 
     second = _materialize(resources, "scifact", instance)
     m2 = _meta(second, "corpus_embeddings")
-    assert m2["newly_embedded"] == 0 and m2["cache_hits"] == 60
+    assert m2["newly_embedded"] == 0 and m2["cache_hits"] == 120
 
     # Change one document: only its chunk is re-embedded.
     lines = (scifact_small / "corpus.jsonl").read_text().splitlines()
@@ -57,7 +57,7 @@ def test_scifact_index_incremental_and_searchable(resources, scifact_small):
     text = open(registry.path).read().replace(str(scifact_small), str(changed))
     open(registry.path, "w").write(text)
     m3 = _meta(_materialize(resources, "scifact", instance), "corpus_embeddings")
-    assert m3["newly_embedded"] == 1 and m3["cache_hits"] == 59
+    assert m3["newly_embedded"] == 1 and m3["cache_hits"] == 119
 
     base = resources["storage"].base_path
     index = CorpusIndex.load(base, "scifact")
@@ -66,8 +66,8 @@ def test_scifact_index_incremental_and_searchable(resources, scifact_small):
         hits = index.search(target["title"], k=3, method=method)
         assert hits[0].chunk_id == target["_id"], method
     with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
-        assert con.execute("select count(*) from corpus_chunks where corpus = 'scifact'").fetchone()[0] == 60
-        assert con.execute("select count(distinct chunk_id) from corpus_embeddings").fetchone()[0] == 60
+        assert con.execute("select count(*) from corpus_chunks where corpus = 'scifact'").fetchone()[0] == 120
+        assert con.execute("select count(distinct chunk_id) from corpus_embeddings").fetchone()[0] == 120
 
 
 def test_default_code_corpus_and_hotpotqa_partitions(resources):

@@ -5,8 +5,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from causal_assets.core.corpus.beir import load_beir_corpus
 from causal_assets.core.corpus.chunk import Chunk
@@ -15,6 +14,7 @@ from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.python_package import load_python_package
 from causal_assets.core.errors import ConfigError, CorpusError
 from causal_assets.core.paths import REGISTRY_DIR, expand
+from causal_assets.core.yaml_registry import load_entries
 
 DEFAULT_CORPUS = "default"
 
@@ -56,27 +56,7 @@ def registry_path() -> Path:
 
 def load_corpus_registry(path: str | Path | None = None) -> dict[str, CorpusSpec]:
     path = Path(path) if path else registry_path()
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: corpus registry not found") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("corpora"), list):
-        raise ConfigError(f"{path}: expected a mapping with a 'corpora' list")
-    specs: dict[str, CorpusSpec] = {}
-    for i, entry in enumerate(data["corpora"]):
-        try:
-            spec = CorpusSpec.model_validate(entry)
-        except ValidationError as e:
-            err = e.errors()[0]
-            field = ".".join(str(x) for x in err["loc"]) or "entry"
-            raise ConfigError(f"{path}: corpora[{i}].{field}: {err['msg']} (value: {err.get('input')!r})") from None
-        if spec.name in specs:
-            raise ConfigError(f"{path}: corpora[{i}].name: duplicate corpus name {spec.name!r}")
-        specs[spec.name] = spec
+    specs = load_entries(path, "corpora", CorpusSpec)
     if DEFAULT_CORPUS not in specs:
         raise ConfigError(f"{path}: no corpus named {DEFAULT_CORPUS!r}")
     return specs

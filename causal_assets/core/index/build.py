@@ -28,3 +28,22 @@ def build_sparse(chunks: pd.DataFrame, split_identifiers: bool) -> tuple[dict[st
 def sparse_frames(indexes: dict[str, SparseIndex], corpus: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     pairs = [idx.to_frames(corpus) for idx in indexes.values()]
     return pd.concat([p for p, _ in pairs], ignore_index=True), pd.concat([v for _, v in pairs], ignore_index=True)
+
+
+def build_index(chunks: pd.DataFrame, corpus: str, split_identifiers: bool = False, dense: bool = True,
+                embedder=None, cache=None):
+    """An in-memory CorpusIndex straight from a chunks frame (as `chunks_to_frame` makes it): for scripts,
+    notebooks and tests that do not go through Dagster. `cache` (an EmbeddingCache) makes re-runs cheap."""
+    from causal_assets.core.index.dense import Embedder, embed_incremental
+    from causal_assets.core.index.search import CorpusIndex
+
+    chunks = chunks.reset_index(drop=True)
+    if "chunk_idx" not in chunks:
+        chunks = chunks.assign(chunk_idx=range(len(chunks)))
+    sparse, _ = build_sparse(chunks, split_identifiers)
+    embedder = embedder or Embedder()
+    vectors = None
+    if dense:
+        texts = (chunks["title"].where(chunks["title"] == "", chunks["title"] + "\n") + chunks["text"]).tolist()
+        vectors, _ = embed_incremental(texts, chunks["content_hash"].tolist(), embedder, cache, corpus)
+    return CorpusIndex(corpus, chunks, sparse, vectors, split_identifiers, embedder)

@@ -1,0 +1,86 @@
+"""Evaluate a named retriever on a BEIR folder and write the metrics as JSON.
+
+    python benchmarks/evaluate_beir.py --folder ../shared/data/scifact --split test --retriever bm25
+    python benchmarks/evaluate_beir.py --folder ../shared/data/scifact --split test --retriever hybrid --tune-split train
+
+Builds the index in memory with the project's own code (the same analyzer, BM25/TF-IDF and MiniLM as the assets);
+dense vectors come from the project's embedding cache (data/parquet/cache/embeddings), so a corpus the Dagster
+assets already embedded costs nothing to re-embed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from causal_assets.core.benchmarks import Benchmark  # noqa: E402
+from causal_assets.core.corpus.beir import load_beir_corpus, load_beir_qrels, load_beir_queries  # noqa: E402
+from causal_assets.core.corpus.chunk import chunks_to_frame  # noqa: E402
+from causal_assets.core.evaluation.metrics import evaluate  # noqa: E402
+from causal_assets.core.evaluation.runner import run_benchmark  # noqa: E402
+from causal_assets.core.index.build import build_index  # noqa: E402
+from causal_assets.core.index.dense import DEFAULT_MODEL, EmbeddingCache  # noqa: E402
+from causal_assets.core.retrievers.factory import BASELINES, build_retriever  # noqa: E402
+from causal_assets.core.tuning import best_weight, sweep_fusion_weight  # noqa: E402
+
+
+def beir_benchmark(folder: Path, split: str) -> Benchmark:
+    queries = load_beir_queries(folder)
+    qrels = load_beir_qrels(folder, split, query_ids=set(queries))
+    return Benchmark(folder.name, split, {q: queries[q] for q in qrels}, qrels)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--folder", type=Path, required=True)
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--retriever", choices=BASELINES, default="bm25")
+    ap.add_argument("--fusion-weight", type=float, help="hybrid: dense share (default: tuned on --tune-split)")
+    ap.add_argument("--tune-split", help="hybrid: split to choose the fusion weight on (never the eval split)")
+    ap.add_argument("--split-identifiers", action="store_true", help="code corpora: index identifier parts")
+    ap.add_argument("--out", type=Path, default=ROOT / "data" / "benchmarks")
+    args = ap.parse_args()
+    if args.tune_split == args.split:
+        ap.error("--tune-split must differ from --split")
+
+    t0 = time.perf_counter()
+    name = args.folder.name
+    chunks = chunks_to_frame(load_beir_corpus(args.folder, name))
+    dense = args.retriever in ("dense", "hybrid", "rrf")
+    index = build_index(chunks, name, args.split_identifiers, dense=dense,
+                        cache=EmbeddingCache(ROOT / "data" / "parquet" / "cache" / "embeddings", DEFAULT_MODEL))
+    build_s = time.perf_counter() - t0
+    params, notes = {}, {}
+    if args.retriever == "hybrid":
+        if args.fusion_weight is not None:
+            params["weight"] = args.fusion_weight
+        elif args.tune_split:
+            sweep = sweep_fusion_weight(index, beir_benchmark(args.folder, args.tune_split))
+            params["weight"] = best_weight(sweep)
+            notes["tune_sweep"] = sweep[["weight", "value"]].to_dict(orient="records")
+    bench = beir_benchmark(args.folder, args.split)
+    rr = run_benchmark(build_retriever(args.retriever, index, params), bench)
+    metrics = evaluate(bench.qrels, rr.run, ks=(1, 3, 5, 10, 100))
+    result = {
+        "benchmark": name, "split": args.split, "retriever": args.retriever, "params": params,
+        "queries": len(bench.query_ids()), "documents": len(chunks), "index_build_s": round(build_s, 2),
+        "retrieval_s": round(rr.seconds, 3),
+        "metrics": {f"{m}@{k}" if k else m: round(v, 5) for m, k, v in metrics.itertuples(index=False)},
+        **notes,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    suffix = "_split_identifiers" if args.split_identifiers else ""
+    path = args.out / f"evaluate_{name}_{args.split}_{args.retriever}{suffix}.json"
+    path.write_text(json.dumps(result, indent=2))
+    m = result["metrics"]
+    print(f"{name}/{args.split} {args.retriever} {params}: nDCG@10 {m['ndcg@10']:.4f}  MRR@10 {m['mrr@10']:.4f}  "
+          f"Recall@100 {m['recall@100']:.4f}  -> {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The benchmark registry and benchmark loading: queries, graded relevance judgements (qrels) and, where the
+setting demands it, the candidate set each query ranks (HotpotQA distractor: its own paragraphs)."""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from causal_assets.core.corpus.beir import load_beir_qrels, load_beir_queries
+from causal_assets.core.corpus.hotpotqa import load_hotpotqa
+from causal_assets.core.errors import CorpusError
+from causal_assets.core.evaluation.metrics import Qrels
+from causal_assets.core.paths import REGISTRY_DIR, expand
+from causal_assets.core.yaml_registry import load_entries
+
+
+class BenchmarkSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9_]+$")
+    loader: Literal["beir", "hotpotqa", "python_package_api", "jsonl"]
+    corpus: str
+    path: str | None = None
+    splits: list[str] = Field(min_length=1)
+    eval_splits: list[str] = Field(min_length=1)
+    tune_split: str | None = None
+    validator: Literal["exact_match", "answer_f1", "answer_containment", "fqn_match", "pytest"] = "answer_containment"
+    pooling: dict[str, Any] = Field(default_factory=dict)
+    monte_carlo: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _splits_known(self) -> "BenchmarkSpec":
+        for s in [*self.eval_splits, *([self.tune_split] if self.tune_split else [])]:
+            if s not in self.splits:
+                raise ValueError(f"split {s!r} is not one of splits {self.splits}")
+        if self.tune_split and self.tune_split in self.eval_splits:
+            raise ValueError(f"tune_split {self.tune_split!r} must not be an eval split (no tuning on the test set)")
+        return self
+
+    @property
+    def resolved_path(self) -> Path | None:
+        return Path(expand(self.path)) if self.path else None
+
+    def available(self) -> bool:
+        return self.path is None or self.resolved_path.exists()
+
+
+@dataclass
+class Benchmark:
+    name: str
+    split: str
+    queries: dict[str, str]
+    qrels: Qrels
+    within: dict[str, list[str]] | None = None   # query id -> the chunk ids it ranks (None: the whole corpus)
+    answers: dict[str, str] = field(default_factory=dict)
+
+    def query_ids(self) -> list[str]:
+        """Judged queries, in a stable order."""
+        return [q for q in self.queries if q in self.qrels]
+
+
+def benchmark_registry_path() -> Path:
+    return Path(os.environ.get("CAUSAL_ASSETS_BENCHMARKS", REGISTRY_DIR / "benchmarks.yaml"))
+
+
+def load_benchmark_registry(path: str | Path | None = None) -> dict[str, BenchmarkSpec]:
+    return load_entries(Path(path) if path else benchmark_registry_path(), "benchmarks", BenchmarkSpec)
+
+
+def available_benchmarks(path: str | Path | None = None) -> list[str]:
+    return [n for n, s in load_benchmark_registry(path).items() if s.available()]
+
+
+def hash_half(key: str) -> str:
+    """Stable train/test assignment for benchmarks without official splits."""
+    return "train" if int(hashlib.sha256(key.encode()).hexdigest(), 16) % 2 == 0 else "test"
+
+
+def load_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
+    if split not in spec.splits:
+        raise CorpusError(f"benchmark {spec.name!r}: unknown split {split!r} (splits: {spec.splits})")
+    if spec.loader == "beir":
+        queries = load_beir_queries(spec.resolved_path)
+        qrels = load_beir_qrels(spec.resolved_path, split, query_ids=set(queries))
+        return Benchmark(spec.name, split, {q: queries[q] for q in qrels}, qrels)
+    if spec.loader == "hotpotqa":
+        chunks, questions = load_hotpotqa(spec.resolved_path, spec.corpus)
+        if split != "dev":
+            questions = [q for q in questions if hash_half(q.question_id) == split]
+        keep = {q.question_id for q in questions}
+        # Gold = the supporting paragraphs, as ids of the question's own paragraphs.
+        qrels: Qrels = {q: {} for q in keep}
+        for c in chunks:
+            if c.metadata["question_id"] in keep and c.metadata["supporting"]:
+                qrels[c.metadata["question_id"]][c.chunk_id] = 1.0
+        return Benchmark(spec.name, split, {q.question_id: q.question for q in questions}, qrels,
+                         {q.question_id: list(q.paragraph_ids) for q in questions},
+                         {q.question_id: q.answer for q in questions})
+    raise CorpusError(f"benchmark {spec.name!r}: loader {spec.loader!r} is provided by the mined-benchmark stage")

@@ -1,0 +1,71 @@
+"""The Markdown evaluation report: metric tables, failure buckets with their rules, metric@K plots."""
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on servers
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from causal_assets.core.evaluation.failures import BUCKET_RULES
+
+HEADLINE = [("ndcg", 10), ("mrr", 10), ("map", 10), ("recall", 10), ("hit_rate", 1), ("hit_rate", 5),
+            ("precision", 2), ("recall", 100)]
+
+
+def headline_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    rows = {}
+    for (split, retriever), group in metrics.groupby(["split", "retriever"], sort=False):
+        values = {f"{m}@{k}": group[(group.metric == m) & (group.k == k)]["value"] for m, k in HEADLINE}
+        rows[(split, retriever)] = {name: round(float(v.iloc[0]), 4) for name, v in values.items() if len(v)}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis(["split", "retriever"])
+
+
+def curves_png(metrics: pd.DataFrame, split: str, title: str) -> bytes:
+    data = metrics[metrics["split"] == split]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, metric in zip(axes, ("ndcg", "recall", "precision")):
+        for retriever, g in data[(data.metric == metric) & (data.k > 0)].groupby("retriever", sort=False):
+            g = g.sort_values("k")
+            ax.plot(g["k"], g["value"], marker="o", label=retriever)
+        ax.set_xscale("log")
+        ax.set_xlabel("K")
+        ax.set_title(f"{metric}@K")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, notes: list[str],
+                 out_dir: Path) -> tuple[str, Path]:
+    """Write `<out_dir>/<benchmark>.md` and its plots; returns (markdown with inline images, path)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = [f"# Evaluation report: {benchmark}", "", *[f"- {n}" for n in notes], "",
+             "## Headline metrics", "", headline_table(metrics).to_markdown(), ""]
+    inline = list(lines)
+    for split in metrics["split"].unique():
+        png = curves_png(metrics, split, f"{benchmark} / {split}")
+        path = out_dir / f"{benchmark}_{split}_curves.png"
+        path.write_bytes(png)
+        lines += [f"![{split} curves]({path.name})", ""]
+        inline += [f"![{split} curves](data:image/png;base64,{base64.b64encode(png).decode()})", ""]
+    fail = ["## Failure buckets (queries with no relevant document in the top 10)", ""]
+    if len(failures):
+        counts = failures.pivot_table(index=["split", "retriever"], columns="bucket", values="query_id",
+                                      aggfunc="count", fill_value=0)
+        fail += [counts.to_markdown(), ""]
+    fail += ["Rules, tried in this order:", ""] + [f"- **{b}**: {r}" for b, r in BUCKET_RULES.items()] + [""]
+    lines += fail
+    inline += fail
+    path = out_dir / f"{benchmark}.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return "\n".join(inline), path

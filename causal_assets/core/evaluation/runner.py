@@ -1,0 +1,45 @@
+"""Run retrievers over a benchmark and score them: the pure core of the evaluation report."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+
+from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.evaluation.metrics import Run, evaluate
+from causal_assets.core.retrievers.base import Retriever
+
+RUN_DEPTH = 100  # results kept per query: enough for Recall@100
+
+
+@dataclass
+class RetrieverRun:
+    retriever: str
+    run: Run
+    frame: pd.DataFrame      # query_id, doc_id, rank, score
+    seconds: float
+
+
+def run_benchmark(retriever: Retriever, bench: Benchmark, depth: int = RUN_DEPTH, name: str | None = None) -> RetrieverRun:
+    qids = bench.query_ids()
+    t0 = time.perf_counter()
+    results = retriever.retrieve_many([bench.queries[q] for q in qids], depth,
+                                      [bench.within[q] for q in qids] if bench.within else None)
+    seconds = time.perf_counter() - t0
+    rows = [(q, h.chunk_id, h.rank, h.score) for q, hits in zip(qids, results) for h in hits]
+    frame = pd.DataFrame(rows, columns=["query_id", "doc_id", "rank", "score"])
+    # Scores for ranx: rank-derived, so the order is exactly the retriever's (no tie reshuffling).
+    run = {q: {h.chunk_id: float(depth - h.rank + 1) for h in hits} for q, hits in zip(qids, results)}
+    return RetrieverRun(name or retriever.name, run, frame, seconds)
+
+
+def score_run(bench: Benchmark, rr: RetrieverRun, ks=(1, 2, 3, 5, 10, 20, 100)) -> pd.DataFrame:
+    metrics = evaluate(bench.qrels, rr.run, ks=ks)
+    metrics.insert(0, "retriever", rr.retriever)
+    return metrics
+
+
+def metric_value(metrics: pd.DataFrame, metric: str, k: int) -> float:
+    row = metrics[(metrics["metric"] == metric) & (metrics["k"] == k)]
+    return float(row["value"].iloc[0])

@@ -1,0 +1,290 @@
+"""Answer validators: score a blind solver's answer against the ground truth.
+
+Every validator has the signature ``validator(prediction, gold, **kw) -> Validation`` where ``gold`` is a
+string or a sequence of acceptable strings (the best-scoring gold is reported).
+
+Text answers (HotpotQA style)
+-----------------------------
+* :func:`normalize_answer`, :func:`exact_match` and :func:`token_f1` reproduce HotpotQA's official
+  ``hotpot_evaluate_v1.py``: lowercase, strip ``string.punctuation``, remove the articles a/an/the, collapse
+  whitespace; F1 is the bag-of-tokens F1 and is 0 whenever either side normalises to ``yes``/``no``/``noanswer``
+  and the two sides differ.
+* :func:`answer_containment` exists because small LLMs answer in sentences: it passes when the normalised gold
+  occurs in the normalised prediction as a contiguous run of *whole tokens* ("... band Rush released ..."
+  contains "rush"; "Rushmore" does not). For a yes/no gold the prediction must start with the gold token, or
+  contain it while not containing the opposite one ("No, they are not" passes for "no"; "yes ... no" fails).
+* :func:`answer_f1` passes when F1 >= ``threshold`` (default 0.5) or containment holds; its ``score`` is the
+  F1 itself (so averages stay comparable with the official metric) and ``detail`` says which rule passed.
+
+Code-symbol answers
+-------------------
+:func:`fqn_match` extracts every dotted identifier from the prediction (prose, ``backticks``, code blocks,
+``from pkg.mod import name`` is also read as ``pkg.mod.name``; a call ``pkg.f(x)`` yields ``pkg.f``), then:
+
+1. **full**: an identifier equals ``gold_fqn`` or one of ``aliases`` (re-exports such as
+   ``networkx.shortest_path`` for ``networkx.algorithms.shortest_paths.generic.shortest_path``) -> score 1.0.
+2. **suffix**: otherwise an identifier whose dotted components are a trailing component-wise suffix of the
+   gold or of an alias (``generic.shortest_path``, ``shortest_path``; never the partial word ``path``) passes
+   with score 1.0 *only if unambiguous*, i.e. all of:
+
+   * the suffix is not also a suffix of any name in ``known_fqns`` (optional universe of symbols, e.g. every
+     function of the indexed repository) other than the gold and its aliases;
+   * the prediction does not mention another, longer dotted name that ends with the same suffix but is not an
+     accepted target (``scipy.sparse.csgraph.shortest_path ... shortest_path`` refers to scipy's);
+   * a bare one-component suffix must look like code: written inside backticks/a code block, followed by
+     ``(``, or identifier-shaped (contains ``_``, a digit, or an inner capital letter). Otherwise plain English
+     words would match (``get`` for ``requests.get``).
+
+   A suffix that fails these checks is reported in ``detail`` as ambiguous.
+"""
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from causal_assets.core.errors import ConfigError
+
+__all__ = [
+    "Validation",
+    "normalize_answer",
+    "exact_match",
+    "token_f1",
+    "answer_containment",
+    "answer_f1",
+    "fqn_match",
+    "VALIDATORS",
+    "validate",
+    "UnknownValidatorError",
+]
+
+
+class UnknownValidatorError(ConfigError, ValueError):
+    """A validator name that is not in :data:`VALIDATORS`."""
+
+
+@dataclass(frozen=True)
+class Validation:
+    passed: bool
+    score: float
+    detail: str
+
+
+Gold = str | Sequence[str]
+
+
+def _golds(gold: Gold) -> list[str]:
+    if isinstance(gold, str):
+        return [gold]
+    golds = [g for g in gold if isinstance(g, str)]
+    if not golds:
+        raise ValueError(f"gold must be a string or a non-empty sequence of strings, got {gold!r}")
+    return golds
+
+
+def _best(results: Iterable[Validation]) -> Validation:
+    return max(results, key=lambda v: (v.passed, v.score))
+
+
+# --------------------------------------------------------------------------------------------------- HotpotQA
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_SPECIAL = ("yes", "no", "noanswer")
+
+
+def normalize_answer(s: str) -> str:
+    """HotpotQA's official normalisation: lower, remove punctuation, remove articles, fix whitespace."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in _PUNCT)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def _f1_prec_rec(prediction: str, ground_truth: str) -> tuple[float, float, float]:
+    """``f1_score`` of hotpot_evaluate_v1.py, returning (f1, precision, recall)."""
+    norm_pred = normalize_answer(prediction)
+    norm_gold = normalize_answer(ground_truth)
+    zero = (0.0, 0.0, 0.0)
+    if norm_pred in _SPECIAL and norm_pred != norm_gold:
+        return zero
+    if norm_gold in _SPECIAL and norm_pred != norm_gold:
+        return zero
+    pred_tokens = norm_pred.split()
+    gold_tokens = norm_gold.split()
+    num_same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    if num_same == 0:
+        return zero
+    precision = num_same / len(pred_tokens)
+    recall = num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall), precision, recall
+
+
+def exact_match(prediction: str, gold: Gold) -> Validation:
+    def one(g: str) -> Validation:
+        ok = normalize_answer(prediction) == normalize_answer(g)
+        return Validation(ok, float(ok), f"exact match {'with' if ok else 'failed against'} {g!r}")
+
+    return _best(one(g) for g in _golds(gold))
+
+
+def token_f1(prediction: str, gold: Gold, threshold: float = 0.5) -> Validation:
+    """Official HotpotQA token F1 (score); passes when F1 >= ``threshold``."""
+
+    def one(g: str) -> Validation:
+        f1, p, r = _f1_prec_rec(prediction, g)
+        return Validation(f1 >= threshold and f1 > 0, f1, f"token F1={f1:.3f} (P={p:.3f}, R={r:.3f}) vs {g!r}")
+
+    return _best(one(g) for g in _golds(gold))
+
+
+def _contains(hay: list[str], needle: list[str]) -> bool:
+    n = len(needle)
+    return n > 0 and any(hay[i : i + n] == needle for i in range(len(hay) - n + 1))
+
+
+def answer_containment(prediction: str, gold: Gold) -> Validation:
+    """Normalised gold occurs in the normalised prediction as a contiguous run of whole tokens."""
+
+    def one(g: str) -> Validation:
+        pred = normalize_answer(prediction).split()
+        norm_gold = normalize_answer(g)
+        gold_tokens = norm_gold.split()
+        if not gold_tokens:
+            return Validation(False, 0.0, f"gold {g!r} is empty after normalisation")
+        if norm_gold in ("yes", "no"):
+            other = "no" if norm_gold == "yes" else "yes"
+            ok = bool(pred) and (pred[0] == norm_gold or (norm_gold in pred and other not in pred))
+            return Validation(ok, float(ok), f"yes/no answer {'matches' if ok else 'does not match'} {norm_gold!r}")
+        ok = _contains(pred, gold_tokens)
+        return Validation(ok, float(ok), f"gold {norm_gold!r} {'found' if ok else 'not found'} as whole tokens")
+
+    return _best(one(g) for g in _golds(gold))
+
+
+def answer_f1(prediction: str, gold: Gold, threshold: float = 0.5) -> Validation:
+    """Passes when token F1 >= ``threshold`` or the gold is contained; ``score`` is the official F1."""
+
+    def one(g: str) -> Validation:
+        f1 = token_f1(prediction, g, threshold=threshold)
+        contained = answer_containment(prediction, g)
+        if f1.passed:
+            return Validation(True, f1.score, f"{f1.detail} >= {threshold}")
+        if contained.passed:
+            return Validation(True, f1.score, f"{f1.detail} < {threshold} but containment: {contained.detail}")
+        return Validation(False, f1.score, f"{f1.detail} < {threshold} and {contained.detail}")
+
+    return _best(one(g) for g in _golds(gold))
+
+
+# -------------------------------------------------------------------------------------------------- FQN match
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_DOTTED = re.compile(rf"(?<![A-Za-z0-9_.]){_IDENT}(?:\.{_IDENT})*")
+_FROM_IMPORT = re.compile(
+    rf"\bfrom\s+({_IDENT}(?:\.{_IDENT})*)\s+import\s+\(?\s*((?:{_IDENT}(?:\s+as\s+{_IDENT})?\s*,?\s*)+)"
+)
+_CODE_SPAN = re.compile(r"```.*?```|`[^`\n]+`", re.S)
+
+
+@dataclass(frozen=True)
+class _Mention:
+    name: str
+    code_like: bool  # inside backticks/code block, or followed by "("
+
+
+def _mentions(text: str) -> list[_Mention]:
+    code_ranges = [m.span() for m in _CODE_SPAN.finditer(text)]
+
+    def in_code(pos: int) -> bool:
+        return any(a <= pos < b for a, b in code_ranges)
+
+    out: list[_Mention] = []
+    for m in _DOTTED.finditer(text):
+        name = m.group(0)
+        rest = text[m.end() :].lstrip(" ")
+        out.append(_Mention(name, in_code(m.start()) or rest.startswith("(")))
+    for m in _FROM_IMPORT.finditer(text):
+        module = m.group(1)
+        for item in m.group(2).split(","):
+            item = item.strip().strip("()").strip()
+            if item:
+                out.append(_Mention(f"{module}.{item.split()[0]}", True))
+    return out
+
+
+def _is_suffix(short: Sequence[str], long: Sequence[str]) -> bool:
+    return 0 < len(short) <= len(long) and tuple(long[-len(short) :]) == tuple(short)
+
+
+def _identifier_shaped(name: str) -> bool:
+    return "_" in name or any(c.isdigit() for c in name) or any(c.isupper() for c in name[1:])
+
+
+def fqn_match(
+    prediction: str,
+    gold_fqn: str | Sequence[str],
+    aliases: Iterable[str] = (),
+    known_fqns: Iterable[str] = (),
+) -> Validation:
+    """Does the prediction name ``gold_fqn`` (or an alias)? See the module docstring for the exact rule."""
+    golds = _golds(gold_fqn)
+    targets = {t.strip().strip("`").strip() for t in [*golds, *aliases] if t and t.strip()}
+    if not targets:
+        raise ValueError("fqn_match needs a non-empty gold_fqn")
+    target_parts = [tuple(t.split(".")) for t in targets]
+    mentions = _mentions(prediction)
+    names = {m.name for m in mentions}
+
+    full = sorted(names & targets)
+    if full:
+        kind = "gold" if any(f in golds for f in full) else "alias"
+        return Validation(True, 1.0, f"full {kind} name {full[0]!r} found")
+
+    others = [tuple(k.split(".")) for k in known_fqns if k not in targets]
+    mentioned_others = [tuple(n.split(".")) for n in names]
+    ambiguous: list[str] = []
+    for m in sorted(mentions, key=lambda m: (-m.name.count("."), m.name)):
+        parts = tuple(m.name.split("."))
+        if not any(_is_suffix(parts, t) for t in target_parts):
+            continue
+        reasons = []
+        clash = [".".join(o) for o in others if _is_suffix(parts, o)]
+        if clash:
+            reasons.append(f"also a suffix of known {clash[0]!r}")
+        longer = [
+            ".".join(o)
+            for o in mentioned_others
+            if len(o) > len(parts) and _is_suffix(parts, o) and not any(_is_suffix(o, t) for t in target_parts)
+        ]
+        if longer:
+            reasons.append(f"the answer also names {longer[0]!r}")
+        if len(parts) == 1 and not (m.code_like or _identifier_shaped(m.name)):
+            reasons.append("bare word not written as code")
+        if not reasons:
+            return Validation(True, 1.0, f"unambiguous suffix {m.name!r} of {sorted(targets)[0]!r}")
+        ambiguous.append(f"{m.name!r} ({'; '.join(reasons)})")
+    if ambiguous:
+        return Validation(False, 0.0, "only ambiguous suffixes: " + ", ".join(dict.fromkeys(ambiguous)))
+    return Validation(False, 0.0, f"no mention of {sorted(targets)}")
+
+
+# --------------------------------------------------------------------------------------------------- registry
+VALIDATORS: dict[str, Callable[..., Validation]] = {
+    "exact_match": exact_match,
+    "token_f1": token_f1,
+    "answer_containment": answer_containment,
+    "answer_f1": answer_f1,
+    "fqn_match": fqn_match,
+}
+
+
+def validate(name: str, prediction: str, gold: Gold, **kw) -> Validation:
+    """Run the validator registered under ``name``."""
+    try:
+        fn = VALIDATORS[name]
+    except KeyError:
+        raise UnknownValidatorError(f"unknown validator {name!r}; known validators: {', '.join(sorted(VALIDATORS))}") from None
+    if prediction is None:
+        prediction = ""
+    return fn(prediction, gold, **kw)

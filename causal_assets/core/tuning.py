@@ -1,0 +1,40 @@
+"""Parameter search on a train split. Here: the hybrid fusion weight, swept over precomputed score vectors
+so each weight costs one top-k selection per query, not a new retrieval."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.evaluation.metrics import evaluate
+from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.retrievers.similarity import fusion_weight_grid, zscore
+
+
+def sweep_fusion_weight(index: CorpusIndex, bench: Benchmark, grid: list[float] | None = None,
+                        metric: str = "ndcg", k: int = 10, sparse: str = "bm25", depth: int = 100) -> pd.DataFrame:
+    """nDCG@10 (or `metric@k`) of `weight * z(dense) + (1 - weight) * z(sparse)` for each weight in `grid`."""
+    grid = grid or fusion_weight_grid()
+    qids = bench.query_ids()
+    vectors = index.embedder.encode_queries([bench.queries[q] for q in qids])
+    parts = []
+    for q, qv in zip(qids, vectors):
+        cand = np.arange(len(index.ids)) if not bench.within else np.array([index.position[c] for c in bench.within[q]])
+        parts.append((cand, zscore(index.scores(bench.queries[q], sparse)[cand]), zscore(index.scores(bench.queries[q], "dense", qv)[cand])))
+    rows = []
+    for w in grid:
+        run = {}
+        for q, (cand, s, d) in zip(qids, parts):
+            fused = w * d + (1 - w) * s
+            top = np.argsort(-fused, kind="stable")[:depth]
+            run[q] = {str(index.ids[cand[i]]): float(depth - r) for r, i in enumerate(top)}
+        m = evaluate(bench.qrels, run, ks=(k,))
+        rows.append({"weight": w, "value": float(m[(m.metric == metric) & (m.k == k)]["value"].iloc[0])})
+    return pd.DataFrame(rows).assign(metric=f"{metric}@{k}", split=bench.split)
+
+
+def best_weight(sweep: pd.DataFrame) -> float:
+    # Ties go to the weight closest to 0.5: the least extreme choice.
+    best = sweep["value"].max()
+    tied = sweep[np.isclose(sweep["value"], best)]
+    return float(tied.iloc[(tied["weight"] - 0.5).abs().argsort().iloc[0]]["weight"])

@@ -1,0 +1,97 @@
+"""Stage 6, evaluation: every configured retriever over a benchmark's queries -> metrics, runs, failure buckets
+and a Markdown report with plots."""
+import time
+
+import pandas as pd
+from dagster import (AssetDep, AssetExecutionContext, AssetOut, Config, MetadataValue, Output,
+                     StaticPartitionMapping, multi_asset)
+
+from causal_assets.core.benchmarks import load_benchmark
+from causal_assets.core.evaluation.failures import classify_failures
+from causal_assets.core.evaluation.metrics import warm_up
+from causal_assets.core.evaluation.report import headline_table, write_report
+from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
+from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
+from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.core.tuning import best_weight, sweep_fusion_weight
+from causal_assets.defs.partitions import benchmark_partitions, benchmark_to_corpus
+from causal_assets.resources import BenchmarkRegistry, Storage
+
+GROUP = "evaluation"
+FAILURE_K = 10
+
+
+class EvaluationConfig(Config):
+    retrievers: list[str] = ["bm25", "tfidf", "dense", "hybrid", "rrf"]
+    # Share of the dense score in the hybrid. None: chosen on the benchmark's tune split (never on an eval split).
+    fusion_weight: float | None = None
+    depth: int = 100
+
+
+_corpus_mapping = StaticPartitionMapping(benchmark_to_corpus())
+
+
+@multi_asset(
+    partitions_def=benchmark_partitions, group_name=GROUP,
+    deps=[AssetDep(a, partition_mapping=_corpus_mapping) for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY)],
+    outs={
+        "evaluation_metrics": AssetOut(kinds={"parquet"}, description="benchmark, split, retriever, metric, k, value"),
+        "evaluation_runs": AssetOut(kinds={"parquet"}, description="Top results per query and retriever."),
+        "evaluation_failures": AssetOut(kinds={"parquet"}, description="Failure bucket per query and retriever (seed 001 §5.5)."),
+    },
+)
+def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, storage: Storage,
+                      benchmark_registry: BenchmarkRegistry):
+    """Evaluate every configured retriever on the benchmark's eval splits; writes data/reports/<benchmark>.md."""
+    spec = benchmark_registry.spec(context.partition_key)
+    index = CorpusIndex.load(storage.base, spec.corpus)
+    warm_up()
+    notes = [f"corpus `{spec.corpus}`: {len(index.ids)} chunks; runs kept to depth {config.depth}"]
+
+    weight = config.fusion_weight
+    if weight is None and spec.tune_split:
+        sweep = sweep_fusion_weight(index, load_benchmark(spec, spec.tune_split))
+        weight = best_weight(sweep)
+        notes.append(f"hybrid fusion weight {weight} (dense share) chosen on `{spec.tune_split}` by nDCG@10 "
+                     f"({sweep['value'].max():.4f} there); grid " + ", ".join(f"{w:g}" for w in sweep["weight"]))
+    elif weight is None:
+        weight = 0.5
+        notes.append("hybrid fusion weight 0.5: this benchmark has no tune split, and eval splits are never tuned on")
+    else:
+        notes.append(f"hybrid fusion weight {weight} (configured)")
+
+    metrics, runs, failures, timings = [], [], [], {}
+    for split in spec.eval_splits:
+        bench = load_benchmark(spec, split)
+        doc_texts = {c: index.text(c) for c in index.ids} if not bench.within else \
+            {c: index.text(c) for ids in bench.within.values() for c in ids}
+        for name in config.retrievers:
+            retriever = build_retriever(name, index, {"weight": weight} if name == "hybrid" else None)
+            rr = run_benchmark(retriever, bench, config.depth, name)
+            timings[f"{split}/{name}"] = round(rr.seconds, 2)
+            metrics.append(score_run(bench, rr).assign(split=split))
+            runs.append(rr.frame.assign(split=split, retriever=name))
+            failures.append(classify_failures(bench.queries, bench.qrels, rr.run, doc_texts, FAILURE_K, index.terms)
+                            .assign(split=split, retriever=name))
+            context.log.info(f"{split}/{name}: nDCG@10 {metric_value(metrics[-1], 'ndcg', 10):.4f} in {rr.seconds:.1f}s")
+
+    def finish(frames: list[pd.DataFrame], first: list[str]) -> pd.DataFrame:
+        df = pd.concat(frames, ignore_index=True).assign(benchmark=spec.name)
+        return df[first + [c for c in df.columns if c not in first]]
+
+    metrics_df = finish(metrics, ["benchmark", "split", "retriever", "metric", "k", "value"])
+    runs_df = finish(runs, ["benchmark", "split", "retriever", "query_id", "doc_id", "rank", "score"])
+    failures_df = finish(failures, ["benchmark", "split", "retriever", "query_id", "bucket"])
+    failures_df = failures_df[failures_df["bucket"] != "none"]
+    markdown, path = write_report(spec.name, metrics_df, failures_df, notes, storage.reports_path)
+    headline = headline_table(metrics_df)
+    yield Output(metrics_df, output_name="evaluation_metrics", metadata={
+        "report": MetadataValue.md(markdown), "report_path": MetadataValue.path(str(path)),
+        "headline": MetadataValue.md(headline.to_markdown()), "fusion_weight": weight,
+        "retrieval_seconds": MetadataValue.json(timings),
+        **{f"ndcg@10/{s}/{r}": float(v) for (s, r), v in headline["ndcg@10"].items()},
+    })
+    yield Output(runs_df, output_name="evaluation_runs", metadata={"queries": int(runs_df["query_id"].nunique())})
+    yield Output(failures_df, output_name="evaluation_failures",
+                 metadata={"by_bucket": MetadataValue.json(failures_df.groupby(["retriever", "bucket"]).size()
+                                                           .unstack(fill_value=0).to_dict(orient="index"))})
