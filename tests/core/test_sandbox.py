@@ -96,6 +96,11 @@ def listening_port():
     port = srv.getsockname()[1]
     with socket.create_connection(("127.0.0.1", port), timeout=5):  # reachable from the host
         pass
+    for _ in range(100):  # wait until the server thread has accepted the probe, so counts are stable
+        if accepted:
+            break
+        stop.wait(0.05)
+    assert len(accepted) == 1
     yield port, accepted
     stop.set()
     t.join(timeout=2)
@@ -189,3 +194,9 @@ def test_doctest_fail():
 def test_doctest_without_examples_does_not_pass():
     r = run_doctest(CODE)
     assert not r.passed and r.returncode == 5 and r.error is None
+
+
+def test_exit_code_zero_without_passing_summary_does_not_pass():
+    r = run_pytest("import os\ndef quit_early():\n    os._exit(0)\n",
+                   "from solution import quit_early\n\ndef test_q():\n    quit_early()\n    assert False\n")
+    assert r.returncode == 0 and not r.passed and r.error is None

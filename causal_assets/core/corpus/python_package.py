@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import logging
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -49,6 +50,27 @@ def signature(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> st
     return f"{prefix} {node.name}({ast.unparse(node.args)}){returns}"
 
 
+SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+
+
+def docstring_summary(docstring: str) -> str:
+    """The first sentence of a docstring's first paragraph, whitespace-normalised."""
+    first_para = docstring.strip().split("\n\n")[0]
+    text = " ".join(first_para.split())
+    return SENTENCE_END.split(text, maxsplit=1)[0] if text else ""
+
+
+def mask_summary(text: str, summary: str) -> str:
+    """Remove `summary` from `text` even where the docstring wraps it over several lines.
+
+    This is the mined benchmark's leakage guard: a question made from a docstring summary must not be
+    answerable by finding that sentence verbatim in the target chunk."""
+    if not summary:
+        return text
+    pattern = r"\s+".join(re.escape(w) for w in summary.split())
+    return re.sub(pattern, "", text, count=1)
+
+
 def _segment(lines: list[str], node: ast.AST) -> str:
     start = node.lineno - 1
     if getattr(node, "decorator_list", None):
@@ -65,8 +87,12 @@ def iter_python_files(root: Path, exclude_tests: bool = True) -> Iterator[Path]:
         yield f
 
 
-def chunk_python_source(source: str, module: str, path: str, corpus: str) -> list[Chunk]:
-    """All chunks of one module's source text. Raises SyntaxError for unparsable source."""
+def chunk_python_source(source: str, module: str, path: str, corpus: str,
+                        mask_summaries: bool = False) -> list[Chunk]:
+    """All chunks of one module's source text. Raises SyntaxError for unparsable source.
+
+    With `mask_summaries`, each class/function chunk's text loses its docstring's first sentence (kept in
+    `metadata.summary`), so questions mined from summaries cannot be matched verbatim."""
     tree = ast.parse(source, filename=path)
     lines = source.splitlines(keepends=True)
     imports = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
@@ -91,17 +117,20 @@ def chunk_python_source(source: str, module: str, path: str, corpus: str) -> lis
             kind = "class" if isinstance(node, ast.ClassDef) else ("method" if parent_kind == "class" else "function")
             sig = signature(node)
             docstring = ast.get_docstring(node) or ""
+            summary = docstring_summary(docstring)
             if kind == "class":
                 # A class chunk is its header, docstring and method signatures; the methods are chunks of their own.
                 methods = [signature(m) for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
                 text = "\n".join(filter(None, [sig + ":", docstring, *methods]))[:MAX_CHUNK_CHARS]
             else:
                 text = _segment(lines, node)
+            if mask_summaries:
+                text = mask_summary(text, summary)
             chunks.append(Chunk(
                 chunk_id=chunk_id, corpus=corpus, source="python_package", path=path, title=fqn, text=text,
                 kind=kind, start_line=node.lineno, end_line=node.end_lineno or node.lineno,
                 metadata={"fqn": fqn, "module": module, "signature": sig, "docstring": docstring[:2000],
-                          "parent": prefix},
+                          "summary": summary, "parent": prefix},
             ))
             if isinstance(node, ast.ClassDef):
                 visit(node.body, fqn, "class")
@@ -111,7 +140,8 @@ def chunk_python_source(source: str, module: str, path: str, corpus: str) -> lis
 
 
 def load_python_package(package: str, corpus: str, exclude_tests: bool = True,
-                        subpackages: list[str] | None = None) -> tuple[list[Chunk], dict[str, int]]:
+                        subpackages: list[str] | None = None,
+                        mask_summaries: bool = False) -> tuple[list[Chunk], dict[str, int]]:
     """Chunks of every module of `package` (optionally only `subpackages`, e.g. ["algorithms.shortest_paths"]).
 
     Returns (chunks, report) where report counts files parsed and files skipped (undecodable/unparsable).
@@ -131,7 +161,7 @@ def load_python_package(package: str, corpus: str, exclude_tests: bool = True,
             log.warning("skipping %s: not UTF-8", f)
             continue
         try:
-            chunks.extend(chunk_python_source(source, module, str(f.relative_to(root.parent)), corpus))
+            chunks.extend(chunk_python_source(source, module, str(f.relative_to(root.parent)), corpus, mask_summaries))
         except SyntaxError as e:
             report["skipped_unparsable"] += 1
             log.warning("skipping %s: %s", f, e)

@@ -91,7 +91,7 @@ class _Resolver:
 
     def export(self, module: str, name: str) -> str | None:
         """What `module.name` denotes: a top-level definition, an import binding, a submodule, or a name
-        re-exported through `from x import *` (public names only). Raw (possibly external) FQN or None."""
+        re-exported through `from x import *`. Raw (possibly external) FQN or None."""
         key = (module, name)
         if key in self._export_memo:
             return self._export_memo[key]
@@ -104,7 +104,9 @@ class _Resolver:
                 result = self.bindings[module][name]
             if result is None and self.is_module(f"{module}.{name}"):
                 result = f"{module}.{name}"
-            if result is None and not name.startswith("_"):
+            # `from x import *` exports public names, or `__all__` (which may list private names such as
+            # networkx's `_dispatchable`); `__all__` is not in the chunks, so any non-dunder name passes.
+            if result is None and not name.startswith("__"):
                 for star in self.stars.get(module, ()):
                     r = self.export(star, name)
                     if r is not None and self.canon(r)[1]:
@@ -163,12 +165,13 @@ class _Resolver:
         return dotted, False, ""
 
     def known_prefix(self, dotted: str) -> str | None:
-        """The longest prefix of `dotted` (after resolution) that is an in-corpus symbol."""
+        """The longest prefix of `dotted` (after resolution) that is an in-corpus class or function.
+        Modules are not returned: `pkg.CONSTANT` says little about `pkg` and would make hubs of packages."""
         parts = dotted.split(".")
         for i in range(len(parts), 0, -1):
             fqn, known, _ = self.canon(".".join(parts[:i]))
             if known:
-                return fqn
+                return None if self.is_module(fqn) else fqn
         return None
 
 
@@ -334,8 +337,6 @@ class _BodyVisitor(ast.NodeVisitor):
         dotted = _dotted(node.func)
         if dotted is not None:
             self.record("calls", node, dotted)
-            if dotted.startswith("super()"):
-                pass
         else:
             self.visit(node.func)
         for a in node.args:
@@ -362,7 +363,9 @@ def build_code_graph(chunks: pd.DataFrame, include_external: bool = True) -> tup
     packages, external base classes, calls through imports to external functions, as `references`).
     """
     code = chunks[chunks["kind"].isin(CODE_KINDS)]
-    corpus = str(code["corpus"].iloc[0]) if len(code) else ""
+    if code.empty:
+        return nodes_frame([]), edges_frame([])
+    corpus = str(code["corpus"].iloc[0])
     symbols: dict[str, _Symbol] = {}
     all_symbols: list[_Symbol] = []
     module_imports: dict[str, list[str]] = {}
@@ -440,6 +443,8 @@ def build_code_graph(chunks: pd.DataFrame, include_external: bool = True) -> tup
             head, _, rest = dotted.partition(".")
             base = res.export(s.module, head)
             if base is None:
+                if dotted == "object":
+                    continue  # says nothing
                 if head in BUILTIN_NAMES:
                     base = f"builtins.{head}"
                 else:

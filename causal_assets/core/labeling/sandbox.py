@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -219,12 +220,13 @@ def _run(
                 error = f"unshare failed: {err.strip().splitlines()[-1] if err.strip() else rc}"
             elif "No module named pytest" in err:
                 error = f"pytest is not importable by {sys.executable}"
-            elif rc == 4:
-                error = "pytest usage error (bad invocation)"
-            elif rc == 5 and no_tests_is_error:
+            elif rc == 4 and "ERROR:" in err:
+                error = f"pytest usage error: {err.strip().splitlines()[-1]}"
+            elif rc == 5 and no_tests_is_error and "no tests ran" in out:
                 error = "the test code collected no tests"
         return SandboxResult(
-            passed=(rc == 0 and not timed_out and error is None),
+            # exit code 0 alone is not enough: an answer calling os._exit(0) mid-test must not pass
+            passed=(rc == 0 and not timed_out and error is None and _summary_passed(out)),
             returncode=rc,
             stdout_tail=out,
             stderr_tail=err,
@@ -236,6 +238,17 @@ def _run(
         return infra(f"sandbox could not prepare its temp dir: {type(exc).__name__}: {exc}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+_PASSED = re.compile(r"\b\d+ passed\b")
+_BAD = re.compile(r"\b\d+ (failed|errors?)\b")
+
+
+def _summary_passed(out: str) -> bool:
+    """pytest's final summary line reports passes and neither failures nor errors."""
+    lines = [l for l in out.strip().splitlines() if l.strip()]
+    last = lines[-1] if lines else ""
+    return bool(_PASSED.search(last)) and not _BAD.search(last)
 
 
 def _kill_group(pgid: int) -> None:

@@ -1,0 +1,77 @@
+"""Subset designs for Monte Carlo relevance verification.
+
+A design is a boolean matrix ``(n_trials, n_docs)``: row ``i`` is the context shown to the blind solver in
+trial ``i``, column ``j`` says whether candidate document ``j`` is included.
+
+* :func:`bernoulli_design` is the seed's design: every document independently with probability ``p``.
+* :func:`balanced_design` includes every document in exactly half the trials and, when ``n_trials`` is a
+  multiple of the Hadamard order used, every *pair* of documents is in each of the four in/out combinations
+  equally often (columns of a randomised Sylvester-Hadamard matrix: mutually orthogonal in +/-1 coding). The
+  main effects of a regression on such a design are estimated independently of each other, which is what
+  makes the regression estimator cheaper than the seed's difference of means. Rows that do not fill a
+  complete Hadamard block come from random balanced columns (each column exactly half in; pairs only
+  balanced in expectation).
+* :func:`leave_one_out_design` is the deterministic full-set + each-document-removed design.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import hadamard
+
+__all__ = ["bernoulli_design", "balanced_design", "leave_one_out_design", "balanced_columns"]
+
+
+def _rng(rng) -> np.random.Generator:
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def bernoulli_design(n_docs: int, n_trials: int, p: float = 0.5, rng=None) -> np.ndarray:
+    """Each document independently included with probability ``p`` (the seed's design)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p}")
+    return _rng(rng).random((int(n_trials), int(n_docs))) < p
+
+
+def balanced_columns(n_docs: int, n_trials: int, rng=None) -> np.ndarray:
+    """Each column an independent random permutation of exactly ``n_trials // 2`` (or the ceiling) Trues."""
+    rng = _rng(rng)
+    out = np.zeros((int(n_trials), int(n_docs)), dtype=bool)
+    for j in range(int(n_docs)):
+        k = n_trials // 2 + (int(rng.integers(2)) if n_trials % 2 else 0)
+        out[rng.permutation(n_trials)[:k], j] = True
+    return out
+
+
+def _hadamard_block(n_docs: int, order: int, rng: np.random.Generator) -> np.ndarray:
+    h = hadamard(order)[:, 1:]                      # drop the all-ones column: every column is balanced
+    cols = rng.choice(order - 1, size=n_docs, replace=False)
+    signs = rng.choice([-1, 1], size=n_docs)
+    block = h[:, cols] * signs
+    return block[rng.permutation(order)] > 0
+
+
+def balanced_design(n_docs: int, n_trials: int, rng=None) -> np.ndarray:
+    """Every document in exactly half the trials; pairs balanced (orthogonal) within each Hadamard block.
+
+    The Hadamard order is the smallest power of two > ``n_docs`` (so there are enough balanced orthogonal
+    columns). Complete blocks are independently randomised (column choice, sign flips, row order);
+    remaining rows use :func:`balanced_columns`."""
+    rng = _rng(rng)
+    n_docs, n_trials = int(n_docs), int(n_trials)
+    if n_docs == 0 or n_trials == 0:
+        return np.zeros((n_trials, n_docs), dtype=bool)
+    order = 1 << int(np.ceil(np.log2(n_docs + 1)))
+    order = max(order, 2)
+    blocks = [_hadamard_block(n_docs, order, rng) for _ in range(n_trials // order)]
+    rest = n_trials % order
+    if rest:
+        blocks.append(balanced_columns(n_docs, rest, rng))
+    out = np.vstack(blocks)
+    return out[rng.permutation(n_trials)] if len(blocks) > 1 else out
+
+
+def leave_one_out_design(n_docs: int) -> np.ndarray:
+    """Row 0: every document; row ``j + 1``: every document except ``j``."""
+    out = np.ones((int(n_docs) + 1, int(n_docs)), dtype=bool)
+    out[np.arange(1, n_docs + 1), np.arange(n_docs)] = False
+    return out

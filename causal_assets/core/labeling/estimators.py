@@ -1,0 +1,447 @@
+"""Estimators of a candidate document's causal effect on a blind solver's success.
+
+Input is always a design (boolean ``(n_trials, n_docs)``, see :mod:`.design`) and one outcome per trial:
+1/0 pass/fail, or any real number (e.g. the log-probability of the gold answer) for the regression
+estimator and :class:`AdaptiveLabeler`. Nothing here knows about solvers.
+
+Every estimator returns a :class:`LabelingResult`: one :class:`DocEffect` per document with ``delta_p`` (the
+effect on the success probability, in outcome units for a continuous outcome), a ``1 - alpha`` confidence
+interval, the trials used and a label:
+
+* ``YES`` -- the CI lies above ``threshold``;
+* ``NO`` -- the CI lies below ``threshold``;
+* ``UNCERTAIN`` -- the CI straddles it.
+
+(:func:`naive` by default labels like the seed, by the point estimate alone: ``YES`` iff ``delta_p >
+threshold``; its CI is still reported, and ``rule="ci"`` labels it by the CI instead.)
+
+Estimands
+---------
+* :func:`naive` -- the seed's Delta P: mean outcome with the document in minus mean outcome with it out. Under
+  the Bernoulli(1/2) design this estimates the document's *Banzhaf value* (its average marginal effect over
+  random contexts); the other documents' effects stay in the noise. CI: Newcombe's hybrid score interval
+  (difference of two Wilson intervals) for pass/fail, Welch's t otherwise.
+* :func:`regression` with ``interactions=False`` -- OLS of the outcome on every inclusion indicator (+/-1
+  coded, ContextCite-style linear surrogate). Same Banzhaf estimand under a balanced design, but the other
+  documents' main effects are removed from the residual, so the CI is narrower. CIs: the larger of the
+  HC2 sandwich and the classical standard error (the latter with a one-pseudo-event variance floor for
+  pass/fail data, so that e.g. 16 failures in 16 trials do not give a zero-width interval), t quantiles with
+  the residual degrees of freedom.
+* :func:`regression` with ``interactions=True`` (default) -- the *context effect*. Redundant (OR) and
+  multi-hop (AND) documents have small Banzhaf values (a/2 for a pair of amplitude a, a/4 for a triple) although
+  each of them changes success by the full amplitude in the right context (partner absent for OR, partner
+  present for AND). The estimator screens up to ``max_candidates`` documents with the largest marginal
+  t-statistics, fits main effects of all documents plus all pairwise interactions among the candidates and,
+  for each candidate ``d``, evaluates the effect of ``d`` in the context that sets every *significantly*
+  interacting partner (|t| > ``interaction_z``) to the state that increases ``d``'s effect (present for a
+  positive interaction = AND-type, absent for a negative one = OR-type) and averages over the others. This is
+  the label used by the benchmark's planted truth (a document is relevant if some context of the other
+  documents makes it raise success). The partner selection uses the same data; the nominal coverage is
+  therefore approximate for selected contexts (exact when no interaction is selected).
+* :class:`AdaptiveLabeler` -- sequential design + the context-effect estimator: an initial balanced batch,
+  then batches that freeze documents already labelled ``NO`` out of the context, include ``YES`` documents
+  with probability ``p_yes`` (mostly present, so AND partners show their effect, sometimes absent, so OR
+  partners can too) and randomise only the still ``UNCERTAIN`` documents in a balanced way; it stops when
+  nothing is ``UNCERTAIN`` or the budget is spent. ``NO`` labels are final once given (their documents stop
+  varying).
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from dataclasses import dataclass, field, replace
+from typing import Hashable, Sequence
+
+import numpy as np
+from scipy import stats
+
+from .design import balanced_design
+
+__all__ = [
+    "YES", "NO", "UNCERTAIN", "DocEffect", "LabelingResult", "label_from_ci", "naive", "regression",
+    "AdaptiveLabeler",
+]
+
+YES, NO, UNCERTAIN = "YES", "NO", "UNCERTAIN"
+
+
+@dataclass(frozen=True)
+class DocEffect:
+    doc: Hashable
+    delta_p: float
+    ci_low: float
+    ci_high: float
+    trials_used: int
+    label: str
+    marginal_delta_p: float = float("nan")
+    # context the effect was measured in: ((doc, present), ...); () = averaged over all other documents
+    context: tuple = ()
+
+
+@dataclass(frozen=True)
+class LabelingResult:
+    method: str
+    threshold: float
+    docs: tuple[DocEffect, ...]
+    n_trials: int
+    success_rate: float
+    # mean outcome over trials that contain no YES document (nan if every trial contains one)
+    base_success_rate: float
+    extra: dict = field(default_factory=dict)
+
+    def labels(self) -> dict:
+        return {d.doc: d.label for d in self.docs}
+
+    def yes(self) -> list:
+        return [d.doc for d in self.docs if d.label == YES]
+
+    def uncertain(self) -> list:
+        return [d.doc for d in self.docs if d.label == UNCERTAIN]
+
+    def to_records(self) -> list[dict]:
+        return [dict(doc=d.doc, delta_p=d.delta_p, ci_low=d.ci_low, ci_high=d.ci_high, trials_used=d.trials_used,
+                     label=d.label, marginal_delta_p=d.marginal_delta_p, context=list(d.context)) for d in self.docs]
+
+
+def label_from_ci(ci_low: float, ci_high: float, threshold: float) -> str:
+    if ci_low > threshold:
+        return YES
+    if ci_high < threshold:
+        return NO
+    return UNCERTAIN
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+def _arrays(subsets, outcomes) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(subsets, dtype=bool)
+    y = np.asarray(outcomes, dtype=float)
+    if x.ndim != 2 or y.ndim != 1 or len(x) != len(y):
+        raise ValueError(f"need subsets (n_trials, n_docs) and outcomes (n_trials,), got {x.shape} and {y.shape}")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("outcomes must be finite")
+    return x, y
+
+
+def _is_binary(y: np.ndarray) -> bool:
+    return bool(np.all((y == 0) | (y == 1)))
+
+
+def _ids(doc_ids, n_docs) -> list:
+    ids = list(range(n_docs)) if doc_ids is None else list(doc_ids)
+    if len(ids) != n_docs:
+        raise ValueError(f"{len(ids)} doc_ids for {n_docs} documents")
+    return ids
+
+
+def _clip(v: float, binary: bool) -> float:
+    return float(min(1.0, max(-1.0, v))) if binary else float(v)
+
+
+def _base_rate(x: np.ndarray, y: np.ndarray, yes_cols: list[int]) -> float:
+    if len(y) == 0:
+        return float("nan")
+    mask = ~x[:, yes_cols].any(axis=1) if yes_cols else np.ones(len(y), dtype=bool)
+    return float(y[mask].mean()) if mask.any() else float("nan")
+
+
+@lru_cache(maxsize=4096)
+def _tq(q: float, dof: int) -> float:
+    return float(stats.t.ppf(q, dof))
+
+
+def _wilson(s: float, n: int, z: float) -> tuple[float, float]:
+    p = s / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return mid - half, mid + half
+
+
+# ----------------------------------------------------------------------------------------------- naive
+
+def naive(subsets, outcomes, threshold: float = 0.1, alpha: float = 0.05, rule: str = "point",
+          doc_ids: Sequence | None = None) -> LabelingResult:
+    """The seed's rule: ``delta_p = mean(outcome | d in) - mean(outcome | d out)``; YES iff ``delta_p > threshold``
+    (``rule="point"``) or iff the CI lies above it (``rule="ci"``)."""
+    if rule not in ("point", "ci"):
+        raise ValueError(f"rule must be 'point' or 'ci', got {rule!r}")
+    x, y = _arrays(subsets, outcomes)
+    n, n_docs = x.shape
+    ids = _ids(doc_ids, n_docs)
+    binary = _is_binary(y)
+    z = stats.norm.ppf(1 - alpha / 2)
+    out = []
+    for j in range(n_docs):
+        inc = x[:, j]
+        n1 = int(inc.sum())
+        n0 = n - n1
+        if n1 == 0 or n0 == 0:
+            lo, hi = (-1.0, 1.0) if binary else (-math.inf, math.inf)
+            out.append(DocEffect(ids[j], float("nan"), lo, hi, n, UNCERTAIN))
+            continue
+        y1, y0 = y[inc], y[~inc]
+        p1, p0 = float(y1.mean()), float(y0.mean())
+        d = p1 - p0
+        if binary:  # Newcombe hybrid score interval
+            l1, u1 = _wilson(y1.sum(), n1, z)
+            l0, u0 = _wilson(y0.sum(), n0, z)
+            lo = d - math.sqrt((p1 - l1) ** 2 + (u0 - p0) ** 2)
+            hi = d + math.sqrt((u1 - p1) ** 2 + (p0 - l0) ** 2)
+        else:  # Welch
+            v1 = y1.var(ddof=1) / n1 if n1 > 1 else math.inf
+            v0 = y0.var(ddof=1) / n0 if n0 > 1 else math.inf
+            se = math.sqrt(v1 + v0)
+            if math.isfinite(se) and se > 0:
+                df = (v1 + v0) ** 2 / ((v1 ** 2 / (n1 - 1)) + (v0 ** 2 / (n0 - 1)))
+                tq = stats.t.ppf(1 - alpha / 2, df)
+            else:
+                tq = z
+            lo, hi = d - tq * se, d + tq * se
+        lo, hi = _clip(lo, binary), _clip(hi, binary)
+        label = (YES if d > threshold else NO) if rule == "point" else label_from_ci(lo, hi, threshold)
+        out.append(DocEffect(ids[j], d, lo, hi, n, label, marginal_delta_p=d))
+    yes_cols = [j for j, e in enumerate(out) if e.label == YES]
+    return LabelingResult(f"naive[{rule}]", threshold, tuple(out), n, float(y.mean()) if n else float("nan"),
+                          _base_rate(x, y, yes_cols))
+
+
+# ----------------------------------------------------------------------------------------------- regression
+
+class _Fit:
+    """OLS (optionally ridge) with HC2 sandwich and classical covariances; ``se(L)`` takes the larger."""
+
+    def __init__(self, f: np.ndarray, y: np.ndarray, binary: bool, ridge: float = 0.0):
+        n, p = f.shape
+        gram = f.T @ f
+        if ridge > 0:
+            pen = np.full(p, ridge)
+            pen[0] = 0.0
+            gram = gram + np.diag(pen)
+        inv = np.linalg.pinv(gram)
+        self.beta = inv @ (f.T @ y)
+        resid = y - f @ self.beta
+        self.dof = n - p if ridge > 0 or np.linalg.cond(gram) < 1e10 else n - np.linalg.matrix_rank(f)
+        lev = np.einsum("ij,jk,ik->i", f, inv, f)
+        w = resid ** 2 / np.clip(1 - lev, 1e-3, None)
+        self.v_hc = inv @ (f.T * w) @ f @ inv
+        if self.dof > 0:
+            s2 = float(resid @ resid) / self.dof
+            if binary:
+                q = 1.0 / (n + 2)
+                s2 = max(s2, q * (1 - q))
+            self.v_cl = s2 * (inv @ gram @ inv if ridge > 0 else inv)
+        else:
+            self.v_cl = None
+
+    def est_se(self, lin: np.ndarray) -> tuple[float, float]:
+        est = float(lin @ self.beta)
+        if self.v_cl is None:
+            return est, math.inf
+        v = max(float(lin @ self.v_hc @ lin), float(lin @ self.v_cl @ lin))
+        return est, math.sqrt(max(v, 0.0))
+
+
+def regression(subsets, outcomes, threshold: float = 0.1, alpha: float = 0.05, interactions: bool = True,
+               max_candidates: int = 6, interaction_z: float = 2.5, min_dof: int = 4, ridge: float = 0.0,
+               doc_ids: Sequence | None = None, frozen_no: Sequence[int] = ()) -> LabelingResult:
+    """Joint regression of the outcome on all inclusion indicators (see the module docstring).
+
+    ``frozen_no``: column indices whose label is forced to ``NO`` (used by :class:`AdaptiveLabeler` for
+    documents it has stopped varying)."""
+    x, y = _arrays(subsets, outcomes)
+    n, n_docs = x.shape
+    ids = _ids(doc_ids, n_docs)
+    binary = _is_binary(y)
+    frozen = set(int(j) for j in frozen_no)
+    varying = [j for j in range(n_docs) if 0 < x[:, j].sum() < n]
+    z = 2.0 * x.astype(float) - 1.0
+    wide = (-1.0, 1.0) if binary else (-math.inf, math.inf)
+    effects: dict[int, DocEffect] = {}
+
+    def ci(est, se, dof):
+        if not math.isfinite(se) or dof <= 0:
+            return wide
+        tq = _tq(1 - alpha / 2, dof)
+        return _clip(est - tq * se, binary), _clip(est + tq * se, binary)
+
+    f_main = np.column_stack([np.ones(n), z[:, varying]]) if n else np.zeros((0, 1 + len(varying)))
+    marg: dict[int, tuple[float, float, float]] = {}
+    if n > 0:
+        fit = _Fit(f_main, y, binary, ridge)
+        for k, j in enumerate(varying):
+            lin = np.zeros(f_main.shape[1])
+            lin[1 + k] = 2.0
+            est, se = fit.est_se(lin)
+            lo, hi = ci(est, se, fit.dof)
+            tstat = est / se if se > 0 and math.isfinite(se) else 0.0
+            effects[j] = DocEffect(ids[j], _clip(est, binary), lo, hi, n, label_from_ci(lo, hi, threshold),
+                                   marginal_delta_p=_clip(est, binary))
+            marg[j] = (est, tstat, hi)
+        main_dof = fit.dof
+    else:
+        main_dof = 0
+
+    n_pairs_used = 0
+    inter: dict = {}
+    cand: list[int] = []
+    if interactions and n > 0 and main_dof >= min_dof:
+        pool = [j for j in varying if j not in frozen and marg[j][2] >= threshold]
+        pool.sort(key=lambda j: -marg[j][1])
+        cand = pool[:max_candidates]
+        while len(cand) >= 2 and main_dof - len(cand) * (len(cand) - 1) // 2 < min_dof:
+            cand = cand[:-1]
+        if len(cand) >= 2:
+            pairs = [(a, b) for i, a in enumerate(cand) for b in cand[i + 1:]]
+            f_int = np.column_stack([f_main] + [z[:, a] * z[:, b] for a, b in pairs])
+            fit2 = _Fit(f_int, y, binary, ridge)
+            if fit2.dof >= min_dof:
+                n_pairs_used = len(pairs)
+                col = {j: 1 + k for k, j in enumerate(varying)}
+                pcol = {frozenset(pr): f_main.shape[1] + k for k, pr in enumerate(pairs)}
+                sig: dict[int, list[tuple[int, float]]] = {j: [] for j in cand}
+                inter = {}
+                for pr in pairs:
+                    c = pcol[frozenset(pr)]
+                    lin = np.zeros(f_int.shape[1])
+                    lin[c] = 1.0
+                    est, se = fit2.est_se(lin)
+                    inter[(ids[pr[0]], ids[pr[1]])] = est
+                    if math.isfinite(se) and se > 0 and abs(est) / se > interaction_z:
+                        sig[pr[0]].append((pr[1], math.copysign(1.0, est)))
+                        sig[pr[1]].append((pr[0], math.copysign(1.0, est)))
+                for d in cand:
+                    lin = np.zeros(f_int.shape[1])
+                    lin[col[d]] = 2.0
+                    for k, s in sig[d]:
+                        lin[pcol[frozenset((d, k))]] = 2.0 * s
+                    est, se = fit2.est_se(lin)
+                    lo, hi = ci(est, se, fit2.dof)
+                    ctx = tuple((ids[k], s > 0) for k, s in sorted(sig[d]))
+                    effects[d] = DocEffect(ids[d], _clip(est, binary), lo, hi, n, label_from_ci(lo, hi, threshold),
+                                           marginal_delta_p=effects[d].marginal_delta_p, context=ctx)
+
+    out = []
+    for j in range(n_docs):
+        e = effects.get(j) or DocEffect(ids[j], float("nan"), *wide, n, UNCERTAIN)
+        if j in frozen:
+            e = replace(e, label=NO)
+        out.append(e)
+    yes_cols = [j for j, e in enumerate(out) if e.label == YES]
+    method = "regression+interactions" if interactions else "regression"
+    return LabelingResult(method, threshold, tuple(out), n, float(y.mean()) if n else float("nan"),
+                          _base_rate(x, y, yes_cols), extra={"interaction_terms": n_pairs_used,
+                                                             "binary": binary, "candidates": [ids[j] for j in cand],
+                                                             "interactions": inter})
+
+
+# ----------------------------------------------------------------------------------------------- adaptive
+
+class AdaptiveLabeler:
+    """Sequential allocation of solver calls for one question.
+
+    >>> lab = AdaptiveLabeler(pool_size=20, threshold=0.1, budget=256)
+    >>> while not lab.done:
+    ...     subsets = lab.next_subsets()
+    ...     lab.record(subsets, [solve(s) for s in subsets])   # doctest: +SKIP
+    >>> lab.labels()                                          # doctest: +SKIP
+
+    The first batch (``initial`` trials, default the Hadamard order for the pool, at least ``batch``) is a
+    balanced design over all documents; until the main-effects regression has ``min_dof`` residual degrees of
+    freedom further batches are balanced too. Afterwards each batch fixes ``NO`` documents out, includes
+    ``YES`` documents with probability ``p_yes`` and randomises the ``UNCERTAIN`` ones (balanced). Labels come
+    from :func:`regression` (context effects) on every trial so far. Never proposes more than ``budget``
+    trials in total.
+    """
+
+    def __init__(self, pool_size: int, threshold: float = 0.1, budget: int = 256, batch: int = 16,
+                 initial: int | None = None, alpha: float = 0.05, p_yes: float = 0.75, max_candidates: int = 6,
+                 interaction_z: float = 2.5, min_dof: int = 8, p_context: float = 0.8, rng=None,
+                 doc_ids: Sequence | None = None):
+        if pool_size < 1 or budget < 1 or batch < 1:
+            raise ValueError("pool_size, budget and batch must be positive")
+        self.pool_size, self.threshold, self.budget, self.batch = int(pool_size), threshold, int(budget), int(batch)
+        order = 1 << int(math.ceil(math.log2(pool_size + 1)))
+        self.initial = int(initial) if initial else max(self.batch, order)
+        self.alpha, self.p_yes, self.max_candidates = alpha, p_yes, max_candidates
+        self.interaction_z, self.min_dof, self.p_context = interaction_z, min_dof, p_context
+        self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+        self.doc_ids = _ids(doc_ids, self.pool_size)
+        self._x: list[np.ndarray] = []
+        self._y: list[np.ndarray] = []
+        self._frozen: set[int] = set()
+        self._result: LabelingResult | None = None
+        self.history: list[tuple[int, LabelingResult]] = []
+
+    @property
+    def calls(self) -> int:
+        return int(sum(len(v) for v in self._y))
+
+    @property
+    def done(self) -> bool:
+        if self.calls >= self.budget:
+            return True
+        return self._result is not None and not self._result.uncertain()
+
+    def next_subsets(self) -> np.ndarray:
+        if self.done:
+            return np.zeros((0, self.pool_size), dtype=bool)
+        remaining = self.budget - self.calls
+        if self._result is None:
+            return balanced_design(self.pool_size, min(self.initial, remaining), self.rng)
+        k = min(self.batch, remaining)
+        free = [j for j in range(self.pool_size) if j not in self._frozen]
+        if self.calls - 1 - len(free) < self.min_dof:  # main-effects model not identified yet
+            out = np.zeros((k, self.pool_size), dtype=bool)
+            out[:, free] = balanced_design(len(free), k, self.rng)
+            return out
+        labels = [e.label for e in self._result.docs]
+        out = np.zeros((k, self.pool_size), dtype=bool)
+        yes = [j for j in free if labels[j] == YES]
+        unc = [j for j in free if labels[j] == UNCERTAIN]
+        if yes:
+            out[:, yes] = self.rng.random((k, len(yes))) < self.p_yes
+        if unc:
+            out[:, unc] = balanced_design(len(unc), k, self.rng)
+        # targeted part: split the batch among uncertain candidates; in a target's rows every other candidate
+        # is set (with probability `p_context`) to the state its estimated interaction with the target favours
+        # (present for a positive = AND-type interaction, absent for a negative = OR-type one)
+        pos = {d: j for j, d in enumerate(self.doc_ids)}
+        cand = [pos[d] for d in self._result.extra.get("candidates", [])]
+        inter = self._result.extra.get("interactions", {})
+        targets = [j for j in cand if labels[j] == UNCERTAIN and j not in self._frozen]
+        if targets and self.p_context > 0:
+            groups = np.array_split(self.rng.permutation(k), len(targets))
+            for t, rows in zip(targets, groups):
+                for j in cand:
+                    if j == t or j in self._frozen:
+                        continue
+                    est = inter.get((self.doc_ids[t], self.doc_ids[j]), inter.get((self.doc_ids[j], self.doc_ids[t])))
+                    if est is None or est == 0:
+                        continue
+                    fix = self.rng.random(len(rows)) < self.p_context
+                    out[rows[fix], j] = est > 0
+        return out
+
+    def record(self, subsets, outcomes) -> LabelingResult:
+        x, y = _arrays(subsets, outcomes)
+        if x.shape[1] != self.pool_size:
+            raise ValueError(f"subsets have {x.shape[1]} columns, pool has {self.pool_size}")
+        if self.calls + len(y) > self.budget:
+            raise ValueError(f"recording {len(y)} trials would exceed the budget of {self.budget}")
+        self._x.append(x)
+        self._y.append(y)
+        res = regression(np.vstack(self._x), np.concatenate(self._y), self.threshold, self.alpha,
+                         interactions=True, max_candidates=self.max_candidates,
+                         interaction_z=self.interaction_z, doc_ids=self.doc_ids, frozen_no=sorted(self._frozen))
+        self._frozen |= {j for j, e in enumerate(res.docs) if e.label == NO}
+        self._result = replace(res, method="adaptive")
+        self.history.append((self.calls, self._result))
+        return self._result
+
+    def labels(self) -> LabelingResult:
+        if self._result is None:
+            lo, hi = -1.0, 1.0
+            docs = tuple(DocEffect(i, float("nan"), lo, hi, 0, UNCERTAIN) for i in self.doc_ids)
+            return LabelingResult("adaptive", self.threshold, docs, 0, float("nan"), float("nan"))
+        return self._result

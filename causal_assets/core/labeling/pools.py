@@ -1,0 +1,75 @@
+"""Candidate pools (seed 001 §2.2): per question, C_seed ∪ C_random ∪ hard negatives.
+
+C_seed comes from benchmark metadata (qrels / supporting paragraphs / the mined target) plus, when a graph is
+given, the seeds' graph neighbours (what the target imports or calls). Hard negatives are the top
+BM25 and dense hits that are not seeds. C_random fills the rest. Downstream every candidate is treated
+identically; the origin is kept only as metadata, and the pool order is shuffled so position leaks nothing.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.index.search import CorpusIndex
+
+POOL_COLUMNS = ["benchmark", "question_id", "question", "answer", "aliases", "doc_id", "origin", "position",
+                "title", "text"]
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    size: int = 10                 # candidates per question
+    max_seed_neighbors: int = 2    # graph neighbours of the seeds added to C_seed
+    hard_negatives: int = 4        # top BM25/dense non-seed hits
+    max_doc_chars: int = 600       # text the blind solver sees per candidate (small local models: short contexts)
+    seed: int = 0
+
+
+def _rng(config: PoolConfig, qid: str) -> random.Random:
+    return random.Random(f"{config.seed}:{qid}")  # per-question: pools do not change when others are added
+
+
+def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolConfig,
+               neighbors: Callable[[str], list[tuple[str, str, float]]] | None = None) -> list[tuple[str, str]]:
+    """[(doc_id, origin)] for one question, shuffled."""
+    rng = _rng(config, qid)
+    universe = bench.within[qid] if bench.within else None
+    seeds = [d for d, rel in bench.qrels.get(qid, {}).items() if rel > 0 and d in index.position]
+    chosen: dict[str, str] = {d: "seed" for d in seeds[: config.size]}
+    if neighbors:
+        for s in seeds:
+            for n, _rel, _w in neighbors(s)[: config.max_seed_neighbors]:
+                if len(chosen) < config.size and n not in chosen and (universe is None or n in universe):
+                    chosen[n] = "seed_neighbor"
+    query = bench.queries[qid]
+    for method in ("bm25", "dense"):
+        taken = sum(1 for o in chosen.values() if o == "hard_negative")
+        want = (config.hard_negatives + 1) // 2 if method == "bm25" else config.hard_negatives - taken
+        for hit in index.search(query, k=config.size + len(chosen), method=method, within=universe):
+            if want <= 0 or len(chosen) >= config.size:
+                break
+            if hit.chunk_id not in chosen:
+                chosen[hit.chunk_id] = "hard_negative"
+                want -= 1
+    rest = [d for d in (universe or index.ids) if d not in chosen]
+    for d in rng.sample(list(rest), min(len(rest), config.size - len(chosen))):
+        chosen[d] = "random"
+    items = list(chosen.items())
+    rng.shuffle(items)
+    return items
+
+
+def build_pools(index: CorpusIndex, bench: Benchmark, question_ids: list[str], config: PoolConfig,
+                neighbors=None) -> pd.DataFrame:
+    rows = []
+    for qid in question_ids:
+        for pos, (doc_id, origin) in enumerate(build_pool(index, bench, qid, config, neighbors)):
+            row = index.chunks.iloc[index.position[doc_id]]
+            rows.append((bench.name, qid, bench.queries[qid], bench.answers.get(qid, ""),
+                         list(bench.aliases.get(qid, [])), doc_id, origin, pos, str(row["title"]),
+                         str(row["text"])[: config.max_doc_chars]))
+    return pd.DataFrame(rows, columns=POOL_COLUMNS)

@@ -1,0 +1,170 @@
+"""A persistent cache AND journal of LLM calls in SQLite.
+
+One row per real call (ok or error), committed right after the call, so a crash loses no completed call.
+Lookups return the newest `ok` row of a key; `error` rows are journal only and are never served, so a
+later run retries them. WAL mode + busy timeout make it safe for several processes and threads.
+
+The key is the sha256 of canonical JSON of (model name, kind, messages/prompt, params); the base URL and
+the API key are deliberately not part of it (and never stored).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS llm_calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL,
+    model TEXT NOT NULL,
+    request TEXT NOT NULL,
+    response TEXT,
+    text TEXT,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    latency_s REAL,
+    created_at REAL NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'error')),
+    error TEXT,
+    attempts INTEGER
+);
+CREATE INDEX IF NOT EXISTS llm_calls_key_status ON llm_calls (key, status, id);
+"""
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def make_key(model: str, kind: str, payload: Any, params: dict[str, Any] | None = None) -> str:
+    """sha256 of canonical JSON of (model, kind, messages-or-prompt, params). `None`-valued params are
+    dropped so `seed=None` and an absent seed share a key."""
+    clean = {k: v for k, v in (params or {}).items() if v is not None}
+    return hashlib.sha256(canonical_json({"model": model, "kind": kind, "input": payload,
+                                          "params": clean}).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class CachedCall:
+    id: int
+    key: str
+    model: str
+    request: dict
+    response: dict | None
+    text: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_s: float | None
+    created_at: float
+    status: str
+    error: str | None
+    attempts: int | None
+
+
+_COLS = ("id, key, model, request, response, text, prompt_tokens, completion_tokens, latency_s, "
+         "created_at, status, error, attempts")
+
+
+def _row(r: tuple) -> CachedCall:
+    return CachedCall(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]) if r[4] else None, *r[5:])
+
+
+class CallCache:
+    def __init__(self, path: str | os.PathLike, busy_timeout_s: float = 60.0):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.busy_timeout_s = busy_timeout_s
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid: int | None = None
+        with self._lock:
+            conn = self._connection()
+            conn.executescript(SCHEMA)
+
+    def _connection(self) -> sqlite3.Connection:
+        # one connection per process (reopened after fork), shared by threads under self._lock
+        if self._conn is None or self._pid != os.getpid():
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+            for _ in range(50):  # switching to WAL needs a moment of exclusivity
+                try:
+                    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                    break
+                except sqlite3.OperationalError:
+                    time.sleep(0.1)
+            else:  # pragma: no cover
+                mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":  # pragma: no cover - e.g. a filesystem without shared memory
+                raise sqlite3.OperationalError(f"could not enable WAL on {self.path} (mode={mode})")
+            conn.execute("PRAGMA synchronous = FULL")
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
+
+    # -- reads --------------------------------------------------------------------------------------
+    def get(self, key: str) -> CachedCall | None:
+        """The newest successful call for `key`, or None. Error rows are never returned."""
+        with self._lock:
+            r = self._connection().execute(
+                f"SELECT {_COLS} FROM llm_calls WHERE key = ? AND status = 'ok' ORDER BY id DESC LIMIT 1",
+                (key,)).fetchone()
+        return _row(r) if r else None
+
+    def history(self, key: str | None = None) -> list[CachedCall]:
+        """Every journalled call (optionally of one key), oldest first."""
+        sql, args = f"SELECT {_COLS} FROM llm_calls", ()
+        if key is not None:
+            sql, args = sql + " WHERE key = ?", (key,)
+        with self._lock:
+            rows = self._connection().execute(sql + " ORDER BY id", args).fetchall()
+        return [_row(r) for r in rows]
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            r = self._connection().execute(
+                "SELECT COUNT(*), COALESCE(SUM(status = 'ok'), 0), COALESCE(SUM(status = 'error'), 0), "
+                "COUNT(DISTINCT CASE WHEN status = 'ok' THEN key END), "
+                "COALESCE(SUM(CASE WHEN status = 'ok' THEN prompt_tokens END), 0), "
+                "COALESCE(SUM(CASE WHEN status = 'ok' THEN completion_tokens END), 0), "
+                "COALESCE(SUM(latency_s), 0.0) FROM llm_calls").fetchone()
+        return {"calls": r[0], "ok": r[1], "errors": r[2], "cached_keys": r[3], "prompt_tokens": r[4],
+                "completion_tokens": r[5], "latency_s": r[6]}
+
+    # -- writes -------------------------------------------------------------------------------------
+    def put(self, key: str, model: str, request: dict, response: dict | None = None, text: str | None = None,
+            prompt_tokens: int | None = None, completion_tokens: int | None = None,
+            latency_s: float | None = None, status: str = "ok", error: str | None = None,
+            attempts: int | None = None) -> int:
+        """Journal one call and commit immediately. Returns the row id."""
+        if status not in ("ok", "error"):
+            raise ValueError(f"status must be 'ok' or 'error', not {status!r}")
+        row = (key, model, canonical_json(request), canonical_json(response) if response is not None else None,
+               text, prompt_tokens, completion_tokens, latency_s, time.time(), status, error, attempts)
+        with self._lock:
+            cur = self._connection().execute(
+                "INSERT INTO llm_calls (key, model, request, response, text, prompt_tokens, completion_tokens, "
+                "latency_s, created_at, status, error, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row)  # autocommit mode: durable when execute returns
+            return int(cur.lastrowid)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> "CallCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"CallCache({str(self.path)!r})"

@@ -1,0 +1,344 @@
+"""`LLMClient`: every call goes through the official `openai.OpenAI` client (so OpenAI, vLLM, Ollama or the
+local llama.cpp server differ only by `base_url`/`model`/`api_key`), through a `CallCache`, under a
+`CallBudget`, with retries for infrastructure failures.
+
+Failure contract:
+  * timeouts, connection errors, 408/409/425/429, 5xx and malformed/empty responses are retried with
+    exponential backoff + jitter; when retries are exhausted `LLMInfrastructureError` is raised (and
+    journalled as an error row). It is never returned as a normal result, so callers cannot mistake an
+    outage for a solver's wrong answer.
+  * 401/403/404 (bad key, unknown model/URL) raise `LLMInfrastructureError` at once (retrying cannot help).
+  * 400/422 raise `LLMRequestError` (the request itself is invalid).
+  * `BudgetExceeded` before an uncached call would exceed the run's `CallBudget`.
+The API key is never logged, stored, put in exception messages or shown in reprs.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import openai
+
+from .cache import CallCache, CachedCall, make_key
+from .errors import BudgetExceeded, LLMError, LLMInfrastructureError, LLMRequestError
+from .redact import Secret, redact
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+NO_KEY = "no-key-required"
+
+
+@dataclass(frozen=True)
+class LLMResult:
+    text: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_s: float          # wall time spent on the endpoint for THIS call; 0.0 when served from cache
+    cached: bool
+    logprobs: Any = None      # choices[0].logprobs as plain JSON (chat: {"content": [...]}, completion: tokens...)
+    finish_reason: str | None = None
+    key: str | None = None
+    model: str | None = None
+    attempts: int = 0         # endpoint attempts made for this call (0 when cached)
+
+    @property
+    def total_tokens(self) -> int:
+        return (self.prompt_tokens or 0) + (self.completion_tokens or 0)
+
+
+class CallBudget:
+    """Per-run limits on uncached calls and on tokens (prompt + completion) they consume. Checked before
+    each uncached call; cache hits are free. Thread-safe."""
+
+    def __init__(self, max_calls: int | None = None, max_tokens: int | None = None):
+        self.max_calls = max_calls
+        self.max_tokens = max_tokens
+        self.calls = 0
+        self.tokens = 0
+        self._lock = threading.Lock()
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self.max_calls is not None and self.calls >= self.max_calls:
+                raise BudgetExceeded(f"call budget exhausted: {self.calls}/{self.max_calls} uncached calls made")
+            if self.max_tokens is not None and self.tokens >= self.max_tokens:
+                raise BudgetExceeded(f"token budget exhausted: {self.tokens}/{self.max_tokens} tokens used")
+            self.calls += 1
+
+    def record(self, tokens: int) -> None:
+        with self._lock:
+            self.tokens += int(tokens or 0)
+
+    def __repr__(self) -> str:
+        return (f"CallBudget(calls={self.calls}/{self.max_calls}, tokens={self.tokens}/{self.max_tokens})")
+
+
+class _Malformed(Exception):
+    """The endpoint answered 2xx but the body is not a usable completion."""
+
+
+@dataclass
+class _KeyLock:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
+
+
+class LLMClient:
+    def __init__(self, base_url: str | None, model: str, api_key: str | None = None,
+                 cache: CallCache | None = None, timeout_s: float = 60, max_retries: int = 4,
+                 backoff_s: float = 0.5, max_concurrency: int = 2, *, budget: CallBudget | None = None,
+                 max_backoff_s: float = 30.0):
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1")
+        self.base_url = base_url
+        self.model = model
+        self.cache = cache
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.max_concurrency = max_concurrency
+        self.budget = budget
+        self._api_key = Secret(api_key or os.environ.get("OPENAI_API_KEY") or NO_KEY)
+        # our own retry loop replaces the SDK's (max_retries=0) so every attempt is visible and bounded
+        self._client = openai.OpenAI(base_url=base_url, api_key=self._api_key.get(), timeout=timeout_s,
+                                     max_retries=0)
+        self._sem = threading.BoundedSemaphore(max_concurrency)
+        self._key_locks: dict[str, _KeyLock] = {}
+        self._key_locks_guard = threading.Lock()
+        self._rng = random.Random()
+        self._rng_lock = threading.Lock()
+
+    # -- public API ---------------------------------------------------------------------------------
+    def chat(self, messages: Sequence[dict], *, sample_index: int | None = None, use_cache: bool = True,
+             **params: Any) -> LLMResult:
+        """One chat completion. `params` go to `chat.completions.create` (temperature, max_tokens, seed,
+        logprobs, top_logprobs, stop, ...) and into the cache key. `sample_index` only enters the key:
+        use it to draw several independent samples of the same request at temperature > 0.
+        `use_cache=False` skips the lookup (the call is still journalled)."""
+        messages = [dict(m) for m in messages]
+        return self._call("chat", messages, params, sample_index, use_cache)
+
+    def completion(self, prompt: str, *, sample_index: int | None = None, use_cache: bool = True,
+                   **params: Any) -> LLMResult:
+        """One text completion (`completions.create`), e.g. `echo=True, logprobs=1, max_tokens=0` for
+        prompt-token log-probabilities."""
+        return self._call("completion", prompt, params, sample_index, use_cache)
+
+    def chat_many(self, list_of_messages: Iterable[Sequence[dict]], *, return_exceptions: bool = False,
+                  **params: Any) -> list[LLMResult | BaseException]:
+        """`chat` over many conversations on a pool of `max_concurrency` threads; results in input order.
+        With `return_exceptions=True` failures are returned in place instead of raised (first one raised
+        otherwise; the calls that completed are in the cache either way)."""
+        items = list(list_of_messages)
+
+        def one(msgs):
+            try:
+                return self.chat(msgs, **params)
+            except LLMError as e:
+                if return_exceptions:
+                    return e
+                raise
+
+        if not items:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items)),
+                                thread_name_prefix="llm") as pool:
+            return list(pool.map(one, items))
+
+    def key_for(self, kind: str, payload: Any, sample_index: int | None = None, **params: Any) -> str:
+        return make_key(self.model, kind, payload, self._key_params(params, sample_index))
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "LLMClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"LLMClient(base_url={self.base_url!r}, model={self.model!r}, api_key='***', "
+                f"cache={self.cache!r}, budget={self.budget!r})")
+
+    def __reduce__(self):
+        raise TypeError("LLMClient cannot be pickled (it holds an API key); build one per process")
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _redact(self, text: object) -> str:
+        return redact(text, self._api_key.get() if self._api_key.get() != NO_KEY else None)
+
+    @staticmethod
+    def _key_params(params: dict, sample_index: int | None) -> dict:
+        p = dict(params)
+        if sample_index is not None:
+            p["__sample_index"] = sample_index
+        return p
+
+    def _key_lock(self, key: str) -> _KeyLock:
+        with self._key_locks_guard:
+            kl = self._key_locks.setdefault(key, _KeyLock())
+            kl.users += 1
+            return kl
+
+    def _release_key_lock(self, key: str, kl: _KeyLock) -> None:
+        with self._key_locks_guard:
+            kl.users -= 1
+            if kl.users == 0:
+                self._key_locks.pop(key, None)
+
+    def _call(self, kind: str, payload: Any, params: dict, sample_index: int | None,
+              use_cache: bool) -> LLMResult:
+        for forbidden in ("model", "messages", "prompt", "stream"):
+            if forbidden in params:
+                raise TypeError(f"{forbidden!r} cannot be passed as a parameter here")
+        key = make_key(self.model, kind, payload, self._key_params(params, sample_index))
+        request = {"kind": kind, "model": self.model,
+                   ("messages" if kind == "chat" else "prompt"): payload,
+                   "params": params, "sample_index": sample_index}
+        kl = self._key_lock(key)
+        try:
+            with kl.lock:  # identical concurrent requests make one endpoint call
+                if use_cache and self.cache is not None:
+                    hit = self.cache.get(key)
+                    if hit is not None:
+                        log.debug("llm cache hit %s", key[:12])
+                        return self._from_cache(hit)
+                if self.budget is not None:
+                    self.budget.acquire()
+                return self._call_endpoint(kind, key, payload, params, request)
+        finally:
+            self._release_key_lock(key, kl)
+
+    def _from_cache(self, row: CachedCall) -> LLMResult:
+        resp = row.response or {}
+        choice = (resp.get("choices") or [{}])[0]
+        return LLMResult(text=row.text or "", prompt_tokens=row.prompt_tokens,
+                         completion_tokens=row.completion_tokens, latency_s=0.0, cached=True,
+                         logprobs=choice.get("logprobs"), finish_reason=choice.get("finish_reason"),
+                         key=row.key, model=row.model, attempts=0)
+
+    def _sleep_before_retry(self, attempt: int, retry_after: float | None) -> float:
+        with self._rng_lock:
+            jitter = 0.5 + self._rng.random()  # in [0.5, 1.5)
+        delay = min(self.max_backoff_s, self.backoff_s * (2 ** attempt) * jitter)
+        if retry_after is not None:
+            delay = min(self.max_backoff_s, max(delay, retry_after))
+        time.sleep(delay)
+        return delay
+
+    def _classify(self, exc: BaseException) -> tuple[str, bool, float | None]:
+        """(kind, retryable, retry_after_s) of an exception raised by one attempt."""
+        if isinstance(exc, openai.APITimeoutError):
+            return "timeout", True, None
+        if isinstance(exc, openai.APIConnectionError):
+            return "connection", True, None
+        if isinstance(exc, openai.APIStatusError):
+            code = exc.status_code
+            retry_after = None
+            try:
+                ra = exc.response.headers.get("retry-after")
+                retry_after = float(ra) if ra is not None else None
+            except (TypeError, ValueError, AttributeError):
+                pass
+            if code == 429:
+                return "rate_limit", True, retry_after
+            if code >= 500:
+                return "server_error", True, retry_after
+            if code in RETRYABLE_STATUS:
+                return f"http_{code}", True, retry_after
+            if code in (401, 403):
+                return "auth", False, None
+            if code == 404:
+                return "config", False, None
+            return "request", False, None
+        if isinstance(exc, (_Malformed, openai.APIResponseValidationError, json.JSONDecodeError)):
+            return "malformed", True, None  # 2xx with a body that is not JSON / not a completion
+        if isinstance(exc, ValueError) and type(exc).__module__.startswith(("pydantic", "json")):
+            return "malformed", True, None
+        if isinstance(exc, openai.OpenAIError):
+            return "unknown", True, None
+        return "unknown", False, None
+
+    def _one_attempt(self, kind: str, payload: Any, params: dict) -> tuple[dict, str, int | None,
+                                                                           int | None, Any, str | None]:
+        if kind == "chat":
+            resp = self._client.chat.completions.create(model=self.model, messages=payload, **params)
+        else:
+            resp = self._client.completions.create(model=self.model, prompt=payload, **params)
+        if resp is None or not hasattr(resp, "model_dump"):
+            raise _Malformed(f"unexpected response type {type(resp).__name__}")
+        data = resp.model_dump(mode="json")
+        choices = data.get("choices")
+        if not choices:
+            raise _Malformed("response has no choices")
+        choice = choices[0]
+        if kind == "chat":
+            msg = choice.get("message")
+            if not isinstance(msg, dict):
+                raise _Malformed("response choice has no message")
+            text = msg.get("content")
+            if text is None and msg.get("tool_calls"):
+                text = ""
+        else:
+            text = choice.get("text")
+        if not isinstance(text, str):
+            raise _Malformed("response choice has no text content")
+        usage = data.get("usage") or {}
+        return (data, text, usage.get("prompt_tokens"), usage.get("completion_tokens"),
+                choice.get("logprobs"), choice.get("finish_reason"))
+
+    def _call_endpoint(self, kind: str, key: str, payload: Any, params: dict, request: dict) -> LLMResult:
+        attempts = 0
+        total_latency = 0.0
+        last_kind, last_msg = "unknown", ""
+        while True:
+            attempts += 1
+            t0 = time.monotonic()
+            try:
+                with self._sem:
+                    t0 = time.monotonic()
+                    data, text, pt, ct, logprobs, finish = self._one_attempt(kind, payload, params)
+                latency = time.monotonic() - t0
+                total_latency += latency
+            except Exception as exc:  # noqa: BLE001 - classified below; nothing escapes unredacted
+                total_latency += time.monotonic() - t0
+                err_kind, retryable, retry_after = self._classify(exc)
+                last_kind = err_kind
+                last_msg = self._redact(f"{type(exc).__name__}: {exc}")[:2000]
+                if retryable and attempts <= self.max_retries:
+                    delay = self._sleep_before_retry(attempts - 1, retry_after)
+                    log.warning("llm %s attempt %d/%d failed (%s): %s; retrying in %.2fs", kind, attempts,
+                                self.max_retries + 1, err_kind, last_msg, delay)
+                    continue
+                msg = (f"{kind} call to model {self.model!r} failed after {attempts} attempt(s) "
+                       f"[{err_kind}]: {last_msg}")
+                if self.cache is not None:
+                    self.cache.put(key, self.model, request, None, None, None, None, total_latency,
+                                   status="error", error=msg, attempts=attempts)
+                log.error("llm %s", msg)
+                if err_kind == "request":
+                    raise LLMRequestError(msg) from None
+                if err_kind == "unknown" and not isinstance(exc, openai.OpenAIError):
+                    # a bug on our side, not the endpoint's: surface it (redacted) as what it is
+                    raise LLMError(msg) from None
+                # `from None`: the SDK exception holds the request (and its Authorization header)
+                raise LLMInfrastructureError(msg, attempts=attempts, kind=err_kind) from None
+            if self.cache is not None:
+                self.cache.put(key, self.model, request, data, text, pt, ct, latency, status="ok",
+                               attempts=attempts)
+            if self.budget is not None:
+                self.budget.record((pt or 0) + (ct or 0))
+            log.debug("llm %s %s ok in %.3fs (%s attempt(s))", kind, key[:12], latency, attempts)
+            return LLMResult(text=text, prompt_tokens=pt, completion_tokens=ct, latency_s=latency,
+                             cached=False, logprobs=logprobs, finish_reason=finish, key=key,
+                             model=self.model, attempts=attempts)

