@@ -284,7 +284,7 @@ def test_retriever_graph_stage(index):
     assert got[linked][1] == "graph" and got[linked][0] == pytest.approx(seed.score * 0.8 * 0.5)
     assert got[far][0] == pytest.approx(seed.score * 0.8 * 0.5 * 0.8)
     assert ids[0] in got                                              # all relationship types by default
-    only_cites = CascadeRetriever(index, cfg(**c.model_dump(), ), neighbors=nb)
+    only_cites = CascadeRetriever(index, c.model_copy(deep=True), neighbors=nb)
     only_cites.config.graph.relationship_types = ["cites"]
     assert ids[0] not in {h.chunk_id for h in only_cites.retrieve(query).documents}
     flt = {"group": {"$ne": _metadata(150, {"text": ""})["group"]}}  # excludes `linked`, still traversed

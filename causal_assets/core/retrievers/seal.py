@@ -190,7 +190,7 @@ class SealRetriever:
     def _rank(self, question: str, qv: np.ndarray, cand: list[str]) -> tuple[list[str], dict]:
         cand = [c for c in dict.fromkeys(cand) if c in self.index.position]
         if not cand:
-            return [], {"entities": [], "repairs": 0, "steps": []}
+            return [], {"entities": [], "comparison": False, "repairs": 0, "steps": [], "initial": [], "held": []}
         pos = np.array([self.index.position[c] for c in cand])
         titles = [self._title(c) for c in cand]
         texts = [str(self.index.chunks.at[p, "text"]) for p in pos]
