@@ -62,7 +62,8 @@ def small_registry(tmp_path, scifact_small) -> Path:
         {"name": "scifact", "loader": "beir", "corpus": "scifact", "path": str(scifact_small),
          "splits": ["train", "test"], "eval_splits": ["test"], "tune_split": "train"},
         {"name": "hotpotqa", "loader": "hotpotqa", "corpus": "hotpotqa", "path": str(hotpot_small),
-         "splits": ["dev", "train", "test"], "eval_splits": ["dev"], "tune_split": "train", "validator": "answer_f1"},
+         "splits": ["dev", "train", "test"], "eval_splits": ["dev"], "tune_split": "train", "validator": "answer_f1",
+         "retrievers": {"bm25": {}, "dense": {}, "hybrid": {}, "cascade": {}, "entity_first": {"k": 2}}},
     ]}
     (tmp_path / "benchmarks.yaml").write_text(yaml.safe_dump(benchmarks))
     return path

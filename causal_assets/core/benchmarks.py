@@ -30,6 +30,9 @@ class BenchmarkSpec(BaseModel):
     tune_split: str | None = None
     validator: Literal["exact_match", "answer_f1", "answer_containment", "fqn_match", "pytest"] = "answer_containment"
     options: dict[str, Any] = Field(default_factory=dict)   # loader options, e.g. max_questions for mined benchmarks
+    # Retrievers the evaluation report runs (name -> params); entity_first needs per-question candidate sets.
+    retrievers: dict[str, dict[str, Any]] = Field(default_factory=lambda: {
+        "bm25": {}, "tfidf": {}, "dense": {}, "hybrid": {}, "rrf": {}, "cascade": {}})
     pooling: dict[str, Any] = Field(default_factory=dict)
     monte_carlo: dict[str, Any] = Field(default_factory=dict)
 

@@ -13,6 +13,8 @@ from causal_assets.core.evaluation.report import headline_table, write_report
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.core.graph.store import chunk_neighbors
+from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning import best_weight, sweep_fusion_weight
 from causal_assets.defs.partitions import benchmark_partitions, benchmark_to_corpus
 from causal_assets.resources import BenchmarkRegistry, Storage
@@ -22,7 +24,7 @@ FAILURE_K = 10
 
 
 class EvaluationConfig(Config):
-    retrievers: list[str] = ["bm25", "tfidf", "dense", "hybrid", "rrf"]
+    retrievers: list[str] | None = None  # default: the benchmark's `retrievers` (registry), with their params
     # Share of the dense score in the hybrid. None: chosen on the benchmark's tune split (never on an eval split).
     fusion_weight: float | None = None
     depth: int = 100
@@ -33,7 +35,8 @@ _corpus_mapping = StaticPartitionMapping(benchmark_to_corpus())
 
 @multi_asset(
     partitions_def=benchmark_partitions, group_name=GROUP,
-    deps=[AssetDep(a, partition_mapping=_corpus_mapping) for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY)],
+    deps=[AssetDep(a, partition_mapping=_corpus_mapping)
+          for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")],
     outs={
         "evaluation_metrics": AssetOut(kinds={"parquet"}, description="benchmark, split, retriever, metric, k, value"),
         "evaluation_runs": AssetOut(kinds={"parquet"}, description="Top results per query and retriever."),
@@ -46,6 +49,11 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     spec = benchmark_registry.spec(context.partition_key)
     index = CorpusIndex.load(storage.base, spec.corpus)
     warm_up()
+    retrievers = {n: spec.retrievers.get(n, {}) for n in config.retrievers} if config.retrievers else spec.retrievers
+    neighbors = None
+    if asset_path(storage.base, "graph_nodes", spec.corpus).exists():
+        neighbors = chunk_neighbors(read_parquet(asset_path(storage.base, "graph_nodes", spec.corpus)),
+                                    read_parquet(asset_path(storage.base, "graph_edges", spec.corpus)))
     notes = [f"corpus `{spec.corpus}`: {len(index.ids)} chunks; runs kept to depth {config.depth}"]
 
     weight = config.fusion_weight
@@ -65,8 +73,9 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
         bench = load_benchmark(spec, split)
         doc_texts = {c: index.text(c) for c in index.ids} if not bench.within else \
             {c: index.text(c) for ids in bench.within.values() for c in ids}
-        for name in config.retrievers:
-            retriever = build_retriever(name, index, {"weight": weight} if name == "hybrid" else None)
+        for name, params in retrievers.items():
+            params = {"weight": weight, **params} if name == "hybrid" else params
+            retriever = build_retriever(name, index, params, neighbors)
             rr = run_benchmark(retriever, bench, config.depth, name)
             timings[f"{split}/{name}"] = round(rr.seconds, 2)
             metrics.append(score_run(bench, rr).assign(split=split))

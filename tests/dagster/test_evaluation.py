@@ -23,7 +23,7 @@ def test_evaluation_report_scifact_subset(resources):
     result = _materialize_eval(resources, "scifact")
     base = resources["storage"].base_path
     metrics = pd.read_parquet(f"{base}/evaluation_metrics/scifact.parquet")
-    assert set(metrics["retriever"]) == {"bm25", "tfidf", "dense", "hybrid", "rrf"}
+    assert set(metrics["retriever"]) == {"bm25", "tfidf", "dense", "hybrid", "rrf", "cascade"}
     assert set(metrics["split"]) == {"test"}  # evaluated on the eval split only
     assert {"ndcg", "recall", "precision", "mrr", "map", "hit_rate"} <= set(metrics["metric"])
     assert metrics["value"].between(0, 1).all()
@@ -42,12 +42,13 @@ def test_evaluation_report_scifact_subset(resources):
     with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
         rows = con.execute("select retriever, value from evaluation_metrics where benchmark = 'scifact' "
                            "and metric = 'ndcg' and k = 10").fetchall()
-    assert len(rows) == 5
+    assert len(rows) == 6
 
 
 def test_evaluation_report_hotpotqa_ranks_each_questions_own_paragraphs(resources):
     _materialize_eval(resources, "hotpotqa")
     runs = pd.read_parquet(f"{resources['storage'].base_path}/evaluation_runs/hotpotqa.parquet")
+    assert set(runs["retriever"]) == {"bm25", "dense", "hybrid", "cascade", "entity_first"}
     # Every retrieved paragraph belongs to the question that retrieved it, and each question ranks <= 10.
     assert (runs["doc_id"].str.split("/").str[0] == runs["query_id"]).all()
     assert runs.groupby(["retriever", "query_id"]).size().le(10).all()

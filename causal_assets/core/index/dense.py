@@ -105,10 +105,10 @@ def embed_incremental(texts: list[str], hashes: list[str], embedder: Embedder, c
     for i in missing:
         first_text.setdefault(hashes[i], texts[i])
     t1 = time.perf_counter()
-    fresh = embedder.encode([first_text[h] for h in unique_missing], progress)
+    if unique_missing:  # nothing new: never even load the model
+        known.update(zip(unique_missing, embedder.encode([first_text[h] for h in unique_missing], progress)))
     t2 = time.perf_counter()
-    known.update(zip(unique_missing, fresh))
-    vectors = np.stack([known[h] for h in hashes]).astype(np.float32) if hashes else np.zeros((0, embedder.dim), np.float32)
+    vectors = np.stack([known[h] for h in hashes]).astype(np.float32)
     if cache:
         cache.save(corpus, hashes, vectors)
     stats = {"chunks": len(texts), "embedded": len(unique_missing), "cache_hits": len(texts) - len(missing),
