@@ -25,7 +25,7 @@ from causal_assets.core.evaluation.metrics import evaluate  # noqa: E402
 from causal_assets.core.evaluation.runner import run_benchmark  # noqa: E402
 from causal_assets.core.index.build import build_index  # noqa: E402
 from causal_assets.core.index.dense import DEFAULT_MODEL, EmbeddingCache  # noqa: E402
-from causal_assets.core.retrievers.factory import BASELINES, build_retriever  # noqa: E402
+from causal_assets.core.retrievers.factory import RETRIEVERS, build_retriever  # noqa: E402
 from causal_assets.core.tuning import best_weight, sweep_fusion_weight  # noqa: E402
 
 
@@ -39,7 +39,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--folder", type=Path, required=True)
     ap.add_argument("--split", default="test")
-    ap.add_argument("--retriever", choices=BASELINES, default="bm25")
+    ap.add_argument("--retriever", choices=RETRIEVERS, default="bm25")
+    ap.add_argument("--params", type=json.loads, default={}, help='retriever params as JSON, e.g. \'{"embedding": {"similarity_cutoff": null}}\'')
+    ap.add_argument("--tag", default="", help="suffix of the output file name")
     ap.add_argument("--fusion-weight", type=float, help="hybrid: dense share (default: tuned on --tune-split)")
     ap.add_argument("--tune-split", help="hybrid: split to choose the fusion weight on (never the eval split)")
     ap.add_argument("--split-identifiers", action="store_true", help="code corpora: index identifier parts")
@@ -51,11 +53,11 @@ def main() -> None:
     t0 = time.perf_counter()
     name = args.folder.name
     chunks = chunks_to_frame(load_beir_corpus(args.folder, name))
-    dense = args.retriever in ("dense", "hybrid", "rrf")
+    dense = args.retriever != "bm25" and args.retriever != "tfidf"
     index = build_index(chunks, name, args.split_identifiers, dense=dense,
                         cache=EmbeddingCache(ROOT / "data" / "parquet" / "cache" / "embeddings", DEFAULT_MODEL))
     build_s = time.perf_counter() - t0
-    params, notes = {}, {}
+    params, notes = dict(args.params), {}
     if args.retriever == "hybrid":
         if args.fusion_weight is not None:
             params["weight"] = args.fusion_weight
@@ -74,7 +76,7 @@ def main() -> None:
         **notes,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    suffix = "_split_identifiers" if args.split_identifiers else ""
+    suffix = ("_split_identifiers" if args.split_identifiers else "") + (f"_{args.tag}" if args.tag else "")
     path = args.out / f"evaluate_{name}_{args.split}_{args.retriever}{suffix}.json"
     path.write_text(json.dumps(result, indent=2))
     m = result["metrics"]

@@ -7,13 +7,26 @@ import sys
 
 from causal_assets.core.catalog import DuckDBCatalog
 from causal_assets.core.errors import CausalAssetsError
+from causal_assets.core.graph.store import chunk_neighbors
 from causal_assets.core.index.search import METHODS, CorpusIndex
+from causal_assets.core.retrievers.factory import RETRIEVERS, build_retriever
+from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.resources import DEFAULT_BASE, DEFAULT_CATALOG
 
 
 def _search(args: argparse.Namespace) -> int:
-    index = CorpusIndex.load(args.base_path, args.corpus, dense=args.method == "dense")
-    hits = index.search(args.query, k=args.k, method=args.method)
+    if not args.query.strip():
+        raise ValueError("query is empty")
+    index = CorpusIndex.load(args.base_path, args.corpus, dense=args.method not in ("bm25", "tfidf"))
+    if args.method in METHODS:
+        hits = index.search(args.query, k=args.k, method=args.method)
+    else:
+        neighbors = None
+        nodes, edges = asset_path(args.base_path, "graph_nodes", args.corpus), asset_path(args.base_path, "graph_edges", args.corpus)
+        if nodes.exists():
+            neighbors = chunk_neighbors(read_parquet(nodes), read_parquet(edges))
+        retriever = build_retriever(args.method, index, json.loads(args.params), neighbors)
+        hits = retriever.retrieve_many([args.query], args.k)[0]
     if args.json:
         print(json.dumps([h.__dict__ for h in hits], indent=2))
         return 0
@@ -38,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("search", help="search a materialized corpus index")
     s.add_argument("query")
     s.add_argument("--corpus", default="default")
-    s.add_argument("--method", choices=METHODS, default="bm25")
+    s.add_argument("--method", "--retriever", dest="method", choices=RETRIEVERS, default="bm25",
+                   help="bm25 | tfidf | dense | hybrid | rrf | cascade | entity_first")
+    s.add_argument("--params", default="{}", help="retriever params as JSON (e.g. cascade RetrievalConfig sections)")
     s.add_argument("-k", type=int, default=10)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_search)

@@ -109,3 +109,16 @@ def test_cli_search(resources, capsys):
     assert hits[0]["title"] == "Neil Peart" and len(hits) == 2
     assert main(["--base-path", base, "search", "x", "--corpus", "missing"]) == 2
     assert "not materialized yet" in capsys.readouterr().err
+
+
+def test_cli_search_with_cascade_and_entity_first(resources, capsys):
+    from causal_assets.cli import main
+
+    _materialize(resources, "hotpotqa")
+    base = resources["storage"].base_path
+    for retriever in ("cascade", "entity_first", "hybrid"):
+        assert main(["--base-path", base, "search", "Which Canadian rock band released a song called Counterparts?",
+                     "--corpus", "hotpotqa", "--retriever", retriever, "-k", "2", "--json"]) == 0
+        hits = json.loads(capsys.readouterr().out)
+        assert len(hits) == 2 and hits[0]["rank"] == 1
+    assert main(["--base-path", base, "search", "  ", "--corpus", "hotpotqa"]) == 2
