@@ -3,7 +3,7 @@ import os
 
 from dagster import AssetSelection, Definitions, EnvVar, define_asset_job
 
-from causal_assets.defs import corpus, evaluation, graph, labels
+from causal_assets.defs import automation, corpus, evaluation, graph, labels
 from causal_assets.resources import LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
 
 storage = Storage()
@@ -13,8 +13,6 @@ llm = LLM(base_url=os.environ.get("CAUSAL_ASSETS_LLM_BASE_URL") or None,
           model=os.environ.get("CAUSAL_ASSETS_LLM_MODEL", "smollm2-135m-instruct"),
           api_key=EnvVar("CAUSAL_ASSETS_LLM_API_KEY") if os.environ.get("CAUSAL_ASSETS_LLM_API_KEY") else None)
 
-corpus_index_job = define_asset_job("corpus_index_job", selection=AssetSelection.groups(corpus.GROUP),
-                                    description="Chunk, embed and sparse-index one corpus partition.")
 # The main job: the whole default lineage (grows as stages are added).
 default_lineage_job = define_asset_job("default_lineage_job",
                                        selection=AssetSelection.groups(corpus.GROUP, graph.GROUP, labels.GROUP, evaluation.GROUP),
@@ -25,7 +23,9 @@ evaluation_job = define_asset_job("evaluation_job", selection=AssetSelection.gro
 defs = Definitions(
     assets=[corpus.corpus_chunks, corpus.corpus_embeddings, corpus.sparse_index, graph.entity_graph,
             labels.candidate_pools, labels.mc_trials, labels.mc_labels, evaluation.evaluation_report],
-    jobs=[corpus_index_job, default_lineage_job, evaluation_job],
+    jobs=[automation.corpus_index_job, automation.labels_and_evaluation_job, default_lineage_job, evaluation_job],
+    schedules=[automation.nightly_labels_and_evaluation],
+    sensors=[automation.corpus_change_sensor, automation.automation_sensor],
     resources={"storage": storage, "corpus_registry": CorpusRegistry(),
                "benchmark_registry": BenchmarkRegistry(),
                "llm": llm, "io_manager": ParquetIOManagerFactory(storage=storage)},

@@ -3,7 +3,7 @@ and a Markdown report with plots."""
 import time
 
 import pandas as pd
-from dagster import (AssetDep, AssetExecutionContext, AssetOut, Config, MetadataValue, Output,
+from dagster import (AutomationCondition, AssetDep, AssetExecutionContext, AssetOut, Config, MetadataValue, Output,
                      StaticPartitionMapping, multi_asset)
 
 from causal_assets.core.benchmarks import load_benchmark
@@ -38,9 +38,9 @@ _corpus_mapping = StaticPartitionMapping(benchmark_to_corpus())
     deps=[AssetDep(a, partition_mapping=_corpus_mapping)
           for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")],
     outs={
-        "evaluation_metrics": AssetOut(kinds={"parquet"}, description="benchmark, split, retriever, metric, k, value"),
-        "evaluation_runs": AssetOut(kinds={"parquet"}, description="Top results per query and retriever."),
-        "evaluation_failures": AssetOut(kinds={"parquet"}, description="Failure bucket per query and retriever (seed 001 §5.5)."),
+        "evaluation_metrics": AssetOut(automation_condition=AutomationCondition.eager(), kinds={"parquet"}, description="benchmark, split, retriever, metric, k, value"),
+        "evaluation_runs": AssetOut(automation_condition=AutomationCondition.eager(), kinds={"parquet"}, description="Top results per query and retriever."),
+        "evaluation_failures": AssetOut(automation_condition=AutomationCondition.eager(), kinds={"parquet"}, description="Failure bucket per query and retriever (seed 001 §5.5)."),
     },
 )
 def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, storage: Storage,

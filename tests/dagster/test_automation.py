@@ -1,0 +1,43 @@
+"""Sensors and schedules, evaluated for real against the shipped registries."""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+
+from dagster import DagsterInstance, build_schedule_context, build_sensor_context
+
+from causal_assets.core.corpus.fingerprint import source_fingerprint
+from causal_assets.core.corpus.registry import CorpusSpec
+from causal_assets.defs.automation import corpus_change_sensor, nightly_labels_and_evaluation
+from causal_assets.defs.partitions import benchmark_partitions
+
+
+def test_corpus_change_sensor_records_then_requests_changed_partitions():
+    with DagsterInstance.ephemeral() as instance:
+        first = corpus_change_sensor(build_sensor_context(instance=instance))
+        assert first.run_requests == []  # the first tick only records fingerprints
+        cursor = json.loads(first.cursor)
+        assert "default" in cursor
+        cursor["default"] = "an-older-fingerprint"
+        second = corpus_change_sensor(build_sensor_context(instance=instance, cursor=json.dumps(cursor)))
+        assert [r.partition_key for r in second.run_requests] == ["default"]
+        third = corpus_change_sensor(build_sensor_context(instance=instance, cursor=second.cursor))
+        assert third.run_requests == []
+
+
+def test_folder_fingerprint_changes_when_a_file_changes(tmp_path):
+    (tmp_path / "a.md").write_text("one")
+    spec = CorpusSpec(name="docs", loader="folder", path=str(tmp_path))
+    before = source_fingerprint(spec)
+    (tmp_path / "a.md").write_text("one, edited")
+    os.utime(tmp_path / "a.md", ns=(1, 2))
+    assert source_fingerprint(spec) != before
+    assert source_fingerprint(CorpusSpec(name="x", loader="folder", path=str(tmp_path / "gone"))) == "missing"
+
+
+def test_nightly_schedule_requests_every_benchmark():
+    context = build_schedule_context(scheduled_execution_time=datetime(2026, 11, 22, 2, tzinfo=timezone.utc))
+    requests = list(nightly_labels_and_evaluation(context))
+    assert sorted(r.partition_key for r in requests) == sorted(benchmark_partitions.get_partition_keys())
+    assert all(r.run_key.endswith("2026-11-22") for r in requests)
