@@ -97,23 +97,10 @@ class LLM(ConfigurableResource):
 
     _server: LocalLlamaServer | None = PrivateAttr(default=None)
     _client: LLMClient | None = PrivateAttr(default=None)
+    _log: object = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        base_url = self.base_url
-        if base_url is None:
-            log_dir = Path(self.cache_path).parent
-            log_dir.mkdir(parents=True, exist_ok=True)
-            self._server = LocalLlamaServer(n_ctx=self.n_ctx, n_threads=self.n_threads, alias=self.model,
-                                            log_path=log_dir / "llama_server.log")
-            self._server.start()
-            base_url = self._server.base_url
-            if context.log:
-                context.log.info(f"local llama.cpp server up at {base_url} in {self._server.startup_s:.1f}s")
-        budget = CallBudget(self.max_calls_per_run, self.max_tokens_per_run) \
-            if (self.max_calls_per_run or self.max_tokens_per_run) else None
-        self._client = LLMClient(base_url, self.model, api_key=self.api_key, cache=CallCache(self.cache_path),
-                                 timeout_s=self.timeout_s, max_retries=self.max_retries,
-                                 max_concurrency=self.max_concurrency, budget=budget)
+        self._log = context.log
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._server is not None:
@@ -122,8 +109,24 @@ class LLM(ConfigurableResource):
 
     @property
     def client(self) -> LLMClient:
+        """The cached client; the local server starts on first use only, so steps that may not need an LLM
+        (e.g. an evaluation without LLM-backed retrievers) pay nothing."""
         if self._client is None:
-            raise RuntimeError("LLM resource used outside a Dagster step (call setup_for_execution first)")
+            base_url = self.base_url
+            if base_url is None:
+                log_dir = Path(self.cache_path).parent
+                log_dir.mkdir(parents=True, exist_ok=True)
+                self._server = LocalLlamaServer(n_ctx=self.n_ctx, n_threads=self.n_threads, alias=self.model,
+                                                log_path=log_dir / "llama_server.log")
+                self._server.start()
+                base_url = self._server.base_url
+                if self._log:
+                    self._log.info(f"local llama.cpp server up at {base_url} in {self._server.startup_s:.1f}s")
+            budget = CallBudget(self.max_calls_per_run, self.max_tokens_per_run) \
+                if (self.max_calls_per_run or self.max_tokens_per_run) else None
+            self._client = LLMClient(base_url, self.model, api_key=self.api_key, cache=CallCache(self.cache_path),
+                                     timeout_s=self.timeout_s, max_retries=self.max_retries,
+                                     max_concurrency=self.max_concurrency, budget=budget)
         return self._client
 
 

@@ -71,13 +71,15 @@ def small_registry(tmp_path, scifact_small) -> Path:
 
 @pytest.fixture
 def resources(tmp_path, small_registry):
-    from causal_assets.resources import BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
+    from causal_assets.resources import LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
 
     storage = Storage(base_path=str(tmp_path / "parquet"), catalog_path=str(tmp_path / "catalog.duckdb"),
                       reports_dir=str(tmp_path / "reports"))
     return {"storage": storage, "corpus_registry": CorpusRegistry(path=str(small_registry)),
             "benchmark_registry": BenchmarkRegistry(path=str(small_registry.parent / "benchmarks.yaml")),
-            "io_manager": ParquetIOManagerFactory(storage=storage)}
+            "io_manager": ParquetIOManagerFactory(storage=storage),
+            # Lazy: the local server starts only if a step actually calls the LLM.
+            "llm": LLM(cache_path=str(tmp_path / "llm_calls.sqlite"), n_threads=1)}
 
 
 @pytest.fixture(autouse=True, scope="session")

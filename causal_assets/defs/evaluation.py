@@ -17,7 +17,7 @@ from causal_assets.core.graph.store import chunk_neighbors
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning import best_weight, sweep_fusion_weight
 from causal_assets.defs.partitions import benchmark_partitions, benchmark_to_corpus
-from causal_assets.resources import BenchmarkRegistry, Storage
+from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
 GROUP = "evaluation"
 FAILURE_K = 10
@@ -44,7 +44,7 @@ _corpus_mapping = StaticPartitionMapping(benchmark_to_corpus())
     },
 )
 def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, storage: Storage,
-                      benchmark_registry: BenchmarkRegistry):
+                      benchmark_registry: BenchmarkRegistry, llm: LLM):
     """Evaluate every configured retriever on the benchmark's eval splits; writes data/reports/<benchmark>.md."""
     spec = benchmark_registry.spec(context.partition_key)
     index = CorpusIndex.load(storage.base, spec.corpus)
@@ -75,7 +75,9 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
             {c: index.text(c) for ids in bench.within.values() for c in ids}
         for name, params in retrievers.items():
             params = {"weight": weight, **params} if name == "hybrid" else params
-            retriever = build_retriever(name, index, params, neighbors)
+            # The LLM (and the local server) is only touched by LLM-backed options such as llm_entities.
+            uses_llm = bool(params.get("llm_entities"))
+            retriever = build_retriever(name, index, params, neighbors, llm.client if uses_llm else None)
             rr = run_benchmark(retriever, bench, config.depth, name)
             timings[f"{split}/{name}"] = round(rr.seconds, 2)
             metrics.append(score_run(bench, rr).assign(split=split))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import hadamard
 
-__all__ = ["bernoulli_design", "balanced_design", "leave_one_out_design", "balanced_columns"]
+__all__ = ["bernoulli_design", "balanced_design", "leave_one_out_design", "balanced_columns", "mixed_design"]
 
 
 def _rng(rng) -> np.random.Generator:
@@ -75,3 +75,19 @@ def leave_one_out_design(n_docs: int) -> np.ndarray:
     out = np.ones((int(n_docs) + 1, int(n_docs)), dtype=bool)
     out[np.arange(1, n_docs + 1), np.arange(n_docs)] = False
     return out
+
+
+def mixed_design(n_docs: int, n_trials: int, levels=(0.25, 0.75), rng=None) -> np.ndarray:
+    """Rows cycle through the inclusion probabilities ``levels`` (row ``i`` uses ``levels[i % len(levels)]``, row
+    order then shuffled); within a row every document is included independently with that probability.
+
+    High-inclusion rows make multi-hop (AND) sets complete often, low-inclusion rows leave redundant (OR)
+    partners absent often, so both kinds of context effect become visible earlier than under p = 1/2. With
+    ``levels=(0.5,)`` this is :func:`bernoulli_design`."""
+    rng = _rng(rng)
+    n_docs, n_trials = int(n_docs), int(n_trials)
+    levels = np.asarray(levels, dtype=float)
+    if levels.size == 0 or (levels < 0).any() or (levels > 1).any():
+        raise ValueError(f"levels must be probabilities, got {levels}")
+    p = levels[np.arange(n_trials) % levels.size][rng.permutation(n_trials)] if n_trials else levels[:0]
+    return rng.random((n_trials, n_docs)) < p[:, None]

@@ -55,7 +55,7 @@ from typing import Hashable, Sequence
 import numpy as np
 from scipy import stats
 
-from .design import balanced_design
+from .design import balanced_design, mixed_design
 
 __all__ = [
     "YES", "NO", "UNCERTAIN", "DocEffect", "LabelingResult", "label_from_ci", "naive", "regression",
@@ -244,11 +244,15 @@ class _Fit:
 
 def regression(subsets, outcomes, threshold: float = 0.1, alpha: float = 0.05, interactions: bool = True,
                max_candidates: int = 6, interaction_z: float = 2.5, min_dof: int = 4, ridge: float = 0.0,
-               doc_ids: Sequence | None = None, frozen_no: Sequence[int] = ()) -> LabelingResult:
+               doc_ids: Sequence | None = None, frozen_no: Sequence[int] = (), triples: bool = False,
+               prefer: Sequence[int] = ()) -> LabelingResult:
     """Joint regression of the outcome on all inclusion indicators (see the module docstring).
 
     ``frozen_no``: column indices whose label is forced to ``NO`` (used by :class:`AdaptiveLabeler` for
-    documents it has stopped varying)."""
+    documents it has stopped varying). ``prefer``: column indices screened into the interaction candidates
+    before the others (in this order; :class:`AdaptiveLabeler` passes its ``YES`` documents and the documents
+    with the largest effect in the trials where every ``YES`` document is present). ``triples``: also fit three-way interactions among the candidates for
+    a document with two or more significant partners (its context effect then includes the three-way term)."""
     x, y = _arrays(subsets, outcomes)
     n, n_docs = x.shape
     ids = _ids(doc_ids, n_docs)
@@ -286,9 +290,10 @@ def regression(subsets, outcomes, threshold: float = 0.1, alpha: float = 0.05, i
     inter: dict = {}
     cand: list[int] = []
     if interactions and n > 0 and main_dof >= min_dof:
-        pool = [j for j in varying if j not in frozen and marg[j][2] >= threshold]
+        first = [j for j in dict.fromkeys(int(j) for j in prefer) if j in marg and j not in frozen]
+        pool = [j for j in varying if j not in frozen and j not in first and marg[j][2] >= threshold]
         pool.sort(key=lambda j: -marg[j][1])
-        cand = pool[:max_candidates]
+        cand = (first + pool)[:max_candidates]
         while len(cand) >= 2 and main_dof - len(cand) * (len(cand) - 1) // 2 < min_dof:
             cand = cand[:-1]
         if len(cand) >= 2:
@@ -310,13 +315,30 @@ def regression(subsets, outcomes, threshold: float = 0.1, alpha: float = 0.05, i
                     if math.isfinite(se) and se > 0 and abs(est) / se > interaction_z:
                         sig[pr[0]].append((pr[1], math.copysign(1.0, est)))
                         sig[pr[1]].append((pr[0], math.copysign(1.0, est)))
+                # three-way terms for documents with two or more selected partners (an AND or OR triple's
+                # context effect is not a sum of pairwise terms)
+                trip = sorted({tuple(sorted((d, a, b))) for d in cand for i, (a, _) in enumerate(sig[d])
+                               for b, _ in sig[d][i + 1:]}) if triples else []
+                fit3 = None
+                if trip:
+                    f3 = np.column_stack([f_int] + [z[:, a] * z[:, b] * z[:, c] for a, b, c in trip])
+                    fit3 = _Fit(f3, y, binary, ridge)
+                    if fit3.dof < min_dof:
+                        fit3, trip = None, []
+                tcol = {frozenset(t): f_int.shape[1] + k for k, t in enumerate(trip)}
                 for d in cand:
-                    lin = np.zeros(f_int.shape[1])
+                    use3 = fit3 is not None and len(sig[d]) >= 2
+                    fit_d = fit3 if use3 else fit2
+                    lin = np.zeros(f3.shape[1] if use3 else f_int.shape[1])
                     lin[col[d]] = 2.0
                     for k, s in sig[d]:
                         lin[pcol[frozenset((d, k))]] = 2.0 * s
-                    est, se = fit2.est_se(lin)
-                    lo, hi = ci(est, se, fit2.dof)
+                    if use3:
+                        for i, (a, sa) in enumerate(sig[d]):
+                            for b, sb in sig[d][i + 1:]:
+                                lin[tcol[frozenset((d, a, b))]] = 2.0 * sa * sb
+                    est, se = fit_d.est_se(lin)
+                    lo, hi = ci(est, se, fit_d.dof)
                     ctx = tuple((ids[k], s > 0) for k, s in sorted(sig[d]))
                     effects[d] = DocEffect(ids[d], _clip(est, binary), lo, hi, n, label_from_ci(lo, hi, threshold),
                                            marginal_delta_p=effects[d].marginal_delta_p, context=ctx)
@@ -355,9 +377,11 @@ class AdaptiveLabeler:
     """
 
     def __init__(self, pool_size: int, threshold: float = 0.1, budget: int = 256, batch: int = 16,
-                 initial: int | None = None, alpha: float = 0.05, p_yes: float = 0.75, max_candidates: int = 6,
-                 interaction_z: float = 2.5, min_dof: int = 8, p_context: float = 0.8, rng=None,
-                 doc_ids: Sequence | None = None):
+                 initial: int | None = None, alpha: float = 0.05, p_yes: float = 0.75, max_candidates: int = 4,
+                 interaction_z: float = 2.0, min_dof: int = 8, p_context: float = 0.8, rng=None,
+                 doc_ids: Sequence | None = None, p_levels: Sequence[float] = (0.5,),
+                 screen_alpha: float | None = None, screen_after: int = 64, prefer_context: bool = True,
+                 prefer_z: float = 1.0):
         if pool_size < 1 or budget < 1 or batch < 1:
             raise ValueError("pool_size, budget and batch must be positive")
         self.pool_size, self.threshold, self.budget, self.batch = int(pool_size), threshold, int(budget), int(batch)
@@ -365,12 +389,16 @@ class AdaptiveLabeler:
         self.initial = int(initial) if initial else max(self.batch, order)
         self.alpha, self.p_yes, self.max_candidates = alpha, p_yes, max_candidates
         self.interaction_z, self.min_dof, self.p_context = interaction_z, min_dof, p_context
+        self.p_levels = tuple(float(p) for p in p_levels)
+        self.screen_alpha, self.screen_after = screen_alpha, int(screen_after)
+        self.prefer_context, self.prefer_z = bool(prefer_context), float(prefer_z)
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         self.doc_ids = _ids(doc_ids, self.pool_size)
         self._x: list[np.ndarray] = []
         self._y: list[np.ndarray] = []
         self._frozen: set[int] = set()
         self._result: LabelingResult | None = None
+        self._screened: set[int] = set()
         self.history: list[tuple[int, LabelingResult]] = []
 
     @property
@@ -381,19 +409,22 @@ class AdaptiveLabeler:
     def done(self) -> bool:
         if self.calls >= self.budget:
             return True
-        return self._result is not None and not self._result.uncertain()
+        if self._result is None:
+            return False
+        unc = [j for j, e in enumerate(self._result.docs) if e.label == UNCERTAIN]
+        return not unc or set(unc) <= self._screened
 
     def next_subsets(self) -> np.ndarray:
         if self.done:
             return np.zeros((0, self.pool_size), dtype=bool)
         remaining = self.budget - self.calls
         if self._result is None:
-            return balanced_design(self.pool_size, min(self.initial, remaining), self.rng)
+            return self._randomise(self.pool_size, min(self.initial, remaining))
         k = min(self.batch, remaining)
         free = [j for j in range(self.pool_size) if j not in self._frozen]
         if self.calls - 1 - len(free) < self.min_dof:  # main-effects model not identified yet
             out = np.zeros((k, self.pool_size), dtype=bool)
-            out[:, free] = balanced_design(len(free), k, self.rng)
+            out[:, free] = self._randomise(len(free), k)
             return out
         labels = [e.label for e in self._result.docs]
         out = np.zeros((k, self.pool_size), dtype=bool)
@@ -402,7 +433,7 @@ class AdaptiveLabeler:
         if yes:
             out[:, yes] = self.rng.random((k, len(yes))) < self.p_yes
         if unc:
-            out[:, unc] = balanced_design(len(unc), k, self.rng)
+            out[:, unc] = self._randomise(len(unc), k)
         # targeted part: split the batch among uncertain candidates; in a target's rows every other candidate
         # is set (with probability `p_context`) to the state its estimated interaction with the target favours
         # (present for a positive = AND-type interaction, absent for a negative = OR-type one)
@@ -423,6 +454,54 @@ class AdaptiveLabeler:
                     out[rows[fix], j] = est > 0
         return out
 
+    def _randomise(self, n_docs: int, n_trials: int) -> np.ndarray:
+        if self.p_levels == (0.5,):
+            return balanced_design(n_docs, n_trials, self.rng)
+        return mixed_design(n_docs, n_trials, self.p_levels, self.rng)
+
+    def _prefer(self, x: np.ndarray, y: np.ndarray) -> list[int]:
+        """Current ``YES`` documents, then the others ranked by their largest difference of means (t-statistic)
+        in the trials that contain every ``YES`` document or lack one of them: a multi-hop partner of the ``YES``
+        documents shows its full effect in the former, the redundant partner of one in the latter, while the
+        average effect over all trials is diluted."""
+        if not self.prefer_context or self._result is None:
+            return []
+        yes = [j for j, e in enumerate(self._result.docs) if e.label == YES]
+        if not yes:
+            return []
+        contexts = [x[:, yes].all(axis=1)] + [~x[:, y] for y in yes]
+        best: dict[int, float] = {}
+        for rows in contexts:
+            xs, ys = x[rows], y[rows]
+            n = len(ys)
+            if n < 8:
+                continue
+            for j in range(self.pool_size):
+                if j in yes or j in self._frozen:
+                    continue
+                inc = xs[:, j]
+                n1 = int(inc.sum())
+                if n1 < 2 or n - n1 < 2:
+                    continue
+                p1, p0 = ys[inc].mean(), ys[~inc].mean()
+                q1, q0 = (ys[inc].sum() + 1) / (n1 + 2), (ys[~inc].sum() + 1) / (n - n1 + 2)
+                t = (p1 - p0) / math.sqrt(q1 * (1 - q1) / n1 + q0 * (1 - q0) / (n - n1))
+                best[j] = max(best.get(j, -math.inf), t)
+        scored = [(t, j) for j, t in best.items() if t > self.prefer_z]
+        return list(yes) + [j for _, j in sorted(scored, reverse=True)]
+
+    def _screened_out(self, res: LabelingResult) -> set[int]:
+        """UNCERTAIN documents whose interval at the looser ``screen_alpha`` already lies below the threshold."""
+        if self.screen_alpha is None or self.calls < self.screen_after:
+            return set()
+        ratio = stats.norm.ppf(1 - self.screen_alpha / 2) / stats.norm.ppf(1 - self.alpha / 2)
+        out = set()
+        for j, e in enumerate(res.docs):
+            if e.label == UNCERTAIN and math.isfinite(e.delta_p) and math.isfinite(e.ci_high):
+                if e.delta_p + ratio * (e.ci_high - e.delta_p) < self.threshold:
+                    out.add(j)
+        return out
+
     def record(self, subsets, outcomes) -> LabelingResult:
         x, y = _arrays(subsets, outcomes)
         if x.shape[1] != self.pool_size:
@@ -431,10 +510,13 @@ class AdaptiveLabeler:
             raise ValueError(f"recording {len(y)} trials would exceed the budget of {self.budget}")
         self._x.append(x)
         self._y.append(y)
-        res = regression(np.vstack(self._x), np.concatenate(self._y), self.threshold, self.alpha,
+        xa, ya = np.vstack(self._x), np.concatenate(self._y)
+        res = regression(xa, ya, self.threshold, self.alpha,
                          interactions=True, max_candidates=self.max_candidates,
-                         interaction_z=self.interaction_z, doc_ids=self.doc_ids, frozen_no=sorted(self._frozen))
+                         interaction_z=self.interaction_z, doc_ids=self.doc_ids, frozen_no=sorted(self._frozen),
+                         prefer=self._prefer(xa, ya))
         self._frozen |= {j for j, e in enumerate(res.docs) if e.label == NO}
+        self._screened = self._screened_out(res) if res.yes() else set()
         self._result = replace(res, method="adaptive")
         self.history.append((self.calls, self._result))
         return self._result

@@ -1,0 +1,753 @@
+"""Causal retrieval (spec: shared/seeds/000): rank documents by how much they *cause* the answer to a query,
+not by how similar they are to it.
+
+Per candidate document D (query Q, answer A, answer model M, see `answer_model.py`):
+
+* **InformationContribution** (exactly the seed's formulas, entropies in bits from `M.estimate_entropy`):
+  base = H(A|Q), with_doc = H(A|Q,D), with_all = H(A|Q,R), with_doc_and_all = H(A|Q,R,D) for the
+  already-retrieved set R; mutualInformation = base - with_doc; informationGain = with_all -
+  with_doc_and_all; redundancy = mutualInformation - informationGain; uniqueContribution = informationGain;
+  entropyReduction = base - with_doc_and_all.
+* **CounterfactualImpact**: the answer with the whole candidate context C vs. without D (C \\ {D}).
+  Similarity of two answers = token F1 of their normalised forms (HotpotQA `token_f1`).
+  - wouldChangeAnswer: the answer without D differs, F1(answer(C), answer(C\\D)) < 0.9 (the seed's rule);
+  - changeProb = 1 - s, s = E_{a~M(C\\D)}[F1(a, answer(C))] / E_{a~M(C)}[F1(a, answer(C))] clipped to [0, 1]:
+    the relative loss of probability that the model still gives the current answer once D is removed
+    (it is the seed's 1 - similarity with the similarity taken in expectation over the answer
+    distribution; with a deterministic model it *is* 1 - similarity);
+  - changeType: complete_change (answer changes, F1 <= 0.2), partial_change (changes, 0.2 < F1 < 0.9),
+    confidence_change (same answer, changeProb >= 0.1), no_change;
+  - changeSeverity from changeProb: critical >= 0.75, significant >= 0.4, minor >= 0.1, else negligible.
+* **Causal chain** from the query to D over the entity/dependency graph (`graph.store.build_graph` frames,
+  `to_networkx`): entry nodes are graph nodes named by a query entity (`extract_entities` spans and code
+  identifiers), else the nodes whose own text covers the most query terms (>= 80% of the best). The chain
+  is the strongest of the (first 50) hop-shortest paths (undirected, community nodes excluded, at most `max_hops`
+  edges) from an entry to D's node. Entity nodes (no chunk) are folded into the link between the
+  documents around them. Relationship of a link, from the graph edge type (`EDGE_RELATIONSHIPS`):
+  calls->calls, defines->defines, inherits->implements, modifies/assigns/writes->modifies,
+  constrains/validates/type_of->constrains, imports/references/related/title_mention/other->contextualizes;
+  a `mentions` edge (a document mentioning an entity) is typed by what the document does with the entity
+  (`role_of`: a function definition -> implements, a class/interface/type/const definition -> defines, an
+  assignment -> modifies, a call -> calls, else contextualizes); the link from the query to a code node
+  is implements (function/method) or defines (class/module). Strength of a link = prior of the
+  relationship (`RELATIONSHIP_PRIOR`) x edge weight clipped to [0, 1] x `hop_decay` ** (link index +
+  entity hops folded into it); the chain's strength is the product of its links' undecayed strengths x
+  `hop_decay` ** (hops - 1). Evidence = the graph edge's evidence (source line or sentence).
+* **Cause findings** (`detect_causes`): documented rules that read the evidence for a cause in code; the
+  explanation is derived from them. Rule "missing type conversion": a name declared string-typed in any
+  context document (TypeScript `x: string` / `x: string | number`, Python `x: str`, or assigned from a
+  DOM/input source: `.value`, `.textContent`, `.innerText`, `.dataset.*`, `input(`, `prompt(`) is used as
+  an operand of `*`, `/`, `%` or `-` (or `+` next to one of those) without a parseFloat / parseInt /
+  Number / float / int / Decimal conversion around it: string arithmetic yields NaN (or concatenation).
+* **Combined score** = (w_ic * ic + w_cf * changeProb + w_chain * chainStrength) / (w_ic + w_cf + w_chain),
+  in [0, 1], with ic = max(mutualInformation, 0) / max(H(A|Q), largest mutualInformation of the
+  candidates) (the share of the answer's uncertainty D removes on its own).
+
+`CausalRetriever.retrieve` (the seed's algorithm): (1) query analysis (entities, intent); (2) candidates =
+the shortlist (`shortlist`: a `CascadeRetriever`, a callable `(query, n, within) -> [Hit]`, or BM25 over
+the index with a positive score) of `shortlist_size` documents, plus up to `graph_candidates` graph
+neighbours of them (`chunk_neighbors`, structural search); only these reach the answer model; (3) relevance
+per candidate with R = {} ; (4) rank by score; (5) diversity filter: walking down the ranking, the
+information gain of D given the documents kept above it is recomputed; D is dropped as redundant when that
+gain is ~0 (|gain| <= `diversity_threshold` bits) while D alone carried information (mutualInformation >
+threshold: what it knows, the documents above already said; a negative gain means D conflicts with them,
+which is not redundancy); in precision mode a document is also dropped when its gain is <= threshold
+(negative included) and removing it would not change the answer; (6) the `max_docs` best with score >=
+`min_relevance`, with explanations.
+
+Modes: balanced - the options as given; precision - min_relevance raised to >= 0.3, diversity threshold
+x5 and the stricter filter above; recall - min_relevance halved, shortlist and graph candidates doubled,
+diversity filter only for exact redundancy (gain <= 1e-9 bits).
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+import networkx as nx
+import pandas as pd
+
+from causal_assets.core.index.search import CorpusIndex, Hit
+from causal_assets.core.index.text import analyze
+from causal_assets.core.labeling.validators import normalize_answer, token_f1
+from causal_assets.core.retrievers.answer_model import (  # noqa: F401  (re-exported)
+    UNKNOWN, AnswerModel, ContextDoc, LexicalAnswerModel, LLMAnswerModel, entropy_bits, is_causal_query,
+    query_terms)
+from causal_assets.core.retrievers.entities import extract_entities
+
+Relationship = Literal["answers", "defines", "implements", "calls", "modifies", "constrains", "contextualizes"]
+RELATIONSHIPS = ("answers", "defines", "implements", "calls", "modifies", "constrains", "contextualizes")
+# How strongly a relationship transmits cause. A call executes the callee, so it carries behaviour further than
+# a definition or containment (a module "defines" all its functions); context is weakest.
+RELATIONSHIP_PRIOR = {"answers": 1.0, "implements": 1.0, "calls": 0.9, "modifies": 0.85, "defines": 0.8,
+                      "constrains": 0.75, "contextualizes": 0.5}
+MAX_PATHS = 50         # hop-shortest paths compared per entry node
+EDGE_RELATIONSHIPS = {"calls": "calls", "called_by": "calls", "defines": "defines", "defined_in": "defines",
+                      "inherits": "implements", "inherited_by": "implements", "modifies": "modifies",
+                      "assigns": "modifies", "writes": "modifies", "constrains": "constrains",
+                      "validates": "constrains", "type_of": "constrains", "imports": "contextualizes",
+                      "references": "contextualizes", "related": "contextualizes",
+                      "title_mention": "contextualizes", "answers": "answers"}
+SKIP_NODE_TYPES = frozenset({"community"})
+SIMILAR = 0.9          # answers with token F1 >= 0.9 are the same answer (seed: similarity < 0.9 = change)
+
+
+# --- Result types ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class InformationContribution:
+    mutual_information: float
+    information_gain: float
+    redundancy: float
+    unique_contribution: float
+    entropy_reduction: float
+    base_entropy: float = 0.0
+    with_doc_entropy: float = 0.0
+    with_all_entropy: float = 0.0
+    with_doc_and_all_entropy: float = 0.0
+
+
+@dataclass(frozen=True)
+class CounterfactualImpact:
+    would_change_answer: bool
+    change_prob: float
+    change_type: str       # complete_change | partial_change | confidence_change | no_change
+    change_severity: str   # critical | significant | minor | negligible
+    answer_with: str = ""
+    answer_without: str = ""
+    similarity: float = 1.0
+
+
+@dataclass(frozen=True)
+class CausalNode:
+    type: str              # query | concept | entity | document
+    id: str
+    label: str
+
+
+@dataclass(frozen=True)
+class CausalChainLink:
+    from_node: CausalNode
+    to_node: CausalNode
+    relationship: str
+    strength: float
+    evidence: str
+
+
+@dataclass(frozen=True)
+class CauseFinding:
+    kind: str              # e.g. "missing type conversion"
+    chunk_id: str
+    location: str          # path:line
+    line: int
+    code: str
+    detail: str
+    confidence: float
+
+
+@dataclass
+class CausalRelevance:
+    document: Hit
+    information_contribution: InformationContribution
+    counterfactual_impact: CounterfactualImpact
+    causal_chain: list[CausalChainLink]
+    chain_strength: float
+    relevance_score: float
+    confidence: float
+    findings: list[CauseFinding] = field(default_factory=list)
+
+
+@dataclass
+class RankedCausalDocument:
+    document: Hit
+    relevance: CausalRelevance
+    rank: int
+    explanation: str | None = None
+
+
+@dataclass
+class CausalRetrievalResult:
+    documents: list[RankedCausalDocument]
+    total_considered: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+
+@dataclass
+class RetrievalExplanation:
+    query: str
+    chunk_id: str
+    was_retrieved: bool
+    summary: str
+    reasons: list[str]
+    relevance: CausalRelevance | None = None
+
+
+@dataclass(frozen=True)
+class RelevanceWeights:
+    information_contribution: float = 0.35
+    counterfactual_impact: float = 0.4
+    causal_chain_strength: float = 0.25
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, float] | "RelevanceWeights" | None) -> "RelevanceWeights":
+        if m is None:
+            return cls()
+        if isinstance(m, RelevanceWeights):
+            return m
+        alias = {"informationContribution": "information_contribution",
+                 "counterfactualImpact": "counterfactual_impact", "causalChainStrength": "causal_chain_strength"}
+        kw = {alias.get(k, k): float(v) for k, v in m.items()}
+        unknown = set(kw) - {"information_contribution", "counterfactual_impact", "causal_chain_strength"}
+        if unknown:
+            raise ValueError(f"unknown weight(s) {sorted(unknown)}")
+        w = cls(**kw)
+        if min(w.information_contribution, w.counterfactual_impact, w.causal_chain_strength) < 0 or \
+                w.information_contribution + w.counterfactual_impact + w.causal_chain_strength <= 0:
+            raise ValueError("weights must be >= 0 with a positive sum")
+        return w
+
+
+@dataclass(frozen=True)
+class CausalRetrievalOptions:
+    max_docs: int = 10
+    min_relevance: float = 0.1
+    weights: RelevanceWeights | Mapping[str, float] = field(default_factory=RelevanceWeights)
+    include_explanations: bool = True
+    mode: str = "balanced"               # balanced | precision | recall (module docstring)
+    shortlist_size: int = 8              # documents the shortlist gives to the answer model
+    graph_candidates: int = 3            # graph neighbours of the shortlist added as candidates
+    diversity_threshold: float = 0.01    # bits
+    max_hops: int = 4
+    hop_decay: float = 0.8
+
+    def __post_init__(self):
+        if self.mode not in ("balanced", "precision", "recall"):
+            raise ValueError(f"mode must be balanced, precision or recall, got {self.mode!r}")
+        if self.max_docs < 1 or self.shortlist_size < 1 or self.graph_candidates < 0:
+            raise ValueError("max_docs and shortlist_size must be >= 1, graph_candidates >= 0")
+        object.__setattr__(self, "weights", RelevanceWeights.from_mapping(self.weights))
+
+    def effective(self) -> "CausalRetrievalOptions":
+        """The options after the mode's adjustments (module docstring)."""
+        if self.mode == "precision":
+            return replace(self, min_relevance=max(self.min_relevance, 0.3),
+                           diversity_threshold=self.diversity_threshold * 5)
+        if self.mode == "recall":
+            return replace(self, min_relevance=self.min_relevance / 2, shortlist_size=self.shortlist_size * 2,
+                           graph_candidates=self.graph_candidates * 2, diversity_threshold=1e-9)
+        return self
+
+
+# --- Cause rules ----------------------------------------------------------------------------------------------
+
+_STRING_DECL = [
+    (re.compile(r"\b(\w+)\??\s*:\s*(?:[\w\[\]<> ]+\|\s*)*string\b"), "declared `{}` as string"),      # TS
+    (re.compile(r"\b(\w+)\s*:\s*(?:Optional\[str\]|str\b)"), "annotated `{}` as str"),                 # Python
+    (re.compile(r"\b(\w+)\s*=\s*[\w.\[\]'\"]*\.(?:value|textContent|innerText|dataset\.\w+)\b"),
+     "assigned `{}` from a DOM text value"),
+    (re.compile(r"\b(\w+)\s*=\s*(?:input|prompt)\("), "assigned `{}` from user input"),
+]
+_CONVERSIONS = re.compile(r"(?:parseFloat|parseInt|Number|float|int|Decimal|toNumber)\s*\(\s*$")
+_OPERAND = r"((?:[A-Za-z_]\w*\.)*{name})\b(?!\s*\()"
+_COMMENT = re.compile(r"^\s*(?://|#|\*|/\*)")
+
+
+def _string_typed(docs: Sequence[ContextDoc]) -> dict[str, tuple[str, str]]:
+    """name -> (how it is string-typed, chunk id declaring it)."""
+    out: dict[str, tuple[str, str]] = {}
+    for d in docs:
+        for line in d.text.split("\n"):
+            if _COMMENT.match(line):
+                continue
+            for rx, how in _STRING_DECL:
+                for m in rx.finditer(line):
+                    name = m.group(1)
+                    if name not in out and not name[0].isdigit():
+                        out[name] = (how.format(line.strip()[:80]) if "{}" in how else how, d.chunk_id)
+    return out
+
+
+def detect_causes(docs: Sequence[ContextDoc]) -> list[CauseFinding]:
+    """Cause findings in `docs` (the rule is documented in the module docstring), in document/line order."""
+    typed = _string_typed(docs)
+    findings: list[CauseFinding] = []
+    if not typed:
+        return findings
+    for d in docs:
+        for i, line in enumerate(d.text.split("\n")):
+            if _COMMENT.match(line) or not re.search(r"[*/%-]", line):
+                continue
+            for name, (how, decl) in typed.items():
+                for m in re.finditer(_OPERAND.format(name=re.escape(name)), line):
+                    before, after = line[:m.start()], line[m.end():]
+                    if re.search(r"(?:\w+|\))\s*:\s*$", before) or re.match(r"\s*:", after):
+                        continue  # a declaration, not a use
+                    arith = re.match(r"\s*[*/%-](?![-=>])", after) or re.search(r"(?<![-=<])[*/%-]\s*$", before) \
+                        or ((re.match(r"\s*\+", after) or re.search(r"\+\s*$", before)) and re.search(r"[*/%]", line))
+                    if not arith or _CONVERSIONS.search(before):
+                        continue
+                    lineno = d.start_line + i if d.start_line else i + 1
+                    operand = m.group(1)
+                    findings.append(CauseFinding(
+                        kind="missing type conversion", chunk_id=d.chunk_id,
+                        location=f"{d.path or d.chunk_id}:{lineno}", line=lineno, code=line.strip(),
+                        detail=(f"missing type conversion: `{operand}` is string-typed ({how} in {decl}) and is "
+                                f"used in arithmetic without parseFloat/parseInt/Number conversion; string "
+                                f"arithmetic yields NaN (or concatenates)"),
+                        confidence=0.9))
+                    break
+    return findings
+
+
+# --- Relationship of a document to a name ---------------------------------------------------------------------
+
+def role_of(text: str, name: str) -> str:
+    """What `text` does with `name`: implements | defines | modifies | calls | contextualizes."""
+    n = re.escape(name)
+    if re.search(rf"\b(?:def|function|func|fn|fun|sub)\s+{n}\s*[(<]|\b(?:const|let|var)\s+{n}\s*=\s*(?:async\s*)?"
+                 rf"(?:\([^)]*\)|\w+)\s*=>|^\s*(?:public |private |static |async )*{n}\s*\([^)]*\)\s*(?::\s*[\w<>\[\]| ]+)?\s*\{{",
+                 text, re.M):
+        return "implements"
+    if re.search(rf"\b(?:class|interface|type|struct|enum|trait)\s+{n}\b|\b(?:const|let|var)\s+{n}\b", text):
+        return "defines"
+    if re.search(rf"(?<![=!<>])\b{n}\s*(?:[-+*/]?=(?!=)|\.push\(|\[[^\]]*\]\s*=(?!=))", text):
+        return "modifies"
+    if re.search(rf"\b{n}\s*\(", text):
+        return "calls"
+    return "contextualizes"
+
+
+# --- The retriever --------------------------------------------------------------------------------------------
+
+Shortlist = Callable[[str, int, Sequence[str] | None], list[Hit]]
+
+
+class CausalRetriever:
+    """Causal retrieval over a `CorpusIndex` (module docstring). Retriever protocol: `name = "causal"`."""
+
+    name = "causal"
+
+    def __init__(self, index: CorpusIndex, answer_model: AnswerModel,
+                 graph: tuple[pd.DataFrame, pd.DataFrame] | None = None, shortlist: Any = None,
+                 options: CausalRetrievalOptions | None = None):
+        self.index = index
+        self.answer_model = answer_model
+        self.options = options or CausalRetrievalOptions()
+        self._shortlist = self._make_shortlist(shortlist)
+        self.nodes, self.edges = graph if graph is not None else (None, None)
+        self._G: nx.Graph | None = None
+        self._node_of_chunk: dict[str, str] = {}
+        self._neighbors = None
+        if graph is not None:
+            self._prepare_graph(*graph)
+
+    # -- setup --
+    def _make_shortlist(self, shortlist) -> Shortlist:
+        if shortlist is None:
+            def bm25(query, n, within):
+                return [h for h in self.index.search(query, n, "bm25", list(within) if within else None)
+                        if h.score > 0]
+            return bm25
+        if hasattr(shortlist, "retrieve") and hasattr(shortlist, "config"):  # a CascadeRetriever
+            def cascade(query, n, within):
+                return list(shortlist.retrieve(query, max_documents=n, within=within).documents)
+            return cascade
+        if callable(shortlist):
+            return shortlist
+        raise TypeError("shortlist must be None, a CascadeRetriever or a callable (query, n, within) -> [Hit]")
+
+    def _prepare_graph(self, nodes: pd.DataFrame, edges: pd.DataFrame) -> None:
+        from causal_assets.core.graph.store import chunk_neighbors, to_networkx
+        M = to_networkx(nodes, edges)
+        G = nx.Graph()
+        for n, a in M.nodes(data=True):
+            if a.get("node_type") not in SKIP_NODE_TYPES:
+                G.add_node(n, **a)
+        for u, v, a in M.edges(data=True):
+            if u not in G or v not in G or u == v:
+                continue
+            cur = G.get_edge_data(u, v)
+            if cur is None or float(a["weight"]) > cur["weight"]:
+                G.add_edge(u, v, edge_type=a["edge_type"], weight=float(a["weight"]),
+                           evidence=str(a.get("evidence") or ""), source=u)
+        self._G = G
+        for nid, cid in zip(nodes["node_id"], nodes["chunk_id"]):
+            if cid and nid in G and cid not in self._node_of_chunk:
+                self._node_of_chunk[cid] = nid
+        self._neighbors = chunk_neighbors(nodes, edges)
+        # Node text for lexical entry matching: name, description and (for chunk nodes) the chunk text.
+        self._node_terms: dict[str, set[str]] = {}
+        for n, a in G.nodes(data=True):
+            text = f"{a.get('name', '')} {a.get('description', '')}"
+            cid = a.get("chunk_id") or ""
+            if cid and cid in self.index.position:
+                text += " " + self.index.text(cid)
+            self._node_terms[n] = set(analyze(text, True))
+
+    # -- documents --
+    def context_doc(self, chunk_id: str) -> ContextDoc:
+        row = self.index.chunks.iloc[self.index.position[chunk_id]]
+        return ContextDoc(chunk_id, str(row["text"]), str(row["title"]), str(row.get("path", "") or ""),
+                          int(row.get("start_line", 0) or 0))
+
+    def _hit(self, chunk_id: str, score: float = 0.0, rank: int = 0) -> Hit:
+        row = self.index.chunks.iloc[self.index.position[chunk_id]]
+        return Hit(chunk_id, float(score), rank, str(row["title"]), str(row["kind"]))
+
+    def candidates(self, query: str, opts: CausalRetrievalOptions, within: Sequence[str] | None = None) -> list[str]:
+        """Shortlist + graph neighbours (step 2 of the algorithm), in shortlist order."""
+        allowed = set(within) if within is not None else None
+        base = [h.chunk_id for h in self._shortlist(query, opts.shortlist_size, within)
+                if h.chunk_id in self.index.position][:opts.shortlist_size]
+        out = list(dict.fromkeys(base))
+        self._last_shortlist = [self._hit(c) for c in out]
+        if self._neighbors is not None and opts.graph_candidates:
+            extra: list[tuple[float, int, str]] = []
+            for i, cid in enumerate(base):
+                for nb, _, w in self._neighbors(cid):
+                    if nb in self.index.position and (allowed is None or nb in allowed) and nb not in out:
+                        extra.append((-w, i, nb))
+            for _, _, nb in sorted(extra):
+                if nb not in out:
+                    out.append(nb)
+                if len(out) >= len(base) + opts.graph_candidates:
+                    break
+        return out
+
+    # -- query analysis and chains --
+    def analyze_query(self, query: str) -> dict[str, Any]:
+        ents = extract_entities(query)
+        idents = [t for t in re.findall(r"[A-Za-z_][\w.]*", query)
+                  if "_" in t or "." in t.strip(".") or any(c.isupper() for c in t[1:])]
+        first = query.strip().split()[0].lower() if query.strip() else ""
+        intent = first if first in ("why", "how", "what", "which", "where", "when", "who", "is", "does") else "other"
+        return {"entities": list(dict.fromkeys(ents + idents)), "intent": intent,
+                "causal": is_causal_query(query), "terms": query_terms(query),
+                "expected_answer": "cause" if is_causal_query(query) else
+                ("behaviour" if intent in ("how", "what") else "fact")}
+
+    def _entries(self, query: str, entities: Sequence[str]) -> list[tuple[str, float, str]]:
+        """(node, match strength, matched name) of the graph nodes the query enters at."""
+        G = self._G
+        names = {e.casefold(): e for e in entities}
+        keys = {re.sub(r"\W+", " ", e.casefold()).strip(): e for e in entities}
+        out = []
+        for n, a in G.nodes(data=True):
+            nm = str(a.get("name", "")).casefold()
+            key = n.split(":", 1)[1] if n.startswith("entity:") else None
+            if nm in names or (key is not None and key in keys):
+                out.append((n, 1.0, names.get(nm) or keys.get(key)))
+        if out:
+            return out
+        q = set(query_terms(query))
+        if not q:
+            return []
+        cov = {n: len(q & t) / len(q) for n, t in self._node_terms.items()}
+        best = max(cov.values(), default=0.0)
+        if best <= 0:
+            return []
+        top = sorted((n for n, c in cov.items() if c >= 0.8 * best), key=lambda n: (-cov[n], n))[:3]
+        return [(n, cov[n], str(G.nodes[n].get("name", n))) for n in top]
+
+    def _cnode(self, n: str) -> CausalNode:
+        a = self._G.nodes[n]
+        if a.get("chunk_id"):
+            label = a["chunk_id"] if a.get("node_type") == "chunk" else (a.get("name") or a["chunk_id"])
+            return CausalNode("document", str(a["chunk_id"]), str(label))
+        return CausalNode("entity" if a.get("node_type") == "entity" else "concept", n, str(a.get("name", n)))
+
+    def _doc_text(self, n: str) -> str:
+        cid = self._G.nodes[n].get("chunk_id") or ""
+        return self.index.text(cid) if cid in self.index.position else ""
+
+    def causal_chain(self, query: str, chunk_id: str, max_hops: int = 4, hop_decay: float = 0.8,
+                     entities: Sequence[str] | None = None) -> tuple[list[CausalChainLink], float]:
+        """The strongest chain from the query to the document, and its strength (module docstring)."""
+        if self._G is None or chunk_id not in self._node_of_chunk:
+            return [], 0.0
+        target = self._node_of_chunk[chunk_id]
+        entities = self.analyze_query(query)["entities"] if entities is None else entities
+        best: tuple[list[CausalChainLink], float] = ([], 0.0)
+        for entry, match, matched in self._entries(query, entities):
+            try:
+                paths = list(itertools.islice(nx.all_shortest_paths(self._G, entry, target), MAX_PATHS))
+            except nx.NetworkXNoPath:
+                continue
+            for path in paths:
+                if len(path) - 1 > max_hops:
+                    break
+                links, strength = self._links(query, path, match, matched, hop_decay)
+                if strength > best[1]:
+                    best = (links, strength)
+        return best
+
+    def _links(self, query: str, path: list[str], match: float, matched: str, decay: float
+               ) -> tuple[list[CausalChainLink], float]:
+        G = self._G
+        qnode = CausalNode("query", "query", query)
+        links: list[CausalChainLink] = []
+        product, hops = 1.0, 0
+        prev, via, via_ev, pending_hops = qnode, [matched], [], 0
+        entry_is_doc = bool(G.nodes[path[0]].get("chunk_id"))
+        if entry_is_doc:
+            a = G.nodes[path[0]]
+            nt = a.get("node_type")
+            rel = "implements" if nt in ("function", "method") else "defines" if nt in ("class", "module") else \
+                role_of(self._doc_text(path[0]), matched) if matched else "contextualizes"
+            s = RELATIONSHIP_PRIOR[rel] * min(1.0, match)
+            links.append(CausalChainLink(qnode, self._cnode(path[0]), rel, s,
+                                         f"query terms match {a.get('name', path[0])}"))
+            product *= s
+            prev, via = self._cnode(path[0]), []
+        for u, v in zip(path, path[1:]):
+            e = G.edges[u, v]
+            pending_hops += 1
+            if not G.nodes[v].get("chunk_id"):           # an entity: fold into the next link
+                via.append(str(G.nodes[v].get("name", v)))
+                via_ev.append(e["evidence"])
+                continue
+            etype = e["edge_type"]
+            if etype == "mentions" and via:
+                rel = role_of(self._doc_text(v), via[-1])
+            else:
+                rel = EDGE_RELATIONSHIPS.get(etype, "contextualizes")
+            w = min(1.0, max(0.0, float(e["weight"])))
+            base = RELATIONSHIP_PRIOR[rel] * w
+            s = base * decay ** (len(links) + pending_hops - 1)
+            evidence = " | ".join(filter(None, via_ev + [e["evidence"]]))
+            if via and prev is qnode:
+                evidence = f"query names {via[0]}" + (f"; {evidence}" if evidence else "")
+            elif via:
+                evidence = f"via {', '.join(via)}: {evidence}"
+            links.append(CausalChainLink(prev, self._cnode(v), rel, s, evidence[:300]))
+            product *= base
+            hops += pending_hops
+            prev, via, via_ev, pending_hops = self._cnode(v), [], [], 0
+        total_hops = max(hops, 1)
+        return links, float(product * decay ** (total_hops - 1)) if links else 0.0
+
+    # -- relevance --
+    def _entropy(self, memo: dict, query: str, ids: Sequence[str]) -> float:
+        key = ("H", frozenset(ids))
+        if key not in memo:
+            memo[key] = float(self.answer_model.estimate_entropy(query, [self.context_doc(c) for c in ids]))
+        return memo[key]
+
+    def _answer(self, memo: dict, query: str, ids: Sequence[str]) -> str:
+        key = ("A", frozenset(ids))
+        if key not in memo:
+            memo[key] = self.answer_model.answer(query, [self.context_doc(c) for c in ids])
+        return memo[key]
+
+    def _dist(self, memo: dict, query: str, ids: Sequence[str]) -> dict[str, float]:
+        key = ("D", frozenset(ids))
+        if key not in memo:
+            memo[key] = self.answer_model.answer_distribution(query, [self.context_doc(c) for c in ids])
+        return memo[key]
+
+    def information_contribution(self, query: str, chunk_id: str, already: Sequence[str],
+                                 memo: dict | None = None) -> InformationContribution:
+        memo = {} if memo is None else memo
+        already = [c for c in already if c != chunk_id]
+        base = self._entropy(memo, query, [])
+        with_doc = self._entropy(memo, query, [chunk_id])
+        with_all = self._entropy(memo, query, already)
+        with_doc_all = self._entropy(memo, query, [*already, chunk_id])
+        mi, gain = base - with_doc, with_all - with_doc_all
+        return InformationContribution(mi, gain, mi - gain, gain, base - with_doc_all,
+                                       base, with_doc, with_all, with_doc_all)
+
+    def counterfactual_impact(self, query: str, chunk_id: str, context: Sequence[str],
+                              memo: dict | None = None) -> CounterfactualImpact:
+        memo = {} if memo is None else memo
+        full = list(dict.fromkeys([*context, chunk_id]))
+        without = [c for c in full if c != chunk_id]
+        cur, alt = self._answer(memo, query, full), self._answer(memo, query, without)
+        mode_sim = _f1(cur, alt)
+
+        def expected(ids):
+            return sum(p * _f1(a, cur) for a, p in self._dist(memo, query, ids).items())
+
+        e_with = expected(full)
+        sim = min(1.0, expected(without) / e_with) if e_with > 1e-12 else mode_sim
+        change_prob = float(min(1.0, max(0.0, 1.0 - sim)))
+        would = mode_sim < SIMILAR
+        if would:
+            ctype = "complete_change" if mode_sim <= 0.2 else "partial_change"
+        else:
+            ctype = "confidence_change" if change_prob >= 0.1 else "no_change"
+        sev = ("critical" if change_prob >= 0.75 else "significant" if change_prob >= 0.4
+               else "minor" if change_prob >= 0.1 else "negligible")
+        return CounterfactualImpact(would, change_prob, ctype, sev, cur, alt, float(mode_sim))
+
+    def assess_relevance(self, doc: Hit | str, query: str, context: Mapping[str, Any] | Sequence[str] | None = None,
+                         options: CausalRetrievalOptions | None = None, memo: dict | None = None) -> CausalRelevance:
+        """Causal relevance of one document. `context`: {"candidates": [...], "already_retrieved": [...],
+        "ic_scale": bits} or just the candidate chunk ids (the counterfactual context)."""
+        opts = (options or self.options).effective()
+        memo = {} if memo is None else memo
+        cid = doc.chunk_id if isinstance(doc, Hit) else str(doc)
+        ctx = context if isinstance(context, Mapping) else {"candidates": list(context or [])}
+        cands = list(dict.fromkeys([*ctx.get("candidates", []), cid]))
+        ic = self.information_contribution(query, cid, ctx.get("already_retrieved", []), memo)
+        cf = self.counterfactual_impact(query, cid, cands, memo)
+        chain, chain_s = self.causal_chain(query, cid, opts.max_hops, opts.hop_decay, ctx.get("entities"))
+        scale = max(ic.base_entropy, float(ctx.get("ic_scale", 0.0)), max(ic.mutual_information, 0.0), 1e-9)
+        ic_n = max(ic.mutual_information, 0.0) / scale
+        w = opts.weights
+        score = (w.information_contribution * ic_n + w.counterfactual_impact * cf.change_prob
+                 + w.causal_chain_strength * chain_s) / (
+            w.information_contribution + w.counterfactual_impact + w.causal_chain_strength)
+        findings = [f for f in ctx.get("findings", None) or
+                    detect_causes([self.context_doc(c) for c in cands]) if f.chunk_id == cid]
+        p_max = max(self._dist(memo, query, cands).values(), default=0.0)
+        confidence = float(min(1.0, p_max) * (1.0 if chain else 0.7))
+        hit = doc if isinstance(doc, Hit) else self._hit(cid)
+        return CausalRelevance(hit, ic, cf, chain, float(chain_s), float(score), confidence, findings)
+
+    # -- retrieval --
+    def retrieve(self, query: str, options: CausalRetrievalOptions | None = None,
+                 within: Sequence[str] | None = None) -> CausalRetrievalResult:
+        if not query or not query.strip():
+            raise ValueError("query is empty")
+        given = options or self.options
+        opts = given.effective()
+        qa = self.analyze_query(query)
+        cands = self.candidates(query, opts, within)
+        memo: dict = {}
+        docs = [self.context_doc(c) for c in cands]
+        findings = detect_causes(docs) if qa["causal"] else []
+        # ic scale: the largest single-document entropy reduction among the candidates
+        base = self._entropy(memo, query, [])
+        scale = max([base] + [base - self._entropy(memo, query, [c]) for c in cands])
+        ctx = {"candidates": cands, "already_retrieved": [], "ic_scale": scale, "entities": qa["entities"],
+               "findings": findings}
+        rel = {c: self.assess_relevance(self._hit(c), query, ctx, given, memo) for c in cands}
+        order = sorted(cands, key=lambda c: (-rel[c].relevance_score, cands.index(c)))
+
+        kept: list[str] = []
+        filtered: list[dict] = []
+        for c in order:
+            r = rel[c]
+            if r.relevance_score < opts.min_relevance:
+                filtered.append({"chunk_id": c, "reason": "below_min_relevance", "score": r.relevance_score})
+                continue
+            if kept:
+                ic = self.information_contribution(query, c, kept, memo)
+                r.information_contribution = ic
+                th = opts.diversity_threshold
+                redundant = abs(ic.information_gain) <= th and ic.mutual_information > th
+                if opts.mode == "precision" and ic.information_gain <= th and not r.counterfactual_impact.would_change_answer:
+                    redundant = True
+                if redundant:
+                    filtered.append({"chunk_id": c, "reason": "redundant", "score": r.relevance_score,
+                                     "information_gain": ic.information_gain, "redundancy": ic.redundancy})
+                    continue
+            kept.append(c)
+            if len(kept) >= opts.max_docs:
+                break
+        ranked = []
+        for i, c in enumerate(kept):
+            r = rel[c]
+            hit = self._hit(c, r.relevance_score, i + 1)
+            r.document = hit
+            ranked.append(RankedCausalDocument(hit, r, i + 1, self._explain(r, i + 1) if opts.include_explanations
+                                               else None))
+        complete = 1.0 - (self._entropy(memo, query, kept) / base) if base > 0 else 0.0
+        metadata = {"queryAnalysis": qa, "retrievalStrategy": (
+            f"causal/{opts.mode}: shortlist={opts.shortlist_size} (+{opts.graph_candidates} graph), "
+            f"diversity_threshold={opts.diversity_threshold:g} bits, min_relevance={opts.min_relevance:g}"),
+            "confidenceInCompleteness": float(min(1.0, max(0.0, complete))),
+            "candidates": cands, "shortlist": self._last_shortlist, "filtered": filtered, "findings": [f.__dict__ for f in findings],
+            "answer": self._answer(memo, query, cands), "effective_options": opts,
+            "relevance": {c: rel[c] for c in cands}}
+        return CausalRetrievalResult(ranked, len(cands), metadata)
+
+    def retrieve_many(self, queries: list[str], k: int, within: list[list[str]] | None = None) -> list[list[Hit]]:
+        """Retriever protocol: the causal ranking cut at k, padded (ranks continue) with the rest of the
+        candidates in shortlist order, then BM25 order, so metrics@k compare with other retrievers."""
+        out = []
+        for i, q in enumerate(queries):
+            w = within[i] if within else None
+            res = self.retrieve(q, replace(self.options, max_docs=max(1, k)), within=w)
+            hits = [d.document for d in res.documents][:k]
+            seen = {h.chunk_id for h in hits}
+            pad = list(res.metadata["candidates"]) + [h.chunk_id for h in self.index.search(q, k + len(seen), "bm25", w)]
+            for cid in pad:
+                if len(hits) >= k:
+                    break
+                if cid not in seen:
+                    seen.add(cid)
+                    hits.append(self._hit(cid, 0.0, len(hits) + 1))
+            out.append(hits)
+        return out
+
+    # -- explanations --
+    def _explain(self, r: CausalRelevance, rank: int | None) -> str:
+        cid = r.document.chunk_id
+        parts = [f"{cid}" + (f" ranked {rank}" if rank else "") + f" (causal relevance {r.relevance_score:.2f})."]
+        for f in r.findings:
+            parts.append(f"Cause at {f.location}: `{f.code}` - {f.detail}.")
+        cf = r.counterfactual_impact
+        if cf.would_change_answer:
+            parts.append(f"Removing it changes the answer ({cf.change_type.replace('_', ' ')}, {cf.change_severity}, "
+                         f"p={cf.change_prob:.2f}).")
+        elif cf.change_type == "confidence_change":
+            parts.append(f"Removing it keeps the answer but lowers confidence (p={cf.change_prob:.2f}).")
+        else:
+            parts.append("Removing it does not change the answer.")
+        ic = r.information_contribution
+        parts.append(f"It reduces answer entropy by {ic.mutual_information:.2f} bits on its own; "
+                     f"information gain {ic.information_gain:.2f} bits, redundancy {ic.redundancy:.2f} bits.")
+        if r.causal_chain:
+            chain = " -> ".join([r.causal_chain[0].from_node.label[:40]] +
+                                [f"[{l.relationship}] {l.to_node.label}" for l in r.causal_chain])
+            parts.append(f"Causal chain (strength {r.chain_strength:.2f}): {chain}.")
+        else:
+            parts.append("No graph chain links it to the query's entities.")
+        return " ".join(parts)
+
+    def explain_retrieval(self, query: str, doc: Hit | str, was_retrieved: bool | None = None,
+                          options: CausalRetrievalOptions | None = None) -> RetrievalExplanation:
+        """Why `doc` was (not) retrieved for `query`: re-runs retrieval and reads its decisions."""
+        cid = doc.chunk_id if isinstance(doc, Hit) else str(doc)
+        res = self.retrieve(query, options)
+        retrieved = {d.document.chunk_id: d for d in res.documents}
+        actual = cid in retrieved
+        reasons: list[str] = []
+        if was_retrieved is not None and was_retrieved != actual:
+            reasons.append(f"note: the caller says was_retrieved={was_retrieved}, this run says {actual}")
+        if actual:
+            d = retrieved[cid]
+            return RetrievalExplanation(query, cid, True, d.explanation or self._explain(d.relevance, d.rank),
+                                        reasons + [f"rank {d.rank} of {len(res.documents)}"], d.relevance)
+        rel = res.metadata["relevance"].get(cid)
+        if rel is None:
+            reasons.append("not a candidate: neither the shortlist nor the graph neighbours of it contain it")
+            summary = f"{cid} was not retrieved: it was never a candidate for this query."
+            return RetrievalExplanation(query, cid, False, summary, reasons, None)
+        why = next((f for f in res.metadata["filtered"] if f["chunk_id"] == cid), None)
+        if why and why["reason"] == "redundant":
+            reasons.append(f"redundant: information gain {why['information_gain']:.3f} bits given the higher-ranked "
+                           f"documents (redundancy {why['redundancy']:.3f} bits)")
+        elif why:
+            reasons.append(f"causal relevance {why['score']:.2f} below min_relevance "
+                           f"{res.metadata['effective_options'].min_relevance:.2f}")
+        else:
+            reasons.append(f"ranked below the max_docs={res.metadata['effective_options'].max_docs} cut")
+        summary = f"{cid} was not retrieved: {reasons[-1]}. " + self._explain(rel, None)
+        return RetrievalExplanation(query, cid, False, summary, reasons, rel)
+
+
+def _f1(a: str, b: str) -> float:
+    na, nb = normalize_answer(a), normalize_answer(b)
+    if not na and not nb:
+        return 1.0
+    if not na or not nb:
+        return 0.0
+    return float(token_f1(a, b).score)

@@ -1,0 +1,375 @@
+"""Causal retrieval (seed 000): Tier-0 and Tier-1 tests and the three BDD scenarios, on small code bases
+written from the scenarios' tables into tmp folders, loaded with `load_folder`, indexed with `build_index`
+(BM25 only) and graphed with `build_graph`.
+
+Every deterministic test uses `LexicalAnswerModel`, the weak extractive offline stand-in (not the LLM).
+One test (`test_live_llm_end_to_end`) runs `retrieve` end to end with the real local LLM server.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from causal_assets.core.corpus.chunk import chunks_to_frame
+from causal_assets.core.corpus.folder import load_folder
+from causal_assets.core.graph.store import build_graph
+from causal_assets.core.index.build import build_index
+from causal_assets.core.index.search import Hit
+from causal_assets.core.retrievers.base import Retriever
+from causal_assets.core.retrievers.causal import (
+    RELATIONSHIPS, CausalRetrievalOptions, CausalRetriever, ContextDoc, LexicalAnswerModel, LLMAnswerModel,
+    detect_causes, role_of)
+
+BUG_QUERY = "Why does calculateTotal return NaN?"
+CLICK_QUERY = "What happens when user clicks Submit?"
+TIMEOUT_QUERY = "What is the session timeout?"
+CART, ITEM, API = "src/cart.ts#1", "src/types/item.ts#0", "docs/api.md#0"
+
+
+def _cart_ts(convert: bool = False) -> str:
+    """src/cart.ts with calculateTotal's arithmetic at line 45 (the seed's src/cart.ts:45)."""
+    lines = ["import { Item } from './types/item';", "import { formatMoney } from './utils/math';", "",
+             "// Cart state and helpers for the checkout page.", "export const cart: Item[] = [];", ""]
+    lines += [f"// cart helper {i}: keeps the cart list in sync with the page." for i in range(7, 39)]
+    price = "parseFloat(item.price)" if convert else "item.price"
+    lines += ["", "export function calculateTotal(items: Item[]): number {",     # 39, 40
+              "  let total = 0;",                                                 # 41
+              "  // items come straight from the form; no input validation here",  # 42
+              "  for (const item of items) {",                                    # 43
+              "    const qty = item.quantity;",                                   # 44
+              f"    total = total + {price} * qty;",                              # 45
+              "  }", "  return total;", "}"]
+    return "\n".join(lines) + "\n"
+
+
+SHOP = {
+    "src/types/item.ts": "// Item of the cart, as read from the product form.\nexport interface Item {\n"
+                         "  name: string;\n  price: string | number;\n  quantity: number;\n}\n",
+    "docs/api.md": "# Cart API\n\n## calculateTotal\n\n`calculateTotal(items)` returns the total of the cart: the "
+                   "sum of price times quantity of every Item.\nCall calculateTotal after every change to the cart "
+                   "to refresh the total shown on the page.\n",
+    "src/utils/math.ts": "// Math helpers. NaN checks and rounding.\n"
+                         "export function isNaNValue(x: number): boolean { return Number.isNaN(x); }\n"
+                         "export function formatMoney(x: number): string { return isNaN(x) ? \"NaN\" : x.toFixed(2); }\n",
+    "src/tests/cart.test.ts": "import { calculateTotal } from '../cart';\n"
+                              "test('calculateTotal of an empty cart', () => { expect(calculateTotal([])).toBe(0); });\n",
+}
+
+UI = {
+    "app/form.py": '''def onClick(event):
+    """Handler of the Submit button: runs when the user clicks Submit."""
+    form = event.form
+    return validateForm(form)
+
+
+def validateForm(form):
+    """Check required fields, then send the form."""
+    if not form.get("email"):
+        return {"ok": False, "error": "email required"}
+    return submitAPI(form)
+
+
+def submitAPI(form):
+    """POST the form to the backend /api/submit endpoint and return the response."""
+    return {"ok": True, "status": 201, "payload": dict(form)}
+''',
+    "app/theme.py": '''def buttonColor(theme):
+    """Colour of buttons in the given theme."""
+    return "blue" if theme == "light" else "grey"
+''',
+}
+
+# Doc A and doc B carry the same information X (the timeout sentence); B has nothing else relevant.
+DOCS = {
+    "a.md": "# Notes\n\nThe session timeout is 30 minutes.\n",
+    "b.md": "# Defaults\n\nValues below are the defaults of the server.\nThe session timeout is 30 minutes.\n",
+    "c.md": "# Passwords\n\nPasswords are hashed with bcrypt before they are stored.\n",
+}
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return root
+
+
+def _retriever(root: Path, corpus: str, answer_model=None, **opts) -> CausalRetriever:
+    chunks, _ = load_folder(root, corpus)
+    frame = chunks_to_frame(chunks)
+    index = build_index(frame, corpus, split_identifiers=True, dense=False)
+    return CausalRetriever(index, answer_model or LexicalAnswerModel(), build_graph(frame),
+                           options=CausalRetrievalOptions(**opts))
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory) -> CausalRetriever:
+    root = _write(tmp_path_factory.mktemp("shop"), {**SHOP, "src/cart.ts": _cart_ts()})
+    return _retriever(root, "shop")
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory) -> CausalRetriever:
+    return _retriever(_write(tmp_path_factory.mktemp("ui"), UI), "ui")
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory) -> CausalRetriever:
+    return _retriever(_write(tmp_path_factory.mktemp("docs"), DOCS), "docs")
+
+
+@pytest.fixture(scope="module")
+def shop_result(shop):
+    return shop.retrieve(BUG_QUERY)
+
+
+# --- Tier 0 -------------------------------------------------------------------------------------------------
+
+def test_information_gain_positive(shop, ui):
+    ic = shop.information_contribution(BUG_QUERY, CART, already=[])
+    assert ic.information_gain > 0 and ic.mutual_information > 0
+    assert ic.base_entropy == pytest.approx(6.0)  # log2(64 unseen answers): no context, no evidence
+    # the seed's identities
+    assert ic.redundancy == pytest.approx(ic.mutual_information - ic.information_gain)
+    assert ic.unique_contribution == ic.information_gain
+    assert ic.entropy_reduction == pytest.approx(ic.base_entropy - ic.with_doc_and_all_entropy)
+    assert ui.information_contribution(CLICK_QUERY, "app.form.onClick", already=[]).information_gain > 0
+
+
+def test_information_gain_zero_for_redundant_doc(docs):
+    ic = docs.information_contribution(TIMEOUT_QUERY, "b.md#0", already=["a.md#0"])
+    assert ic.mutual_information > 0.5            # B alone is informative ...
+    assert ic.information_gain == pytest.approx(0.0, abs=1e-9)   # ... but adds nothing after A
+    assert ic.redundancy == pytest.approx(ic.mutual_information)
+
+
+def test_counterfactual_detected(shop):
+    cands = shop.candidates(BUG_QUERY, shop.options)
+    cf = shop.counterfactual_impact(BUG_QUERY, CART, cands)
+    assert cf.would_change_answer and cf.change_type == "complete_change" and cf.change_severity == "critical"
+    assert "item.price" in cf.answer_with and "item.price" not in cf.answer_without
+    symptom = shop.counterfactual_impact(BUG_QUERY, "src/utils/math.ts#0", cands)
+    assert not symptom.would_change_answer and symptom.change_type == "no_change" and symptom.change_prob == 0
+
+
+def test_causal_chain_built(shop):
+    links, strength = shop.causal_chain(BUG_QUERY, CART)
+    assert links and 0 < strength <= 1
+    assert links[0].from_node.type == "query" and links[-1].to_node.id == CART
+    for a, b in zip(links, links[1:]):
+        assert a.to_node == b.from_node
+    assert all(l.relationship in RELATIONSHIPS and 0 < l.strength <= 1 and l.evidence for l in links)
+    assert links[-1].relationship == "implements"      # cart.ts defines `function calculateTotal(`
+    assert "calculateTotal" in links[0].evidence
+
+
+def test_ranking_by_relevance(shop_result):
+    docs = shop_result.documents
+    assert len(docs) >= 3 and [d.rank for d in docs] == list(range(1, len(docs) + 1))
+    scores = [d.relevance.relevance_score for d in docs]
+    assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
+    assert [d.document.score for d in docs] == scores
+
+
+def test_diversity_filter_works(docs):
+    res = docs.retrieve(TIMEOUT_QUERY)
+    kept = [d.document.chunk_id for d in res.documents]
+    assert res.total_considered >= 2 and len(kept) < res.total_considered
+    assert kept == ["a.md#0"]       # B, ranked below A, says nothing A did not
+    dropped = [f for f in res.metadata["filtered"] if f["reason"] == "redundant"]
+    assert [f["chunk_id"] for f in dropped] == ["b.md#0"]
+    assert abs(dropped[0]["information_gain"]) <= 0.01
+    # without the filter (a negative threshold never holds) both stay
+    loose = docs.retrieve(TIMEOUT_QUERY, CausalRetrievalOptions(diversity_threshold=-1.0))
+    assert {"a.md#0", "b.md#0"} <= {d.document.chunk_id for d in loose.documents}
+
+
+# --- Tier 1 -------------------------------------------------------------------------------------------------
+
+def test_retrieves_cause_not_symptom(shop_result):
+    rel = shop_result.metadata["relevance"]
+    assert shop_result.documents[0].document.chunk_id == CART
+    for symptom in (API, "src/utils/math.ts#0", "src/tests/cart.test.ts#0"):
+        assert rel[CART].relevance_score > rel[symptom].relevance_score
+
+
+def test_handles_multi_file_cause(shop_result):
+    top3 = [d.document.chunk_id for d in shop_result.documents[:3]]
+    assert CART in top3 and ITEM in top3        # the arithmetic and the type that lets strings in
+    item = shop_result.metadata["relevance"][ITEM]
+    assert item.counterfactual_impact.would_change_answer   # without item.ts the string type is unknown
+    # item.ts shares no term with the query: it is a candidate through the graph (it defines Item)
+    assert ITEM in shop_result.metadata["candidates"]
+    assert ITEM not in [h.chunk_id for h in shop_result.metadata.get("shortlist", [])]
+
+
+def test_explains_retrieval(shop):
+    exp = shop.explain_retrieval(BUG_QUERY, CART, was_retrieved=True)
+    assert exp.was_retrieved and "src/cart.ts:45" in exp.summary and "missing type conversion" in exp.summary
+    assert "Causal chain" in exp.summary and "changes the answer" in exp.summary
+    not_kept = shop.explain_retrieval(BUG_QUERY, API, options=CausalRetrievalOptions(max_docs=2))
+    assert not not_kept.was_retrieved and not_kept.reasons and "not retrieved" in not_kept.summary
+    outsider = shop.explain_retrieval("Why does buttonColor fail?", CART)
+    assert not outsider.was_retrieved
+
+
+# --- BDD scenarios ------------------------------------------------------------------------------------------
+
+def test_bdd_finding_the_cause_of_a_bug(shop_result):
+    """Given the query and the codebase table (src/cart.ts missing parseFloat at line 45, docs/api.md
+    mentioning calculateTotal), src/cart.ts:45 is ranked higher than docs/api.md and the explanation
+    mentions "missing type conversion"."""
+    top = shop_result.documents[0]
+    assert top.document.chunk_id == CART
+    assert [(f.location, f.kind) for f in top.relevance.findings] == [("src/cart.ts:45", "missing type conversion")]
+    ranks = {d.document.chunk_id: d.rank for d in shop_result.documents}
+    assert ranks.get(API, 10**6) > ranks[CART]
+    assert "missing type conversion" in top.explanation
+
+
+def test_missing_type_conversion_rule_is_a_rule():
+    """The explanation comes from evidence: with parseFloat the rule does not fire, and it needs to know
+    that price is string-typed."""
+    item = ContextDoc(ITEM, SHOP["src/types/item.ts"], path="src/types/item.ts", start_line=1)
+    bad = ContextDoc("c", _cart_ts(), path="src/cart.ts", start_line=1)
+    good = ContextDoc("c", _cart_ts(convert=True), path="src/cart.ts", start_line=1)
+    assert [f.line for f in detect_causes([bad, item])] == [45]
+    assert detect_causes([good, item]) == []
+    assert detect_causes([bad]) == []             # nothing says price is a string
+    dom = ContextDoc("d", "const qty = input.value;\nconst total = price * qty;\n", path="d.js", start_line=1)
+    assert [f.code for f in detect_causes([dom])] == ["const total = price * qty;"]
+    py = ContextDoc("p", "def f(amount: str):\n    return amount * 1.2 + float(amount) / 2\n", start_line=1)
+    assert len(detect_causes([py])) == 1
+
+
+def test_bdd_avoiding_redundant_retrieval(docs):
+    """Given doc A with information X already retrieved and doc B also containing X, B has low information
+    gain due to redundancy and is filtered out or ranked lower."""
+    relevance = docs.assess_relevance("b.md#0", TIMEOUT_QUERY,
+                                      {"candidates": ["a.md#0", "b.md#0", "c.md#0"], "already_retrieved": ["a.md#0"]})
+    ic = relevance.information_contribution
+    assert ic.information_gain == pytest.approx(0.0, abs=1e-9) and ic.redundancy > 0.5
+    res = docs.retrieve(TIMEOUT_QUERY)
+    kept = [d.document.chunk_id for d in res.documents]
+    assert "a.md#0" in kept and "b.md#0" not in kept
+
+
+def test_bdd_building_causal_chains(ui):
+    """Query -> onClick handler (implements), onClick -> validateForm (calls), validateForm -> submitAPI (calls)."""
+    links, strength = ui.causal_chain(CLICK_QUERY, "app.form.submitAPI")
+    got = [(l.from_node.label if l.from_node.type != "query" else "Query", l.to_node.label, l.relationship)
+           for l in links]
+    assert got == [("Query", "onClick", "implements"), ("onClick", "validateForm", "calls"),
+                   ("validateForm", "submitAPI", "calls")]
+    assert [l.evidence for l in links[1:]] == ["L4: validateForm(...)", "L11: submitAPI(...)"]
+    assert links[0].strength > links[1].strength > links[2].strength > 0   # decays per hop
+    assert 0 < strength < 1
+    assert ui.causal_chain(CLICK_QUERY, "app.theme.buttonColor") == ([], 0.0)  # not connected to the click
+
+
+# --- Protocol, options, helpers ------------------------------------------------------------------------------
+
+def test_retriever_protocol_padding(shop):
+    assert shop.name == "causal" and callable(shop.retrieve_many)
+    _: Retriever = shop
+    [hits] = shop.retrieve_many([BUG_QUERY], k=6)
+    assert len(hits) == 6 and [h.rank for h in hits] == list(range(1, 7))
+    assert hits[0].chunk_id == CART and len({h.chunk_id for h in hits}) == 6
+    assert all(isinstance(h, Hit) for h in hits)
+    [within] = shop.retrieve_many([BUG_QUERY], k=3, within=[[API, "src/utils/math.ts#0"]])
+    assert {h.chunk_id for h in within} <= {API, "src/utils/math.ts#0"}
+
+
+def test_modes(shop):
+    bal = shop.retrieve(BUG_QUERY)
+    prec = shop.retrieve(BUG_QUERY, CausalRetrievalOptions(mode="precision"))
+    rec = shop.retrieve(BUG_QUERY, CausalRetrievalOptions(mode="recall"))
+    assert prec.metadata["effective_options"].min_relevance >= 0.3
+    assert all(d.relevance.relevance_score >= 0.3 for d in prec.documents)
+    assert {d.document.chunk_id for d in prec.documents} <= {d.document.chunk_id for d in bal.documents}
+    assert len(rec.documents) >= len(bal.documents) and prec.documents[0].document.chunk_id == CART
+    with pytest.raises(ValueError):
+        CausalRetrievalOptions(mode="greedy")
+    w = CausalRetrievalOptions(weights={"informationContribution": 0, "counterfactualImpact": 0,
+                                        "causalChainStrength": 1})
+    only_chain = shop.retrieve(BUG_QUERY, w)
+    assert all(d.relevance.relevance_score == pytest.approx(d.relevance.chain_strength) for d in only_chain.documents)
+
+
+def test_role_of():
+    assert role_of("export function calculateTotal(items) {", "calculateTotal") == "implements"
+    assert role_of("def onClick(event):", "onClick") == "implements"
+    assert role_of("export interface Item {", "Item") == "defines"
+    assert role_of("total += 1", "total") == "modifies"
+    assert role_of("x = calculateTotal(items)", "calculateTotal") == "calls"
+    assert role_of("See calculateTotal in the docs.", "calculateTotal") == "contextualizes"
+
+
+def test_lexical_model_is_deterministic_distribution(shop):
+    m = LexicalAnswerModel()
+    docs = [shop.context_doc(c) for c in (CART, ITEM)]
+    dist = m.answer_distribution(BUG_QUERY, docs)
+    assert sum(dist.values()) == pytest.approx(1.0) and dist == m.answer_distribution(BUG_QUERY, docs)
+    assert m.answer(BUG_QUERY, docs) == "total = total + item.price * qty;"
+    assert m.answer(BUG_QUERY, []) == "" and m.estimate_entropy(BUG_QUERY, []) == pytest.approx(6.0)
+
+
+class _FakeClient:
+    """Records calls; answers by sample index (to test clustering, not the model)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def chat(self, messages, sample_index=None, **params):
+        from causal_assets.core.llm.client import LLMResult
+        self.calls.append((sample_index, params))
+        text = ["The price is a string.", "the price is a STRING!", "parseFloat is missing", "x"][sample_index or 0]
+        return LLMResult(text, 1, 1, 0.0, False)
+
+
+def test_llm_answer_model_samples_and_clusters():
+    client = _FakeClient()
+    m = LLMAnswerModel(client, n_samples=4, temperature=0.7, max_tokens=48)
+    dist = m.answer_distribution("q", [ContextDoc("d", "text")])
+    assert dist == {"price is string": 0.5, "parsefloat is missing": 0.25, "x": 0.25}
+    assert [c[0] for c in client.calls] == [0, 1, 2, 3]
+    assert all(c[1] == {"temperature": 0.7, "max_tokens": 48} for c in client.calls)
+    assert m.estimate_entropy("q", []) == pytest.approx(1.5)
+    m.answer("q", [])
+    assert client.calls[-1] == (None, {"temperature": 0.0, "max_tokens": 48})
+
+
+# --- Live: the real local LLM --------------------------------------------------------------------------------
+
+def test_live_llm_end_to_end(shop, tmp_path):
+    pytest.importorskip("llama_cpp")
+    from causal_assets.core.llm import CallCache, LLMClient, LocalLlamaServer
+    from causal_assets.core.llm.errors import LocalServerError
+    t0 = time.monotonic()
+    try:
+        server = LocalLlamaServer(n_threads=1, n_ctx=2048, log_path=tmp_path / "server.log", startup_timeout_s=55)
+    except LocalServerError as e:
+        pytest.skip(f"no local model: {e}")
+    with server as srv, CallCache(tmp_path / "calls.sqlite") as cache, \
+            LLMClient(srv.base_url, srv.alias, cache=cache, timeout_s=45, max_retries=1) as client:
+        model = LLMAnswerModel(client, n_samples=2, temperature=0.7, max_tokens=24, max_doc_chars=400)
+        retriever = CausalRetriever(shop.index, model, (shop.nodes, shop.edges),
+                                    options=CausalRetrievalOptions(shortlist_size=2, graph_candidates=1, max_docs=3))
+        res = retriever.retrieve(BUG_QUERY)
+        assert 1 <= res.total_considered <= 3 and res.documents
+        assert all(0 <= d.relevance.relevance_score <= 1 and d.explanation for d in res.documents)
+        for d in res.documents:
+            ic = d.relevance.information_contribution
+            assert ic.redundancy == pytest.approx(ic.mutual_information - ic.information_gain)
+            assert 0 <= ic.base_entropy <= 1.0 + 1e-9     # two samples: at most 1 bit
+        calls = cache.stats()["calls"]
+        assert calls > 0
+        again = retriever.retrieve(BUG_QUERY)            # everything from the cache now
+        assert cache.stats()["calls"] == calls
+        assert [d.document.chunk_id for d in again.documents] == [d.document.chunk_id for d in res.documents]
+    elapsed = time.monotonic() - t0
+    print(f"\nlive causal retrieval: {calls} LLM calls, {elapsed:.1f}s, answer={res.metadata['answer']!r}, "
+          f"ranking={[d.document.chunk_id for d in res.documents]}")
+    assert elapsed < 120
