@@ -91,7 +91,8 @@ class EmptyResponseError(LLMInfrastructureError):
         super().__init__(message, attempts=0, kind="empty")
 
 
-_ROLE_PREFIX = re.compile(r"^\s*(?:<\|im_start\|>\s*)?(?:assistant|system|user|ai|bot)\s*(?::|\n)\s*",
+# "assistant:" / "User: " prefixes, or a first line that is only a role name (left by "<|im_start|>assistant\n")
+_ROLE_PREFIX = re.compile(r"^\s*(?:(?:assistant|system|user)\s*:|(?:assistant|system|user)[ \t]*\n)\s*",
                           re.IGNORECASE)
 _SPECIAL = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end)\|>")
 _FENCE = re.compile(r"^\s*```[\w-]*\s*\n(.*?)\n?```\s*$", re.DOTALL)
