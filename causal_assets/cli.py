@@ -43,6 +43,28 @@ def _catalog(args: argparse.Namespace) -> int:
     return 1 if "deferred" in status.values() else 0
 
 
+def _ask(args: argparse.Namespace) -> int:
+    """Submit a query and run retrieval + causal search for it now, in this process (runs show up in the UI
+    when DAGSTER_HOME is the one `dagster dev` uses)."""
+    from dagster import DagsterInstance
+
+    from causal_assets.core.causal_search import inbox
+    from causal_assets.definitions import defs
+    from causal_assets.defs.search import QUERIES_DIR, query_partitions
+
+    qid = inbox.submit(QUERIES_DIR, args.query, args.corpus)
+    instance = DagsterInstance.get()
+    instance.add_dynamic_partitions(query_partitions.name, [qid])
+    result = defs.resolve_job_def("search_job").execute_in_process(partition_key=qid, instance=instance)
+    if not result.success:
+        print(f"causal-assets: search run for {qid} failed; see the run {result.run_id} in the UI", file=sys.stderr)
+        return 1
+    row = read_parquet(asset_path(args.base_path, "causal_search", qid)).iloc[0]
+    print(row["response"])
+    print(f"\nquery id {qid}; report: {row['report_path']}; network data: {row['network_data_path']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="causal-assets", description=__doc__)
     parser.add_argument("--base-path", default=DEFAULT_BASE, help="Parquet base path or fsspec URL")
@@ -57,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("-k", type=int, default=10)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_search)
+
+    a = sub.add_parser("ask", help="causal search (seed 004) for a question, as a new `queries` partition")
+    a.add_argument("query")
+    a.add_argument("--corpus", default="hotpotqa", help="a corpus with a text entity graph")
+    a.set_defaults(func=_ask)
 
     c = sub.add_parser("catalog", help="(re)create the DuckDB views over every materialized asset")
     c.add_argument("--catalog-path", default=DEFAULT_CATALOG)

@@ -3,7 +3,7 @@ import os
 
 from dagster import AssetSelection, Definitions, EnvVar, define_asset_job
 
-from causal_assets.defs import automation, corpus, evaluation, graph, labels
+from causal_assets.defs import automation, corpus, evaluation, graph, labels, search
 from causal_assets.resources import LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
 
 storage = Storage()
@@ -22,10 +22,12 @@ evaluation_job = define_asset_job("evaluation_job", selection=AssetSelection.gro
 
 defs = Definitions(
     assets=[corpus.corpus_chunks, corpus.corpus_embeddings, corpus.sparse_index, graph.entity_graph,
-            labels.candidate_pools, labels.mc_trials, labels.mc_labels, evaluation.evaluation_report],
-    jobs=[automation.corpus_index_job, automation.labels_and_evaluation_job, default_lineage_job, evaluation_job],
+            labels.candidate_pools, labels.mc_trials, labels.mc_labels, evaluation.evaluation_report,
+            search.retrieval_results, search.causal_search],
+    jobs=[automation.corpus_index_job, automation.labels_and_evaluation_job, default_lineage_job, evaluation_job,
+          search.search_job],
     schedules=[automation.nightly_labels_and_evaluation],
-    sensors=[automation.corpus_change_sensor, automation.automation_sensor],
+    sensors=[automation.corpus_change_sensor, automation.automation_sensor, search.queries_inbox_sensor],
     resources={"storage": storage, "corpus_registry": CorpusRegistry(),
                "benchmark_registry": BenchmarkRegistry(),
                "llm": llm, "io_manager": ParquetIOManagerFactory(storage=storage)},

@@ -128,12 +128,18 @@ def test_adaptive_respects_budget():
 
 def test_adaptive_stops_early_when_settled():
     sc = Scenario(10, ((4,),), base_rate=0.0, noise=0.05)
-    lab = run_adaptive(sc, 3000, np.random.default_rng(8))
+    # strict stop (no screening): every label settled by its 95% CI
+    lab = run_adaptive(sc, 3000, np.random.default_rng(8), screen_alpha=None)
     res = lab.labels()
     assert lab.calls < 3000
     assert not res.uncertain()
     assert res.yes() == [4]
     assert len(lab.history) >= 2
+    # default: stops once a YES exists and every undecided document is screened out (loose CI below threshold)
+    lab = run_adaptive(sc, 3000, np.random.default_rng(8))
+    res = lab.labels()
+    assert lab.done and lab.calls < 3000 and res.yes() == [4]
+    assert all(d.delta_p < 0.1 for d in res.docs if d.label == UNCERTAIN)
 
 
 def test_simulate_curves_improve_with_calls():
@@ -142,3 +148,53 @@ def test_simulate_curves_improve_with_calls():
     assert rows[0]["mean_calls"] <= 32 and rows[1]["mean_calls"] <= 160
     assert rows[1]["mean_f1"] >= rows[0]["mean_f1"]
     assert label_f1([1, 2], [1]) == pytest.approx(2 / 3)
+
+
+def test_mixed_design_levels():
+    from causal_assets.core.labeling.design import mixed_design
+    rng = np.random.default_rng(9)
+    x = mixed_design(30, 400, (0.25, 0.75), rng)
+    assert x.shape == (400, 30) and x.dtype == bool
+    share = x.mean(axis=1)
+    assert (share > 0.5).sum() == pytest.approx(200, abs=20)        # half the rows high-inclusion
+    assert abs(x.mean() - 0.5) < 0.03
+    with pytest.raises(ValueError):
+        mixed_design(3, 4, (1.5,), rng)
+
+
+def test_regression_prefer_puts_documents_into_candidates():
+    sc = Scenario(12, ((2,), (5,), (8,)), kind="and", base_rate=0.05, noise=0.05)
+    rng = np.random.default_rng(10)
+    x = balanced_design(12, 64, rng)
+    y = sc.solve(x, rng)
+    res = regression(x, y, threshold=0.1, max_candidates=3, prefer=[11, 8])
+    assert res.extra["candidates"][:2] == [11, 8]
+    assert regression(x, y, threshold=0.1).labels() == regression(x, y, threshold=0.1, prefer=()).labels()
+
+
+def test_adaptive_beats_naive_at_equal_budget_on_and_pair():
+    """Fixed seeds: a two-hop question (both documents needed) in a pool of 20, budget 128; the seed's naive
+    rule gets exactly as many solver calls as the adaptive labeler used."""
+    sc = Scenario(20, ((3,), (11,)), kind="and", base_rate=0.2, noise=0.15)
+    f_ad, f_nv = [], []
+    for rep in range(6):
+        lab = run_adaptive(sc, 128, np.random.default_rng([11, rep]))
+        f_ad.append(label_f1(lab.labels().yes(), sc.relevant))
+        rng = np.random.default_rng([12, rep])
+        x = bernoulli_design(20, lab.calls, 0.5, rng)
+        f_nv.append(label_f1(naive(x, sc.solve(x, rng)).yes(), sc.relevant))
+    assert np.mean(f_ad) >= np.mean(f_nv) + 0.2
+    assert np.mean(f_ad) >= 0.9
+
+
+def test_adaptive_screening_stop_needs_a_yes():
+    # pure noise: nothing is relevant, so the screening stop never fires and the labeler spends its budget
+    sc = Scenario(12, (), base_rate=0.3, noise=0.0)
+    lab = run_adaptive(sc, 160, np.random.default_rng(13))
+    assert lab.calls == 160 or not lab.labels().uncertain()
+    # a settled YES lets the loose screen stop the labeler before the strict CIs exclude the rest
+    sc = Scenario(20, ((7,),), base_rate=0.0, noise=0.05)
+    lab = run_adaptive(sc, 2000, np.random.default_rng(14))
+    assert lab.labels().yes() == [7] and lab.calls < 400
+    strict = run_adaptive(sc, 2000, np.random.default_rng(14), screen_alpha=None)
+    assert strict.calls >= lab.calls

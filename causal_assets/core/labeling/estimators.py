@@ -374,14 +374,28 @@ class AdaptiveLabeler:
     ``YES`` documents with probability ``p_yes`` and randomises the ``UNCERTAIN`` ones (balanced). Labels come
     from :func:`regression` (context effects) on every trial so far. Never proposes more than ``budget``
     trials in total.
+
+    Screen-then-confirm (defaults tuned on the planted-truth benchmark, ``benchmarks/mc_simulation.py``):
+
+    * interaction candidates (``max_candidates``, default 4) are the current ``YES`` documents first, then the
+      documents with the largest effect in the trials where every ``YES`` document is present or one is absent
+      (``prefer_context``/``prefer_z``): that is where a multi-hop or redundant partner of a found document shows
+      its full effect; interactions count at ``|t| > interaction_z`` (1.5; only for choosing the context);
+    * stopping: besides "nothing ``UNCERTAIN``", the labeler stops once some document is ``YES`` and every
+      remaining ``UNCERTAIN`` document's interval at the looser ``screen_alpha`` (0.6, i.e. a 40% interval) lies
+      below the threshold, from ``screen_after`` calls on (``screen_alpha=None`` disables this). Such documents
+      stay ``UNCERTAIN`` in :meth:`labels` (never ``YES``); ``NO`` still needs the full ``1 - alpha`` interval;
+    * ``p_levels`` / ``search_levels``: optional mixed inclusion probabilities (see :func:`.design.mixed_design`)
+      for all randomised documents / for the undecided ones while nothing is ``YES``; off by default (they did
+      not help on the benchmark).
     """
 
     def __init__(self, pool_size: int, threshold: float = 0.1, budget: int = 256, batch: int = 16,
                  initial: int | None = None, alpha: float = 0.05, p_yes: float = 0.75, max_candidates: int = 4,
-                 interaction_z: float = 2.0, min_dof: int = 8, p_context: float = 0.8, rng=None,
+                 interaction_z: float = 1.5, min_dof: int = 8, p_context: float = 0.8, rng=None,
                  doc_ids: Sequence | None = None, p_levels: Sequence[float] = (0.5,),
-                 screen_alpha: float | None = None, screen_after: int = 64, prefer_context: bool = True,
-                 prefer_z: float = 1.0):
+                 screen_alpha: float | None = 0.6, screen_after: int = 96, prefer_context: bool = True,
+                 prefer_z: float = 2.0, search_levels: Sequence[float] = ()):
         if pool_size < 1 or budget < 1 or batch < 1:
             raise ValueError("pool_size, budget and batch must be positive")
         self.pool_size, self.threshold, self.budget, self.batch = int(pool_size), threshold, int(budget), int(batch)
@@ -392,6 +406,7 @@ class AdaptiveLabeler:
         self.p_levels = tuple(float(p) for p in p_levels)
         self.screen_alpha, self.screen_after = screen_alpha, int(screen_after)
         self.prefer_context, self.prefer_z = bool(prefer_context), float(prefer_z)
+        self.search_levels = tuple(float(p) for p in search_levels)
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         self.doc_ids = _ids(doc_ids, self.pool_size)
         self._x: list[np.ndarray] = []
@@ -433,7 +448,12 @@ class AdaptiveLabeler:
         if yes:
             out[:, yes] = self.rng.random((k, len(yes))) < self.p_yes
         if unc:
-            out[:, unc] = self._randomise(len(unc), k)
+            if not yes and self.search_levels:
+                # nothing found yet: alternate high- and low-inclusion rows so that a multi-hop set is complete
+                # (or a redundant set empty) more often than under p = 1/2
+                out[:, unc] = mixed_design(len(unc), k, self.search_levels, self.rng)
+            else:
+                out[:, unc] = self._randomise(len(unc), k)
         # targeted part: split the batch among uncertain candidates; in a target's rows every other candidate
         # is set (with probability `p_context`) to the state its estimated interaction with the target favours
         # (present for a positive = AND-type interaction, absent for a negative = OR-type one)

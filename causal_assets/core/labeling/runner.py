@@ -97,7 +97,8 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
             # naive: retry only the errored subsets, once per batch
             failed = [row for row, res in zip(subsets, results) if isinstance(res, BaseException)]
             pending = np.array(failed, dtype=bool).reshape(-1, len(pool))
-    out.result = estimate(out.trials, doc_ids, config)
+    # The online labeler's own final labels (its interaction candidates follow what it has found so far).
+    out.result = labeler.labels() if labeler else estimate(out.trials, doc_ids, config)
     return out
 
 
@@ -107,4 +108,7 @@ def estimate(trials: list[dict], doc_ids: list[str], config: MCConfig, estimator
     y = np.array([float(t["success"]) for t in trials])
     if (estimator or config.estimator) == "naive":
         return naive(x, y, config.threshold, config.alpha, doc_ids=doc_ids)
-    return regression(x, y, config.threshold, config.alpha, interactions=True, doc_ids=doc_ids)
+    # Same model as AdaptiveLabeler's defaults, re-fitted on all trials (labels can differ slightly from the
+    # online labeler's last batch, which also prefers documents it had already found).
+    return regression(x, y, config.threshold, config.alpha, interactions=True, max_candidates=4, interaction_z=1.5,
+                      doc_ids=doc_ids)

@@ -10,8 +10,10 @@ and how much it reduces the answer's uncertainty (information contribution):
 
 Two implementations:
 
-`LLMAnswerModel` - the real model. Every call goes through the given (cached) `LLMClient`: `answer` is one
-greedy call (temperature 0); the distribution is `n_samples` independent samples at `temperature`, drawn with
+`LLMAnswerModel` - the real model. Every call goes through the given (cached) `LLMClient`. `answer` is the
+mode of the sampled distribution (the raw text of the first sample of the most frequent cluster), so it costs
+no call beyond the samples; `greedy_answer=True` makes it one extra greedy call (temperature 0) instead. The
+distribution is `n_samples` independent samples at `temperature`, drawn with
 `sample_index=i` (so they are distinct cache entries and re-runs are free), clustered by
 `normalize_answer` (HotpotQA normalisation: exact match after lower-casing, removing punctuation and
 articles). Entropy is the Shannon entropy in bits of the cluster frequencies (at most log2(n_samples)).
@@ -184,7 +186,7 @@ class LLMAnswerModel:
     """The answer model behind causal retrieval, on a cached `LLMClient` (see the module docstring)."""
 
     def __init__(self, client, n_samples: int = 4, temperature: float = 0.7, max_tokens: int = 48,
-                 max_doc_chars: int = 800):
+                 max_doc_chars: int = 800, greedy_answer: bool = False):
         if n_samples < 1:
             raise ValueError("n_samples must be >= 1")
         self.client = client
@@ -192,6 +194,7 @@ class LLMAnswerModel:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.max_doc_chars = max_doc_chars
+        self.greedy_answer = greedy_answer
 
     def messages(self, query: str, docs: Sequence[ContextDoc]) -> list[dict]:
         if docs:
@@ -202,8 +205,13 @@ class LLMAnswerModel:
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
     def answer(self, query: str, docs: Sequence[ContextDoc]) -> str:
-        res = self.client.chat(self.messages(query, docs), temperature=0.0, max_tokens=self.max_tokens)
-        return res.text.strip()
+        if self.greedy_answer:
+            res = self.client.chat(self.messages(query, docs), temperature=0.0, max_tokens=self.max_tokens)
+            return res.text.strip()
+        samples = self.samples(query, docs)
+        counts = Counter(normalize_answer(s) for s in samples)
+        best = min(counts, key=lambda k: (-counts[k], [normalize_answer(s) for s in samples].index(k)))
+        return next(s for s in samples if normalize_answer(s) == best)
 
     def samples(self, query: str, docs: Sequence[ContextDoc], n_samples: int | None = None) -> list[str]:
         n = n_samples or self.n_samples

@@ -53,7 +53,12 @@ gain is ~0 (|gain| <= `diversity_threshold` bits) while D alone carried informat
 threshold: what it knows, the documents above already said; a negative gain means D conflicts with them,
 which is not redundancy); in precision mode a document is also dropped when its gain is <= threshold
 (negative included) and removing it would not change the answer; (6) the `max_docs` best with score >=
-`min_relevance`, with explanations.
+`min_relevance`, with explanations. The ranking score uses the standalone contribution (R = {}); the
+informationContribution reported for a document at rank >= 2 is the one given the documents kept above it.
+
+Confidence (a heuristic, not calibrated): the probability of the answer model's most likely answer given all
+candidates, x0.7 when no graph chain reaches the document. `confidenceInCompleteness` = 1 - H(A|Q, kept) /
+H(A|Q): the share of the answer's uncertainty the returned documents remove.
 
 Modes: balanced - the options as given; precision - min_relevance raised to >= 0.3, diversity threshold
 x5 and the stricter filter above; recall - min_relevance halved, shortlist and graph candidates doubled,
@@ -343,6 +348,7 @@ class CausalRetriever:
         self._G: nx.Graph | None = None
         self._node_of_chunk: dict[str, str] = {}
         self._neighbors = None
+        self._last_shortlist: list[Hit] = []
         if graph is not None:
             self._prepare_graph(*graph)
 
@@ -532,22 +538,27 @@ class CausalRetriever:
         return links, float(product * decay ** (total_hops - 1)) if links else 0.0
 
     # -- relevance --
+    def _docs(self, ids: Sequence[str]) -> list[ContextDoc]:
+        """Context documents in a canonical (sorted) order: the same set always makes the same prompt, so
+        the LLM cache serves every repeat of it."""
+        return [self.context_doc(c) for c in sorted(set(ids))]
+
     def _entropy(self, memo: dict, query: str, ids: Sequence[str]) -> float:
         key = ("H", frozenset(ids))
         if key not in memo:
-            memo[key] = float(self.answer_model.estimate_entropy(query, [self.context_doc(c) for c in ids]))
+            memo[key] = float(self.answer_model.estimate_entropy(query, self._docs(ids)))
         return memo[key]
 
     def _answer(self, memo: dict, query: str, ids: Sequence[str]) -> str:
         key = ("A", frozenset(ids))
         if key not in memo:
-            memo[key] = self.answer_model.answer(query, [self.context_doc(c) for c in ids])
+            memo[key] = self.answer_model.answer(query, self._docs(ids))
         return memo[key]
 
     def _dist(self, memo: dict, query: str, ids: Sequence[str]) -> dict[str, float]:
         key = ("D", frozenset(ids))
         if key not in memo:
-            memo[key] = self.answer_model.answer_distribution(query, [self.context_doc(c) for c in ids])
+            memo[key] = self.answer_model.answer_distribution(query, self._docs(ids))
         return memo[key]
 
     def information_contribution(self, query: str, chunk_id: str, already: Sequence[str],
@@ -603,8 +614,10 @@ class CausalRetriever:
         score = (w.information_contribution * ic_n + w.counterfactual_impact * cf.change_prob
                  + w.causal_chain_strength * chain_s) / (
             w.information_contribution + w.counterfactual_impact + w.causal_chain_strength)
-        findings = [f for f in ctx.get("findings", None) or
-                    detect_causes([self.context_doc(c) for c in cands]) if f.chunk_id == cid]
+        found = ctx.get("findings")
+        if found is None:
+            found = detect_causes([self.context_doc(c) for c in cands]) if is_causal_query(query) else []
+        findings = [f for f in found if f.chunk_id == cid]
         p_max = max(self._dist(memo, query, cands).values(), default=0.0)
         confidence = float(min(1.0, p_max) * (1.0 if chain else 0.7))
         hit = doc if isinstance(doc, Hit) else self._hit(cid)

@@ -1,0 +1,118 @@
+"""On-demand retrieval and GraphRAG-style causal search (seed 004), one dynamic partition per submitted query.
+
+Submit a query with `causal-assets ask "..."`, by dropping a `.txt` file (first line = query; optional second line
+`corpus: NAME`) into `data/queries/inbox/` (the `queries_inbox_sensor` picks it up), or from the UI by adding a
+partition to `queries` whose key is an id from `data/queries/`.
+"""
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Config, DefaultSensorStatus, DynamicPartitionsDefinition, MetadataValue,
+                     Output, RunRequest, SensorEvaluationContext, SensorResult, asset, define_asset_job, sensor)
+
+from causal_assets.core.causal_search import inbox
+from causal_assets.core.causal_search.context import GraphContextBuilder
+from causal_assets.core.causal_search.search import CausalSearch, save_outputs
+from causal_assets.core.corpus.chunk import content_hash
+from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
+from causal_assets.core.index.search import CHUNKS, CorpusIndex
+from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.paths import PROJECT_ROOT
+from causal_assets.resources import LLM, Storage
+
+GROUP = "search"
+QUERIES_DIR = PROJECT_ROOT / "data" / "queries"
+query_partitions = DynamicPartitionsDefinition(name="queries")
+
+
+def _deps(*assets: str) -> list[AssetDep]:
+    # A query may read any corpus partition: lineage to all of them.
+    return [AssetDep(a, partition_mapping=AllPartitionMapping()) for a in assets]
+
+
+class SearchConfig(Config):
+    queries_dir: str = str(QUERIES_DIR)
+    retriever: str = "hybrid"
+    k: int = 10
+    network_max_tokens: int = 2000   # fits SmolLM2's 4k context with room for the report
+    max_tokens: int = 256            # completion tokens per LLM stage
+    n_ctx: int = 4096
+    response_type: str = "Multiple Paragraphs"
+
+
+@asset(partitions_def=query_partitions, group_name=GROUP, kinds={"parquet"}, deps=_deps(CHUNKS, "sparse_postings", "corpus_embeddings"))
+def retrieval_results(context: AssetExecutionContext, config: SearchConfig, storage: Storage) -> Output[pd.DataFrame]:
+    """Plain retrieval for one submitted query with the configured retriever."""
+    record = inbox.load(config.queries_dir, context.partition_key)
+    index = CorpusIndex.load(storage.base, record["corpus"])
+    hits = build_retriever(config.retriever, index).retrieve_many([record["query"]], config.k)[0]
+    frame = pd.DataFrame([{"query_id": record["query_id"], "query": record["query"], "corpus": record["corpus"],
+                           "retriever": config.retriever, "rank": h.rank, "chunk_id": h.chunk_id, "score": h.score,
+                           "title": h.title} for h in hits])
+    table = "\n".join(f"{h.rank}. `{h.chunk_id}` {h.title} ({h.score:.3f})" for h in hits)
+    return Output(frame, metadata={"query": record["query"], "results": MetadataValue.md(table)})
+
+
+@asset(partitions_def=query_partitions, group_name=GROUP, kinds={"openai", "parquet"}, pool="llm",
+       deps=_deps(CHUNKS, "graph_nodes", "graph_edges"))
+def causal_search(context: AssetExecutionContext, config: SearchConfig, storage: Storage, llm: LLM) -> Output[pd.DataFrame]:
+    """Seed 004's two LLM stages over the entity graph's budgeted context; writes the network data and the report."""
+    record = inbox.load(config.queries_dir, context.partition_key)
+    corpus = record["corpus"]
+    nodes = read_parquet(asset_path(storage.base, "graph_nodes", corpus))
+    edges = read_parquet(asset_path(storage.base, "graph_edges", corpus))
+    chunks = read_parquet(asset_path(storage.base, CHUNKS, corpus))
+    embedder = Embedder()
+    cache = EmbeddingCache(storage.cache_dir("embeddings"), DEFAULT_MODEL)
+
+    def embed(texts: list[str]):  # entity descriptions are embedded once, then served from the cache
+        return embed_incremental(texts, [content_hash(t) for t in texts], embedder, cache, f"{corpus}_entities")[0]
+
+    t0 = time.perf_counter()
+    builder = GraphContextBuilder(nodes, edges, chunks, embed=embed, embed_query=embedder.encode_queries)
+    search = CausalSearch(llm.client, builder, response_type=config.response_type, max_tokens=config.max_tokens,
+                          n_ctx=config.n_ctx, network_max_tokens=config.network_max_tokens)
+    result = search.search(record["query"])
+    result.query_id = record["query_id"]  # the submitted id names the outputs and the partition
+    paths = save_outputs(result, storage.reports_path / "causal_search")
+    meta = result.metadata()
+    seconds = round(time.perf_counter() - t0, 1)
+    row = {"query_id": record["query_id"], "query": record["query"], "corpus": corpus, "response": result.response,
+           "report_path": str(paths["report"]), "network_data_path": str(paths["network_data"]),
+           "seconds": seconds, **{f"n_{k}": v for k, v in meta["counts"].items()},
+           **{f"{stage}_{k}": getattr(u, k) for stage, u in result.usage.items()
+              for k in ("prompt_tokens_api", "completion_tokens_api", "latency_s")}}
+    return Output(pd.DataFrame([row]), metadata={
+        "report": MetadataValue.md(Path(paths["report"]).read_text()), "seconds": seconds,
+        "counts": MetadataValue.json(meta["counts"]), "report_path": MetadataValue.path(str(paths["report"]))})
+
+
+search_job = define_asset_job("search_job", selection=["retrieval_results", "causal_search"],
+                              partitions_def=query_partitions)
+
+
+@sensor(job=search_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+def queries_inbox_sensor(context: SensorEvaluationContext) -> SensorResult:
+    """Each new `.txt` file in data/queries/inbox/ becomes a query partition and a search run."""
+    inbox_dir = QUERIES_DIR / "inbox"
+    seen = set(json.loads(context.cursor)) if context.cursor else set()
+    new_keys, requests = [], []
+    for f in sorted(inbox_dir.glob("*.txt")) if inbox_dir.exists() else []:
+        marker = f"{f.name}:{f.stat().st_mtime_ns}"
+        if marker in seen:
+            continue
+        seen.add(marker)
+        lines = f.read_text(encoding="utf-8", errors="replace").splitlines()
+        corpus = next((l.split(":", 1)[1].strip() for l in lines[1:] if l.lower().startswith("corpus:")), "hotpotqa")
+        try:
+            qid = inbox.submit(QUERIES_DIR, lines[0] if lines else "", corpus)
+        except Exception as e:  # one bad file must not stop the inbox
+            context.log.warning(f"{f}: skipped ({e})")
+            continue
+        new_keys.append(qid)
+        requests.append(RunRequest(run_key=qid, partition_key=qid))
+    return SensorResult(run_requests=requests, cursor=json.dumps(sorted(seen)),
+                        dynamic_partitions_requests=[query_partitions.build_add_request(new_keys)] if new_keys else [])

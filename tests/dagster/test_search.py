@@ -1,0 +1,57 @@
+"""On-demand retrieval and causal search for a submitted query, end to end with the real local LLM server."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from dagster import DagsterInstance, build_sensor_context, materialize
+
+from causal_assets.core.causal_search import inbox
+from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
+from causal_assets.defs.graph import entity_graph
+from causal_assets.defs.search import causal_search, query_partitions, retrieval_results
+
+
+def test_causal_search_for_a_submitted_query(resources, tmp_path):
+    upstream = [corpus_chunks, corpus_embeddings, sparse_index, entity_graph]
+    assert materialize(upstream, resources=resources, partition_key="hotpotqa").success
+    queries = tmp_path / "queries"
+    qid = inbox.submit(queries, "Which Canadian rock band released the song Counterparts?", "hotpotqa")
+    assert len(qid.split("_")[0]) == 8
+    cfg = {"queries_dir": str(queries), "network_max_tokens": 800, "max_tokens": 96}
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(query_partitions.name, [qid])
+        result = materialize(upstream + [retrieval_results, causal_search], resources=resources, instance=instance,
+                             partition_key=qid, selection=[retrieval_results, causal_search],
+                             run_config={"ops": {"retrieval_results": {"config": cfg}, "causal_search": {"config": cfg}}})
+    assert result.success
+    base = resources["storage"].base_path
+    hits = pd.read_parquet(f"{base}/retrieval_results/{qid}.parquet")
+    assert hits["rank"].tolist() == list(range(1, 11))
+    row = pd.read_parquet(f"{base}/causal_search/{qid}.parquet").iloc[0]
+    report, network = Path(row["report_path"]), Path(row["network_data_path"])
+    assert report.name == f"causal_search_report_{qid}.md" and network.name == f"causal_search_network_data_{qid}.json"
+    data = json.loads(network.read_text())
+    assert {"entities", "relationships", "text_units"} <= set(data) and row["n_entities"] > 0
+    assert row["response"].strip() and "Counterparts" in report.read_text()
+    mat = [e.materialization for e in result.get_asset_materialization_events()
+           if e.materialization.asset_key.path[-1] == "causal_search"][0]
+    assert mat.metadata["report"].value.startswith("#")
+
+
+def test_inbox_sensor_turns_files_into_partitions(tmp_path, monkeypatch):
+    from causal_assets.defs import search
+
+    monkeypatch.setattr(search, "QUERIES_DIR", tmp_path)
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "inbox" / "q1.txt").write_text("Who wrote Killing Pablo?\ncorpus: hotpotqa\n")
+    (tmp_path / "inbox" / "empty.txt").write_text("")
+    with DagsterInstance.ephemeral() as instance:
+        first = search.queries_inbox_sensor(build_sensor_context(instance=instance))
+        assert len(first.run_requests) == 1  # the empty file is skipped with a warning
+        qid = first.run_requests[0].partition_key
+        assert inbox.load(tmp_path, qid)["query"] == "Who wrote Killing Pablo?"
+        assert first.dynamic_partitions_requests[0].partition_keys == [qid]
+        again = search.queries_inbox_sensor(build_sensor_context(instance=instance, cursor=first.cursor))
+        assert again.run_requests == []
