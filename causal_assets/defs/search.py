@@ -1,8 +1,8 @@
 """On-demand retrieval and GraphRAG-style causal search (seed 004), one dynamic partition per submitted query.
 
 Submit a query with `causal-assets ask "..."`, by dropping a `.txt` file (first line = query; optional second line
-`corpus: NAME`) into `data/queries/inbox/` (the `queries_inbox_sensor` picks it up), or from the UI by adding a
-partition to `queries` whose key is an id from `data/queries/`.
+`corpus: NAME`) into `data/queries/inbox/` (the `queries_inbox_sensor` picks it up), or from the UI: add a partition to `queries`
+whose key is the question itself (or an id from `data/queries/`) and materialize it.
 """
 import json
 import time
@@ -41,12 +41,13 @@ class SearchConfig(Config):
     max_tokens: int = 256            # completion tokens per LLM stage
     n_ctx: int = 4096
     response_type: str = "Multiple Paragraphs"
+    default_corpus: str = "hotpotqa"  # for queries typed directly as partition keys in the UI
 
 
 @asset(partitions_def=query_partitions, group_name=GROUP, kinds={"parquet"}, deps=_deps(CHUNKS, "sparse_postings", "corpus_embeddings"))
 def retrieval_results(context: AssetExecutionContext, config: SearchConfig, storage: Storage) -> Output[pd.DataFrame]:
     """Plain retrieval for one submitted query with the configured retriever."""
-    record = inbox.load(config.queries_dir, context.partition_key)
+    record = inbox.load(config.queries_dir, context.partition_key, config.default_corpus)
     index = CorpusIndex.load(storage.base, record["corpus"])
     hits = build_retriever(config.retriever, index).retrieve_many([record["query"]], config.k)[0]
     frame = pd.DataFrame([{"query_id": record["query_id"], "query": record["query"], "corpus": record["corpus"],
@@ -60,7 +61,7 @@ def retrieval_results(context: AssetExecutionContext, config: SearchConfig, stor
        deps=_deps(CHUNKS, "graph_nodes", "graph_edges"))
 def causal_search(context: AssetExecutionContext, config: SearchConfig, storage: Storage, llm: LLM) -> Output[pd.DataFrame]:
     """Seed 004's two LLM stages over the entity graph's budgeted context; writes the network data and the report."""
-    record = inbox.load(config.queries_dir, context.partition_key)
+    record = inbox.load(config.queries_dir, context.partition_key, config.default_corpus)
     corpus = record["corpus"]
     nodes = read_parquet(asset_path(storage.base, "graph_nodes", corpus))
     edges = read_parquet(asset_path(storage.base, "graph_edges", corpus))

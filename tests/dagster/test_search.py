@@ -55,3 +55,16 @@ def test_inbox_sensor_turns_files_into_partitions(tmp_path, monkeypatch):
         assert first.dynamic_partitions_requests[0].partition_keys == [qid]
         again = search.queries_inbox_sensor(build_sensor_context(instance=instance, cursor=first.cursor))
         assert again.run_requests == []
+
+
+def test_a_question_typed_as_partition_key_is_adopted(tmp_path):
+    record = inbox.load(tmp_path, "Who wrote Killing Pablo?", "hotpotqa")
+    assert record["query"] == "Who wrote Killing Pablo?" and record["corpus"] == "hotpotqa"
+    assert inbox.load(tmp_path, "Who wrote Killing Pablo?", "hotpotqa")["query_id"] == record["query_id"]  # stable
+    import pytest
+    from causal_assets.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no submitted query with id"):
+        inbox.load(tmp_path, "0123abcd_1700000000", "hotpotqa")
+    with pytest.raises(ConfigError, match="query is empty"):
+        inbox.submit(tmp_path, "   ", "hotpotqa")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -29,8 +30,23 @@ def submit(queries_dir: str | os.PathLike, query: str, corpus: str, now: float |
     return qid
 
 
-def load(queries_dir: str | os.PathLike, qid: str) -> dict:
-    path = Path(queries_dir) / f"{qid}.json"
-    if not path.is_file():
-        raise ConfigError(f"{path}: no submitted query with id {qid!r}")
-    return json.loads(path.read_text())
+ID_PATTERN = re.compile(r"^[0-9a-f]{8}_\d+$")
+
+
+def load(queries_dir: str | os.PathLike, key: str, default_corpus: str | None = None) -> dict:
+    """The record of a submitted query id. A key that is not an id is the query itself (typed as a new partition
+    in the UI): it is adopted as a record with `default_corpus`, keeping the key as its id."""
+    path = Path(queries_dir) / f"{key}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    if ID_PATTERN.match(key) or default_corpus is None:
+        raise ConfigError(f"{path}: no submitted query with id {key!r}")
+    query = " ".join(key.split())
+    if not query or len(query) > MAX_QUERY_CHARS:
+        raise ConfigError(f"partition key is not a usable query ({len(query)} characters)")
+    record = {"query_id": query_id(query, time.time()), "query": query, "corpus": default_corpus, "partition_key": key}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, ensure_ascii=False))
+    tmp.replace(path)
+    return record
