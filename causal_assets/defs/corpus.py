@@ -10,7 +10,7 @@ from dagster import AssetExecutionContext, AssetOut, Config, MetadataValue, Outp
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.registry import load_corpus
 from causal_assets.core.errors import CorpusError
-from causal_assets.core.index.build import build_sparse, sparse_frames
+from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
 from causal_assets.defs.partitions import corpus_partitions
 from causal_assets.resources import CorpusRegistry, Storage
@@ -58,8 +58,7 @@ class EmbeddingConfig(Config):
 def corpus_embeddings(context: AssetExecutionContext, config: EmbeddingConfig, storage: Storage,
                       corpus_chunks: pd.DataFrame) -> Output[pd.DataFrame]:
     """L2-normalised sentence embeddings of every chunk; only chunks whose content hash is new are encoded."""
-    texts = (corpus_chunks["title"].where(corpus_chunks["title"] == "", corpus_chunks["title"] + "\n")
-             + corpus_chunks["text"]).tolist()
+    texts = chunk_texts(corpus_chunks)
     hashes = corpus_chunks["content_hash"].tolist()
     last_log = [0.0]
 

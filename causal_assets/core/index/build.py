@@ -10,9 +10,13 @@ from causal_assets.core.index.sparse import SparseIndex, build_bm25, build_tfidf
 from causal_assets.core.index.text import analyze
 
 
+def chunk_texts(chunks: pd.DataFrame) -> list[str]:
+    """What the indexes see per chunk: title, newline, text (as `Chunk.embed_text`), vectorised over a frame."""
+    return (chunks["title"].where(chunks["title"] == "", chunks["title"] + "\n") + chunks["text"]).tolist()
+
+
 def tokenize_chunks(chunks: pd.DataFrame, split_identifiers: bool) -> list[list[str]]:
-    texts = (chunks["title"].where(chunks["title"] == "", chunks["title"] + "\n") + chunks["text"]).tolist()
-    return [analyze(t, split_identifiers) for t in texts]
+    return [analyze(t, split_identifiers) for t in chunk_texts(chunks)]
 
 
 def build_sparse(chunks: pd.DataFrame, split_identifiers: bool) -> tuple[dict[str, SparseIndex], dict]:
@@ -44,6 +48,5 @@ def build_index(chunks: pd.DataFrame, corpus: str, split_identifiers: bool = Fal
     embedder = embedder or Embedder()
     vectors = None
     if dense:
-        texts = (chunks["title"].where(chunks["title"] == "", chunks["title"] + "\n") + chunks["text"]).tolist()
-        vectors, _ = embed_incremental(texts, chunks["content_hash"].tolist(), embedder, cache, corpus)
+        vectors, _ = embed_incremental(chunk_texts(chunks), chunks["content_hash"].tolist(), embedder, cache, corpus)
     return CorpusIndex(corpus, chunks, sparse, vectors, split_identifiers, embedder)
