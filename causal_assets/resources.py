@@ -147,8 +147,11 @@ class ParquetIOManager(UPathIOManager):
             "dagster/column_schema": TableSchema([TableColumn(str(c), str(t)) for c, t in obj.dtypes.items()]),
         }
         if self.catalog is not None:
-            status = self.catalog.ensure_views({name: view_source(self._base_path, name, context.has_partition_key)})
-            metadata["duckdb_view"] = f"{name} ({status[name]})"
+            # An asset may also be exposed under other view names (definition metadata `duckdb_aliases`).
+            source = view_source(self._base_path, name, context.has_partition_key)
+            aliases = (context.definition_metadata or {}).get("duckdb_aliases", [])
+            status = self.catalog.ensure_views({v: source for v in [name, *aliases]})
+            metadata["duckdb_view"] = ", ".join(f"{v} ({s})" for v, s in status.items())
             if status[name] == "deferred":
                 context.log.warning(f"DuckDB catalog locked; view {name} will be created on the next refresh "
                                     "(`causal-assets catalog`)")

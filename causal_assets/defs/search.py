@@ -58,6 +58,7 @@ def retrieval_results(context: AssetExecutionContext, config: SearchConfig, stor
 
 
 @asset(partitions_def=query_partitions, group_name=GROUP, kinds={"openai", "parquet"}, pool="llm",
+       metadata={"duckdb_aliases": ["causal_search_runs"]},
        deps=_deps(CHUNKS, "graph_nodes", "graph_edges"))
 def causal_search(context: AssetExecutionContext, config: SearchConfig, storage: Storage, llm: LLM) -> Output[pd.DataFrame]:
     """Seed 004's two LLM stages over the entity graph's budgeted context; writes the network data and the report."""
