@@ -7,7 +7,7 @@ import sys
 
 from causal_assets.core.catalog import DuckDBCatalog
 from causal_assets.core.errors import CausalAssetsError
-from causal_assets.core.graph.store import chunk_neighbors
+from causal_assets.core.graph.store import load_chunk_neighbors
 from causal_assets.core.index.search import METHODS, CorpusIndex
 from causal_assets.core.retrievers.factory import RETRIEVERS, build_retriever
 from causal_assets.core.storage import asset_path, read_parquet
@@ -21,11 +21,8 @@ def _search(args: argparse.Namespace) -> int:
     if args.method in METHODS:
         hits = index.search(args.query, k=args.k, method=args.method)
     else:
-        neighbors = None
-        nodes, edges = asset_path(args.base_path, "graph_nodes", args.corpus), asset_path(args.base_path, "graph_edges", args.corpus)
-        if nodes.exists():
-            neighbors = chunk_neighbors(read_parquet(nodes), read_parquet(edges))
-        retriever = build_retriever(args.method, index, json.loads(args.params), neighbors)
+        retriever = build_retriever(args.method, index, json.loads(args.params),
+                                    load_chunk_neighbors(args.base_path, args.corpus))
         hits = retriever.retrieve_many([args.query], args.k)[0]
     if args.json:
         print(json.dumps([h.__dict__ for h in hits], indent=2))

@@ -8,7 +8,7 @@ import pandas as pd
 from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.evaluation.metrics import evaluate
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.retrievers.similarity import fusion_weight_grid, zscore
+from causal_assets.core.retrievers.similarity import candidate_scores, fusion_weight_grid, zscore
 
 
 def sweep_fusion_weight(index: CorpusIndex, bench: Benchmark, grid: list[float] | None = None,
@@ -19,8 +19,8 @@ def sweep_fusion_weight(index: CorpusIndex, bench: Benchmark, grid: list[float] 
     vectors = index.embedder.encode_queries([bench.queries[q] for q in qids])
     parts = []
     for q, qv in zip(qids, vectors):
-        cand = np.arange(len(index.ids)) if not bench.within else np.array([index.position[c] for c in bench.within[q]])
-        parts.append((cand, zscore(index.scores(bench.queries[q], sparse)[cand]), zscore(index.scores(bench.queries[q], "dense", qv)[cand])))
+        cand, s, d = candidate_scores(index, bench.queries[q], qv, sparse, bench.within[q] if bench.within else None)
+        parts.append((cand, zscore(s), zscore(d)))
     rows = []
     for w in grid:
         run = {}

@@ -4,7 +4,7 @@ import time
 
 import pandas as pd
 from dagster import (AutomationCondition, AssetDep, AssetExecutionContext, AssetOut, Config, MetadataValue, Output,
-                     StaticPartitionMapping, multi_asset)
+                     multi_asset)
 
 from causal_assets.core.benchmarks import load_benchmark
 from causal_assets.core.evaluation.failures import classify_failures
@@ -13,10 +13,9 @@ from causal_assets.core.evaluation.report import headline_table, write_report
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
-from causal_assets.core.graph.store import chunk_neighbors
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.graph.store import load_chunk_neighbors
 from causal_assets.core.tuning import best_weight, sweep_fusion_weight
-from causal_assets.defs.partitions import benchmark_partitions, benchmark_to_corpus
+from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
 from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
 GROUP = "evaluation"
@@ -30,12 +29,9 @@ class EvaluationConfig(Config):
     depth: int = 100
 
 
-_corpus_mapping = StaticPartitionMapping(benchmark_to_corpus())
-
-
 @multi_asset(
     partitions_def=benchmark_partitions, group_name=GROUP,
-    deps=[AssetDep(a, partition_mapping=_corpus_mapping)
+    deps=[AssetDep(a, partition_mapping=benchmark_corpus_mapping)
           for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")],
     outs={
         "evaluation_metrics": AssetOut(automation_condition=AutomationCondition.eager(), kinds={"parquet"}, description="benchmark, split, retriever, metric, k, value"),
@@ -50,10 +46,7 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     index = CorpusIndex.load(storage.base, spec.corpus)
     warm_up()
     retrievers = {n: spec.retrievers.get(n, {}) for n in config.retrievers} if config.retrievers else spec.retrievers
-    neighbors = None
-    if asset_path(storage.base, "graph_nodes", spec.corpus).exists():
-        neighbors = chunk_neighbors(read_parquet(asset_path(storage.base, "graph_nodes", spec.corpus)),
-                                    read_parquet(asset_path(storage.base, "graph_edges", spec.corpus)))
+    neighbors = load_chunk_neighbors(storage.base, spec.corpus)
     notes = [f"corpus `{spec.corpus}`: {len(index.ids)} chunks; runs kept to depth {config.depth}"]
 
     weight = config.fusion_weight

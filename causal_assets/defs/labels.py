@@ -11,21 +11,19 @@ import time
 import pandas as pd
 import yaml
 from dagster import (AssetCheckResult, AssetCheckSpec, AssetDep, AssetExecutionContext, AssetOut, Backoff, Config,
-                     MetadataValue, Output, RetryPolicy, StaticPartitionMapping, asset, multi_asset)
+                     MetadataValue, Output, RetryPolicy, asset, multi_asset)
 
 from causal_assets.core.benchmarks import load_benchmark
-from causal_assets.core.graph.store import chunk_neighbors
+from causal_assets.core.graph.store import load_chunk_neighbors
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.labeling.estimators import LabelingResult
 from causal_assets.core.labeling.pools import PoolConfig, build_pools
 from causal_assets.core.labeling.runner import MCConfig, estimate, label_question
 from causal_assets.core.labeling.solver import BlindSolver
-from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.defs.partitions import benchmark_partitions, benchmark_to_corpus
+from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
 from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
 GROUP = "labels"
-_corpus_mapping = StaticPartitionMapping(benchmark_to_corpus())
 
 
 class PoolsConfig(Config):
@@ -34,7 +32,7 @@ class PoolsConfig(Config):
 
 
 @asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet"},
-       deps=[AssetDep(a, partition_mapping=_corpus_mapping)
+       deps=[AssetDep(a, partition_mapping=benchmark_corpus_mapping)
              for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")])
 def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage: Storage,
                     benchmark_registry: BenchmarkRegistry) -> Output[pd.DataFrame]:
@@ -45,10 +43,7 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
     bench = load_benchmark(spec, split)
     limit = config.max_questions or spec.monte_carlo.get("max_questions", 20)
     qids = bench.query_ids()[:limit]
-    neighbors = None
-    nodes_path = asset_path(storage.base, "graph_nodes", spec.corpus)
-    if nodes_path.exists():
-        neighbors = chunk_neighbors(read_parquet(nodes_path), read_parquet(asset_path(storage.base, "graph_edges", spec.corpus)))
+    neighbors = load_chunk_neighbors(storage.base, spec.corpus)
     pool_cfg = PoolConfig(**{**spec.pooling, **({"size": config.size} if config.size else {})})
     pools = build_pools(index, bench, qids, pool_cfg, neighbors)
     pools["aliases"] = pools["aliases"].map(json.dumps)

@@ -1,5 +1,5 @@
 """Partition definitions shared by the stage modules."""
-from dagster import StaticPartitionsDefinition
+from dagster import StaticPartitionMapping, StaticPartitionsDefinition
 
 from causal_assets.core.benchmarks import available_benchmarks, load_benchmark_registry
 from causal_assets.core.corpus.registry import available_corpora
@@ -15,3 +15,7 @@ benchmark_partitions = StaticPartitionsDefinition(
 def benchmark_to_corpus() -> dict[str, str]:
     specs = load_benchmark_registry()
     return {b: specs[b].corpus for b in benchmark_partitions.get_partition_keys()}
+
+
+# Benchmark-partitioned stages read the index and graph of the benchmark's corpus.
+benchmark_corpus_mapping = StaticPartitionMapping(benchmark_to_corpus())

@@ -176,3 +176,14 @@ def chunk_neighbors(nodes: pd.DataFrame, edges: pd.DataFrame, max_entity_chunks:
         return list(index.get(chunk_id, ()))
 
     return neighbors
+
+
+def load_chunk_neighbors(base, corpus: str, **kw) -> Callable[[str], list[tuple[str, str, float]]] | None:
+    """`chunk_neighbors` of a materialized graph (`<base>/graph_nodes|graph_edges/<corpus>.parquet`), or None when
+    the corpus has no graph yet: graph stages then simply do not expand."""
+    from causal_assets.core.storage import asset_path, read_parquet
+
+    nodes = asset_path(base, "graph_nodes", corpus)
+    if not nodes.exists():
+        return None
+    return chunk_neighbors(read_parquet(nodes), read_parquet(asset_path(base, "graph_edges", corpus)), **kw)

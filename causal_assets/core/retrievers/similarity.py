@@ -31,10 +31,21 @@ class SimilarityRetriever:
         return self.index.search_many(queries, k, self.method, within)
 
 
-def _candidate_scores(index: CorpusIndex, query: str, qv: np.ndarray, sparse: str,
+def candidate_scores(index: CorpusIndex, query: str, qv: np.ndarray, sparse: str,
                       within: list[str] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(candidate positions, sparse scores, dense scores) over `within` (None: the whole corpus)."""
     cand = np.arange(len(index.ids)) if within is None else np.array([index.position[c] for c in within])
     return cand, index.scores(query, sparse)[cand], index.scores(query, "dense", qv)[cand]
+
+
+def _fuse_many(index: CorpusIndex, queries, k, within, sparse: str, fuse) -> list[list[Hit]]:
+    """Top-k per query of `fuse(sparse_scores, dense_scores)` over each query's candidates."""
+    vectors = index.embedder.encode_queries(queries)
+    out = []
+    for i, (q, qv) in enumerate(zip(queries, vectors)):
+        cand, s, d = candidate_scores(index, q, qv, sparse, within[i] if within else None)
+        out.append(_hits(index, cand, fuse(s, d), k))
+    return out
 
 
 def _hits(index: CorpusIndex, cand: np.ndarray, fused: np.ndarray, k: int) -> list[Hit]:
@@ -54,12 +65,8 @@ class HybridRetriever:
         return "hybrid"
 
     def retrieve_many(self, queries, k, within=None):
-        vectors = self.index.embedder.encode_queries(queries)
-        out = []
-        for i, (q, qv) in enumerate(zip(queries, vectors)):
-            cand, s, d = _candidate_scores(self.index, q, qv, self.sparse, within[i] if within else None)
-            out.append(_hits(self.index, cand, self.weight * zscore(d) + (1 - self.weight) * zscore(s), k))
-        return out
+        return _fuse_many(self.index, queries, k, within, self.sparse,
+                          lambda s, d: self.weight * zscore(d) + (1 - self.weight) * zscore(s))
 
 
 @dataclass
@@ -74,16 +81,14 @@ class RRFRetriever:
         return "rrf"
 
     def retrieve_many(self, queries, k, within=None):
-        vectors = self.index.embedder.encode_queries(queries)
-        out = []
-        for i, (q, qv) in enumerate(zip(queries, vectors)):
-            cand, s, d = _candidate_scores(self.index, q, qv, self.sparse, within[i] if within else None)
-            fused = np.zeros(len(cand))
-            for scores in (s, d):
-                top = np.argsort(-scores, kind="stable")[: self.depth]
-                fused[top] += 1.0 / (self.c + np.arange(1, len(top) + 1))
-            out.append(_hits(self.index, cand, fused, k))
-        return out
+        return _fuse_many(self.index, queries, k, within, self.sparse, self._fuse)
+
+    def _fuse(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        fused = np.zeros(len(s))
+        for scores in (s, d):
+            top = np.argsort(-scores, kind="stable")[: self.depth]
+            fused[top] += 1.0 / (self.c + np.arange(1, len(top) + 1))
+        return fused
 
 
 def fusion_weight_grid(step: float = 0.05) -> list[float]:
