@@ -2,6 +2,10 @@
 
 Methods: bm25, tfidf, dense (cosine on normalised MiniLM vectors). `within` restricts a search to a set of
 chunk ids (e.g. the 10 paragraphs of one HotpotQA question) without building a separate index.
+
+Whole-corpus searches take fast paths: sparse methods select the top k inside one compiled postings loop
+(`SparseIndex.top_k_many`), and dense search goes through an approximate index (`ann.AnnIndex`, built on first
+use) once the corpus has `ann_config.min_chunks` chunks. Restricted searches (`within`) are always exact.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import numpy as np
 import pandas as pd
 from upath import UPath
 
+from causal_assets.core.index.ann import AnnConfig, AnnIndex
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder
 from causal_assets.core.index.sparse import SparseIndex
 from causal_assets.core.index.text import analyze
@@ -40,10 +45,18 @@ class CorpusIndex:
     embeddings: np.ndarray | None = None   # chunks x dim, L2-normalised
     split_identifiers: bool = False
     embedder: Embedder = field(default_factory=Embedder)
+    ann_config: AnnConfig = field(default_factory=AnnConfig)
 
     def __post_init__(self) -> None:
         self.ids = self.chunks["chunk_id"].to_numpy()
         self.position = {cid: i for i, cid in enumerate(self.ids)}
+        # Plain arrays: building a Hit must not go through pandas indexing (it dominated query time); lists of
+        # them too, since indexing a list with an int is several times cheaper than indexing an object array.
+        self.titles = self.chunks["title"].astype(str).to_numpy()
+        self.kinds = self.chunks["kind"].astype(str).to_numpy()
+        self._hit_fields = (self.chunks["chunk_id"].astype(str).tolist(), self.titles.tolist(), self.kinds.tolist())
+        self._ann: AnnIndex | None = None
+        self._dense_moments: tuple[np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def load(cls, base: str | UPath, corpus: str, dense: bool = True) -> "CorpusIndex":
@@ -74,6 +87,49 @@ class CorpusIndex:
             return self.embeddings @ qv
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
 
+    @property
+    def ann(self) -> AnnIndex | None:
+        """The approximate dense index when the corpus is large enough for one (built on first use), else None."""
+        if self.embeddings is None or len(self.ids) < self.ann_config.min_chunks:
+            return None
+        if self._ann is None:
+            self._ann = AnnIndex.build(self.embeddings, self.ann_config)
+        return self._ann
+
+    def dense_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean vector and second-moment matrix of the chunk vectors: the mean and variance of a query's cosines
+        over the whole corpus follow from them exactly (mean = m.q, E[(e.q)^2] = q'Sq) without scoring every chunk."""
+        if self._dense_moments is None:
+            e = self.embeddings.astype(np.float64)
+            self._dense_moments = (e.mean(axis=0), (e.T @ e) / len(e))
+        return self._dense_moments
+
+    def hits(self, positions, scores) -> list[Hit]:
+        """Hits for chunk positions (best first) with their scores; negative positions (no result) are skipped."""
+        ids, titles, kinds = self._hit_fields
+        pairs = [(p, s) for p, s in zip(np.asarray(positions).tolist(), np.asarray(scores).tolist()) if p >= 0]
+        return [Hit(ids[p], s, r, titles[p], kinds[p]) for r, (p, s) in enumerate(pairs, 1)]
+
+    def dense_top_k(self, query_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Whole-corpus dense top k per query vector: (positions, cosines), each (queries, k); approximate when
+        the corpus has an ANN index, exact otherwise (ties by chunk position)."""
+        if self.ann is not None:
+            return self.ann.search(query_vectors, k)
+        k = min(k, len(self.ids))
+        queries = np.atleast_2d(query_vectors)
+        positions, scores = np.zeros((len(queries), k), np.int64), np.zeros((len(queries), k), np.float32)
+        for i, qv in enumerate(queries):
+            all_scores = self.embeddings @ qv
+            positions[i] = self._top_positions(all_scores, k)
+            scores[i] = all_scores[positions[i]]
+        return positions, scores
+
+    @staticmethod
+    def _top_positions(scores: np.ndarray, k: int) -> np.ndarray:
+        k = min(k, len(scores))
+        part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        return part[np.lexsort((part, -scores[part]))]
+
     def top_k(self, scores: np.ndarray, k: int, within: list[str] | None = None) -> list[Hit]:
         if within is not None:
             cand = np.array([self.position[c] for c in within if c in self.position], dtype=np.int64)
@@ -85,19 +141,27 @@ class CorpusIndex:
         sub = scores[cand]
         part = np.argpartition(-sub, k - 1)[:k] if k < len(sub) else np.arange(len(sub))
         # Ties broken by chunk order, so results are deterministic.
-        order = part[np.lexsort((cand[part], -sub[part]))]
-        rows = self.chunks
-        return [Hit(str(self.ids[i]), float(scores[i]), r + 1, str(rows.at[i, "title"]), str(rows.at[i, "kind"]))
-                for r, i in enumerate(cand[order])]
+        order = cand[part[np.lexsort((cand[part], -sub[part]))]]
+        return self.hits(order, scores[order])
 
     def search(self, query: str, k: int = 10, method: str = "bm25", within: list[str] | None = None) -> list[Hit]:
         if not query or not query.strip():
             raise ValueError("query is empty")
-        return self.top_k(self.scores(query, method), k, within)
+        return self.search_many([query], k, method, [within] if within is not None else None)[0]
 
     def search_many(self, queries: list[str], k: int = 10, method: str = "bm25",
                     within: list[list[str]] | None = None) -> list[list[Hit]]:
         """Batch search; dense queries are embedded in one batch."""
+        if method not in self.sparse and method != "dense":
+            raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+        if within is None and k > 0:
+            if method in self.sparse:
+                top = self.sparse[method].top_k_many([self.terms(q) for q in queries], k)
+                return [self.hits(p, s) for p, s in zip(top.positions, top.scores)]
+            if self.embeddings is None:
+                raise ValueError(f"corpus {self.corpus!r} was loaded without embeddings")
+            positions, scores = self.dense_top_k(self.embedder.encode_queries(queries), k)
+            return [self.hits(p, s) for p, s in zip(positions, scores)]
         vectors = self.embedder.encode_queries(queries) if method == "dense" else [None] * len(queries)
         return [self.top_k(self.scores(q, method, v), k, within[i] if within else None)
                 for i, (q, v) in enumerate(zip(queries, vectors))]

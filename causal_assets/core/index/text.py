@@ -29,17 +29,29 @@ def _identifier_parts(token: str) -> list[str]:
     return parts if len(parts) > 1 else []
 
 
+def _token_terms(token: str, split_identifiers: bool) -> tuple[str, ...]:
+    """The index terms one token contributes (lowercased, stopwords dropped, stemmed)."""
+    words = [token, *_identifier_parts(token)] if split_identifiers else [token]
+    out = []
+    for w in words:
+        w = w.lower()
+        if len(w) > 1 and w not in STOPWORDS:
+            out.append(_stem(w))
+    return tuple(out)
+
+
+# One memo per mode, keyed by the raw token: a token's terms are computed once, then cost one dict lookup
+# (most of the time of analysing queries and corpora went into lowercasing, stopword checks and stemming again).
+_plain_terms = lru_cache(maxsize=1_000_000)(lambda token: _token_terms(token, False))
+_code_terms = lru_cache(maxsize=1_000_000)(lambda token: _token_terms(token, True))
+
+
 def analyze(text: str, split_identifiers: bool = False) -> list[str]:
     """Index terms of `text`, in order (duplicates kept: term frequency matters)."""
-    out = []
+    terms = _code_terms if split_identifiers else _plain_terms
+    out: list[str] = []
     for token in TOKEN.findall(text):
-        words = [token]
-        if split_identifiers:
-            words += _identifier_parts(token)
-        for w in words:
-            w = w.lower()
-            if len(w) > 1 and w not in STOPWORDS:
-                out.append(_stem(w))
+        out += terms(token)
     return out
 
 

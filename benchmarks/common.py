@@ -1,0 +1,150 @@
+"""What every performance benchmark shares: the machine record, repeated timing, figures checked against their
+targets, and the JSON they write to data/benchmarks/.
+
+A figure is always a median of repeated runs or a ratio of such medians; its record names the target, the
+comparison and whether it passed, so `run_all.py` can write the summary without knowing any benchmark's details.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+OUT_DIR = ROOT / "data" / "benchmarks"
+PARQUET = ROOT / "data" / "parquet"
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory, CPU model and load: the context every timing on a shared machine needs."""
+    model = ""
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem_gib = None
+    try:
+        kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                  if line.startswith("MemTotal"))
+        mem_gib = round(kb / 2**20, 1)
+    except (OSError, StopIteration):
+        pass
+    return {"cores": os.cpu_count(), "cpu": model, "memory_gib": mem_gib, "python": platform.python_version(),
+            "platform": platform.platform(), "load_average": load_average()}
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process so far."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def current_rss_mib() -> float:
+    try:
+        kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                  if line.startswith("VmRSS"))
+        return round(kb / 1024, 1)
+    except (OSError, StopIteration):
+        return float("nan")
+
+
+def repeat(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:
+    """Wall seconds of `repeats` calls of fn after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def latency_ms(seconds: list[float]) -> dict[str, float]:
+    ms = np.asarray(seconds) * 1000
+    return {"p50": round(float(np.percentile(ms, 50)), 3), "p95": round(float(np.percentile(ms, 95)), 3),
+            "mean": round(float(ms.mean()), 3), "n": len(ms)}
+
+
+@dataclass
+class Figure:
+    """One measured figure against its target. `comparison`: "<=" or ">=" (None: reported, no target)."""
+    name: str
+    value: float | None
+    unit: str
+    target: float | None = None
+    comparison: str | None = None
+    note: str = ""
+    details: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool | None:
+        if self.target is None or self.comparison is None:
+            return None
+        if self.value is None or (isinstance(self.value, float) and np.isnan(self.value)):
+            return False
+        return self.value <= self.target if self.comparison == "<=" else self.value >= self.target
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "passed": self.passed}
+
+
+def write_result(topic: str, figures: list[Figure], details: dict, started: dict, quick: bool,
+                 out_dir: Path = OUT_DIR) -> Path:
+    """data/benchmarks/<topic>[_quick].json: machine at start and end, the figures, and the raw measurements."""
+    result = {"topic": topic, "quick": quick, "machine_start": started, "load_average_end": load_average(),
+              "peak_rss_mib": peak_rss_mib(), "figures": [f.to_json() for f in figures], "details": details}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{topic}{'_quick' if quick else ''}.json"
+    path.write_text(json.dumps(result, indent=2, default=_jsonable) + "\n")
+    for f in figures:
+        verdict = {True: "PASS", False: "MISS", None: "-"}[f.passed]
+        target = f" (target {f.comparison} {f.target:g} {f.unit})" if f.target is not None else ""
+        value = "n/a" if f.value is None else f"{f.value:.4g}"
+        print(f"[{verdict}] {f.name}: {value} {f.unit}{target}", flush=True)
+    print(f"wrote {path}", flush=True)
+    return path
+
+
+def _jsonable(x):
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, Path):
+        return str(x)
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+class PrecomputedQueries:
+    """A stand-in embedder whose query vectors were computed beforehand: for timings that exclude query
+    embedding (the real embedder stays the index's for everything else)."""
+
+    def __init__(self, embedder, queries: list[str]):
+        self.inner = embedder
+        self.model_name = embedder.model_name
+        vectors = embedder.encode_queries(queries)
+        self.vectors = dict(zip(queries, vectors))
+
+    def encode_queries(self, queries: list[str]) -> np.ndarray:
+        return np.stack([self.vectors[q] for q in queries])
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)

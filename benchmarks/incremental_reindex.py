@@ -1,0 +1,142 @@
+"""Incremental re-index cost: re-indexing an unchanged corpus, and one with 1% of its documents edited, as a
+share of a full index.
+
+    python benchmarks/incremental_reindex.py [--quick] [--documents N]
+
+The corpus is a BEIR folder made in a temporary directory from the first N SciFact documents (default 1,000;
+the whole 5,183 would take the shared 2-core machine half an hour to embed at its current load). Every run goes
+from the files to the stored index the way the three corpus index assets do (`corpus_chunks`:
+load + chunk frame; `sparse_postings`/`sparse_vocabulary`: analyse + BM25 + TF-IDF; `corpus_embeddings`:
+`embed_incremental` against the content-hash cache), writing each table as Parquet to a temporary base path.
+
+- full: empty embedding cache (the first index);
+- unchanged: the same files again (median of repeats);
+- 1% change: 1% of the documents get an edited text in corpus.jsonl, a different random 1% each repeat, each
+  starting from the state after the full index (the cache is restored, since the cache file of a corpus keeps
+  only its current vectors).
+
+Writes data/benchmarks/incremental_reindex.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from common import Figure, machine, write_result
+
+from causal_assets.core.corpus.chunk import chunks_to_frame
+from causal_assets.core.corpus.registry import CorpusSpec, load_corpus
+from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
+from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
+from causal_assets.core.paths import shared_data_dir
+from causal_assets.core.storage import asset_path, write_parquet_atomic
+
+TARGET_UNCHANGED, TARGET_ONE_PERCENT = 0.05, 0.10
+NAME = "scifact_subset"
+
+
+def index_corpus(spec: CorpusSpec, base: Path, cache: EmbeddingCache, embedder: Embedder) -> dict:
+    """The corpus index assets' work, without Dagster: seconds per stage and the embedding stats."""
+    t0 = time.perf_counter()
+    chunks, _ = load_corpus(spec)
+    frame = chunks_to_frame(chunks)
+    frame.insert(0, "chunk_idx", range(len(frame)))
+    frame["index_options"] = json.dumps({"split_identifiers": spec.split_identifiers})
+    write_parquet_atomic(frame, asset_path(base, "corpus_chunks", spec.name))
+    t1 = time.perf_counter()
+    indexes, _ = build_sparse(frame, spec.split_identifiers)
+    postings, vocab = sparse_frames(indexes, spec.name)
+    write_parquet_atomic(postings, asset_path(base, "sparse_postings", spec.name))
+    write_parquet_atomic(vocab, asset_path(base, "sparse_vocabulary", spec.name))
+    t2 = time.perf_counter()
+    hashes = frame["content_hash"].tolist()
+    vectors, stats = embed_incremental(chunk_texts(frame), hashes, embedder, cache, spec.name)
+    write_parquet_atomic(pd.DataFrame({"corpus": spec.name, "chunk_id": frame["chunk_id"], "chunk_idx": frame["chunk_idx"],
+                                       "content_hash": hashes, "model": embedder.model_name,
+                                       "embedding": list(vectors)}),
+                         asset_path(base, "corpus_embeddings", spec.name))
+    t3 = time.perf_counter()
+    return {"total_s": t3 - t0, "chunks_s": t1 - t0, "sparse_s": t2 - t1, "embeddings_s": t3 - t2,
+            "embedded": stats["embedded"], "cache_hits": stats["cache_hits"]}
+
+
+def edit_documents(lines: list[str], share: float, seed: int) -> list[str]:
+    """A copy of the corpus.jsonl lines with `share` of the documents' texts edited (a sentence appended)."""
+    rng = np.random.default_rng(seed)
+    picked = set(rng.choice(len(lines), max(1, round(share * len(lines))), replace=False).tolist())
+    out = []
+    for i, line in enumerate(lines):
+        if i in picked:
+            doc = json.loads(line)
+            doc["text"] += f" Revised in edit {seed}."
+            line = json.dumps(doc) + "\n"
+        out.append(line)
+    return out
+
+
+def run(quick: bool, documents: int | None) -> tuple[list[Figure], dict]:
+    documents = documents or (150 if quick else 1000)
+    repeats = 2 if quick else 3
+    source = shared_data_dir() / "scifact" / "corpus.jsonl"
+    with source.open(encoding="utf-8") as f:
+        lines = [line for _, line in zip(range(documents), f)]
+    embedder = Embedder()
+    embedder.model.encode(["warm-up"])  # model loading is not indexing
+    runs: dict[str, list[dict]] = {"full": [], "unchanged": [], "one_percent": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        folder, base, cache_root = tmp / "corpus", tmp / "parquet", tmp / "cache"
+        folder.mkdir()
+        corpus_file = folder / "corpus.jsonl"
+        corpus_file.write_text("".join(lines), encoding="utf-8")
+        spec = CorpusSpec(name=NAME, loader="beir", path=str(folder))
+        cache = EmbeddingCache(cache_root, DEFAULT_MODEL)
+
+        runs["full"].append(index_corpus(spec, base, cache, embedder))
+        snapshot = tmp / "cache_after_full"
+        shutil.copytree(cache_root, snapshot)
+        for _ in range(repeats):
+            runs["unchanged"].append(index_corpus(spec, base, cache, embedder))
+        for r in range(repeats):
+            shutil.rmtree(cache_root)
+            shutil.copytree(snapshot, cache_root)
+            corpus_file.write_text("".join(edit_documents(lines, 0.01, seed=r + 1)), encoding="utf-8")
+            runs["one_percent"].append(index_corpus(spec, base, cache, embedder))
+
+    def median(kind: str, key: str = "total_s") -> float:
+        return float(np.median([r[key] for r in runs[kind]]))
+
+    full = median("full")
+    unchanged, one_percent = median("unchanged") / full, median("one_percent") / full
+    details = {"corpus": f"first {documents} SciFact documents", "repeats": repeats, "full_index_runs": 1,
+               "runs": runs, "median_total_s": {k: round(median(k), 3) for k in runs},
+               "median_stage_s": {k: {s: round(median(k, s), 3) for s in ("chunks_s", "sparse_s", "embeddings_s")}
+                                  for k in runs}}
+    figures = [
+        Figure("re-index of an unchanged corpus / full index", round(unchanged, 4), "ratio", TARGET_UNCHANGED, "<=",
+               f"{median('unchanged'):.2f} s vs {full:.1f} s; {documents} SciFact documents"),
+        Figure("re-index after a 1% change / full index", round(one_percent, 4), "ratio", TARGET_ONE_PERCENT, "<=",
+               f"{median('one_percent'):.2f} s vs {full:.1f} s; "
+               f"{int(np.median([r['embedded'] for r in runs['one_percent']]))} chunks re-embedded"),
+    ]
+    return figures, details
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--documents", type=int, help="SciFact documents in the corpus (default 1000, quick 150)")
+    args = ap.parse_args()
+    started = machine()
+    figures, details = run(args.quick, args.documents)
+    write_result("incremental_reindex", figures, details, started, args.quick)
+
+
+if __name__ == "__main__":
+    main()

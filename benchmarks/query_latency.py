@@ -1,0 +1,105 @@
+"""Query latency of every retriever on the materialized SciFact index (5,183 chunks): p50/p95 per query, the query
+embedding included (no LLM is involved in any of them).
+
+    python benchmarks/query_latency.py [--quick]
+
+Each query is one `retrieve_many([query], 10)` call, as a service answering one request at a time would make it;
+nothing is cached across queries. Retrievers: BM25, dense, z-score hybrid, the cascade (no graph: SciFact has none
+materialized, as in `cascade_latency.py`) and entity-first. Entity-first ranks a candidate set (it links every
+candidate's title to every other, quadratic in the set), so it is timed where it is used: on HotpotQA's 10
+paragraphs per question, and on SciFact over the hybrid top 20 (the shortlist's time included). The cascade is
+also timed with query vectors computed beforehand, for comparison with `cascade_latency.py`.
+Writes data/benchmarks/query_latency.json.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from common import PARQUET, Figure, PrecomputedQueries, latency_ms, machine, write_result
+
+from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.retrievers.factory import build_retriever
+
+TARGET_CASCADE_P50_MS = 20.0
+SHORTLIST = 20  # entity-first repairs a small retrieved set; its title linking is quadratic in it
+
+
+def time_queries(retrieve, queries: list[str], warmup: int) -> list[float]:
+    for q in queries[:warmup]:
+        retrieve(q)
+    out = []
+    for q in queries:
+        t0 = time.perf_counter()
+        retrieve(q)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def run(quick: bool) -> tuple[list[Figure], dict]:
+    registry = load_benchmark_registry()
+    scifact = load_benchmark(registry["scifact"], "test")
+    queries = [scifact.queries[q] for q in scifact.query_ids()][: 40 if quick else None]
+    warmup = 5 if quick else 10
+    index = CorpusIndex.load(PARQUET, "scifact")
+    details: dict = {"corpus": "scifact", "chunks": len(index.ids), "queries": len(queries), "k": 10,
+                     "warmup_queries": warmup, "latency_ms": {}}
+
+    for name in ("bm25", "dense", "hybrid", "cascade"):
+        retriever = build_retriever(name, index, {"weight": 0.7} if name == "hybrid" else None)
+        details["latency_ms"][name] = latency_ms(time_queries(lambda q: retriever.retrieve_many([q], 10),
+                                                             queries, warmup))
+
+    hybrid = build_retriever("hybrid", index, {"weight": 0.7})
+    entity_first = build_retriever("entity_first", index, {"k": 2})
+
+    def shortlisted_entity_first(q: str):
+        candidates = [h.chunk_id for h in hybrid.retrieve_many([q], SHORTLIST)[0]]
+        return entity_first.retrieve_many([q], 10, [candidates])
+
+    details["latency_ms"]["entity_first_over_hybrid_top20"] = latency_ms(
+        time_queries(shortlisted_entity_first, queries, warmup))
+
+    # The cascade without query embedding: its own work only.
+    real_embedder = index.embedder
+    index.embedder = PrecomputedQueries(real_embedder, queries)
+    cascade = build_retriever("cascade", index)
+    details["latency_ms"]["cascade_without_query_embedding"] = latency_ms(
+        time_queries(lambda q: cascade.retrieve_many([q], 10), queries, warmup))
+    index.embedder = real_embedder
+
+    hotpot = load_benchmark(registry["hotpotqa"], "dev")
+    hp_index = CorpusIndex.load(PARQUET, "hotpotqa")
+    hp_ids = hotpot.query_ids()[: 40 if quick else None]
+    hp_entity_first = build_retriever("entity_first", hp_index, {"k": 2})
+    within = {hotpot.queries[q]: hotpot.within[q] for q in hp_ids}
+    details["latency_ms"]["entity_first_hotpotqa_10_paragraphs"] = latency_ms(time_queries(
+        lambda q: hp_entity_first.retrieve_many([q], 10, [within[q]]), list(within), warmup))
+    details["hotpotqa_queries"] = len(within)
+
+    lat = details["latency_ms"]
+    figures = [Figure("cascade p50 latency, SciFact (query embedding included)", lat["cascade"]["p50"], "ms",
+                      TARGET_CASCADE_P50_MS, "<=", f"p95 {lat['cascade']['p95']} ms; without query embedding "
+                      f"p50 {lat['cascade_without_query_embedding']['p50']} ms")]
+    labels = {"bm25": "BM25 p50 latency, SciFact (no embedding needed)",
+              "dense": "dense p50 latency, SciFact (query embedding included)",
+              "hybrid": "hybrid p50 latency, SciFact (query embedding included)",
+              "entity_first_over_hybrid_top20": "entity-first p50 latency, SciFact over the hybrid top 20",
+              "entity_first_hotpotqa_10_paragraphs": "entity-first p50 latency, HotpotQA 10 paragraphs"}
+    for name, label in labels.items():
+        figures.append(Figure(label, lat[name]["p50"], "ms", note=f"p95 {lat[name]['p95']} ms"))
+    return figures, details
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    started = machine()
+    figures, details = run(args.quick)
+    write_result("query_latency", figures, details, started, args.quick)
+
+
+if __name__ == "__main__":
+    main()

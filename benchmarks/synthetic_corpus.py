@@ -1,0 +1,86 @@
+"""A synthetic corpus of any size (up to millions of chunks) built from the project's real chunks, for scale tests.
+
+Nothing is encoded: every synthetic chunk is a recombination of two real chunks, text and vector alike.
+
+- Sources: every materialized chunk with its MiniLM vector (data/parquet/corpus_chunks + corpus_embeddings: SciFact,
+  CoSQA, HotpotQA, default; about 15.8k), so the vectors keep the real corpora's topic structure.
+- Chunk i: a base chunk a (uniform) and a partner b, which half the time is one of a's 10 nearest real neighbours
+  (a variant within a topic) and otherwise any chunk (a cross-topic mixture); a share lam ~ U(0, 0.5) of b.
+- Vector: normalise((1 - lam) e_a + lam e_b + NOISE * g), g a random unit vector: variants of a topic spread around
+  it instead of collapsing onto it, and mixtures fill the space between topics, where approximate search is hardest.
+- Text: the first (1 - lam) of a's words followed by the last lam of b's words; title: a's title. So BM25 sees real
+  vocabulary, document lengths and term statistics, and the text agrees with the vector.
+
+Chunks are generated in order from one seed, so the corpus of size n is the first n chunks of any larger one.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from causal_assets.core.storage import read_parquet
+
+NOISE = 0.3
+NEIGHBOURS = 10
+NEIGHBOUR_SHARE = 0.5
+
+
+class SourceChunks:
+    """The real chunks and vectors synthetic chunks are made of, with each one's nearest real neighbours."""
+
+    def __init__(self, base):
+        frames, vectors = [], []
+        for path in sorted((base / "corpus_chunks").glob("*.parquet")):
+            corpus = path.stem
+            emb_path = base / "corpus_embeddings" / path.name
+            if not emb_path.exists():
+                continue
+            chunks = read_parquet(path).sort_values("chunk_idx")
+            emb = read_parquet(emb_path).sort_values("chunk_idx")
+            frames.append(chunks.assign(source_corpus=corpus))
+            vectors.append(np.stack(emb["embedding"].to_numpy()).astype(np.float32))
+        chunks = pd.concat(frames, ignore_index=True)
+        self.corpora = sorted(chunks["source_corpus"].unique())
+        self.words = [t.split() for t in chunks["text"].astype(str)]  # the title is kept apart, as for real chunks
+        self.titles = chunks["title"].astype(str).tolist()
+        self.vectors = np.concatenate(vectors)
+        self.neighbours = self._nearest(NEIGHBOURS)
+
+    def __len__(self) -> int:
+        return len(self.vectors)
+
+    def _nearest(self, k: int, block: int = 2048) -> np.ndarray:
+        out = np.empty((len(self), k), dtype=np.int64)
+        for start in range(0, len(self), block):
+            sims = self.vectors[start:start + block] @ self.vectors.T
+            rows = np.arange(sims.shape[0])
+            sims[rows, rows + start] = -np.inf  # not itself
+            out[start:start + block] = np.argpartition(-sims, k, axis=1)[:, :k]
+        return out
+
+
+def make_corpus(source: SourceChunks, n: int, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
+    """(chunks frame with chunk_id/title/kind/text, L2-normalised float32 vectors), n synthetic chunks."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, len(source), n)
+    near = rng.random(n) < NEIGHBOUR_SHARE
+    b = np.where(near, source.neighbours[a, rng.integers(0, NEIGHBOURS, n)], rng.integers(0, len(source), n))
+    lam = rng.uniform(0.0, 0.5, n).astype(np.float32)
+    vectors = np.empty((n, source.vectors.shape[1]), dtype=np.float32)
+    block = 65_536
+    for start in range(0, n, block):
+        sl = slice(start, start + block)
+        g = rng.standard_normal((len(a[sl]), vectors.shape[1])).astype(np.float32)
+        g /= np.linalg.norm(g, axis=1, keepdims=True)
+        v = (1 - lam[sl, None]) * source.vectors[a[sl]] + lam[sl, None] * source.vectors[b[sl]] + NOISE * g
+        vectors[sl] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    words = source.words
+    texts = []
+    for ai, bi, li in zip(a.tolist(), b.tolist(), lam.tolist()):
+        wa, wb = words[ai], words[bi]
+        keep_b = int(li * len(wb))
+        texts.append(" ".join(wa[: len(wa) - int(li * len(wa))] + wb[len(wb) - keep_b:]))
+    titles = source.titles
+    chunks = pd.DataFrame({"chunk_id": [f"syn{i}" for i in range(n)], "title": [titles[i] for i in a.tolist()],
+                           "kind": "synthetic", "text": texts})
+    return chunks, vectors
