@@ -187,3 +187,13 @@ def load_chunk_neighbors(base, corpus: str, **kw) -> Callable[[str], list[tuple[
     if not nodes.exists():
         return None
     return chunk_neighbors(read_parquet(nodes), read_parquet(asset_path(base, "graph_edges", corpus)), **kw)
+
+
+def load_graph(base, corpus: str) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The materialized (graph_nodes, graph_edges) frames of a corpus, or None when it has no graph yet."""
+    from causal_assets.core.storage import asset_path, read_parquet
+
+    nodes = asset_path(base, "graph_nodes", corpus)
+    if not nodes.exists():
+        return None
+    return read_parquet(nodes), read_parquet(asset_path(base, "graph_edges", corpus))

@@ -3,22 +3,28 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import pandas as pd
+
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.base import Retriever
 from causal_assets.core.retrievers.similarity import HybridRetriever, RRFRetriever, SimilarityRetriever
 
 BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")
-RETRIEVERS = (*BASELINES, "cascade", "entity_first")
+RETRIEVERS = (*BASELINES, "cascade", "entity_first", "causal", "learned")
+SHORTLISTS = ("hybrid", "cascade", "bm25", "learned")
 
 Neighbors = Callable[[str], list[tuple[str, str, float]]]
+Graph = tuple[pd.DataFrame, pd.DataFrame]
 
 
 def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None = None,
-                    neighbors: Neighbors | None = None, llm_client=None) -> Retriever:
+                    neighbors: Neighbors | None = None, llm_client=None, graph: Graph | None = None) -> Retriever:
     """`params`: the retriever's own settings (hybrid: weight; cascade: a RetrievalConfig dict; entity_first:
-    SealRetriever keyword arguments, plus `llm_entities: true` for the LLM-backed query entity extractor).
-    `neighbors`: the entity graph's chunk neighbourhood, for graph stages. `llm_client`: an LLMClient, needed
-    only by LLM-backed options."""
+    SealRetriever keyword arguments, plus `llm_entities: true` for the LLM-backed query entity extractor;
+    learned: `model_path` (or a fitted `model`) and optional `depth`; causal: see `build_causal`).
+    `neighbors`: the entity graph's chunk neighbourhood, for graph stages. `graph`: the (graph_nodes,
+    graph_edges) frames, for the causal chains and the learned model's graph feature. `llm_client`: an
+    LLMClient, needed only by LLM-backed options."""
     params = dict(params or {})
     if name in ("bm25", "tfidf", "dense"):
         return SimilarityRetriever(index, name)
@@ -40,4 +46,58 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
                 raise ValueError("entity_first with llm_entities: true needs an LLM client")
             params["entity_extractor"] = LLMEntityExtractor(llm_client)
         return SealRetriever(index, **params)
+    if name == "learned":
+        return build_learned(index, params, graph)
+    if name == "causal":
+        return build_causal(index, params, neighbors, llm_client, graph)
     raise ValueError(f"unknown retriever {name!r}; known: {', '.join(RETRIEVERS)}")
+
+
+def build_learned(index: CorpusIndex, params: dict[str, Any], graph: Graph | None = None):
+    from causal_assets.core.retrievers.learned import CausalRelevanceModel, LearnedRetriever
+
+    params = dict(params)
+    model = params.pop("model", None)
+    path = params.pop("model_path", None)
+    if model is None and path is None:
+        raise ValueError("learned needs model_path (a trained CausalRelevanceModel, e.g. from tuned_retriever_configs)")
+    return LearnedRetriever(index, model if model is not None else CausalRelevanceModel.load(path), graph, **params)
+
+
+def build_causal(index: CorpusIndex, params: dict[str, Any], neighbors: Neighbors | None = None, llm_client=None,
+                 graph: Graph | None = None):
+    """The causal retriever (seed 000). params:
+    - `shortlist`: hybrid (default) | cascade | bm25 | learned - which retriever proposes the candidates the
+      answer model judges; `shortlist_params`: that retriever's params (learned: its `model_path`);
+    - `answer_model`: lexical (default: the offline extractive stand-in, no LLM) | llm (the cached LLM client);
+      `answer_model_params`: LexicalAnswerModel / LLMAnswerModel keyword arguments;
+    - every other key is a `CausalRetrievalOptions` field (shortlist_size, graph_candidates, weights, mode,
+      max_hops, hop_decay, min_relevance, diversity_threshold, include_explanations)."""
+    from causal_assets.core.retrievers.causal import (CausalRetrievalOptions, CausalRetriever, LexicalAnswerModel,
+                                                      LLMAnswerModel)
+
+    params = dict(params)
+    kind = params.pop("shortlist", "hybrid")
+    shortlist_params = dict(params.pop("shortlist_params", None) or {})
+    model_kind = params.pop("answer_model", "lexical")
+    model_params = dict(params.pop("answer_model_params", None) or {})
+    if model_kind == "llm":
+        if llm_client is None:
+            raise ValueError("causal with answer_model: llm needs an LLM client")
+        answer_model = LLMAnswerModel(llm_client, **model_params)
+    elif model_kind == "lexical":
+        answer_model = LexicalAnswerModel(**model_params)
+    else:
+        raise ValueError(f"causal: unknown answer_model {model_kind!r} (lexical | llm)")
+    if kind not in SHORTLISTS:
+        raise ValueError(f"causal: unknown shortlist {kind!r}; known: {', '.join(SHORTLISTS)}")
+    if kind == "bm25":
+        shortlist = None  # CausalRetriever's own: BM25 hits with a positive score
+    elif kind == "cascade":
+        shortlist = build_retriever("cascade", index, shortlist_params, neighbors)
+    else:
+        first = build_retriever(kind, index, shortlist_params, neighbors, llm_client, graph)
+
+        def shortlist(query, n, within):
+            return first.retrieve_many([query], n, [list(within)] if within is not None else None)[0]
+    return CausalRetriever(index, answer_model, graph, shortlist, CausalRetrievalOptions(**params))

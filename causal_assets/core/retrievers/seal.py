@@ -23,6 +23,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -54,6 +55,7 @@ def title_forms(title: str) -> list[str]:
     return forms
 
 
+@lru_cache(maxsize=8192)  # the same titles are matched against many texts; compiling dominated the linking time
 def _phrase(text: str, case_sensitive: bool = False) -> re.Pattern[str]:
     return re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, text.split())) + r"(?!\w)",
                       0 if case_sensitive else re.IGNORECASE)
@@ -95,10 +97,14 @@ def compute_title_links(titles: Sequence[str], texts: Sequence[str]) -> list[lis
     """
     base = [title_forms(t)[0] if title_forms(t) else "" for t in titles]
     patterns = [_phrase(b, case_sensitive=True) if b else None for b in base]
+    # A match contains the title's first word verbatim: a substring test on it rules out most pairs before any
+    # regex runs (the pairs are quadratic in the candidates).
+    heads = [b.split()[0] if b else "" for b in base]
     links = []
     for i in range(len(titles)):
         own = base[i].casefold()
         links.append([j for j in range(len(titles)) if j != i and patterns[j] is not None
+                      and heads[j] in texts[i]
                       and not (base[j].casefold() != own and _phrase(base[j]).search(base[i]))
                       and patterns[j].search(texts[i])])
     return links

@@ -3,6 +3,12 @@
 Hybrid fusion (`HybridRetriever`): each method's scores over the candidate set are z-normalised
 (mean 0, std 1), then combined as `weight * dense + (1 - weight) * sparse`. z-scores, unlike min-max, are
 not dominated by a single outlier score. RRF (`RRFRetriever`) fuses ranks instead: sum of 1 / (c + rank).
+
+At ANN scale (the whole corpus is searched and the index has an approximate dense index), no score vector over
+every chunk is built: the candidates are the union of each method's top `shortlist` (RRF: `depth`), their sparse
+and exact dense scores are computed directly, and the z-score statistics over the whole corpus come without
+scoring every chunk (sparse: the sum and sum of squares the postings loop returns; dense: the mean vector and
+second-moment matrix of the chunk vectors). A chunk outside both shortlists is the only thing that can be missed.
 """
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from causal_assets.core.index.search import CorpusIndex, Hit
+from causal_assets.core.index.sparse import SparseTopK
 
 
 def zscore(x: np.ndarray) -> np.ndarray:
@@ -54,19 +61,73 @@ def _hits(index: CorpusIndex, cand: np.ndarray, fused: np.ndarray, k: int) -> li
     return index.top_k(full, k, [index.ids[i] for i in cand] if len(cand) < len(index.ids) else None)
 
 
+def _top_hits(index: CorpusIndex, cand: np.ndarray, fused: np.ndarray, k: int) -> list[Hit]:
+    """The k best candidates by fused score, ties by chunk position (as `CorpusIndex.top_k`)."""
+    order = np.lexsort((cand, -fused))[:k]
+    return index.hits(cand[order], fused[order])
+
+
+@dataclass
+class Shortlists:
+    """Each method's whole-corpus top n per query: what fusion looks at when dense search is approximate."""
+    vectors: np.ndarray          # query vectors
+    sparse: SparseTopK
+    dense_positions: np.ndarray  # (queries, n); -1 where the ANN index found fewer
+    dense_scores: np.ndarray
+
+    def candidates(self, q: int) -> np.ndarray:
+        dense = self.dense_positions[q]
+        return np.union1d(self.sparse.positions[q], dense[dense >= 0])
+
+
+def shortlists(index: CorpusIndex, queries: list[str], sparse: str, n: int) -> Shortlists:
+    vectors = index.embedder.encode_queries(queries)
+    top = index.sparse[sparse].top_k_many([index.terms(q) for q in queries], n, moments=True)
+    positions, scores = index.dense_top_k(vectors, n)
+    return Shortlists(vectors, top, positions, scores)
+
+
+def at_scale(index: CorpusIndex, within) -> bool:
+    """Whole-corpus search on an index whose dense search is approximate: fuse shortlists, not score vectors."""
+    return within is None and index.ann is not None
+
+
 @dataclass
 class HybridRetriever:
     index: CorpusIndex
     weight: float = 0.5     # share of the dense score; chosen on a train split by the evaluation/tuning stages
     sparse: str = "bm25"
+    shortlist: int = 100    # per method, at ANN scale only (see the module docstring)
 
     @property
     def name(self) -> str:
         return "hybrid"
 
     def retrieve_many(self, queries, k, within=None):
+        if at_scale(self.index, within):
+            return self._retrieve_at_scale(queries, k)
         return _fuse_many(self.index, queries, k, within, self.sparse,
                           lambda s, d: self.weight * zscore(d) + (1 - self.weight) * zscore(s))
+
+    def _retrieve_at_scale(self, queries: list[str], k: int) -> list[list[Hit]]:
+        index = self.index
+        lists = shortlists(index, queries, self.sparse, max(self.shortlist, k))
+        mean_vec, second = index.dense_moments()
+        out = []
+        for i, (q, qv) in enumerate(zip(queries, lists.vectors)):
+            cand = lists.candidates(i)
+            s = index.sparse[self.sparse].score_positions(index.terms(q), cand).astype(np.float64)
+            d = (index.embeddings[cand] @ qv).astype(np.float64)
+            s_mean, s_std = lists.sparse.mean_std(i)
+            d_mean = float(mean_vec @ qv)
+            d_std = float(np.sqrt(max(qv @ second @ qv - d_mean * d_mean, 0.0)))
+            fused = self.weight * _z(d, d_mean, d_std) + (1 - self.weight) * _z(s, s_mean, s_std)
+            out.append(_top_hits(index, cand, fused, k))
+        return out
+
+
+def _z(x: np.ndarray, mean: float, std: float) -> np.ndarray:
+    return (x - mean) / std if std > 0 else np.zeros_like(x)
 
 
 @dataclass
@@ -81,7 +142,22 @@ class RRFRetriever:
         return "rrf"
 
     def retrieve_many(self, queries, k, within=None):
+        if at_scale(self.index, within):
+            return self._retrieve_at_scale(queries, k)
         return _fuse_many(self.index, queries, k, within, self.sparse, self._fuse)
+
+    def _retrieve_at_scale(self, queries: list[str], k: int) -> list[list[Hit]]:
+        """Both top-`depth` lists come straight from the whole-corpus searches: the same fusion, no score vectors."""
+        lists = shortlists(self.index, queries, self.sparse, self.depth)
+        out = []
+        for i in range(len(queries)):
+            ranked = [lists.sparse.positions[i], lists.dense_positions[i][lists.dense_positions[i] >= 0]]
+            cand = np.union1d(*ranked)
+            fused = np.zeros(len(cand))
+            for positions in ranked:
+                fused[np.searchsorted(cand, positions)] += 1.0 / (self.c + np.arange(1, len(positions) + 1))
+            out.append(_top_hits(self.index, cand, fused, k))
+        return out
 
     def _fuse(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
         fused = np.zeros(len(s))

@@ -1,0 +1,200 @@
+"""Query-time features of (query, candidate document) pairs: the input of the learned causal-relevance model
+(`learned.py`). Every feature comes from the corpus index (BM25 postings, dense vectors, titles, chunk kinds)
+and, where the corpus has one, its entity graph: no LLM call, so the model can score at query time.
+
+Candidates: the first stage is the z-score hybrid (`weight * z(dense) + (1 - weight) * z(bm25)`, z over the
+query's population: the whole corpus, or `within`), cut at `depth`. Features of a candidate, in `FEATURES` order:
+
+- bm25, bm25_z, bm25_rank, bm25_share   BM25 score, its z-score over the population, log1p of its rank among the
+                                        candidates, score / best score of the population
+- dense, dense_z, dense_rank, dense_gap cosine with the query, z-score, log1p rank, cosine - best cosine
+- prior, prior_rank                     the first-stage fused score and log1p of its rank
+- prf_dense, prf_dense_z                cosine with a pseudo-relevance-feedback query vector (Rocchio: the query
+                                        vector + `prf_weight` x the mean of the `prf_docs` best first-stage
+                                        documents, renormalised): documents like the best hits
+- title_bm25, title_bm25_z              BM25 of the query against the titles alone (a title field)
+- term_coverage, title_coverage         share of the query's distinct analyzed terms in the document / title
+- entity_coverage                       share of the query's entities (rule-based spans + code identifiers)
+                                        named in the title or text (word boundaries, case-insensitive)
+- title_match                           how strongly the question names the title (`seal.title_match_scores`)
+- graph_proximity                       1 / hops from the nodes of the query's entities to the document's node in
+                                        the entity/dependency graph (undirected, community nodes left out, at
+                                        most `max_hops`); 0 when unreachable or when the corpus has no graph
+- doc_terms, query_terms                log1p distinct terms of the document; distinct analyzed query terms
+- redundancy                            largest cosine with a candidate ranked above it by the first stage
+                                        (a near-copy of a better document adds little)
+- kind_<k>                              one-hot chunk kind (`KINDS`; anything else is kind_other)
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from scipy.sparse.csgraph import dijkstra
+
+from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.index.sparse import build_bm25
+from causal_assets.core.index.text import analyze
+from causal_assets.core.retrievers.entities import extract_query_entities
+from causal_assets.core.retrievers.seal import title_match_scores
+from causal_assets.core.retrievers.similarity import zscore
+
+KINDS = ("document", "paragraph", "module", "class", "function", "method", "text", "other")
+FEATURES = ("bm25", "bm25_z", "bm25_rank", "bm25_share", "dense", "dense_z", "dense_rank", "dense_gap",
+            "prior", "prior_rank", "prf_dense", "prf_dense_z", "title_bm25", "title_bm25_z", "term_coverage",
+            "title_coverage", "entity_coverage", "title_match", "graph_proximity", "doc_terms", "query_terms",
+            "redundancy", *(f"kind_{k}" for k in KINDS))
+_IDENTIFIER = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def query_entities(query: str) -> list[str]:
+    """Rule-based entity spans plus code identifiers (snake_case, dotted, camelCase) of a query."""
+    idents = [t.strip(".") for t in _IDENTIFIER.findall(query)
+              if "_" in t or "." in t.strip(".") or any(c.isupper() for c in t[1:])]
+    return list(dict.fromkeys(extract_query_entities(query) + idents))
+
+
+class GraphProximity:
+    """Hop distance from a query's entity nodes to chunk nodes, over the graph frames (`graph_nodes`,
+    `graph_edges`) as one undirected sparse adjacency, so a query costs one multi-source BFS in C."""
+
+    def __init__(self, nodes: pd.DataFrame, edges: pd.DataFrame, max_hops: int = 3):
+        from causal_assets.core.graph.text_graph import entity_key
+
+        self.max_hops = max_hops
+        keep = nodes[nodes["node_type"] != "community"].reset_index(drop=True)
+        self._pos = {n: i for i, n in enumerate(keep["node_id"])}
+        self._entity_key = entity_key
+        self.node_of_chunk = {c: self._pos[n] for n, c in zip(keep["node_id"], keep["chunk_id"]) if c}
+        # A query entity enters at nodes named by it: entity nodes by key, code nodes by name or FQN tail.
+        self._by_name: dict[str, list[int]] = {}
+        for n, name in zip(keep["node_id"], keep["name"]):
+            for key in {entity_key(str(name)), entity_key(str(n).split(":", 1)[-1].rsplit(".", 1)[-1])}:
+                if key:
+                    self._by_name.setdefault(key, []).append(self._pos[n])
+        e = edges[edges["source"].isin(self._pos) & edges["target"].isin(self._pos)]
+        src = e["source"].map(self._pos).to_numpy()
+        dst = e["target"].map(self._pos).to_numpy()
+        n = len(keep)
+        adj = sp.coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)).tocsr()
+        self._adj = ((adj + adj.T) > 0).astype(np.float32).tocsr()
+
+    def entry_nodes(self, entities: list[str]) -> list[int]:
+        return sorted({p for e in entities for p in self._by_name.get(self._entity_key(e), [])})
+
+    def proximity(self, entities: list[str], chunk_ids: list[str]) -> np.ndarray:
+        """1 / hops per chunk (0: unreachable within max_hops, or no node)."""
+        out = np.zeros(len(chunk_ids))
+        sources = self.entry_nodes(entities)
+        if not sources:
+            return out
+        dist = dijkstra(self._adj, directed=False, indices=sources, unweighted=True, limit=self.max_hops,
+                        min_only=True)
+        for i, c in enumerate(chunk_ids):
+            p = self.node_of_chunk.get(c)
+            if p is not None and np.isfinite(dist[p]):
+                out[i] = 1.0 / max(dist[p], 1.0)
+        return out
+
+
+@dataclass
+class Candidates:
+    """One query's first-stage candidates (index positions, best first) and their feature rows."""
+    positions: np.ndarray
+    features: pd.DataFrame
+
+
+class FeatureExtractor:
+    """Features of first-stage candidates (module docstring). Build once per index; `graph` = (nodes, edges)."""
+
+    def __init__(self, index: CorpusIndex, graph: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                 weight: float = 0.7, depth: int = 100, prf_weight: float = 0.7, prf_docs: int = 3,
+                 max_hops: int = 3, sparse: str = "bm25"):
+        if index.embeddings is None:
+            raise ValueError(f"corpus {index.corpus!r} was loaded without embeddings; the features need them")
+        self.index, self.weight, self.depth, self.sparse = index, weight, depth, sparse
+        self.prf_weight, self.prf_docs = prf_weight, prf_docs
+        chunks = index.chunks
+        self._titles = chunks["title"].fillna("").astype(str).tolist()
+        self._texts = chunks["text"].fillna("").astype(str).tolist()
+        self._title_index = build_bm25([analyze(t, index.split_identifiers) for t in self._titles])
+        bm25 = index.sparse[sparse]
+        self._doc_terms = np.log1p(np.diff(bm25.matrix.tocsr().indptr))
+        kinds = chunks["kind"].astype(str).where(chunks["kind"].isin(KINDS), "other")
+        self._kind = pd.get_dummies(pd.Categorical(kinds, categories=KINDS)).to_numpy(np.float32)
+        self.graph = GraphProximity(*graph, max_hops=max_hops) if graph is not None else None
+
+    def settings(self) -> dict:
+        return {"weight": self.weight, "depth": self.depth, "prf_weight": self.prf_weight,
+                "prf_docs": self.prf_docs, "sparse": self.sparse,
+                "max_hops": self.graph.max_hops if self.graph is not None else None}
+
+    def candidates(self, query: str, query_vector: np.ndarray, within: list[str] | None = None) -> Candidates:
+        index = self.index
+        pop = np.arange(len(index.ids)) if within is None else \
+            np.array([index.position[c] for c in dict.fromkeys(within) if c in index.position], dtype=np.int64)
+        if len(pop) == 0:
+            return Candidates(pop, pd.DataFrame(columns=list(FEATURES)))
+        s_all, d_all = index.scores(query, self.sparse)[pop], index.scores(query, "dense", query_vector)[pop]
+        s_z, d_z = zscore(s_all.astype(np.float64)), zscore(d_all.astype(np.float64))
+        prior_all = self.weight * d_z + (1 - self.weight) * s_z
+        order = np.lexsort((pop, -prior_all))[: self.depth]   # ties by chunk order, as CorpusIndex.top_k
+        pos = pop[order]
+        emb = index.embeddings
+        top = emb[pos[: self.prf_docs]].mean(axis=0) if self.prf_docs else 0.0
+        prf_q = query_vector + self.prf_weight * top
+        prf_q = prf_q / (np.linalg.norm(prf_q) or 1.0)
+        prf_all = emb[pop] @ prf_q
+        terms = index.terms(query)
+        title_all = self._title_index.score(terms)[pop]
+        s, d = s_all[order], d_all[order]
+        feats = {
+            "bm25": s, "bm25_z": s_z[order], "bm25_rank": _log_rank(s), "bm25_share": s / (s_all.max() or 1.0),
+            "dense": d, "dense_z": d_z[order], "dense_rank": _log_rank(d), "dense_gap": d - d_all.max(),
+            "prior": prior_all[order], "prior_rank": np.log1p(np.arange(len(pos))),
+            "prf_dense": prf_all[order], "prf_dense_z": zscore(prf_all.astype(np.float64))[order],
+            "title_bm25": title_all[order], "title_bm25_z": zscore(title_all.astype(np.float64))[order],
+            "term_coverage": self._coverage(index.sparse[self.sparse].matrix, self.index.sparse[self.sparse].vocab,
+                                            terms, pos),
+            "title_coverage": self._coverage(self._title_index.matrix, self._title_index.vocab, terms, pos),
+        }
+        entities = query_entities(query)
+        titles = [self._titles[p] for p in pos]
+        feats["entity_coverage"] = self._entity_coverage(entities, pos)
+        feats["title_match"] = title_match_scores(query, titles, entities)
+        feats["graph_proximity"] = self.graph.proximity(entities, [str(index.ids[p]) for p in pos]) \
+            if self.graph is not None else np.zeros(len(pos))
+        feats["doc_terms"] = self._doc_terms[pos]
+        feats["query_terms"] = np.full(len(pos), float(len(set(terms))))
+        sims = emb[pos] @ emb[pos].T
+        feats["redundancy"] = np.array([sims[i, :i].max() if i else 0.0 for i in range(len(pos))])
+        frame = pd.DataFrame(feats)
+        frame[[f"kind_{k}" for k in KINDS]] = self._kind[pos]
+        return Candidates(pos, frame[list(FEATURES)].astype(np.float64))
+
+    @staticmethod
+    def _coverage(matrix: sp.csc_matrix, vocab: dict[str, int], terms: list[str], pos: np.ndarray) -> np.ndarray:
+        """Share of the query's distinct terms each document contains (read off the postings columns)."""
+        cols = sorted({vocab[t] for t in terms if t in vocab})
+        n = len(set(terms))
+        if not n or not cols:
+            return np.zeros(len(pos))
+        hits = np.asarray((matrix[:, cols].tocsr()[pos] > 0).sum(axis=1)).ravel()
+        return hits / n
+
+    def _entity_coverage(self, entities: list[str], pos: np.ndarray) -> np.ndarray:
+        if not entities:
+            return np.zeros(len(pos))
+        pats = [re.compile(r"(?<!\w)" + re.escape(e) + r"(?!\w)", re.IGNORECASE) for e in entities]
+        return np.array([sum(bool(p.search(f"{self._titles[i]}\n{self._texts[i]}")) for p in pats) / len(pats)
+                         for i in pos])
+
+
+def _log_rank(scores: np.ndarray) -> np.ndarray:
+    """log1p of each score's rank (0 = best) among `scores`, ties by position."""
+    ranks = np.empty(len(scores))
+    ranks[np.argsort(-scores, kind="stable")] = np.arange(len(scores))
+    return np.log1p(ranks)
