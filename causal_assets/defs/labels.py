@@ -67,6 +67,39 @@ def mc_config(spec_mc: dict, config: MonteCarloConfig) -> MCConfig:
     return MCConfig(**{**base, **overrides})
 
 
+def run_trials(context: AssetExecutionContext, spec, cfg: MCConfig, llm: LLM, pools: pd.DataFrame,
+               question_ids: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, str, float]:
+    """Label the questions of `pools` (or only `question_ids`): (trials, calls, stop reason, seconds)."""
+    solver = BlindSolver(llm.client, spec.validator)
+    trials, calls, stopped = [], [], ""
+    t0 = time.perf_counter()
+    wanted = set(question_ids) if question_ids is not None else None
+    for qid, pool in pools.groupby("question_id", sort=False):
+        if wanted is not None and qid not in wanted:
+            continue
+        pool = pool.sort_values("position")
+        first = pool.iloc[0]
+        outcome = label_question(qid, first["question"], first["answer"],
+                                 list(zip(pool["doc_id"], pool["title"], pool["text"])),
+                                 solver, cfg, json.loads(first["aliases"]))
+        trials += outcome.trials
+        calls += outcome.calls
+        context.log.info(f"{qid}: {len(outcome.trials)} trials, success rate "
+                         f"{sum(t['success'] for t in outcome.trials) / max(1, len(outcome.trials)):.2f}, "
+                         f"YES: {outcome.result.yes()}")
+        if outcome.stopped:
+            stopped = outcome.stopped
+            context.log.warning(f"LLM budget exceeded at question {qid}: stopping, partial trials kept")
+            break
+    trials_df = pd.DataFrame(trials, columns=["question_id", "trial", "subset", "n_docs", "success", "score",
+                                              "answer", "call_key", "cached"]).assign(benchmark=spec.name,
+                                                                                      estimator=cfg.estimator)
+    calls_df = pd.DataFrame(calls, columns=["question_id", "status", "error", "detail", "subset", "cached",
+                                            "latency_s", "prompt_tokens", "completion_tokens", "call_key"]
+                            ).assign(benchmark=spec.name)
+    return trials_df, calls_df, stopped, time.perf_counter() - t0
+
+
 @multi_asset(
     partitions_def=benchmark_partitions, group_name=GROUP, pool="llm",
     retry_policy=RetryPolicy(max_retries=2, delay=10, backoff=Backoff.EXPONENTIAL),
@@ -81,29 +114,7 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     """Blind-solver trials on random context subsets. Errored calls are journalled, never counted as trials."""
     spec = benchmark_registry.spec(context.partition_key)
     cfg = mc_config(spec.monte_carlo, config)
-    solver = BlindSolver(llm.client, spec.validator)
-    trials, calls, stopped = [], [], ""
-    t0 = time.perf_counter()
-    for qid, pool in candidate_pools.groupby("question_id", sort=False):
-        pool = pool.sort_values("position")
-        first = pool.iloc[0]
-        gold = first["answer"]
-        outcome = label_question(qid, first["question"], gold, list(zip(pool["doc_id"], pool["title"], pool["text"])),
-                                 solver, cfg, json.loads(first["aliases"]))
-        trials += outcome.trials
-        calls += outcome.calls
-        context.log.info(f"{qid}: {len(outcome.trials)} trials, success rate "
-                         f"{sum(t['success'] for t in outcome.trials) / max(1, len(outcome.trials)):.2f}, "
-                         f"YES: {outcome.result.yes()}")
-        if outcome.stopped:
-            stopped = outcome.stopped
-            context.log.warning(f"LLM budget exceeded at question {qid}: stopping, partial trials kept")
-            break
-    seconds = time.perf_counter() - t0
-    trials_df = pd.DataFrame(trials, columns=["question_id", "trial", "subset", "n_docs", "success", "score",
-                                              "answer", "call_key", "cached"]).assign(benchmark=spec.name, estimator=cfg.estimator)
-    calls_df = pd.DataFrame(calls, columns=["question_id", "status", "error", "detail", "subset", "cached", "latency_s",
-                                            "prompt_tokens", "completion_tokens", "call_key"]).assign(benchmark=spec.name)
+    trials_df, calls_df, stopped, seconds = run_trials(context, spec, cfg, llm, candidate_pools)
     ok = calls_df[calls_df["status"] == "ok"]
     yield Output(trials_df, output_name="mc_trials", metadata={
         "questions": int(trials_df["question_id"].nunique()), "trials": len(trials_df), "estimator": cfg.estimator,

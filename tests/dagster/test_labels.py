@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import pandas as pd
 import yaml
-from dagster import materialize
+from dagster import MultiPartitionKey, materialize
+
+from causal_assets.core.labeling.shards import shard_questions
 
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
 from causal_assets.defs.graph import entity_graph
+from causal_assets.defs.label_shards import LABEL_SHARDS, mc_trial_shards
 from causal_assets.defs.labels import candidate_pools, mc_labels, mc_trials
 from causal_assets.resources import LLM
 
@@ -47,3 +50,35 @@ def test_labels_end_to_end_with_local_server(resources, tmp_path):
     assert again.success
     calls2 = pd.read_parquet(f"{base}/solver_calls/hotpotqa.parquet")
     assert calls2["cached"].all() and len(calls2) == len(calls)
+
+    # Question-range shards (a backfill over benchmark x shard) pay the calls; mc_trials then assembles the same
+    # trials from the call cache without a single new call.
+    sharded = {**resources, "llm": LLM(cache_path=str(tmp_path / "sharded_calls.sqlite"), n_threads=1)}
+    # The solver is deterministic (temperature 0), so a subset drawn twice for one question is one call: the
+    # shards must pay exactly the calls the unsharded run paid, and see exactly its within-run repeats as hits.
+    paid, hits = 0, 0
+    for shard in range(LABEL_SHARDS):
+        key = MultiPartitionKey({"benchmark": "hotpotqa", "shard": str(shard)})
+        run = materialize([mc_trial_shards, candidate_pools], resources=sharded, partition_key=key,
+                          selection=["mc_trial_shards"], run_config={"ops": {"mc_trial_shards": RUN_CONFIG["ops"]["mc_trials"]}})
+        assert run.success
+        meta = run.get_asset_materialization_events()[0].materialization.metadata
+        paid += meta["calls"].value - meta["cache_hits"].value
+        hits += meta["cache_hits"].value
+    assert paid == int((~calls["cached"]).sum()) and paid + hits == len(calls)
+    assembled = materialize(upstream + stage, resources=sharded, partition_key="hotpotqa",
+                            selection=["mc_trials", "solver_calls"],
+                            run_config={"ops": {"mc_trials": RUN_CONFIG["ops"]["mc_trials"]}})
+    assert assembled.success
+    calls3 = pd.read_parquet(f"{base}/solver_calls/hotpotqa.parquet")
+    assert calls3["cached"].all() and len(calls3) == len(calls)
+    trials3 = pd.read_parquet(f"{base}/mc_trials/hotpotqa.parquet")
+    assert trials3["subset"].map(tuple).tolist() == trials["subset"].map(tuple).tolist()
+
+
+def test_question_shards_cover_every_question_once():
+    ids = [f"q{i}" for i in range(10)]
+    for shards in (1, 3, 4, 10, 12):
+        parts = [shard_questions(ids, s, shards) for s in range(shards)]
+        assert sum(parts, []) == ids
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1

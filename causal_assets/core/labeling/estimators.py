@@ -395,7 +395,7 @@ class AdaptiveLabeler:
                  interaction_z: float = 1.5, min_dof: int = 8, p_context: float = 0.8, rng=None,
                  doc_ids: Sequence | None = None, p_levels: Sequence[float] = (0.5,),
                  screen_alpha: float | None = 0.6, screen_after: int = 96, prefer_context: bool = True,
-                 prefer_z: float = 2.0, search_levels: Sequence[float] = ()):
+                 prefer_z: float = 2.0, search_levels: Sequence[float] = (), freeze_after: int = 0):
         if pool_size < 1 or budget < 1 or batch < 1:
             raise ValueError("pool_size, budget and batch must be positive")
         self.pool_size, self.threshold, self.budget, self.batch = int(pool_size), threshold, int(budget), int(batch)
@@ -407,6 +407,7 @@ class AdaptiveLabeler:
         self.screen_alpha, self.screen_after = screen_alpha, int(screen_after)
         self.prefer_context, self.prefer_z = bool(prefer_context), float(prefer_z)
         self.search_levels = tuple(float(p) for p in search_levels)
+        self.freeze_after = int(freeze_after)
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         self.doc_ids = _ids(doc_ids, self.pool_size)
         self._x: list[np.ndarray] = []
@@ -444,7 +445,8 @@ class AdaptiveLabeler:
         labels = [e.label for e in self._result.docs]
         out = np.zeros((k, self.pool_size), dtype=bool)
         yes = [j for j in free if labels[j] == YES]
-        unc = [j for j in free if labels[j] == UNCERTAIN]
+        # NO documents not frozen yet stay randomised with the undecided ones
+        unc = [j for j in free if labels[j] != YES]
         if yes:
             out[:, yes] = self.rng.random((k, len(yes))) < self.p_yes
         if unc:
@@ -535,7 +537,8 @@ class AdaptiveLabeler:
                          interactions=True, max_candidates=self.max_candidates,
                          interaction_z=self.interaction_z, doc_ids=self.doc_ids, frozen_no=sorted(self._frozen),
                          prefer=self._prefer(xa, ya))
-        self._frozen |= {j for j, e in enumerate(res.docs) if e.label == NO}
+        if self.calls >= self.freeze_after:
+            self._frozen |= {j for j, e in enumerate(res.docs) if e.label == NO}
         self._screened = self._screened_out(res) if res.yes() else set()
         self._result = replace(res, method="adaptive")
         self.history.append((self.calls, self._result))
