@@ -5,25 +5,47 @@ import argparse
 import json
 import sys
 
+import duckdb
+
 from causal_assets.core.catalog import DuckDBCatalog
 from causal_assets.core.errors import CausalAssetsError
 from causal_assets.core.graph.store import load_chunk_neighbors
 from causal_assets.core.index.search import METHODS, CorpusIndex
 from causal_assets.core.retrievers.factory import RETRIEVERS, build_retriever
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.causal_search.inbox import MAX_QUERY_CHARS
+from causal_assets.core.storage import asset_path, read_parquet, safe_name
 from causal_assets.resources import DEFAULT_BASE, DEFAULT_CATALOG
 
 
 def _search(args: argparse.Namespace) -> int:
-    if not args.query.strip():
+    query = sys.stdin.read() if args.query == "-" else args.query
+    if not query.strip():
         raise ValueError("query is empty")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ValueError(f"query is {len(query)} characters; the limit is {MAX_QUERY_CHARS}")
+    if args.k < 1:
+        raise ValueError(f"-k must be at least 1 (got {args.k})")
+    safe_name(args.corpus, "corpus")
+    try:
+        params = json.loads(args.params)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--params is not valid JSON ({e})") from None
     index = CorpusIndex.load(args.base_path, args.corpus, dense=args.method not in ("bm25", "tfidf"))
     if args.method in METHODS:
-        hits = index.search(args.query, k=args.k, method=args.method)
+        hits = index.search(query, k=args.k, method=args.method)
     else:
-        retriever = build_retriever(args.method, index, json.loads(args.params),
-                                    load_chunk_neighbors(args.base_path, args.corpus))
-        hits = retriever.retrieve_many([args.query], args.k)[0]
+        retriever = build_retriever(args.method, index, params, load_chunk_neighbors(args.base_path, args.corpus))
+        hits = retriever.retrieve_many([query], args.k)[0]
+    if args.method in ("bm25", "tfidf"):
+        hits = [h for h in hits if h.score > 0]  # a zero score is no match, not a result
+        if not hits:
+            terms = index.terms(query)
+            why = (f"no chunk of corpus {args.corpus!r} contains any of the query's index terms {terms[:20]}" if terms
+                   else "the query has no index terms (only stopwords, punctuation or symbols)")
+            print(f"causal-assets: {why}; nothing for {args.method} to match (try --method dense)", file=sys.stderr)
+            if args.json:
+                print("[]")
+            return 1
     if args.json:
         print(json.dumps([h.__dict__ for h in hits], indent=2))
         return 0
@@ -38,6 +60,19 @@ def _catalog(args: argparse.Namespace) -> int:
     for name, s in sorted(status.items()):
         print(f"{name}: {s}")
     return 1 if "deferred" in status.values() else 0
+
+
+def _sql(args: argparse.Namespace) -> int:
+    """Query the catalog read-only, with the base path's fsspec filesystem registered (needed for views over URLs
+    DuckDB cannot read itself; for local paths this is the same as `duckdb -readonly`)."""
+    catalog = DuckDBCatalog(args.catalog_path, lock_timeout_s=10, base=args.base_path)
+    try:
+        with catalog.connect(read_only=True) as con:
+            print(con.sql(args.query).df().to_string(index=False))
+    except duckdb.Error as e:
+        print(f"causal-assets: sql: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _ask(args: argparse.Namespace) -> int:
@@ -68,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("search", help="search a materialized corpus index")
-    s.add_argument("query")
+    s.add_argument("query", help="the query, or - to read it from standard input")
     s.add_argument("--corpus", default="default")
     s.add_argument("--method", "--retriever", dest="method", choices=RETRIEVERS, default="bm25",
                    help="bm25 | tfidf | dense | hybrid | rrf | cascade | entity_first")
@@ -85,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("catalog", help="(re)create the DuckDB views over every materialized asset")
     c.add_argument("--catalog-path", default=DEFAULT_CATALOG)
     c.set_defaults(func=_catalog)
+
+    q = sub.add_parser("sql", help="run SQL on the catalog (read-only; registers fsspec base paths with DuckDB)")
+    q.add_argument("query")
+    q.add_argument("--catalog-path", default=DEFAULT_CATALOG)
+    q.set_defaults(func=_sql)
 
     args = parser.parse_args(argv)
     try:

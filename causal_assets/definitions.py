@@ -3,8 +3,9 @@ import os
 
 from dagster import AssetSelection, Definitions, EnvVar, define_asset_job
 
-from causal_assets.defs import automation, corpus, evaluation, graph, labels, search
+from causal_assets.defs import automation, corpus, evaluation, graph, label_shards, labels, search, sharding
 from causal_assets.resources import LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
+from causal_assets.execution import executor_from_env
 
 storage = Storage()
 # Local llama.cpp server by default; CAUSAL_ASSETS_LLM_BASE_URL (+ _MODEL, + the key in CAUSAL_ASSETS_LLM_API_KEY,
@@ -21,11 +22,14 @@ evaluation_job = define_asset_job("evaluation_job", selection=AssetSelection.gro
                                   description="Evaluate every configured retriever on one benchmark partition.")
 
 defs = Definitions(
+    # Where steps run is configuration: CAUSAL_ASSETS_EXECUTOR=multiprocess (default) | in_process | k8s | docker.
+    executor=executor_from_env(),
     assets=[corpus.corpus_chunks, corpus.corpus_embeddings, corpus.sparse_index, graph.entity_graph,
             labels.candidate_pools, labels.mc_trials, labels.mc_labels, evaluation.evaluation_report,
-            search.retrieval_results, search.causal_search],
+            search.retrieval_results, search.causal_search, sharding.embedding_shards,
+            label_shards.mc_trial_shards],
     jobs=[automation.corpus_index_job, automation.labels_and_evaluation_job, default_lineage_job, evaluation_job,
-          search.search_job],
+          search.search_job, sharding.embedding_shards_job],
     schedules=[automation.nightly_labels_and_evaluation],
     sensors=[automation.corpus_change_sensor, automation.automation_sensor, search.queries_inbox_sensor],
     resources={"storage": storage, "corpus_registry": CorpusRegistry(),

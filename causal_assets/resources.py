@@ -17,7 +17,7 @@ from causal_assets.core.llm.client import CallBudget, LLMClient
 from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.corpus.registry import CorpusSpec, load_corpus_registry, registry_path
 from causal_assets.core.paths import PROJECT_ROOT
-from causal_assets.core.storage import read_parquet, write_parquet_atomic
+from causal_assets.core.storage import check_within, read_parquet, write_parquet_atomic
 
 DEFAULT_BASE = os.environ.get("CAUSAL_ASSETS_BASE_PATH", str(PROJECT_ROOT / "data" / "parquet"))
 DEFAULT_CATALOG = os.environ.get("CAUSAL_ASSETS_CATALOG", str(PROJECT_ROOT / "data" / "causal_assets.duckdb"))
@@ -40,7 +40,8 @@ class Storage(ConfigurableResource):
         return UPath(self.base_path)
 
     def catalog(self) -> DuckDBCatalog:
-        return DuckDBCatalog(self.catalog_path, self.catalog_lock_timeout_s)
+        # base: fsspec URLs DuckDB cannot read natively are registered on every catalog connection
+        return DuckDBCatalog(self.catalog_path, self.catalog_lock_timeout_s, base=self.base_path)
 
     @property
     def reports_path(self) -> Path:
@@ -140,6 +141,7 @@ class ParquetIOManager(UPathIOManager):
     def dump_to_path(self, context: OutputContext, obj: pd.DataFrame, path: UPath) -> None:
         if not isinstance(obj, pd.DataFrame):
             raise TypeError(f"{context.asset_key.to_user_string()}: expected a pandas DataFrame, got {type(obj).__name__}")
+        check_within(self._base_path, path)  # a partition key like '../../x' must not write outside the base
         write_parquet_atomic(obj, path)
         name = context.asset_key.path[-1]
         metadata = {
@@ -158,7 +160,7 @@ class ParquetIOManager(UPathIOManager):
         context.add_output_metadata(metadata)
 
     def load_from_path(self, context: InputContext, path: UPath) -> pd.DataFrame:
-        return read_parquet(path)
+        return read_parquet(check_within(self._base_path, path))
 
 
 class ParquetIOManagerFactory(ConfigurableIOManagerFactory):

@@ -5,6 +5,13 @@ only views, written by short-lived connections. Views over `<asset>/*.parquet` g
 and new data without any refresh, so the write lock is only needed when an asset appears for the first
 time. If a user holds the file open, the refresh is skipped and reported, never raised: a run must not
 fail because someone is looking at the data.
+
+Base paths DuckDB cannot read by itself (fsspec URLs: memory://, gcs://, abfs://, s3:// without the httpfs
+extension, ...) work through `register_filesystem`: every connection this class opens registers the base path's
+fsspec filesystem (with the same storage options the IO manager writes with), so views over such URLs can be
+created and queried. A view's SQL names the URL; a reader must register the same filesystem, which is what
+`DuckDBCatalog.connect()` (and `causal-assets sql`) do. The plain `duckdb` CLI has no fsspec: it can only query
+views over local paths (or URLs its own extensions read). memory:// exists inside one process only.
 """
 from __future__ import annotations
 
@@ -18,10 +25,19 @@ from upath import UPath
 log = logging.getLogger(__name__)
 
 
+LOCAL_PROTOCOLS = ("", "file", "local")
+
+
+def fsspec_filesystem(base: str | UPath):
+    """The fsspec filesystem DuckDB must be given for `base`, or None when DuckDB reads it natively (local paths)."""
+    base = UPath(base)
+    return None if base.protocol in LOCAL_PROTOCOLS else base.fs
+
+
 def view_source(base: str | UPath, asset: str, partitioned: bool) -> str:
     base = UPath(base)
     target = base / asset / "*.parquet" if partitioned else base / f"{asset}.parquet"
-    location = str(target.path if target.protocol in ("", "file", "local") else target)
+    location = str(target.path if target.protocol in LOCAL_PROTOCOLS else target)
     location = location.replace("'", "''")
     return f"select * from read_parquet('{location}', union_by_name = true)"
 
@@ -32,17 +48,39 @@ def _lock_error(e: Exception) -> bool:
 
 
 class DuckDBCatalog:
-    def __init__(self, path: str | Path, lock_timeout_s: float = 2.0):
+    def __init__(self, path: str | Path, lock_timeout_s: float = 2.0, base: str | UPath | None = None):
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
         self._known: dict[str, str] = {}  # views this process already verified
+        self._filesystems: dict[tuple, object] = {}  # fsspec filesystems registered on every connection
+        if base is not None:
+            self.add_filesystem(base)
+
+    def add_filesystem(self, base: str | UPath) -> None:
+        """Let DuckDB read `base` through fsspec if it cannot natively (no-op for local paths)."""
+        fs = fsspec_filesystem(base)
+        if fs is not None:
+            protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+            self._filesystems[protocol] = fs
+
+    def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+        """A connection to the catalog with the fsspec filesystems registered (read-only by default: it takes
+        no write lock, so runs can still refresh views while you query)."""
+        return self._connect(read_only)
 
     def _connect(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.05
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                try:
+                    for fs in self._filesystems.values():
+                        con.register_filesystem(fs)
+                except BaseException:
+                    con.close()
+                    raise
+                return con
             except duckdb.Error as e:
                 if not _lock_error(e) or time.monotonic() >= deadline:
                     raise
@@ -86,6 +124,7 @@ class DuckDBCatalog:
     def refresh_from_storage(self, base: str | UPath) -> dict[str, str]:
         """(Re)create views for every asset found under `base`: directories are partitioned assets."""
         base = UPath(base)
+        self.add_filesystem(base)
         views = {}
         if base.exists():
             for entry in sorted(base.iterdir()):

@@ -6,6 +6,7 @@ stores a rename is a copy, but the target key still only appears once the object
 """
 from __future__ import annotations
 
+import posixpath
 import uuid
 
 import pandas as pd
@@ -14,8 +15,31 @@ import pyarrow.parquet as pq
 from upath import UPath
 
 
+def safe_name(name: str, what: str = "partition") -> str:
+    """An asset or partition name that becomes a file name: refuse anything that could leave its directory."""
+    if not name or name.startswith(".") or any(c in name for c in "/\\\0"):
+        raise ValueError(f"invalid {what} name {name!r}: it is used as a file name, so it must not be empty, "
+                         "start with '.' or contain '/', '\\' or NUL")
+    return name
+
+
+def check_within(base: str | UPath, path: str | UPath) -> UPath:
+    """`path` itself if it lies under `base` once normalised; a partition key such as '../../x' would otherwise
+    read or write anywhere the process may."""
+    base, path = UPath(base), UPath(path)
+    root, target = posixpath.normpath(base.path), posixpath.normpath(path.path)
+    local = ("", "file", "local")
+    same_fs = base.protocol == path.protocol or (base.protocol in local and path.protocol in local)
+    if not same_fs or not (target == root or target.startswith(root.rstrip("/") + "/")):
+        raise ValueError(f"{path}: outside the storage base path {base} (refusing to read or write it)")
+    return path
+
+
 def asset_path(base: str | UPath, asset: str, partition: str | None = None) -> UPath:
     """The one layout used by the IO manager, the DuckDB views and the library loaders."""
+    safe_name(asset, "asset")
+    if partition:
+        safe_name(partition)
     root = UPath(base) / asset
     return root / f"{partition}.parquet" if partition else UPath(base) / f"{asset}.parquet"
 

@@ -5,6 +5,7 @@ Submit a query with `causal-assets ask "..."`, by dropping a `.txt` file (first 
 whose key is the question itself (or an id from `data/queries/`) and materialize it.
 """
 import json
+import os
 import time
 from pathlib import Path
 
@@ -24,7 +25,8 @@ from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.resources import LLM, Storage
 
 GROUP = "search"
-QUERIES_DIR = PROJECT_ROOT / "data" / "queries"
+# Submitted queries (and the inbox/ the sensor watches); $CAUSAL_ASSETS_QUERIES points a deployment or a test elsewhere.
+QUERIES_DIR = Path(os.environ.get("CAUSAL_ASSETS_QUERIES") or PROJECT_ROOT / "data" / "queries")
 query_partitions = DynamicPartitionsDefinition(name="queries")
 
 

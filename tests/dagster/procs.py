@@ -1,0 +1,99 @@
+"""Real Dagster runs in separate processes: the project's own CLI (`dagster asset materialize -m
+causal_assets.definitions`) with the storage, registries and instance of a test redirected by environment variables
+(the same variables a deployment sets), each run in its own process group so a test can kill it whole."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DAGSTER = str(Path(sys.executable).with_name("dagster"))
+IN_PROCESS = {"execution": {"config": {"in_process": {}}}}  # one process per run: the CLI tests' startup cost once
+
+
+def project_env(resources: dict, dagster_home: Path, **extra: str) -> dict[str, str]:
+    """Environment that points the shipped Definitions at a test's storage and small registries."""
+    storage = resources["storage"]
+    init_instance(dagster_home)
+    env = {**os.environ,
+           "CAUSAL_ASSETS_CORPORA": resources["corpus_registry"].path,
+           "CAUSAL_ASSETS_BENCHMARKS": resources["benchmark_registry"].path,
+           "CAUSAL_ASSETS_BASE_PATH": storage.base_path,
+           "CAUSAL_ASSETS_CATALOG": storage.catalog_path,
+           "CAUSAL_ASSETS_REPORTS": storage.reports_dir,
+           "CAUSAL_ASSETS_LLM_CACHE": resources["llm"].cache_path,
+           "DAGSTER_HOME": str(dagster_home),
+           "PYTHONUNBUFFERED": "1"}
+    env.update(extra)
+    return env
+
+
+def init_instance(dagster_home: Path) -> None:
+    """Create the SQLite instance schema once. Two processes opening a fresh DAGSTER_HOME at the same moment race on
+    `CREATE TABLE runs` (measured here: the second run dies with "table runs already exists"), so concurrent runs
+    need an initialized instance (or Postgres run storage)."""
+    from dagster import DagsterInstance
+
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        instance.get_runs(limit=1)
+
+
+def start_materialize(select: str, partition: str, env: dict, run_config: dict | None = None,
+                      log_path: Path | None = None) -> subprocess.Popen:
+    """`dagster asset materialize` as a child in a new session (process group = its pid); output to `log_path`."""
+    cmd = [DAGSTER, "asset", "materialize", "-m", "causal_assets.definitions", "--select", select,
+           "--partition", partition, "--config-json", json.dumps(run_config or IN_PROCESS)]
+    out = open(log_path, "w") if log_path else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        if log_path:
+            out.close()
+
+
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Signal the whole process group of a child started with start_new_session (never anything else)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=30)
+
+
+def group_alive(pgid: int) -> list[int]:
+    """Pids still alive in process group `pgid` (from /proc)."""
+    alive = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                alive.append(int(d.name))
+    return alive
+
+
+def processes_with_env(marker: str, cmdline_contains: str) -> list[int]:
+    """Live pids whose environment mentions `marker` (e.g. a test's tmp dir) and whose command line contains
+    `cmdline_contains`: finds what a killed run left behind, whatever its parent now is."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if cmdline_contains in cmd and marker.encode() in (d / "environ").read_bytes():
+                state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(int(d.name))
+        except OSError:
+            continue
+    return found
