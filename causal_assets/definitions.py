@@ -1,9 +1,11 @@
 """The one Definitions object: every asset, check, job, schedule, sensor and resource of causal_assets."""
 import os
+import warnings
 
 from dagster import AssetSelection, Definitions, EnvVar, define_asset_job
 
-from causal_assets.defs import automation, corpus, evaluation, graph, label_shards, labels, search, sharding
+from causal_assets.defs import automation, corpus, evaluation, graph, label_shards, labels, search, sharding, tuning
+from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
 from causal_assets.resources import LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
 from causal_assets.execution import executor_from_env
 
@@ -14,9 +16,24 @@ llm = LLM(base_url=os.environ.get("CAUSAL_ASSETS_LLM_BASE_URL") or None,
           model=os.environ.get("CAUSAL_ASSETS_LLM_MODEL", "smollm2-135m-instruct"),
           api_key=EnvVar("CAUSAL_ASSETS_LLM_API_KEY") if os.environ.get("CAUSAL_ASSETS_LLM_API_KEY") else None)
 
-# The main job: the whole default lineage (grows as stages are added).
-default_lineage_job = define_asset_job("default_lineage_job",
-                                       selection=AssetSelection.groups(corpus.GROUP, graph.GROUP, labels.GROUP, evaluation.GROUP),
+
+
+def lineage_selection() -> AssetSelection:
+    """The whole lineage for one partition. An asset job needs one partitions definition, and the corpus stages
+    are partitioned by corpus, the benchmark stages by benchmark: with the shipped registries both have the same
+    keys. A registry with a corpus that has no benchmark of the same name (a user's folder corpus) must not break
+    the whole code location, so the job then covers the corpus stages only; labels_and_evaluation_job runs the
+    benchmark stages."""
+    corpus_stages = AssetSelection.groups(corpus.GROUP, graph.GROUP)
+    if set(corpus_partitions.get_partition_keys()) == set(benchmark_partitions.get_partition_keys()):
+        return corpus_stages | AssetSelection.groups(labels.GROUP, evaluation.GROUP)
+    warnings.warn("corpus and benchmark partitions differ: default_lineage_job covers the corpus stages only "
+                  "(run labels_and_evaluation_job for the benchmark stages)")
+    return corpus_stages
+
+
+# The main job: the whole default lineage.
+default_lineage_job = define_asset_job("default_lineage_job", selection=lineage_selection(),
                                        description="Materialize the default lineage for one corpus partition.")
 evaluation_job = define_asset_job("evaluation_job", selection=AssetSelection.groups(evaluation.GROUP),
                                   description="Evaluate every configured retriever on one benchmark partition.")
@@ -25,7 +42,8 @@ defs = Definitions(
     # Where steps run is configuration: CAUSAL_ASSETS_EXECUTOR=multiprocess (default) | in_process | k8s | docker.
     executor=executor_from_env(),
     assets=[corpus.corpus_chunks, corpus.corpus_embeddings, corpus.sparse_index, graph.entity_graph,
-            labels.candidate_pools, labels.mc_trials, labels.mc_labels, evaluation.evaluation_report,
+            labels.candidate_pools, labels.mc_trials, labels.mc_labels, tuning.tuned_retriever_configs,
+            evaluation.evaluation_report,
             search.retrieval_results, search.causal_search, sharding.embedding_shards,
             label_shards.mc_trial_shards],
     jobs=[automation.corpus_index_job, automation.labels_and_evaluation_job, default_lineage_job, evaluation_job,

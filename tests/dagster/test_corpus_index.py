@@ -2,16 +2,22 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import duckdb
 import pandas as pd
 import pytest
+import yaml
 from dagster import DagsterInstance, Definitions, materialize
 
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
 from tests.core.test_storage import _hold_catalog
 
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = [corpus_chunks, corpus_embeddings, sparse_index]
 
 
@@ -32,6 +38,31 @@ def test_definitions_load():
 
     Definitions.validate_loadable(defs)
     assert {"corpus_index_job", "default_lineage_job"} <= {j.name for j in defs.jobs}
+
+
+def test_definitions_load_with_a_corpus_that_has_no_benchmark(tmp_path):
+    """A user's folder corpus (no benchmark of that name) must not break the code location: the lineage job then
+    covers the corpus stages only. Partitions are read from the registries at import, so this loads in a fresh
+    interpreter."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Notes\n\nDagster assets are stored as Parquet.\n")
+    shipped = yaml.safe_load((ROOT / "causal_assets/registry/corpora.yaml").read_text())
+    shipped["corpora"].append({"name": "mydocs", "loader": "folder", "path": str(docs)})
+    registry = tmp_path / "corpora.yaml"
+    registry.write_text(yaml.safe_dump(shipped))
+    code = ("from dagster import Definitions\n"
+            "from causal_assets.definitions import defs\n"
+            "Definitions.validate_loadable(defs)\n"
+            "job = defs.get_job_def('default_lineage_job')\n"
+            "print(sorted(k.to_user_string() for k in job.asset_layer.executable_asset_keys))\n"
+            "print(sorted(defs.get_job_def('corpus_index_job').partitions_def.get_partition_keys()))\n")
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "CAUSAL_ASSETS_CORPORA": str(registry)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assets_line, partitions_line = done.stdout.strip().splitlines()[-2:]
+    assert "corpus_chunks" in assets_line and "mc_labels" not in assets_line
+    assert "mydocs" in partitions_line
 
 
 def test_scifact_index_incremental_and_searchable(resources, scifact_small):

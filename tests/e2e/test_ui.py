@@ -26,15 +26,22 @@ STARTUP_TIMEOUT_S = 240
 RUN_TIMEOUT_S = 240
 
 
-def _location_status(url: str) -> str | None:
-    query = b'{"query": "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"}'
+def _location_status(url: str) -> tuple[str | None, str | None]:
+    """(load status, load error message) of the causal_assets code location; a location can be LOADED with an
+    error (its definitions failed to import), which must fail the test at once rather than time out later."""
+    query = (b'{"query": "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus '
+             b'locationOrLoadError { __typename ... on PythonError { message } } } } } }"}')
     request = urllib.request.Request(f"{url}/graphql", data=query, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=5) as resp:
             entries = json.loads(resp.read())["data"]["workspaceOrError"]["locationEntries"]
     except (OSError, KeyError, TypeError, ValueError):
-        return None
-    return next((e["loadStatus"] for e in entries if e["name"] == "causal_assets"), None)
+        return None, None
+    entry = next((e for e in entries if e["name"] == "causal_assets"), None)
+    if entry is None:
+        return None, None
+    error = entry.get("locationOrLoadError") or {}
+    return entry["loadStatus"], error.get("message") if error.get("__typename") == "PythonError" else None
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +58,7 @@ def ui(tmp_path_factory):
          "splits": ["dev"], "eval_splits": ["dev"], "validator": "answer_f1"}]}))
     home = root / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n")  # no welcome modal over the screenshot
     init_instance(home)
     port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONUNBUFFERED": "1",
@@ -61,10 +68,12 @@ def ui(tmp_path_factory):
            "CAUSAL_ASSETS_QUERIES": str(root / "queries")}  # the inbox sensor must not read the checkout's data/
     log = open(root / "dagster_dev.log", "w")
     t0 = time.monotonic()
-    proc = subprocess.Popen([DAGSTER, "dev", "-m", "causal_assets.definitions", "-h", "127.0.0.1", "-p", str(port)],
+    # As the README starts it: no -m, so the location is named from pyproject.toml (causal_assets).
+    proc = subprocess.Popen([DAGSTER, "dev", "-h", "127.0.0.1", "-p", str(port)],
                             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+    startup_s = float("nan")  # reported at shutdown even when start-up failed
     try:
         while True:
             if proc.poll() is not None:
@@ -80,7 +89,11 @@ def ui(tmp_path_factory):
                 raise AssertionError(f"dagster dev not up after {STARTUP_TIMEOUT_S}s")
             time.sleep(0.5)
         # /server_info answers before the code location is loaded: wait for the location too.
-        while _location_status(url) != "LOADED":
+        while True:
+            status, error = _location_status(url)
+            assert error is None, f"code location causal_assets failed to load:\n{error}"
+            if status == "LOADED":
+                break
             if proc.poll() is not None or time.monotonic() - t0 > STARTUP_TIMEOUT_S:
                 raise AssertionError("code location causal_assets not loaded:\n"
                                      + (root / "dagster_dev.log").read_text()[-3000:])
