@@ -7,11 +7,13 @@ import time
 import pandas as pd
 from dagster import AssetExecutionContext, AssetOut, Config, MetadataValue, Output, asset, multi_asset
 
+from causal_assets.core.checks import check_chunks, check_embeddings, check_sparse
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.registry import load_corpus
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
+from causal_assets.defs.checks import result, spec
 from causal_assets.defs.partitions import corpus_partitions
 from causal_assets.resources import CorpusRegistry, Storage
 
@@ -23,8 +25,9 @@ def corpus_fingerprint(content_hashes: pd.Series) -> str:
     return hashlib.sha256("\n".join(sorted(content_hashes)).encode()).hexdigest()[:16]
 
 
-@asset(partitions_def=corpus_partitions, group_name=GROUP, kinds={"python", "parquet"})
-def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistry) -> Output[pd.DataFrame]:
+@asset(partitions_def=corpus_partitions, group_name=GROUP, kinds={"python", "parquet"},
+       check_specs=[spec("corpus_chunks", "chunks_valid", "Non-empty; unique ids; chunk_idx = row number; no blank chunk.")])
+def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistry):
     """Chunks of one registered corpus (Python package AST, BEIR, HotpotQA or a folder): id, title, text, kind,
     span, content hash and metadata."""
     spec = corpus_registry.spec(context.partition_key)
@@ -38,7 +41,7 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
     frame["index_options"] = json.dumps({"split_identifiers": spec.split_identifiers})
     skipped = report.pop("skipped", [])
     context.log.info(f"{spec.name}: {len(frame)} chunks from {spec.loader} in {time.perf_counter() - t0:.1f}s; {report}")
-    return Output(frame, metadata={
+    yield Output(frame, metadata={
         "chunks": len(frame),
         "by_kind": MetadataValue.json(frame["kind"].value_counts().to_dict()),
         "load_report": MetadataValue.json(report),
@@ -47,6 +50,7 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
         "loader": spec.loader,
         "load_seconds": round(time.perf_counter() - t0, 2),
     })
+    yield result("corpus_chunks", "chunks_valid", check_chunks(frame))
 
 
 class EmbeddingConfig(Config):
@@ -54,9 +58,11 @@ class EmbeddingConfig(Config):
     batch_size: int = 64
 
 
-@asset(partitions_def=corpus_partitions, group_name=GROUP, kinds={"pytorch", "parquet"})
+@asset(partitions_def=corpus_partitions, group_name=GROUP, kinds={"pytorch", "parquet"},
+       check_specs=[spec("corpus_embeddings", "embeddings_fresh_and_finite",
+                         "One finite unit vector per chunk, in chunk order, from the chunk's current content hash.")])
 def corpus_embeddings(context: AssetExecutionContext, config: EmbeddingConfig, storage: Storage,
-                      corpus_chunks: pd.DataFrame) -> Output[pd.DataFrame]:
+                      corpus_chunks: pd.DataFrame):
     """L2-normalised sentence embeddings of every chunk; only chunks whose content hash is new are encoded."""
     texts = chunk_texts(corpus_chunks)
     hashes = corpus_chunks["content_hash"].tolist()
@@ -74,19 +80,22 @@ def corpus_embeddings(context: AssetExecutionContext, config: EmbeddingConfig, s
                           "chunk_idx": corpus_chunks["chunk_idx"], "content_hash": hashes,
                           "model": config.model, "embedding": list(vectors)})
     context.log.info(f"embeddings: {stats}")
-    return Output(frame, metadata={
+    yield Output(frame, metadata={
         "model": config.model, "dimension": int(vectors.shape[1]), "chunks": stats["chunks"],
         "newly_embedded": stats["embedded"], "cache_hits": stats["cache_hits"],
         "embed_seconds": round(stats["embed_s"], 3), "total_seconds": round(stats["total_s"], 3),
         "texts_per_second": round(stats["embedded"] / stats["embed_s"], 1) if stats["embedded"] else 0.0,
         "corpus_hash": corpus_fingerprint(corpus_chunks["content_hash"]),
     })
+    yield result("corpus_embeddings", "embeddings_fresh_and_finite", check_embeddings(frame, corpus_chunks))
 
 
 @multi_asset(
     partitions_def=corpus_partitions, group_name=GROUP,
     outs={"sparse_postings": AssetOut(kinds={"parquet"}, description="BM25 and TF-IDF postings: (method, term_id, chunk_idx, weight)."),
           "sparse_vocabulary": AssetOut(kinds={"parquet"}, description="Index terms with document frequency and idf.")},
+    check_specs=[spec("sparse_postings", "postings_consistent",
+                      "Finite positive weights; postings point at existing chunks and terms; df matches the postings.")],
 )
 def sparse_index(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
     """BM25 (bm25s, Lucene k1=1.2, b=0.75) and TF-IDF (scikit-learn, sublinear tf, l2) over the analyzed chunks."""
@@ -99,3 +108,4 @@ def sparse_index(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
             "corpus_hash": corpus_fingerprint(corpus_chunks["content_hash"])}
     yield Output(postings, output_name="sparse_postings", metadata=meta)
     yield Output(vocab, output_name="sparse_vocabulary", metadata={"terms": len(vocab)})
+    yield result("sparse_postings", "postings_consistent", check_sparse(postings, vocab, len(corpus_chunks)))

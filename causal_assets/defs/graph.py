@@ -6,7 +6,9 @@ import time
 import pandas as pd
 from dagster import AutomationCondition, AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
 
+from causal_assets.core.checks import check_graph
 from causal_assets.core.graph.store import build_graph, graph_stats, to_networkx
+from causal_assets.defs.checks import result, spec
 from causal_assets.defs.partitions import corpus_partitions
 
 GROUP = "graph"
@@ -16,6 +18,8 @@ GROUP = "graph"
     partitions_def=corpus_partitions, group_name=GROUP,
     outs={"graph_nodes": AssetOut(automation_condition=AutomationCondition.eager(), kinds={"networkx", "parquet"}, description="Nodes: code symbols, or entities, text units and communities."),
           "graph_edges": AssetOut(automation_condition=AutomationCondition.eager(), kinds={"networkx", "parquet"}, description="Typed, weighted edges with evidence.")},
+    check_specs=[spec("graph_edges", "graph_consistent",
+                      "Unique node ids; edges join existing nodes with finite weights; chunk references exist.")],
 )
 def entity_graph(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
     """Build the corpus's graph from its chunks (code graph for Python sources, entity graph for text)."""
@@ -30,3 +34,4 @@ def entity_graph(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
         "nodes": len(nodes), "stats": MetadataValue.json(stats), "build_seconds": seconds})
     yield Output(edges, output_name="graph_edges", metadata={
         "edges": len(edges), "by_type": MetadataValue.json(edges["edge_type"].value_counts().to_dict())})
+    yield result("graph_edges", "graph_consistent", check_graph(nodes, edges, corpus_chunks["chunk_id"]))

@@ -14,12 +14,14 @@ from dagster import (AssetCheckResult, AssetCheckSpec, AssetDep, AssetExecutionC
                      MetadataValue, Output, RetryPolicy, asset, multi_asset)
 
 from causal_assets.core.benchmarks import load_benchmark
+from causal_assets.core.checks import check_pools
 from causal_assets.core.graph.store import load_chunk_neighbors
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.labeling.estimators import LabelingResult
 from causal_assets.core.labeling.pools import PoolConfig, build_pools
 from causal_assets.core.labeling.runner import MCConfig, estimate, label_question
 from causal_assets.core.labeling.solver import BlindSolver
+from causal_assets.defs.checks import result, spec
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
 from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
@@ -33,9 +35,11 @@ class PoolsConfig(Config):
 
 @asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet"},
        deps=[AssetDep(a, partition_mapping=benchmark_corpus_mapping)
-             for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")])
+             for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")],
+       check_specs=[spec("candidate_pools", "pools_valid", "Every candidate exists in the corpus, once per "
+                         "question; every question has a pool, a question text and an answer.")])
 def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage: Storage,
-                    benchmark_registry: BenchmarkRegistry) -> Output[pd.DataFrame]:
+                    benchmark_registry: BenchmarkRegistry):
     """Per question: C_seed (benchmark metadata + graph neighbours) ∪ hard negatives (BM25/dense) ∪ C_random."""
     spec = benchmark_registry.spec(context.partition_key)
     index = CorpusIndex.load(storage.base, spec.corpus)
@@ -47,11 +51,12 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
     pool_cfg = PoolConfig(**{**spec.pooling, **({"size": config.size} if config.size else {})})
     pools = build_pools(index, bench, qids, pool_cfg, neighbors)
     pools["aliases"] = pools["aliases"].map(json.dumps)
-    return Output(pools, metadata={
+    yield Output(pools, metadata={
         "questions": len(qids), "split": split, "pool_size": pool_cfg.size,
         "by_origin": MetadataValue.json(pools["origin"].value_counts().to_dict()),
         "seed_recall": float(pools.groupby("question_id")["origin"].apply(lambda o: (o == "seed").any()).mean()),
     })
+    yield result("candidate_pools", "pools_valid", check_pools(pools, index.ids))
 
 
 class MonteCarloConfig(Config):

@@ -14,6 +14,7 @@ from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Confi
                      Output, RunRequest, SensorEvaluationContext, SensorResult, asset, define_asset_job, sensor)
 
 from causal_assets.core.causal_search import inbox
+from causal_assets.core.checks import check_ranked_results
 from causal_assets.core.causal_search.context import GraphContextBuilder
 from causal_assets.core.causal_search.search import CausalSearch, save_outputs
 from causal_assets.core.corpus.chunk import content_hash
@@ -22,6 +23,7 @@ from causal_assets.core.index.search import CHUNKS, CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.paths import PROJECT_ROOT
+from causal_assets.defs.checks import result, spec
 from causal_assets.resources import LLM, Storage
 
 GROUP = "search"
@@ -46,8 +48,10 @@ class SearchConfig(Config):
     default_corpus: str = "hotpotqa"  # for queries typed directly as partition keys in the UI
 
 
-@asset(partitions_def=query_partitions, group_name=GROUP, kinds={"parquet"}, deps=_deps(CHUNKS, "sparse_postings", "corpus_embeddings"))
-def retrieval_results(context: AssetExecutionContext, config: SearchConfig, storage: Storage) -> Output[pd.DataFrame]:
+@asset(partitions_def=query_partitions, group_name=GROUP, kinds={"parquet"}, deps=_deps(CHUNKS, "sparse_postings", "corpus_embeddings"),
+       check_specs=[spec("retrieval_results", "ranking_valid", "Finite scores, ranks 1..n, no chunk twice.",
+                         blocking=False)])
+def retrieval_results(context: AssetExecutionContext, config: SearchConfig, storage: Storage):
     """Plain retrieval for one submitted query with the configured retriever."""
     record = inbox.load(config.queries_dir, context.partition_key, config.default_corpus)
     index = CorpusIndex.load(storage.base, record["corpus"])
@@ -56,7 +60,8 @@ def retrieval_results(context: AssetExecutionContext, config: SearchConfig, stor
                            "retriever": config.retriever, "rank": h.rank, "chunk_id": h.chunk_id, "score": h.score,
                            "title": h.title} for h in hits])
     table = "\n".join(f"{h.rank}. `{h.chunk_id}` {h.title} ({h.score:.3f})" for h in hits)
-    return Output(frame, metadata={"query": record["query"], "results": MetadataValue.md(table)})
+    yield Output(frame, metadata={"query": record["query"], "results": MetadataValue.md(table)})
+    yield result("retrieval_results", "ranking_valid", check_ranked_results(frame, ["query_id"], doc="chunk_id"))
 
 
 @asset(partitions_def=query_partitions, group_name=GROUP, kinds={"openai", "parquet"}, pool="llm",

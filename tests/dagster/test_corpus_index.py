@@ -24,6 +24,9 @@ ASSETS = [corpus_chunks, corpus_embeddings, sparse_index]
 def _materialize(resources, partition, instance=None):
     result = materialize(ASSETS, resources=resources, partition_key=partition, instance=instance)
     assert result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert set(checks) == {"chunks_valid", "embeddings_fresh_and_finite", "postings_consistent"}
+    assert all(c.passed for c in checks.values()), {n: c.metadata for n, c in checks.items()}
     return result
 
 

@@ -1,0 +1,140 @@
+"""Data-quality checks of the stored tables: pure functions of the frames a stage has just produced.
+
+Each returns a `CheckOutcome` (passed + figures that explain it). The Dagster layer runs them inside the op that
+wrote the partition (so a check always sees exactly the data it vouches for) and reports them as asset checks;
+checks whose failure would poison downstream stages are blocking there. Kept free of Dagster so the same rules
+can be run on any Parquet file from a notebook.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass
+class CheckOutcome:
+    passed: bool
+    metadata: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, **figures) -> "CheckOutcome":
+        """Passed when every figure named `bad_*` / `missing_*` / `*_violations` is 0 and every `ok_*` is True."""
+        failing = [k for k, v in figures.items()
+                   if (k.startswith(("bad_", "missing_")) or k.endswith("_violations")) and v
+                   or k.startswith("ok_") and not v]
+        return cls(not failing, {**figures, "failing": ", ".join(failing) or "none"})
+
+
+def _missing(frame: pd.DataFrame, columns: Iterable[str]) -> str:
+    return ", ".join(c for c in columns if c not in frame.columns)
+
+
+def _non_finite(values) -> int:
+    arr = np.asarray(values, dtype=np.float64)
+    return int((~np.isfinite(arr)).sum())
+
+
+def check_chunks(chunks: pd.DataFrame) -> CheckOutcome:
+    """Non-empty corpus, unique ids, chunk_idx = 0..n-1 (the row number every index refers to), no blank chunk."""
+    missing = _missing(chunks, ("chunk_id", "chunk_idx", "title", "text", "kind", "content_hash"))
+    if missing:
+        return CheckOutcome.of(missing_columns=missing)
+    blank = (chunks["text"].fillna("").str.strip() == "") & (chunks["title"].fillna("").str.strip() == "")
+    return CheckOutcome.of(
+        rows=len(chunks), ok_rows=len(chunks) > 0,
+        bad_duplicate_ids=int(chunks["chunk_id"].duplicated().sum()),
+        ok_chunk_idx_is_row_number=bool((chunks["chunk_idx"].to_numpy() == np.arange(len(chunks))).all()),
+        bad_blank_chunks=int(blank.sum()),
+        bad_missing_hashes=int(chunks["content_hash"].isna().sum()))
+
+
+def check_embeddings(embeddings: pd.DataFrame, chunks: pd.DataFrame) -> CheckOutcome:
+    """One finite unit vector per chunk, in chunk order, embedded from the current chunk text (freshness: the
+    content hashes must be the chunks' own)."""
+    missing = _missing(embeddings, ("chunk_id", "content_hash", "embedding"))
+    if missing:
+        return CheckOutcome.of(missing_columns=missing)
+    same_rows = len(embeddings) == len(chunks)
+    stale = int((embeddings["content_hash"].to_numpy() != chunks["content_hash"].to_numpy()).sum()) if same_rows \
+        else len(chunks)
+    order = bool(same_rows and (embeddings["chunk_id"].to_numpy() == chunks["chunk_id"].to_numpy()).all())
+    vectors = np.stack(embeddings["embedding"].to_numpy()) if len(embeddings) else np.zeros((0, 0))
+    norms = np.linalg.norm(vectors, axis=1) if len(vectors) else np.zeros(0)
+    return CheckOutcome.of(
+        rows=len(embeddings), ok_one_row_per_chunk=same_rows, ok_chunk_order=order,
+        bad_stale_vectors=stale, bad_non_finite=_non_finite(vectors),
+        bad_not_unit_norm=int((np.abs(norms - 1) > 1e-3).sum()),
+        dimension=int(vectors.shape[1]) if vectors.ndim == 2 and len(vectors) else 0)
+
+
+def check_sparse(postings: pd.DataFrame, vocabulary: pd.DataFrame, n_chunks: int) -> CheckOutcome:
+    """Finite positive weights, postings that point at existing chunks and terms, document frequencies that
+    match the postings."""
+    missing = _missing(postings, ("method", "term_id", "chunk_idx", "weight")) or \
+        _missing(vocabulary, ("method", "term_id", "term", "df"))
+    if missing:
+        return CheckOutcome.of(missing_columns=missing)
+    weights = postings["weight"].to_numpy()
+    out_of_range = int(((postings["chunk_idx"] < 0) | (postings["chunk_idx"] >= n_chunks)).sum())
+    df_postings = postings.groupby(["method", "term_id"]).size()
+    df_vocab = vocabulary.set_index(["method", "term_id"])["df"]
+    df_mismatch = int((df_postings.reindex(df_vocab.index, fill_value=0) != df_vocab).sum())
+    unknown_terms = int((~df_postings.index.isin(df_vocab.index)).sum())
+    return CheckOutcome.of(
+        postings=len(postings), terms=len(vocabulary), methods=", ".join(sorted(postings["method"].unique())),
+        ok_has_postings=len(postings) > 0, bad_non_finite_weights=_non_finite(weights),
+        bad_non_positive_weights=int((weights <= 0).sum()), bad_chunk_idx_out_of_range=out_of_range,
+        bad_unknown_terms=unknown_terms, bad_df_mismatch=df_mismatch,
+        bad_duplicate_terms=int(vocabulary.duplicated(["method", "term"]).sum()))
+
+
+def check_graph(nodes: pd.DataFrame, edges: pd.DataFrame, chunk_ids: Iterable[str]) -> CheckOutcome:
+    """Unique node ids, edges between existing nodes with finite weights, node chunk references that exist."""
+    ids = set(nodes["node_id"])
+    dangling = int((~edges["source"].isin(ids) | ~edges["target"].isin(ids)).sum())
+    chunk_ids = set(chunk_ids)
+    refs = nodes["chunk_id"].dropna()
+    refs = refs[refs != ""]
+    return CheckOutcome.of(
+        nodes=len(nodes), edges=len(edges), ok_has_nodes=len(nodes) > 0,
+        bad_duplicate_node_ids=int(nodes["node_id"].duplicated().sum()), bad_dangling_edges=dangling,
+        bad_non_finite_weights=_non_finite(edges["weight"]),
+        bad_unknown_chunk_refs=int((~refs.isin(chunk_ids)).sum()))
+
+
+def check_pools(pools: pd.DataFrame, chunk_ids: Iterable[str]) -> CheckOutcome:
+    """Every pooled document exists in the corpus, at most once per question; every question has a pool, a
+    question text and an answer to validate against."""
+    chunk_ids = set(chunk_ids)
+    per_question = pools.groupby("question_id").size() if len(pools) else pd.Series(dtype=int)
+    seeded = pools.groupby("question_id")["origin"].apply(lambda o: (o == "seed").any()).mean() if len(pools) else 0.0
+    return CheckOutcome.of(
+        questions=int(pools["question_id"].nunique()), rows=len(pools), ok_has_questions=len(pools) > 0,
+        bad_unknown_docs=int((~pools["doc_id"].isin(chunk_ids)).sum()),
+        bad_duplicate_candidates=int(pools.duplicated(["question_id", "doc_id"]).sum()),
+        bad_blank_questions=int((pools["question"].fillna("").str.strip() == "").sum()),
+        bad_missing_answers=int(pools["answer"].isna().sum()),
+        min_pool=int(per_question.min()) if len(per_question) else 0,
+        share_of_questions_with_a_seed=round(float(seeded), 4))
+
+
+def check_metrics(metrics: pd.DataFrame) -> CheckOutcome:
+    """Every metric value is finite and in [0, 1] (all of Recall, P, MRR, nDCG, MAP, hit rate are)."""
+    values = metrics["value"].to_numpy(np.float64)
+    return CheckOutcome.of(
+        rows=len(metrics), ok_has_rows=len(metrics) > 0, bad_non_finite=_non_finite(values),
+        bad_out_of_unit_range=int(((values < 0) | (values > 1 + 1e-9)).sum()))
+
+
+def check_ranked_results(runs: pd.DataFrame, group: list[str], doc: str = "doc_id") -> CheckOutcome:
+    """Finite scores; within each ranking (`group` columns) ranks are 1..n and no document (`doc`) appears twice."""
+    if not len(runs):
+        return CheckOutcome.of(rows=0)
+    ranks_ok = runs.groupby(group)["rank"].apply(lambda r: sorted(r.tolist()) == list(range(1, len(r) + 1)))
+    return CheckOutcome.of(
+        rows=len(runs), rankings=int(len(ranks_ok)), bad_non_finite_scores=_non_finite(runs["score"]),
+        bad_rankings_with_broken_ranks=int((~ranks_ok).sum()),
+        bad_duplicate_documents=int(runs.duplicated([*group, doc]).sum()))
