@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Config, DefaultSensorStatus, DynamicPartitionsDefinition, MetadataValue,
-                     Output, RunRequest, SensorEvaluationContext, SensorResult, asset, define_asset_job, sensor)
+from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Backoff, Config, DefaultSensorStatus,
+                     DynamicPartitionsDefinition, MetadataValue, Output, RetryPolicy, RunRequest, SensorEvaluationContext,
+                     SensorResult, asset, define_asset_job, sensor)
 
 from causal_assets.core.causal_search import inbox
 from causal_assets.core.checks import check_ranked_results
@@ -64,7 +65,9 @@ def retrieval_results(context: AssetExecutionContext, config: SearchConfig, stor
     yield result("retrieval_results", "ranking_valid", check_ranked_results(frame, ["query_id"], doc="chunk_id"))
 
 
+# The LLM client already retries single calls; the step retry covers an endpoint down for longer than that.
 @asset(partitions_def=query_partitions, group_name=GROUP, kinds={"openai", "parquet"}, pool="llm",
+       retry_policy=RetryPolicy(max_retries=2, delay=10, backoff=Backoff.EXPONENTIAL),
        metadata={"duckdb_aliases": ["causal_search_runs"]},
        deps=_deps(CHUNKS, "graph_nodes", "graph_edges"))
 def causal_search(context: AssetExecutionContext, config: SearchConfig, storage: Storage, llm: LLM) -> Output[pd.DataFrame]:

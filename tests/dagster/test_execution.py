@@ -92,3 +92,18 @@ def test_executor_kinds_from_environment(monkeypatch):
     monkeypatch.setenv("CAUSAL_ASSETS_MAX_CONCURRENT", "zero")
     with pytest.raises(ConfigError, match=r"CAUSAL_ASSETS_MAX_CONCURRENT='zero': expected a positive integer"):
         executor_from_env()
+
+
+def test_shipped_instance_config_retries_runs_and_bounds_the_llm_pool(tmp_path):
+    """data/dagster_home/dagster.yaml (the README's DAGSTER_HOME) is valid instance config: crashed runs are
+    retried, step failures are left to the assets' RetryPolicy, and the `llm` pool holds one slot across runs."""
+    shipped = Path(__file__).resolve().parents[2] / "data" / "dagster_home" / "dagster.yaml"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(shipped.read_text())
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert instance.run_retries_enabled and instance.run_retries_max_retries == 2
+        assert not instance.run_retries_retry_on_asset_or_op_failure
+        assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
+        instance.event_log_storage.initialize_concurrency_limit_to_default("llm")
+        assert instance.event_log_storage.get_concurrency_info("llm").slot_count == 1
