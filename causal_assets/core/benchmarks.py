@@ -35,6 +35,15 @@ class BenchmarkSpec(BaseModel):
         "bm25": {}, "tfidf": {}, "dense": {}, "hybrid": {}, "rrf": {}, "cascade": {}})
     pooling: dict[str, Any] = Field(default_factory=dict)
     monte_carlo: dict[str, Any] = Field(default_factory=dict)
+    # tuned_retriever_configs: which retrievers to tune, the metric, search-space overrides (core/tuning/search.py).
+    tuning: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _tuning_valid(self) -> "BenchmarkSpec":
+        from causal_assets.core.tuning.search import TuningSpec
+
+        TuningSpec.model_validate(self.tuning)
+        return self
 
     @model_validator(mode="after")
     def _splits_known(self) -> "BenchmarkSpec":

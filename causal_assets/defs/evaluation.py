@@ -3,7 +3,7 @@ and a Markdown report with plots."""
 import time
 
 import pandas as pd
-from dagster import (AutomationCondition, AssetDep, AssetExecutionContext, AssetOut, Config, MetadataValue, Output,
+from dagster import (AssetDep, AssetExecutionContext, AssetOut, Config, MetadataValue, Output,
                      multi_asset)
 
 from causal_assets.core.benchmarks import load_benchmark
@@ -13,8 +13,10 @@ from causal_assets.core.evaluation.report import headline_table, write_report
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
-from causal_assets.core.graph.store import load_chunk_neighbors
+from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
 from causal_assets.core.tuning import best_weight, sweep_fusion_weight
+from causal_assets.core.tuning.store import index_fingerprint, load_tuned
+from causal_assets.defs.tuning import TUNED, eager_tolerating_missing
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
 from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
@@ -27,16 +29,20 @@ class EvaluationConfig(Config):
     # Share of the dense score in the hybrid. None: chosen on the benchmark's tune split (never on an eval split).
     fusion_weight: float | None = None
     depth: int = 100
+    # Also evaluate the current tuned configuration (tuned_retriever_configs) as `<name>_tuned`.
+    tuned: bool = True
 
 
 @multi_asset(
     partitions_def=benchmark_partitions, group_name=GROUP,
-    deps=[AssetDep(a, partition_mapping=benchmark_corpus_mapping)
-          for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")],
+    deps=[*(AssetDep(a, partition_mapping=benchmark_corpus_mapping)
+            for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")),
+          AssetDep(TUNED)],
+    # Eager: a new tuned configuration re-runs the evaluation; a benchmark never tuned does not block it.
     outs={
-        "evaluation_metrics": AssetOut(automation_condition=AutomationCondition.eager(), kinds={"parquet"}, description="benchmark, split, retriever, metric, k, value"),
-        "evaluation_runs": AssetOut(automation_condition=AutomationCondition.eager(), kinds={"parquet"}, description="Top results per query and retriever."),
-        "evaluation_failures": AssetOut(automation_condition=AutomationCondition.eager(), kinds={"parquet"}, description="Failure bucket per query and retriever (seed 001 §5.5)."),
+        "evaluation_metrics": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="benchmark, split, retriever, metric, k, value"),
+        "evaluation_runs": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="Top results per query and retriever."),
+        "evaluation_failures": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="Failure bucket per query and retriever (seed 001 §5.5)."),
     },
 )
 def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, storage: Storage,
@@ -61,16 +67,45 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     else:
         notes.append(f"hybrid fusion weight {weight} (configured)")
 
+    # (label, retriever kind, params): the configured retrievers, then the tuned configuration's.
+    plan = [(n, n, {"weight": weight, **p} if n == "hybrid" else p) for n, p in retrievers.items()]
+    tuned = load_tuned(storage.reports_path / "tuned", spec.name) if config.tuned else None
+    tuned_version = ""
+    if tuned is not None and tuned.content.get("index") != index_fingerprint(index):
+        notes.append(f"tuned config `{tuned.version}` was tuned on another index of `{spec.corpus}`: not evaluated "
+                     f"(re-materialize tuned_retriever_configs)")
+    elif tuned is not None:
+        tuned_version = tuned.version
+        plan += [(f"{n}_tuned", n, tuned.params(n)) for n in tuned.retrievers]
+        figures = ", ".join(f"{n} {b['value']:.4f} ({b['evaluation']})" for n, b in tuned.retrievers.items())
+        notes.append(f"`*_tuned`: tuned config `{tuned.version}`, searched on `{tuned.content['tune_split']}` only "
+                     f"by {tuned.content['metric']} ({figures}); selected there: `{tuned.selected}_tuned`")
+    elif config.tuned:
+        notes.append("no tuned config yet (materialize tuned_retriever_configs): only the configured retrievers")
+    # The graph frames feed the learned model's graph feature and the causal chains. A tuned retriever gets them
+    # only if it was tuned with them (a model trained without the graph feature must not see it switched on).
+    graph = load_graph(storage.base, spec.corpus) if any(k in ("learned", "causal") for _, k, _ in plan) else None
+    tuned_graph = graph if tuned_version and tuned.content.get("graph") else None
+
+    # A tuned retriever is scored only on eval splits that share no query with the split it was tuned on
+    # (HotpotQA's `dev` contains its `train` half).
+    tuned_on = set(load_benchmark(spec, tuned.content["tune_split"]).queries) if tuned_version else set()
+
     metrics, runs, failures, timings = [], [], [], {}
     for split in spec.eval_splits:
         bench = load_benchmark(spec, split)
+        overlap = len(tuned_on & set(bench.queries))
+        if overlap:
+            notes.append(f"`*_tuned` not scored on `{split}`: {overlap} of its queries are in the tune split")
         doc_texts = {c: index.text(c) for c in index.ids} if not bench.within else \
             {c: index.text(c) for ids in bench.within.values() for c in ids}
-        for name, params in retrievers.items():
-            params = {"weight": weight, **params} if name == "hybrid" else params
+        for name, kind, params in plan:
+            if overlap and name.endswith("_tuned"):
+                continue
             # The LLM (and the local server) is only touched by LLM-backed options such as llm_entities.
-            uses_llm = bool(params.get("llm_entities"))
-            retriever = build_retriever(name, index, params, neighbors, llm.client if uses_llm else None)
+            uses_llm = bool(params.get("llm_entities")) or params.get("answer_model") == "llm"
+            retriever = build_retriever(kind, index, params, neighbors, llm.client if uses_llm else None,
+                                        tuned_graph if name.endswith("_tuned") else graph)
             rr = run_benchmark(retriever, bench, config.depth, name)
             timings[f"{split}/{name}"] = round(rr.seconds, 2)
             metrics.append(score_run(bench, rr).assign(split=split))
@@ -92,6 +127,7 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     yield Output(metrics_df, output_name="evaluation_metrics", metadata={
         "report": MetadataValue.md(markdown), "report_path": MetadataValue.path(str(path)),
         "headline": MetadataValue.md(headline.to_markdown()), "fusion_weight": weight,
+        "tuned_config_version": tuned_version,
         "retrieval_seconds": MetadataValue.json(timings),
         **{f"ndcg@10/{s}/{r}": float(v) for (s, r), v in headline["ndcg@10"].items()},
     })

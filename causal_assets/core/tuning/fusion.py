@@ -28,7 +28,7 @@ def sweep_fusion_weight(index: CorpusIndex, bench: Benchmark, grid: list[float] 
             fused = w * d + (1 - w) * s
             top = np.argsort(-fused, kind="stable")[:depth]
             run[q] = {str(index.ids[cand[i]]): float(depth - r) for r, i in enumerate(top)}
-        m = evaluate(bench.qrels, run, ks=(k,))
+        m = evaluate(bench.qrels, run, ks=(k,), map_k=k)
         rows.append({"weight": w, "value": float(m[(m.metric == metric) & (m.k == k)]["value"].iloc[0])})
     return pd.DataFrame(rows).assign(metric=f"{metric}@{k}", split=bench.split)
 

@@ -1,0 +1,381 @@
+"""Parameter search for every tunable retriever, on a benchmark's train split only.
+
+`tune(index, bench, spec, ...)` searches, per retriever, a small documented space (`DEFAULT_SPACES`) and records
+every trial it scores:
+
+- **hybrid**: the fusion weight, swept over precomputed score vectors (`fusion.sweep_fusion_weight`).
+- **rrf**: the RRF constant `c`.
+- **cascade**, **entity_first**, **causal**: coordinate search from the retriever's defaults: each pass tries
+  every value of one parameter with the others held at the current best, keeps a change only when it improves
+  the metric, and stops after `passes` passes or a pass without improvement. Every scored point is a trial;
+  identical points are scored once. Ties keep the current point, so defaults win unless something beats them.
+- **learned**: the causal-relevance model's hyperparameters (`learned.PARAM_GRID`) and its training target
+  (qrels, or the Monte Carlo labels' ΔP where the train split has them), chosen by grouped (by query) K-fold
+  cross-validation on the ranking metric. Its first stage uses the tuned hybrid weight. The winner is refit on
+  the whole train split and returned as a model to store.
+- **causal**: runs after learned, so `shortlist: learned` can use the model just trained.
+
+Only the queries of the `bench` passed in are ever scored, and `tune` refuses a split listed in `forbidden`
+(the benchmark's eval splits): tuning never sees held-out queries. Slow retrievers (the causal retriever runs
+its answer model per candidate) can be scored on a fixed, seeded sample of the train queries (`max_queries`).
+
+Selection across retrievers (`TuningResult.selected`) compares each retriever's best train figure; for learned
+that figure is cross-validated (out-of-fold), for the others it is measured on the same queries the point was
+chosen on, which flatters them slightly (a handful of parameters, hundreds of queries).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.evaluation.runner import named_metric, parse_metric, run_benchmark
+from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.retrievers.factory import build_retriever
+
+TUNABLE = ("hybrid", "rrf", "cascade", "entity_first", "learned", "causal")
+# entity_first ranks a fixed candidate set per question (HotpotQA's own paragraphs); it needs `within`.
+NEEDS_WITHIN = ("entity_first",)
+ORDER = {name: i for i, name in enumerate(TUNABLE)}   # hybrid first (learned uses its weight), causal last
+
+# Search spaces: parameter (dotted path into the retriever's params) -> values. The first value is not special:
+# the search starts from the retriever's defaults (`DEFAULT_POINTS`).
+DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
+    "rrf": {"c": [5, 10, 20, 40, 60, 100]},
+    "cascade": {
+        "tfidf.initial_k": [50, 100, 200, 400],
+        "embedding.similarity_top_k": [10, 20, 50, 100],
+        "embedding.similarity_cutoff": [None, 0.2, 0.4, 0.6],
+        "graph.max_hops": [0, 1, 2],
+        "graph.min_edge_weight": [0.1, 0.3, 0.6],
+        "graph.score_decay_factor": [0.5, 0.8],
+    },
+    "entity_first": {
+        "dense_weight": [0.3, 0.5, 0.7],
+        "title_weight": [0.0, 1.0, 2.0, 3.0],
+        "bridge_weight": [0.0, 0.3, 0.6],
+        "max_repairs": [0, 1, 3],
+    },
+    "causal": {
+        "shortlist": ["hybrid", "learned"],
+        "shortlist_size": [5, 8, 10],
+        "graph_candidates": [0, 3],
+        "weights": [
+            {"information_contribution": 0.35, "counterfactual_impact": 0.4, "causal_chain_strength": 0.25},
+            {"information_contribution": 1.0, "counterfactual_impact": 0.0, "causal_chain_strength": 0.0},
+            {"information_contribution": 0.0, "counterfactual_impact": 1.0, "causal_chain_strength": 0.0},
+            {"information_contribution": 0.0, "counterfactual_impact": 0.0, "causal_chain_strength": 1.0},
+            {"information_contribution": 0.5, "counterfactual_impact": 0.5, "causal_chain_strength": 0.0},
+            {"information_contribution": 0.2, "counterfactual_impact": 0.2, "causal_chain_strength": 0.6},
+        ],
+        "max_hops": [2, 4],
+        "hop_decay": [0.5, 0.8],
+        "min_relevance": [0.0, 0.1],
+    },
+}
+DEFAULT_POINTS: dict[str, dict[str, Any]] = {
+    "rrf": {"c": 60},
+    "cascade": {"tfidf.initial_k": 100, "embedding.similarity_top_k": 20, "embedding.similarity_cutoff": 0.6,
+                "graph.max_hops": 2, "graph.min_edge_weight": 0.3, "graph.score_decay_factor": 0.8},
+    "entity_first": {"dense_weight": 0.5, "title_weight": 2.0, "bridge_weight": 0.3, "max_repairs": 3},
+    "causal": {"shortlist": "hybrid", "shortlist_size": 8, "graph_candidates": 3,
+               "weights": DEFAULT_SPACES["causal"]["weights"][0], "max_hops": 4, "hop_decay": 0.8,
+               "min_relevance": 0.1},
+}
+
+
+class TuningSpec(BaseModel):
+    """A benchmark's `tuning:` section (registry), validated; every field has a default."""
+    model_config = ConfigDict(extra="forbid")
+
+    retrievers: list[str] | None = None          # default: the tunable ones of the benchmark's list, + learned
+    metric: str = "ndcg@10"
+    passes: int = Field(2, ge=1)                 # coordinate-search passes
+    cv_folds: int = Field(5, ge=2)               # learned: grouped folds
+    learned_targets: list[str] = Field(default_factory=lambda: ["qrels", "delta_p"])  # delta_p only with MC labels
+    min_mc_questions: int = Field(10, ge=2)      # delta_p is tried only with this many labelled train questions
+    max_queries: dict[str, int] = Field(default_factory=lambda: {"causal": 150})  # per retriever, seeded sample
+    spaces: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)       # overrides DEFAULT_SPACES entries
+    seed: int = 0
+
+    def resolved_retrievers(self, listed: list[str], has_within: bool) -> list[str]:
+        names = self.retrievers if self.retrievers is not None else \
+            [n for n in listed if n in TUNABLE] + ["learned"]
+        unknown = [n for n in names if n not in TUNABLE]
+        if unknown:
+            raise ValueError(f"tuning: cannot tune {unknown}; tunable: {', '.join(TUNABLE)}")
+        names = [n for n in dict.fromkeys(names) if has_within or n not in NEEDS_WITHIN]
+        return sorted(names, key=ORDER.__getitem__)
+
+    def space(self, name: str) -> dict[str, list[Any]]:
+        return {**DEFAULT_SPACES.get(name, {}), **self.spaces.get(name, {})}
+
+
+@dataclass
+class TuningResult:
+    trials: pd.DataFrame                         # one row per scored point (see `TRIAL_COLUMNS`)
+    best: dict[str, dict[str, Any]]              # retriever -> {params, value, evaluation, queries}
+    models: dict[str, Any] = field(default_factory=dict)   # retriever -> fitted CausalRelevanceModel
+    query_ids: list[str] = field(default_factory=list)     # every query the tuner scored
+
+    @property
+    def selected(self) -> str | None:
+        """The retriever with the best train figure (ties: the earlier in `TUNABLE`)."""
+        if not self.best:
+            return None
+        return max(self.best, key=lambda n: (self.best[n]["value"], -ORDER[n]))
+
+
+TRIAL_COLUMNS = ["retriever", "trial", "params", "metric", "value", "evaluation", "queries", "seconds", "best"]
+
+
+def nested(params: dict[str, Any]) -> dict[str, Any]:
+    """{'graph.max_hops': 1} -> {'graph': {'max_hops': 1}}."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        node = out
+        *head, last = key.split(".")
+        for part in head:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def flat(params: dict[str, Any], space: dict[str, list[Any]], prefix: str = "") -> dict[str, Any]:
+    """Inverse of `nested` down to the keys of `space` (a dict-valued parameter such as `weights` stays whole)."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and path not in space:
+            out.update(flat(value, space, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def _key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def sample_queries(bench: Benchmark, n: int | None, seed: int = 0) -> Benchmark:
+    """`bench` restricted to a seeded sample of `n` of its judged queries (all of them when n is None or >=)."""
+    qids = bench.query_ids()
+    if n is None or n >= len(qids):
+        return bench
+    keep = sorted(np.random.default_rng(seed).choice(len(qids), n, replace=False))
+    ids = [qids[i] for i in keep]
+    return Benchmark(bench.name, bench.split, {q: bench.queries[q] for q in ids}, {q: bench.qrels[q] for q in ids},
+                     {q: bench.within[q] for q in ids} if bench.within else None,
+                     {q: bench.answers[q] for q in ids if q in bench.answers},
+                     {q: bench.aliases[q] for q in ids if q in bench.aliases})
+
+
+class _CachedQueryVectors:
+    """The index's embedder with a memo: every trial re-runs the same train queries, so each is embedded once."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.vectors: dict[str, np.ndarray] = {}
+
+    def encode_queries(self, queries: list[str]) -> np.ndarray:
+        missing = [q for q in dict.fromkeys(queries) if q not in self.vectors]
+        if missing:
+            self.vectors.update(zip(missing, self.inner.encode_queries(missing)))
+        if not queries:
+            return self.inner.encode_queries(queries)
+        return np.stack([self.vectors[q] for q in queries])
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@contextlib.contextmanager
+def cached_query_vectors(index: CorpusIndex) -> Iterator[None]:
+    inner = index.embedder
+    index.embedder = _CachedQueryVectors(inner)
+    try:
+        yield
+    finally:
+        index.embedder = inner
+
+
+def coordinate_search(space: dict[str, list[Any]], start: dict[str, Any], score: Callable[[dict[str, Any]], float],
+                      passes: int) -> list[tuple[dict[str, Any], float]]:
+    """Coordinate ascent over `space` from `start` (module docstring). Returns every scored point, in order."""
+    scored: dict[str, float] = {}
+    order: list[tuple[dict[str, Any], float]] = []
+
+    def value(point: dict[str, Any]) -> float:
+        k = _key(point)
+        if k not in scored:
+            scored[k] = score(point)
+            order.append((dict(point), scored[k]))
+        return scored[k]
+
+    current = {**{k: v[0] for k, v in space.items()}, **{k: v for k, v in start.items() if k in space}}
+    best = value(current)
+    for _ in range(passes):
+        improved = False
+        for key, values in space.items():
+            for v in values:
+                cand = {**current, key: v}
+                s = value(cand)
+                if s > best + 1e-9:
+                    best, current, improved = s, cand, True
+        if not improved:
+            break
+    return order
+
+
+def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[str, dict[str, Any]],
+         neighbors=None, graph=None, mc_labels: pd.DataFrame | None = None, forbidden: tuple[str, ...] = (),
+         log: Callable[[str], None] = lambda m: None) -> TuningResult:
+    """Search every retriever of `spec.resolved_retrievers(listed)` on `bench` (module docstring).
+
+    `listed`: the benchmark's evaluation retrievers and their fixed params (kept under the tuned ones, e.g.
+    entity_first's budget `k`). `mc_labels`: Monte Carlo labels; only rows of `bench`'s questions are used.
+    `forbidden`: split names that must never be tuned on (the eval splits)."""
+    if bench.split in forbidden:
+        raise ValueError(f"refusing to tune on split {bench.split!r}: it is an evaluation split")
+    metric, k = parse_metric(spec.metric)
+    names = spec.resolved_retrievers(list(listed), bench.within is not None)
+    rows: list[dict[str, Any]] = []
+    best: dict[str, dict[str, Any]] = {}
+    models: dict[str, Any] = {}
+    scored_queries: set[str] = set()
+
+    def record(name: str, points: list[tuple[dict[str, Any], float]], evaluation: str, queries: int,
+               seconds: list[float], fixed: dict[str, Any]) -> dict[str, Any]:
+        i_best = max(range(len(points)), key=lambda i: (points[i][1], -i))  # ties: the earliest (defaults first)
+        for i, ((point, value), sec) in enumerate(zip(points, seconds)):
+            rows.append({"retriever": name, "trial": i, "params": _key({**fixed, **nested(point)}),
+                         "metric": spec.metric, "value": float(value), "evaluation": evaluation, "queries": queries,
+                         "seconds": round(sec, 3), "best": i == i_best})
+        point, value = points[i_best]
+        best[name] = {"params": {**fixed, **nested(point)}, "value": float(value), "evaluation": evaluation,
+                      "queries": queries, "trials": len(points)}
+        log(f"{name}: best {spec.metric} {value:.4f} ({evaluation}, {queries} queries, {len(points)} trials) "
+            f"with {_key(best[name]['params'])}")
+        return best[name]
+
+    built: dict[str, Any] = {}
+
+    def _causal(params: dict[str, Any]):
+        """One CausalRetriever per shortlist/answer model, its options set per trial: building one prepares
+        the graph (~30 s on HotpotQA's entity graph) and keeps its path caches, which every trial reuses."""
+        from dataclasses import fields
+
+        from causal_assets.core.retrievers.causal import CausalRetrievalOptions
+
+        option_keys = {f.name for f in fields(CausalRetrievalOptions)}
+        build = {k_: v for k_, v in params.items() if k_ not in option_keys}
+        key = _key(build)
+        if key not in built:
+            built[key] = build_retriever("causal", index, build, neighbors, None, graph)
+        built[key].options = CausalRetrievalOptions(**{k_: v for k_, v in params.items() if k_ in option_keys})
+        return built[key]
+
+    with cached_query_vectors(index):
+        for name in names:
+            t0 = time.perf_counter()
+            space = spec.space(name)
+            given = flat(listed.get(name, {}), space)
+            fixed = nested({k_: v for k_, v in given.items() if k_ not in space})
+            if name == "hybrid":
+                from causal_assets.core.tuning.fusion import sweep_fusion_weight
+
+                sweep = sweep_fusion_weight(index, bench, metric=metric, k=k)
+                scored_queries |= set(bench.query_ids())
+                per = (time.perf_counter() - t0) / max(len(sweep), 1)
+                record(name, [({"weight": float(w)}, float(v)) for w, v in zip(sweep["weight"], sweep["value"])],
+                       "train", len(bench.query_ids()), [per] * len(sweep), fixed)
+                continue
+            if name == "learned":
+                weight = best.get("hybrid", {}).get("params", {}).get("weight", 0.7)
+                model, points, secs, queries = _tune_learned(index, bench, spec, graph, mc_labels, weight, log)
+                scored_queries |= set(bench.query_ids())
+                chosen = record(name, points, f"cv{spec.cv_folds}", queries, secs, fixed)
+                models[name] = model
+                # The retriever's own params; target and hyperparameters live in the model (and the trials).
+                chosen["chosen"] = chosen["params"]
+                chosen["params"] = {**fixed, "depth": model.extractor_settings["depth"], "model_path": "@learned"}
+                continue
+            sub = sample_queries(bench, spec.max_queries.get(name), spec.seed)
+            scored_queries |= set(sub.query_ids())
+            seconds: list[float] = []
+
+            def score(point: dict[str, Any], name=name, sub=sub, fixed=fixed) -> float:
+                t = time.perf_counter()
+                params = {**fixed, **nested(point)}
+                if name == "causal" and params.get("shortlist") == "learned":
+                    if "learned" not in models:
+                        seconds.append(time.perf_counter() - t)
+                        return float("-inf")   # no model trained in this run: the point is not available
+                    params["shortlist_params"] = {"model": models["learned"]}
+                retriever = _causal(params) if name == "causal" else \
+                    build_retriever(name, index, params, neighbors, None, graph)
+                rr = run_benchmark(retriever, sub, k, name)
+                value = named_metric(sub.qrels, rr.run, spec.metric)
+                seconds.append(time.perf_counter() - t)
+                return value
+
+            start = {**DEFAULT_POINTS.get(name, {}), **{k_: v for k_, v in given.items() if k_ in space}}
+            points = coordinate_search(space, start, score, spec.passes)
+            keep = [i for i, (_, v) in enumerate(points) if np.isfinite(v)]   # drop unavailable points
+            points, seconds[:] = [points[i] for i in keep], [seconds[i] for i in keep]
+            chosen = record(name, points, "train" if sub is bench else f"train sample of {len(sub.query_ids())}",
+                            len(sub.query_ids()), seconds, fixed)
+            if name == "causal" and chosen["params"].get("shortlist") == "learned":
+                chosen["params"]["shortlist_params"] = {"model_path": "@learned"}   # resolved by the store
+    trials = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
+    return TuningResult(trials, best, models, sorted(scored_queries))
+
+
+def labels_of(bench: Benchmark, mc_labels: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The Monte Carlo labels of `bench`'s own questions: labels are computed on a split (HotpotQA: `dev`) that
+    also holds held-out questions, and those must not reach the tuner."""
+    if mc_labels is None or not len(mc_labels):
+        return None
+    return mc_labels[mc_labels["question_id"].isin(set(bench.query_ids()))]
+
+
+def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph, mc_labels, weight: float,
+                  log: Callable[[str], None]):
+    """Grouped-CV choice of target and hyperparameters, then the refit model. Returns (model, [(point, cv value)],
+    seconds per trial, queries)."""
+    from causal_assets.core.retrievers.features import FeatureExtractor
+    from causal_assets.core.retrievers.learned import PARAM_GRID, attach_target, candidate_table, cross_validate, \
+        fit_model
+
+    t0 = time.perf_counter()
+    extractor = FeatureExtractor(index, graph, weight=weight)
+    qids = bench.query_ids()
+    table = candidate_table(extractor, {q: bench.queries[q] for q in qids},
+                            index.embedder.encode_queries([bench.queries[q] for q in qids]), bench.within)
+    log(f"learned: {len(table)} candidate rows for {len(qids)} train queries in {time.perf_counter() - t0:.1f}s "
+        f"(first stage: hybrid, weight {weight})")
+    labels = labels_of(bench, mc_labels)
+    targets = [t for t in spec.learned_targets
+               if t == "qrels" or (t == "delta_p" and labels is not None
+                                   and labels["question_id"].nunique() >= spec.min_mc_questions)]
+    points, secs, tables = [], [], {}
+    for target in targets:
+        tables[target] = attach_target(table, target, bench.qrels, labels)
+        for params in PARAM_GRID:
+            t = time.perf_counter()
+            value, _ = cross_validate(tables[target], target, params, bench.qrels, spec.metric, spec.cv_folds,
+                                      spec.seed)
+            points.append(({"target": target, "hyperparameters": dict(params)}, value))
+            secs.append(time.perf_counter() - t)
+            log(f"learned: target {target} {params}: cv {spec.metric} {value:.4f}")
+    point, _ = max(points, key=lambda p: p[1])
+    model = fit_model(tables[point["target"]], point["target"], point["hyperparameters"], extractor.settings(),
+                      {"benchmark": bench.name, "split": bench.split, "metric": spec.metric})
+    return model, points, secs, len(qids)

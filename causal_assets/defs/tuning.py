@@ -1,0 +1,81 @@
+"""Stage 5, tuning: `tuned_retriever_configs` searches the parameters of the tunable retrievers (hybrid, RRF,
+cascade, entity-first, causal, learned) on a benchmark's tune split only, records every trial as a Parquet
+table (DuckDB view `tuned_retriever_configs`), and stores the winning configuration versioned by content hash
+(YAML + model files under `<reports>/tuned/<benchmark>/`, see `core/tuning/store.py`). The evaluation report
+depends on it and evaluates each tuned retriever as `<name>_tuned` on the held-out eval splits.
+"""
+import pandas as pd
+from dagster import (AssetDep, AssetExecutionContext, AssetSelection, AutomationCondition, Config,
+                     MetadataValue, Output, asset)
+
+from causal_assets.core.benchmarks import load_benchmark
+from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
+from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
+from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.tuning.search import TuningSpec, tune
+from causal_assets.core.tuning.store import index_fingerprint, save_tuned
+from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
+from causal_assets.resources import BenchmarkRegistry, Storage
+
+GROUP = "evaluation"   # tuned with the evaluation: the jobs that evaluate a benchmark also re-tune it
+TUNED = "tuned_retriever_configs"
+
+
+def eager_tolerating_missing(*keys: str) -> AutomationCondition:
+    """`eager()`, except that the given upstream assets may be missing: an update of theirs still triggers a
+    re-run, but their absence does not block one (MC labels cost LLM calls; a benchmark may never be tuned)."""
+    return AutomationCondition.eager().replace(
+        "any_deps_missing", AutomationCondition.any_deps_missing().ignore(AssetSelection.assets(*keys)))
+
+
+class TuningConfig(Config):
+    retrievers: list[str] | None = None   # default: the benchmark's `tuning.retrievers`, else its list + learned
+    max_queries: int | None = None        # a seeded sample of the tune split (quick runs); None: all of it
+
+
+@asset(
+    partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet"},
+    deps=[*(AssetDep(a, partition_mapping=benchmark_corpus_mapping)
+            for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")),
+          AssetDep("mc_labels")],
+    automation_condition=eager_tolerating_missing("mc_labels"),
+    description="Every tuning trial (retriever, params, train metric); the winner is stored versioned under "
+                "reports/tuned/<benchmark>/ and evaluated on the held-out split by evaluation_metrics.",
+)
+def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig, storage: Storage,
+                            benchmark_registry: BenchmarkRegistry) -> Output[pd.DataFrame]:
+    spec = benchmark_registry.spec(context.partition_key)
+    if not spec.tune_split:
+        context.log.info(f"{spec.name}: no tune split, nothing is tuned (eval splits are never tuned on)")
+        return Output(pd.DataFrame(columns=["benchmark", "split", "retriever", "trial", "params", "metric", "value",
+                                            "evaluation", "queries", "seconds", "best", "config_version"]),
+                      metadata={"tuned": False})
+    tuning = TuningSpec.model_validate({**spec.tuning, **({"retrievers": config.retrievers}
+                                                          if config.retrievers is not None else {})})
+    bench = load_benchmark(spec, spec.tune_split)
+    if config.max_queries:
+        from causal_assets.core.tuning.search import sample_queries
+
+        bench = sample_queries(bench, config.max_queries, tuning.seed)
+    index = CorpusIndex.load(storage.base, spec.corpus)
+    graph = load_graph(storage.base, spec.corpus)
+    neighbors = load_chunk_neighbors(storage.base, spec.corpus)
+    labels_path = asset_path(storage.base, "mc_labels", spec.name)
+    mc_labels = read_parquet(labels_path) if labels_path.exists() else None
+
+    result = tune(index, bench, tuning, spec.retrievers, neighbors, graph, mc_labels,
+                  forbidden=tuple(spec.eval_splits), log=context.log.info)
+    content = {"benchmark": spec.name, "corpus": spec.corpus, "tune_split": spec.tune_split,
+               "metric": tuning.metric, "index": index_fingerprint(index), "graph": graph is not None,
+               "selected": result.selected, "retrievers": result.best}
+    stored = save_tuned(storage.reports_path / "tuned", spec.name, content, result.models)
+    trials = result.trials.assign(benchmark=spec.name, split=bench.split, config_version=stored.version)
+    trials = trials[["benchmark", "split", *[c for c in trials.columns if c not in ("benchmark", "split")]]]
+    best = {n: round(b["value"], 4) for n, b in result.best.items()}
+    return Output(trials, metadata={
+        "tuned": True, "config_version": stored.version, "config_path": MetadataValue.path(str(stored.path)),
+        "selected": result.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
+        "metric": tuning.metric, "best_by_retriever": MetadataValue.json(best),
+        "mc_labels": "used" if mc_labels is not None else "absent",
+        "config": MetadataValue.md("```yaml\n" + stored.path.read_text() + "```"),
+    })

@@ -1,0 +1,100 @@
+"""The tuning search and the versioned configuration store, without Dagster."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.tuning.search import (TuningSpec, coordinate_search, flat, labels_of, nested, sample_queries,
+                                              tune)
+from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
+
+
+def test_coordinate_search_climbs_and_scores_each_point_once():
+    space = {"a": [0, 1, 2, 3], "b": [0, 1, 2]}
+    calls = []
+
+    def score(p):
+        calls.append(dict(p))
+        return -(p["a"] - 2) ** 2 - (p["b"] - 1) ** 2   # maximum at a=2, b=1
+
+    points = coordinate_search(space, {"a": 0, "b": 0}, score, passes=3)
+    best = max(points, key=lambda pv: pv[1])[0]
+    assert best == {"a": 2, "b": 1}
+    keys = [tuple(sorted(p.items())) for p, _ in points]
+    assert len(keys) == len(set(keys)) == len(calls)          # no point scored twice
+    assert points[0][0] == {"a": 0, "b": 0}                   # the start (the defaults) is trial 0
+
+
+def test_coordinate_search_keeps_the_start_on_ties():
+    points = coordinate_search({"x": [1, 2, 3]}, {"x": 2}, lambda p: 0.5, passes=2)
+    assert max(points, key=lambda pv: pv[1])[0] == {"x": 2} and len(points) == 3
+
+
+def test_nested_and_flat_are_inverse_up_to_the_space():
+    space = {"graph.max_hops": [0, 1], "weights": [{"a": 1}]}
+    params = {"graph": {"max_hops": 1, "min_edge_weight": 0.3}, "weights": {"a": 1.0}, "k": 2}
+    f = flat(params, space)
+    assert f == {"graph.max_hops": 1, "graph.min_edge_weight": 0.3, "weights": {"a": 1.0}, "k": 2}
+    assert nested(f) == params
+
+
+def test_spec_resolves_retrievers():
+    spec = TuningSpec()
+    listed = ["bm25", "dense", "hybrid", "cascade", "entity_first"]
+    assert spec.resolved_retrievers(listed, has_within=True) == ["hybrid", "cascade", "entity_first", "learned"]
+    assert "entity_first" not in spec.resolved_retrievers(listed, has_within=False)
+    with pytest.raises(ValueError, match="cannot tune"):
+        TuningSpec(retrievers=["bm25"]).resolved_retrievers(listed, True)
+
+
+def _bench(split="train"):
+    qs = {f"q{i}": f"question {i}" for i in range(10)}
+    return Benchmark("b", split, qs, {q: {"d": 1.0} for q in qs})
+
+
+def test_tune_refuses_an_eval_split():
+    with pytest.raises(ValueError, match="refusing to tune"):
+        tune(None, _bench("test"), TuningSpec(), {}, forbidden=("test",))
+
+
+def test_mc_labels_of_other_splits_never_reach_the_tuner():
+    bench = _bench()
+    labels = pd.DataFrame({"question_id": ["q1", "q2", "held_out_1", "held_out_2"], "doc_id": list("abcd"),
+                           "delta_p": [0.1, 0.2, 0.9, 0.9]})
+    assert set(labels_of(bench, labels)["question_id"]) == {"q1", "q2"}
+    assert labels_of(bench, None) is None
+
+
+def test_sample_queries_is_seeded_and_a_subset():
+    bench = _bench()
+    a, b = sample_queries(bench, 4, seed=1), sample_queries(bench, 4, seed=1)
+    assert a.query_ids() == b.query_ids() and len(a.query_ids()) == 4
+    assert set(a.query_ids()) <= set(bench.query_ids())
+    assert sample_queries(bench, None) is bench
+
+
+def test_store_versions_by_content(tmp_path):
+    from sklearn.dummy import DummyClassifier
+
+    def content(weight):
+        return {"benchmark": "b", "tune_split": "train", "metric": "ndcg@10", "selected": "learned",
+                "retrievers": {"hybrid": {"params": {"weight": weight}, "value": 0.7},
+                               "learned": {"params": {"depth": 100, "model_path": "@learned"}, "value": 0.8},
+                               "causal": {"params": {"shortlist": "learned",
+                                                     "shortlist_params": {"model_path": "@learned"}},
+                                          "value": 0.6}}}
+
+    model = DummyClassifier().fit([[0], [1]], [0, 1])
+    first = save_tuned(tmp_path, "b", content(0.7), {"learned": model})
+    assert first.version == content_hash(first.content)
+    assert save_tuned(tmp_path, "b", content(0.7), {"learned": model}).version == first.version  # same content
+    second = save_tuned(tmp_path, "b", content(0.6), {"learned": model})
+    assert second.version != first.version and (tmp_path / "b" / f"{first.version}.yaml").exists()
+    current = load_tuned(tmp_path, "b")
+    assert current.version == second.version and current.params("hybrid") == {"weight": 0.6}
+    learned = current.params("learned")["model_path"]
+    assert learned.startswith(str(tmp_path)) and learned.endswith(".joblib")
+    assert current.params("causal")["shortlist_params"]["model_path"] == learned
+    assert load_tuned(tmp_path, "b", first.version).params("hybrid") == {"weight": 0.7}
+    assert load_tuned(tmp_path, "never_tuned") is None

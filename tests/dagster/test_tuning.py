@@ -1,0 +1,134 @@
+"""tuned_retriever_configs, materialized for real on a small real SciFact subset: it tunes on train only, records
+every trial, stores a content-versioned configuration, and the evaluation report scores that configuration on
+the held-out split. Plus the automation wiring: a new tuned configuration re-triggers the evaluation."""
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pandas as pd
+import pytest
+import yaml
+from dagster import (AssetKey, AssetMaterialization, AssetSelection, DagsterInstance, evaluate_automation_conditions,
+                     materialize)
+
+from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.index.dense import Embedder
+from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.tuning.store import content_hash, load_tuned
+from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
+from causal_assets.defs.evaluation import evaluation_report
+from causal_assets.defs.tuning import tuned_retriever_configs
+
+INDEX = [corpus_chunks, corpus_embeddings, sparse_index]
+
+
+def _events(result, asset):
+    return [e.materialization for e in result.get_asset_materialization_events()
+            if e.materialization.asset_key.path[-1] == asset]
+
+
+def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
+    assert materialize(INDEX, resources=resources, partition_key="scifact").success
+    spec = load_benchmark_registry(resources["benchmark_registry"].path)["scifact"]
+    train, test = load_benchmark(spec, "train"), load_benchmark(spec, "test")
+    assert train.query_ids() and test.query_ids()
+
+    # Every query text that reaches an index during tuning: sparse scoring goes through CorpusIndex.terms, dense
+    # scoring through the embedder.
+    seen: list[str] = []
+    terms, encode = CorpusIndex.terms, Embedder.encode_queries
+    monkeypatch.setattr(CorpusIndex, "terms", lambda self, q: (seen.append(q), terms(self, q))[1])
+    monkeypatch.setattr(Embedder, "encode_queries", lambda self, qs: (seen.extend(qs), encode(self, qs))[1])
+    result = materialize([tuned_retriever_configs, *INDEX], resources=resources, partition_key="scifact",
+                         selection=[tuned_retriever_configs])
+    assert result.success
+    monkeypatch.undo()
+    seen_set = set(seen)
+    assert set(train.queries.values()) <= seen_set          # every train query was scored ...
+    assert not seen_set & set(test.queries.values())       # ... and no test query ever reached the tuner
+
+    base = resources["storage"].base_path
+    trials = pd.read_parquet(f"{base}/tuned_retriever_configs/scifact.parquet")
+    assert set(trials["retriever"]) == {"hybrid", "rrf", "cascade", "learned"}
+    assert (trials["split"] == "train").all() and trials["value"].between(0, 1).all()
+    assert trials.groupby("retriever")["best"].sum().eq(1).all()      # one winner per retriever
+    assert len(trials[trials.retriever == "hybrid"]) == 21             # the whole weight grid
+    assert len(trials[trials.retriever == "cascade"]) > 6              # a search, not one point
+    assert len(trials[trials.retriever == "learned"]) == 3             # PARAM_GRID x target qrels (no MC labels)
+    assert (trials[trials.retriever == "learned"]["evaluation"] == "cv5").all()
+    for _, t in trials[trials.best].iterrows():                        # the winner is the best trial it scored
+        assert t["value"] == trials[trials.retriever == t["retriever"]]["value"].max()
+    with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
+        assert con.execute("select count(*) from tuned_retriever_configs where benchmark = 'scifact'"
+                           ).fetchone()[0] == len(trials)
+
+    meta = _events(result, "tuned_retriever_configs")[0].metadata
+    version = meta["config_version"].value
+    assert trials["config_version"].eq(version).all()
+    tuned_dir = resources["storage"].reports_path / "tuned" / "scifact"
+    doc = yaml.safe_load((tuned_dir / f"{version}.yaml").read_text())
+    assert content_hash(doc["content"]) == version and doc["content"]["tune_split"] == "train"
+    content = doc["content"]
+    assert content["selected"] in content["retrievers"]
+    hybrid_best = trials[(trials.retriever == "hybrid") & trials.best].iloc[0]
+    assert content["retrievers"]["hybrid"]["params"] == json.loads(hybrid_best["params"])
+    model_file = tuned_dir / content["retrievers"]["learned"]["params"]["model_path"]
+    assert model_file.exists() and content["retrievers"]["learned"]["model_sha256"] in model_file.name
+
+    # An unchanged tuning outcome keeps its version; an edited configuration is refused.
+    again = materialize([tuned_retriever_configs, *INDEX], resources=resources, partition_key="scifact",
+                        selection=[tuned_retriever_configs])
+    assert _events(again, "tuned_retriever_configs")[0].metadata["config_version"].value == version
+    assert load_tuned(tuned_dir.parent, "scifact").version == version
+
+    evaluated = materialize([evaluation_report, tuned_retriever_configs, *INDEX], resources=resources,
+                            partition_key="scifact", selection=[evaluation_report])
+    assert evaluated.success
+    metrics = pd.read_parquet(f"{base}/evaluation_metrics/scifact.parquet")
+    names = set(metrics["retriever"])
+    assert {"hybrid_tuned", "rrf_tuned", "cascade_tuned", "learned_tuned"} <= names
+    assert {"bm25", "dense", "hybrid", "cascade"} <= names             # next to the defaults and baselines
+    assert set(metrics["split"]) == {"test"}
+    ndcg = metrics[(metrics.metric == "ndcg") & (metrics.k == 10)].set_index("retriever")["value"]
+    assert ndcg["learned_tuned"] > 0.5
+    eval_meta = _events(evaluated, "evaluation_metrics")[0].metadata
+    assert eval_meta["tuned_config_version"].value == version
+    assert f"tuned config `{version}`" in eval_meta["report"].value
+
+    edited = tuned_dir / f"{version}.yaml"
+    edited.write_text(edited.read_text().replace("tune_split: train", "tune_split: test"))
+    with pytest.raises(ValueError, match="does not match its version"):
+        load_tuned(tuned_dir.parent, "scifact")
+
+
+def test_a_new_tuned_config_re_triggers_the_evaluation():
+    """Declarative automation: the evaluation is eager on tuned_retriever_configs, and a benchmark that was never
+    tuned does not block it."""
+    from causal_assets.definitions import defs
+
+    evaluation = [AssetKey(k) for k in ("evaluation_metrics", "evaluation_runs", "evaluation_failures")]
+    upstream = ["corpus_chunks", "corpus_embeddings", "sparse_postings", "sparse_vocabulary", "graph_nodes",
+                "graph_edges"]
+    with DagsterInstance.ephemeral() as instance:
+        def report(*assets):
+            for a in assets:
+                instance.report_runless_asset_event(AssetMaterialization(a, partition="scifact"))
+
+        def requested(cursor):
+            result = evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=AssetSelection.assets(*evaluation),
+                                                    cursor=cursor)
+            keys = {(k.path[-1], p) for k in evaluation for p in result.get_requested_partitions(k)}
+            return keys, result.cursor
+
+        report(*upstream, *(k.path[-1] for k in evaluation))
+        _, cursor = requested(None)
+        report(*upstream)   # the index changed, no tuned config exists: the evaluation still follows
+        keys, cursor = requested(cursor)
+        assert ("evaluation_metrics", "scifact") in keys
+        report(*(k.path[-1] for k in evaluation))
+        keys, cursor = requested(cursor)
+        assert not keys
+        report("tuned_retriever_configs")   # a new tuned configuration: re-evaluate
+        keys, cursor = requested(cursor)
+        assert ("evaluation_metrics", "scifact") in keys
