@@ -47,7 +47,7 @@ defs = Definitions(
             search.retrieval_results, search.causal_search, sharding.embedding_shards,
             label_shards.mc_trial_shards],
     jobs=[automation.corpus_index_job, automation.labels_and_evaluation_job, default_lineage_job, evaluation_job,
-          search.search_job, sharding.embedding_shards_job],
+          search.search_job, sharding.embedding_shards_job, label_shards.label_shards_job],
     schedules=[automation.nightly_labels_and_evaluation],
     sensors=[automation.corpus_change_sensor, automation.automation_sensor, search.queries_inbox_sensor],
     resources={"storage": storage, "corpus_registry": CorpusRegistry(),

@@ -17,7 +17,7 @@ import warnings
 import pandas as pd
 from dagster import (AssetExecutionContext, AssetIn, Backoff, BetaWarning, MaterializeResult,
                      MultiPartitionsDefinition, MultiToSingleDimensionPartitionMapping, RetryPolicy,
-                     StaticPartitionsDefinition, asset)
+                     StaticPartitionsDefinition, asset, define_asset_job)
 
 from causal_assets.core.labeling.shards import shard_questions, shard_slice
 from causal_assets.defs.labels import MonteCarloConfig, mc_config, run_trials
@@ -66,3 +66,9 @@ def mc_trial_shards(context: AssetExecutionContext, config: MonteCarloConfig, ll
         "trials": len(trials), "calls": len(calls), "errors": int((calls["status"] == "error").sum()),
         "cache_hits": int(ok["cached"].sum()), "wall_seconds": round(seconds, 1),
         "stopped": stopped or "complete", "model": llm.model})
+
+
+# A backfill over benchmark x shard: UI (Jobs -> label_shards_job -> Backfill) or CLI
+# `dagster job backfill -m causal_assets.definitions -j label_shards_job --partitions 'hotpotqa|0,hotpotqa|1' --noprompt`.
+label_shards_job = define_asset_job("label_shards_job", selection=[mc_trial_shards], partitions_def=label_shard_partitions,
+                                    description="Pay the Monte Carlo solver calls of question-range shards into the call cache.")
