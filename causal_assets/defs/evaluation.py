@@ -7,6 +7,7 @@ from dagster import (AssetDep, AssetExecutionContext, AssetOut, Config, Metadata
                      multi_asset)
 
 from causal_assets.core.benchmarks import load_benchmark
+from causal_assets.core.checks import check_metrics, check_ranked_results
 from causal_assets.core.evaluation.failures import classify_failures
 from causal_assets.core.evaluation.metrics import warm_up
 from causal_assets.core.evaluation.report import headline_table, write_report
@@ -17,6 +18,7 @@ from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
 from causal_assets.core.tuning import best_weight, sweep_fusion_weight
 from causal_assets.core.tuning.store import index_fingerprint, load_tuned
 from causal_assets.defs.tuning import TUNED, eager_tolerating_missing
+from causal_assets.defs.checks import result, spec
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
 from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
@@ -44,6 +46,9 @@ class EvaluationConfig(Config):
         "evaluation_runs": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="Top results per query and retriever."),
         "evaluation_failures": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="Failure bucket per query and retriever (seed 001 §5.5)."),
     },
+    check_specs=[spec("evaluation_metrics", "metrics_in_unit_range", "Every metric value is finite and in [0, 1]."),
+                 spec("evaluation_runs", "runs_ranked", "Finite scores; ranks 1..n per (split, retriever, query); "
+                      "no document twice in a ranking.")],
 )
 def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, storage: Storage,
                       benchmark_registry: BenchmarkRegistry, llm: LLM):
@@ -135,3 +140,5 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     yield Output(failures_df, output_name="evaluation_failures",
                  metadata={"by_bucket": MetadataValue.json(failures_df.groupby(["retriever", "bucket"]).size()
                                                            .unstack(fill_value=0).to_dict(orient="index"))})
+    yield result("evaluation_metrics", "metrics_in_unit_range", check_metrics(metrics_df))
+    yield result("evaluation_runs", "runs_ranked", check_ranked_results(runs_df, ["split", "retriever", "query_id"]))

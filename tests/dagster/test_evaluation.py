@@ -16,6 +16,9 @@ def _materialize_eval(resources, partition):
     result = materialize([evaluation_report, corpus_chunks, corpus_embeddings, sparse_index], resources=resources,
                          partition_key=partition, selection=[evaluation_report])
     assert result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert set(checks) == {"metrics_in_unit_range", "runs_ranked"}
+    assert all(c.passed for c in checks.values()), {n: c.metadata for n, c in checks.items()}
     return result
 
 
