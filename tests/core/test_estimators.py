@@ -198,3 +198,32 @@ def test_adaptive_screening_stop_needs_a_yes():
     assert lab.labels().yes() == [7] and lab.calls < 400
     strict = run_adaptive(sc, 2000, np.random.default_rng(14), screen_alpha=None)
     assert strict.calls >= lab.calls
+
+
+def test_interaction_z_or_governs_only_partner_absent_contexts():
+    rng = np.random.default_rng(3)
+    or_sc = Scenario(10, ((1, 4),), kind="or", base_rate=0.1, noise=0.05)
+    x = balanced_design(10, 256, rng)
+    y = or_sc.solve(x, rng)
+    assert (4, False) in regression(x, y, threshold=0.1).docs[1].context
+    strict = regression(x, y, threshold=0.1, interaction_z_or=1e6)
+    assert strict.docs[1].context == () and strict.docs[4].context == ()
+    # a positive (AND-type) interaction is still selected at interaction_z
+    and_sc = Scenario(15, ((2,), (7,)), kind="and", base_rate=0.05, noise=0.05)
+    x = balanced_design(15, 256, rng)
+    res = regression(x, and_sc.solve(x, rng), threshold=0.1, interaction_z_or=1e6)
+    assert (7, True) in res.docs[2].context and set(res.yes()) == {2, 7}
+
+
+
+def test_no_documents_are_frozen_out_only_once_a_yes_exists():
+    # nothing relevant: documents reach NO on their average effect, but stay in the design (a NO before any YES
+    # can be a member of a multi-hop triple whose average effect is a quarter of its amplitude)
+    sc = Scenario(12, (), base_rate=0.3, noise=0.0)
+    lab = run_adaptive(sc, 400, np.random.default_rng(21))
+    assert NO in lab.labels().labels().values() and not lab._frozen
+    assert run_adaptive(sc, 400, np.random.default_rng(21), freeze_needs_yes=False)._frozen
+    # once a document is YES, NO documents are frozen out as before
+    sc = Scenario(12, ((3,),), base_rate=0.0, noise=0.05)
+    lab = run_adaptive(sc, 400, np.random.default_rng(22), screen_alpha=None)
+    assert lab.labels().yes() == [3] and lab._frozen and 3 not in lab._frozen

@@ -111,4 +111,5 @@ def estimate(trials: list[dict], doc_ids: list[str], config: MCConfig, estimator
     # Same model as AdaptiveLabeler's defaults, re-fitted on all trials (labels can differ slightly from the
     # online labeler's last batch, which also prefers documents it had already found).
     return regression(x, y, config.threshold, config.alpha, interactions=True, max_candidates=4, interaction_z=1.5,
+                      interaction_z_or=2.5,
                       doc_ids=doc_ids)
