@@ -75,6 +75,20 @@ def repeat(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:
     return out
 
 
+def repeat_wall_cpu(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds (this process, all threads) of `repeats` calls of fn after `warmup` untimed calls. On a
+    shared machine the CPU time is what the work itself costs; wall time adds the waiting for a core."""
+    for _ in range(warmup):
+        fn()
+    wall, cpu = [], []
+    for _ in range(repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return wall, cpu
+
+
 def latency_ms(seconds: list[float]) -> dict[str, float]:
     ms = np.asarray(seconds) * 1000
     return {"p50": round(float(np.percentile(ms, 50)), 3), "p95": round(float(np.percentile(ms, 95)), 3),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from common import Figure, machine, repeat, write_result
+from common import Figure, machine, repeat_wall_cpu, write_result
 
 from causal_assets.core.evaluation.metrics import DEFAULT_KS, evaluate
 
@@ -39,12 +39,13 @@ def synthetic_case(n_queries: int, depth: int, seed: int = 0) -> tuple[dict, dic
 def run(quick: bool) -> tuple[list[Figure], dict]:
     n_queries, depth, repeats = 10_000, 100, (2 if quick else 7)  # the full size is cheap: quick only repeats less
     qrels, run_ = synthetic_case(n_queries, depth)
-    seconds = repeat(lambda: evaluate(qrels, run_), repeats, warmup=1)
-    median = float(np.median(seconds))
+    seconds, cpu = repeat_wall_cpu(lambda: evaluate(qrels, run_), repeats, warmup=1)
+    median, cpu_median = float(np.median(seconds)), float(np.median(cpu))
     details = {"queries": n_queries, "results_per_query": depth, "ks": list(DEFAULT_KS), "repeats": repeats,
-               "seconds": [round(s, 4) for s in seconds], "collection": COLLECTION}
+               "seconds": [round(s, 4) for s in seconds], "cpu_seconds": [round(s, 4) for s in cpu],
+               "collection": COLLECTION}
     figures = [Figure(f"evaluate {n_queries:,} queries x {depth} results (all default metrics)", round(median, 3),
-                      "s", TARGET_S, "<=")]
+                      "s", TARGET_S, "<=", f"wall time; CPU time of the process {cpu_median:.3f} s")]
     return figures, details
 
 

@@ -59,8 +59,9 @@ class SourceChunks:
         return out
 
 
-def make_corpus(source: SourceChunks, n: int, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
-    """(chunks frame with chunk_id/title/kind/text, L2-normalised float32 vectors), n synthetic chunks."""
+def make_corpus(source: SourceChunks, n: int, seed: int = 0, with_plan: bool = False):
+    """(chunks frame with chunk_id/title/kind/text, L2-normalised float32 vectors), n synthetic chunks; with
+    `with_plan`, also the recombination plan (a, b, lam) that `make_terms` reuses."""
     rng = np.random.default_rng(seed)
     a = rng.integers(0, len(source), n)
     near = rng.random(n) < NEIGHBOUR_SHARE
@@ -83,4 +84,37 @@ def make_corpus(source: SourceChunks, n: int, seed: int = 0) -> tuple[pd.DataFra
     titles = source.titles
     chunks = pd.DataFrame({"chunk_id": [f"syn{i}" for i in range(n)], "title": [titles[i] for i in a.tolist()],
                            "kind": "synthetic", "text": texts})
-    return chunks, vectors
+    return (chunks, vectors, (a, b, lam)) if with_plan else (chunks, vectors)
+
+
+class SourceTerms:
+    """Each source chunk's analyzed title and its text's terms word by word, so the index terms of a synthetic chunk
+    are slices of its two sources' terms instead of a new analysis of its text. Exact, not an approximation: the
+    analyzer's tokens never span whitespace, so analyze(" ".join(words)) is the concatenation of analyze(word) over
+    the words, and the title is analysed apart from the text (they are joined by a newline)."""
+
+    def __init__(self, source: SourceChunks, split_identifiers: bool = False):
+        from causal_assets.core.index.text import analyze
+
+        self.title_terms = [analyze(t, split_identifiers) for t in source.titles]
+        self.terms, self.offsets = [], []  # flat terms of the text; offsets[w] = terms before word w
+        for words in source.words:
+            flat, offsets = [], [0]
+            for w in words:
+                flat += analyze(w, split_identifiers)
+                offsets.append(len(flat))
+            self.terms.append(flat)
+            self.offsets.append(offsets)
+        self.words = source.words
+
+
+def make_terms(source_terms: SourceTerms, plan) -> list[list[str]]:
+    """The analyzer's terms of every chunk of `make_corpus(..., with_plan=True)`, in the same order, from its plan."""
+    a, b, lam = plan
+    out = []
+    for ai, bi, li in zip(a.tolist(), b.tolist(), lam.tolist()):
+        wa, wb = source_terms.words[ai], source_terms.words[bi]
+        keep_a, keep_b = len(wa) - int(li * len(wa)), int(li * len(wb))
+        out.append(source_terms.title_terms[ai] + source_terms.terms[ai][:source_terms.offsets[ai][keep_a]]
+                   + source_terms.terms[bi][source_terms.offsets[bi][len(wb) - keep_b]:])
+    return out

@@ -23,6 +23,7 @@ from causal_assets.core.index.text import analyze
 from causal_assets.core.storage import asset_path, read_parquet
 
 METHODS = ("bm25", "tfidf", "dense")
+MOMENTS_BLOCK = 65_536  # chunk vectors per float64 block when computing the dense score moments
 
 # Asset names of the corpus index; the storage layout is <base>/<asset>/<corpus>.parquet.
 CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY = "corpus_chunks", "corpus_embeddings", "sparse_postings", "sparse_vocabulary"
@@ -100,8 +101,15 @@ class CorpusIndex:
         """Mean vector and second-moment matrix of the chunk vectors: the mean and variance of a query's cosines
         over the whole corpus follow from them exactly (mean = m.q, E[(e.q)^2] = q'Sq) without scoring every chunk."""
         if self._dense_moments is None:
-            e = self.embeddings.astype(np.float64)
-            self._dense_moments = (e.mean(axis=0), (e.T @ e) / len(e))
+            # In float64 blocks: a float64 copy of every vector at once would be twice the vectors' own memory
+            # (3 GB at 1M x 384).
+            dim = self.embeddings.shape[1]
+            total, second = np.zeros(dim), np.zeros((dim, dim))
+            for start in range(0, len(self.embeddings), MOMENTS_BLOCK):
+                e = self.embeddings[start:start + MOMENTS_BLOCK].astype(np.float64)
+                total += e.sum(axis=0)
+                second += e.T @ e
+            self._dense_moments = (total / len(self.embeddings), second / len(self.embeddings))
         return self._dense_moments
 
     def hits(self, positions, scores) -> list[Hit]:

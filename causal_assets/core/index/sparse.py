@@ -74,13 +74,15 @@ class SparseIndex:
         """Top-k chunk positions and scores of every query, the same ranking as sorting `score(terms)` (score
         descending, ties by chunk position; chunks sharing no term score 0 and come last in chunk order).
         `moments`: also the sum and sum of squares of all scores (for `SparseTopK.mean_std`)."""
-        offsets, cols = [0], []
-        for terms in queries_terms:
-            cols += self.term_ids(terms)
-            offsets.append(len(cols))
+        # One flat list of term columns, -1 for terms outside the vocabulary (skipped by the kernel): building it
+        # is the only per-term Python work of a query, so it is kept to one dict lookup per term.
+        get = self.vocab.get
+        cols = [get(t, -1) for terms in queries_terms for t in terms]
+        offsets = np.zeros(len(queries_terms) + 1, dtype=np.int64)
+        np.cumsum([len(terms) for terms in queries_terms], out=offsets[1:])
         m = self.matrix  # its int32/int64 index arrays are passed as they are: no per-call copy of the postings
         positions, scores, sums, sumsqs = _top_k_postings(
-            m.indptr, m.indices, m.data.astype(np.float32, copy=False), self.n_docs, np.array(offsets, dtype=np.int64),
+            m.indptr, m.indices, m.data.astype(np.float32, copy=False), self.n_docs, offsets,
             np.array(cols, dtype=np.int64), self._idf_or_empty(), self.method == "tfidf", min(k, self.n_docs), moments)
         return SparseTopK(positions, scores, sums, sumsqs, self.n_docs)
 
@@ -133,8 +135,12 @@ SCAN_BLOCK = 64  # chunks whose maximum is checked at once when scanning the sco
 def _query_columns(raw: np.ndarray, idf: np.ndarray, tfidf: bool) -> tuple[np.ndarray, np.ndarray]:
     """Distinct columns (ascending) of a query's term columns and their weights: BM25 the occurrence count (Lucene
     sums a term's document weight once per query occurrence); TF-IDF sublinear tf * idf, L2-normalised, as on the
-    document side."""
+    document side. Negative entries (terms outside the vocabulary) are skipped."""
     cols = np.sort(raw)
+    start = 0
+    while start < len(cols) and cols[start] < 0:
+        start += 1
+    cols = cols[start:]
     n = 0
     for i in range(len(cols)):
         if i == 0 or cols[i] != cols[i - 1]:

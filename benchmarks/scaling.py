@@ -1,0 +1,301 @@
+"""Scaling curve: index and query cost at 1k, 10k, 100k and 1M chunks of a synthetic corpus, and the 1M-chunk
+dense/hybrid latency with the ANN index (recall@10 against exact search, memory).
+
+    python benchmarks/scaling.py [--quick] [--sizes 1000,10000,100000,1000000] [--queries 100]
+
+Corpus: `synthetic_corpus.make_corpus` (recombined real chunks and their MiniLM vectors; nothing is re-encoded),
+so it needs the materialized corpus index of at least one corpus (data/parquet/corpus_chunks + corpus_embeddings).
+The corpus of size n is the first n chunks of the largest one.
+
+Per size, one process, sizes ascending (each size's objects are freed before the next):
+
+- index cost: analysing the texts, building BM25 (bm25s) and TF-IDF (scikit-learn), building the ANN index
+  (faiss IVF-SQ8: k-means, add, nprobe calibration) and, up to `--write-max` chunks, writing the postings as
+  Parquet the way `sparse_postings` does. Embedding is not re-run at scale: its cost is linear in the number of
+  texts and is given as an estimate from the measured throughput (`embedding_throughput.json`), marked as such.
+- query cost: p50/p95 per query (one `retrieve_many([q], 10)` call per query, as a service answering one request at
+  a time), query embedding included, SciFact test queries: BM25, dense (exact below `AnnConfig.min_chunks`, ANN
+  above, as the product does), dense exact, dense with the ANN index forced at every size >= 10k, hybrid (z-score,
+  weight 0.7; shortlist fusion at ANN scale) and the cascade (up to 100k: above that it scores every chunk).
+- ANN recall@10 of the final (re-scored) results against exact search, on the real query vectors.
+- memory: the float vectors, the sparse matrices, the ANN codes, and the process's RSS.
+
+The log-log slope of each series between successive sizes tells what grows super-linearly (slope > 1.1).
+Writes data/benchmarks/scaling.json and scaling.png.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from common import OUT_DIR, PARQUET, Figure, current_rss_mib, latency_ms, load_average, machine, write_result
+from synthetic_corpus import SourceChunks, SourceTerms, make_corpus, make_terms
+
+from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k, recall_at_k
+from causal_assets.core.index.build import sparse_frames, tokenize_chunks
+from causal_assets.core.index.sparse import build_bm25, build_tfidf
+from causal_assets.core.index.dense import Embedder
+from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.core.storage import write_parquet_atomic
+
+TARGET_P50_MS_1M = 50.0
+TARGET_RECALL = 0.95
+CASCADE_MAX = 100_000
+SUPERLINEAR = 1.1
+
+
+def time_queries(fn, queries: list[str], warmup: int) -> list[float]:
+    for q in queries[:warmup]:
+        fn(q)
+    out = []
+    for q in queries:
+        t0 = time.perf_counter()
+        fn(q)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def sparse_bytes(index) -> int:
+    m = index.matrix
+    return int(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes)
+
+
+def embedding_rate() -> float | None:
+    """Index-stage embedding throughput (texts/s) measured by embedding_throughput.py, if it has run."""
+    for name in ("embedding_throughput.json", "embedding_throughput_quick.json"):
+        path = OUT_DIR / name
+        if path.exists():
+            return json.loads(path.read_text())["details"]["median_texts_per_second"]["index_stage"]
+    return None
+
+
+def measure_size(source: SourceChunks, n: int, queries: list[str], embedder: Embedder, warmup: int,
+                 write_max: int, analyze_max: int, source_terms, previous: dict | None) -> dict:
+    row: dict = {"n": n, "load_average_start": load_average(), "index": {}, "index_estimated": {}}
+    t0 = time.perf_counter()
+    chunks, vectors, plan = make_corpus(source, n, with_plan=True)
+    row["synthesis_s"] = time.perf_counter() - t0  # making the data, not index cost
+
+    t0 = time.perf_counter()
+    if n <= analyze_max:
+        tokens = tokenize_chunks(chunks, False)  # the product's analyzer over every chunk
+        row["index"]["analyze_s"] = time.perf_counter() - t0
+    else:
+        # The same terms, exactly (see SourceTerms), from the source chunks' analysis: analysing is linear in the
+        # text, so its cost at this size is the largest measured size's, scaled.
+        tokens = make_terms(source_terms, plan)
+        row["terms_from_sources_s"] = time.perf_counter() - t0
+        if previous:
+            row["index_estimated"]["analyze_s"] = previous["index"]["analyze_s"] * n / previous["n"]
+    t0 = time.perf_counter()
+    sparse = {"bm25": build_bm25(tokens)}
+    row["index"]["bm25_build_s"] = time.perf_counter() - t0
+    if n <= analyze_max:
+        t0 = time.perf_counter()
+        sparse["tfidf"] = build_tfidf(tokens)
+        row["index"]["tfidf_build_s"] = time.perf_counter() - t0
+    elif previous:
+        row["index_estimated"]["tfidf_build_s"] = previous["index"]["tfidf_build_s"] * n / previous["n"]
+    row["avg_terms_per_chunk"] = float(np.mean([len(t) for t in tokens]))
+    del tokens
+    gc.collect()
+    row["vocabulary"] = len(sparse["bm25"].vocab)
+    row["postings"] = {m: int(idx.matrix.nnz) for m, idx in sparse.items()}
+    if n <= write_max:
+        t0 = time.perf_counter()
+        postings, vocab = sparse_frames(sparse, "synthetic")
+        with tempfile.TemporaryDirectory() as tmp:
+            write_parquet_atomic(postings, Path(tmp) / "sparse_postings.parquet")
+            write_parquet_atomic(vocab, Path(tmp) / "sparse_vocabulary.parquet")
+        row["index"]["postings_write_s"] = time.perf_counter() - t0
+        del postings, vocab
+    rate = embedding_rate()
+    if rate:
+        row["index_estimated"]["embedding_s"] = n / rate
+
+    index = CorpusIndex("synthetic", chunks, sparse, vectors, False, embedder)  # product ANN threshold
+    row["ann_in_product"] = index.ann is not None  # builds it when the corpus is large enough
+    ann = index._ann
+    if ann is None and n >= 10_000:
+        ann = AnnIndex.build(vectors, AnnConfig(min_chunks=0))  # for the curve only: the ANN cost below the threshold
+    if ann is not None:
+        row["index"]["ann_build_s"] = ann.build_stats["build_s"]
+        row["ann"] = {k: v for k, v in ann.build_stats.items() if k != "calibration"} | {
+            "nprobe": ann.nprobe, "calibration": ann.build_stats.get("calibration"), "memory": ann.memory_bytes()}
+    row["memory_mib"] = {"vectors": round(vectors.nbytes / 2**20, 1),
+                         "sparse": round(sum(sparse_bytes(s) for s in sparse.values()) / 2**20, 1),
+                         "ann": round(sum(ann.memory_bytes().values()) / 2**20, 1) if ann is not None else 0.0,
+                         "process_rss": current_rss_mib()}
+
+    lat: dict = {}
+    lat["bm25"] = latency_ms(time_queries(lambda q: index.search_many([q], 10, "bm25"), queries, warmup))
+    lat["dense"] = latency_ms(time_queries(lambda q: index.search_many([q], 10, "dense"), queries, warmup))
+    hybrid = build_retriever("hybrid", index, {"weight": 0.7})
+    lat["hybrid"] = latency_ms(time_queries(lambda q: hybrid.retrieve_many([q], 10), queries, warmup))
+    if n <= CASCADE_MAX and "tfidf" in sparse:
+        cascade = build_retriever("cascade", index)
+        lat["cascade"] = latency_ms(time_queries(lambda q: cascade.retrieve_many([q], 10), queries, warmup))
+
+    def exact(q: str):
+        qv = embedder.encode_queries([q])
+        return exact_top_k(vectors, qv, 10)
+
+    lat["dense_exact"] = latency_ms(time_queries(exact, queries, warmup))
+    qvs = embedder.encode_queries(queries)
+    truth = exact_top_k(vectors, qvs, 10)
+    if ann is not None:
+        lat["dense_ann"] = latency_ms(time_queries(lambda q: ann.search(embedder.encode_queries([q]), 10), queries,
+                                                   warmup))
+        row["ann_recall_at_10"] = recall_at_k(ann.search(qvs, 10)[0], truth)
+    if index._ann is not None:  # the product path (ANN + hybrid shortlists) vs exact search
+        found = np.array([[index.position[h.chunk_id] for h in hits] for hits in index.search_many(queries, 10, "dense")])
+        row["dense_recall_at_10"] = recall_at_k(found, truth)
+    # the query embedding alone, for reading the lines above
+    lat["query_embedding"] = latency_ms(time_queries(lambda q: embedder.encode_queries([q]), queries, warmup))
+    row["latency_ms"] = lat
+    row["memory_mib"]["process_rss_after_queries"] = current_rss_mib()
+    row["load_average_end"] = load_average()
+    del index, hybrid, chunks, vectors, sparse, ann
+    gc.collect()
+    return row
+
+
+def slopes(rows: list[dict], series: dict[str, callable]) -> dict:
+    """Log-log slope of each series between successive sizes, and over the whole range (least squares)."""
+    out = {}
+    for name, get in series.items():
+        pts = [(r["n"], get(r)) for r in rows]
+        pts = [(n, v) for n, v in pts if v is not None and v > 0]
+        if len(pts) < 2:
+            continue
+        x, y = np.log10([p[0] for p in pts]), np.log10([p[1] for p in pts])
+        steps = {f"{pts[i][0]}->{pts[i + 1][0]}": round(float((y[i + 1] - y[i]) / (x[i + 1] - x[i])), 3)
+                 for i in range(len(pts) - 1)}
+        overall = float(np.polyfit(x, y, 1)[0])
+        last = list(steps.values())[-1]
+        out[name] = {"by_step": steps, "overall": round(overall, 3), "last_step": last,
+                     "superlinear": bool(last > SUPERLINEAR)}
+    return out
+
+
+def plot(rows: list[dict], series: dict[str, callable], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for ax, kind in zip(axes, ("index", "query")):
+        for name, get in series.items():
+            if not name.startswith(kind):
+                continue
+            pts = [(r["n"], get(r)) for r in rows if get(r)]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=name.split(":", 1)[1])
+        ns = [r["n"] for r in rows]
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(ns)
+        ax.set_xticklabels([f"{n:,}" for n in ns])
+        ax.set_xlabel("chunks")
+        ax.set_ylabel("seconds" if kind == "index" else "p50 ms per query (query embedding included)")
+        ax.set_title("index build" if kind == "index" else "query latency")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+SERIES = {
+    "index:analyze": lambda r: r["index"].get("analyze_s"),
+    "index:bm25 build": lambda r: r["index"]["bm25_build_s"],
+    "index:tfidf build": lambda r: r["index"].get("tfidf_build_s"),
+    "index:ann build": lambda r: r["index"].get("ann_build_s"),
+    "index:postings write": lambda r: r["index"].get("postings_write_s"),
+    "index:embedding (estimated from measured throughput)": lambda r: r["index_estimated"].get("embedding_s"),
+    "query:bm25": lambda r: r["latency_ms"]["bm25"]["p50"],
+    "query:dense (product)": lambda r: r["latency_ms"]["dense"]["p50"],
+    "query:dense exact": lambda r: r["latency_ms"]["dense_exact"]["p50"],
+    "query:dense ann": lambda r: r["latency_ms"].get("dense_ann", {}).get("p50"),
+    "query:hybrid": lambda r: r["latency_ms"]["hybrid"]["p50"],
+    "query:cascade": lambda r: r["latency_ms"].get("cascade", {}).get("p50"),
+}
+
+
+def run(quick: bool, sizes: list[int] | None, n_queries: int, write_max: int,
+        analyze_max: int) -> tuple[list[Figure], dict]:
+    sizes = sizes or ([1_000, 10_000, 100_000] if quick else [1_000, 10_000, 100_000, 1_000_000])
+    registry = load_benchmark_registry()
+    scifact = load_benchmark(registry["scifact"], "test")
+    queries = [scifact.queries[q] for q in scifact.query_ids()][:n_queries]
+    t0 = time.perf_counter()
+    source = SourceChunks(PARQUET)
+    source_s = time.perf_counter() - t0
+    embedder = Embedder()
+    embedder.encode_queries(["warm-up"])
+    source_terms = SourceTerms(source) if max(sizes) > analyze_max else None
+    rows = []
+    for n in sizes:
+        print(f"size {n:,} ...", flush=True)
+        rows.append(measure_size(source, n, queries, embedder, min(10, len(queries)), write_max, analyze_max,
+                                 source_terms, rows[-1] if rows else None))
+        print(json.dumps({k: rows[-1][k] for k in ("n", "index", "memory_mib")}, default=float), flush=True)
+    fits = slopes(rows, SERIES)
+    plot(rows, SERIES, OUT_DIR / f"scaling{'_quick' if quick else ''}.png")
+    details = {"sizes": sizes, "queries": len(queries), "source_chunks": len(source), "source_corpora": source.corpora,
+               "source_load_s": source_s, "rows": rows, "loglog_slopes": fits,
+               "superlinear": sorted(k for k, v in fits.items() if v["superlinear"]),
+               "plot": str(OUT_DIR / f"scaling{'_quick' if quick else ''}.png")}
+    figures = []
+    top = rows[-1]
+    label = f"{top['n']:,} chunks"
+    lat = top["latency_ms"]
+    for name in ("dense", "hybrid"):
+        figures.append(Figure(f"{name} p50 latency at {label} (query embedding included)", lat[name]["p50"], "ms",
+                              TARGET_P50_MS_1M if top["n"] >= 1_000_000 else None,
+                              "<=" if top["n"] >= 1_000_000 else None,
+                              f"p95 {lat[name]['p95']} ms; ANN {'on' if top['ann_in_product'] else 'off'}"
+                              f"{', nprobe ' + str(top['ann']['nprobe']) if top.get('ann') else ''}; "
+                              f"exact scan p50 {lat['dense_exact']['p50']} ms; query embedding p50 "
+                              f"{lat['query_embedding']['p50']} ms"))
+    if "dense_recall_at_10" in top or "ann_recall_at_10" in top:
+        rec = top.get("dense_recall_at_10", top.get("ann_recall_at_10"))
+        figures.append(Figure(f"dense recall@10 of the ANN index vs exact search at {label}", round(rec, 4), "",
+                              TARGET_RECALL, ">=", f"{len(queries)} SciFact test queries"))
+    mem = top["memory_mib"]
+    figures.append(Figure(f"memory at {label}: vectors + sparse + ANN", round(mem["vectors"] + mem["sparse"] + mem["ann"], 1),
+                          "MiB", note=f"vectors {mem['vectors']}, sparse {mem['sparse']}, ANN codes {mem['ann']} MiB; "
+                                      f"process RSS {mem['process_rss_after_queries']} MiB"))
+    figures.append(Figure("series growing super-linearly (log-log slope > 1.1 on the last step)",
+                          float(len(details["superlinear"])), "series",
+                          note=", ".join(f"{k} ({fits[k]['last_step']})" for k in details["superlinear"]) or "none"))
+    return figures, details
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sizes", help="comma-separated corpus sizes (default 1k,10k,100k,1M; quick up to 100k)")
+    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--write-max", type=int, default=100_000,
+                    help="largest size whose postings are also written as Parquet (the pandas frame is large)")
+    ap.add_argument("--analyze-max", type=int, default=100_000,
+                    help="largest size whose texts are analysed and TF-IDF-indexed; above it the terms come from the "
+                         "source chunks' analysis (identical) and both costs are scaled from the largest measured size")
+    args = ap.parse_args()
+    started = machine()
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else None
+    figures, details = run(args.quick, sizes, args.queries, args.write_max, args.analyze_max)
+    write_result("scaling", figures, details, started, args.quick)
+
+
+if __name__ == "__main__":
+    main()
