@@ -146,8 +146,12 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(args.out / "mc_simulation.png", dpi=120)
     if holdout:
-        fig, axes = plt.subplots(1, len(holdout), figsize=(3.2 * len(holdout), 3.4), sharey=True, squeeze=False)
-        for ax, (hs, h) in zip(axes[0], holdout.items()):
+        ncol = min(5, len(holdout))
+        nrow = -(-len(holdout) // ncol)
+        fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 3.0 * nrow), sharey=True, squeeze=False)
+        for ax in axes.flat[len(holdout):]:
+            ax.set_visible(False)
+        for ax, (hs, h) in zip(axes.flat, holdout.items()):
             for m, rows in h["curves"].items():
                 ax.plot([r["mean_calls"] for r in rows], [r["mean_f1"] for r in rows], marker="o", ms=3, label=m)
             ax.axhline(TARGET, color="grey", ls=":", lw=1)
@@ -155,7 +159,8 @@ def main() -> None:
             r = h["ratio_adaptive_over_naive"]
             ax.set_title(f"seed {hs}: ratio {r:.2f}" if r else f"seed {hs}: no ratio", fontsize=9)
             ax.set_xlabel("mean solver calls")
-        axes[0][0].set_ylabel("mean label F1")
+        for row in axes:
+            row[0].set_ylabel("mean label F1")
         axes[0][0].legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(args.out / "mc_simulation_holdout.png", dpi=110)
