@@ -138,3 +138,15 @@ def check_ranked_results(runs: pd.DataFrame, group: list[str], doc: str = "doc_i
         rows=len(runs), rankings=int(len(ranks_ok)), bad_non_finite_scores=_non_finite(runs["score"]),
         bad_rankings_with_broken_ranks=int((~ranks_ok).sum()),
         bad_duplicate_documents=int(runs.duplicated([*group, doc]).sum()))
+
+
+def check_tuning_trials(trials: pd.DataFrame, eval_splits: Iterable[str]) -> CheckOutcome:
+    """Tuning saw no evaluation split, and every trial's metric is finite and in [0, 1]."""
+    if not len(trials):
+        return CheckOutcome.of(trials=0)
+    values = trials["value"].to_numpy(np.float64)
+    leaked = sorted(set(trials["split"]) & set(eval_splits))
+    return CheckOutcome.of(
+        trials=len(trials), splits=", ".join(sorted(set(trials["split"]))),
+        bad_eval_split_tuned_on=", ".join(leaked), bad_non_finite=_non_finite(values),
+        bad_out_of_unit_range=int(((values < 0) | (values > 1 + 1e-9)).sum()))

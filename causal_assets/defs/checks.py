@@ -10,5 +10,5 @@ def spec(asset: str, name: str, description: str, blocking: bool = True) -> Asse
     return AssetCheckSpec(name, asset=asset, blocking=blocking, description=description)
 
 
-def result(asset: str, name: str, outcome: CheckOutcome) -> AssetCheckResult:
+def check_result(asset: str, name: str, outcome: CheckOutcome) -> AssetCheckResult:
     return AssetCheckResult(check_name=name, asset_key=asset, passed=outcome.passed, metadata=outcome.metadata)

@@ -13,7 +13,7 @@ from causal_assets.core.corpus.registry import load_corpus
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
-from causal_assets.defs.checks import result, spec
+from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import corpus_partitions
 from causal_assets.resources import CorpusRegistry, Storage
 
@@ -50,7 +50,7 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
         "loader": spec.loader,
         "load_seconds": round(time.perf_counter() - t0, 2),
     })
-    yield result("corpus_chunks", "chunks_valid", check_chunks(frame))
+    yield check_result("corpus_chunks", "chunks_valid", check_chunks(frame))
 
 
 class EmbeddingConfig(Config):
@@ -87,7 +87,7 @@ def corpus_embeddings(context: AssetExecutionContext, config: EmbeddingConfig, s
         "texts_per_second": round(stats["embedded"] / stats["embed_s"], 1) if stats["embedded"] else 0.0,
         "corpus_hash": corpus_fingerprint(corpus_chunks["content_hash"]),
     })
-    yield result("corpus_embeddings", "embeddings_fresh_and_finite", check_embeddings(frame, corpus_chunks))
+    yield check_result("corpus_embeddings", "embeddings_fresh_and_finite", check_embeddings(frame, corpus_chunks))
 
 
 @multi_asset(
@@ -108,4 +108,4 @@ def sparse_index(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
             "corpus_hash": corpus_fingerprint(corpus_chunks["content_hash"])}
     yield Output(postings, output_name="sparse_postings", metadata=meta)
     yield Output(vocab, output_name="sparse_vocabulary", metadata={"terms": len(vocab)})
-    yield result("sparse_postings", "postings_consistent", check_sparse(postings, vocab, len(corpus_chunks)))
+    yield check_result("sparse_postings", "postings_consistent", check_sparse(postings, vocab, len(corpus_chunks)))

@@ -18,7 +18,7 @@ from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
 from causal_assets.core.tuning import best_weight, sweep_fusion_weight
 from causal_assets.core.tuning.store import index_fingerprint, load_tuned
 from causal_assets.defs.tuning import TUNED, eager_tolerating_missing
-from causal_assets.defs.checks import result, spec
+from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
 from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
@@ -140,5 +140,5 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     yield Output(failures_df, output_name="evaluation_failures",
                  metadata={"by_bucket": MetadataValue.json(failures_df.groupby(["retriever", "bucket"]).size()
                                                            .unstack(fill_value=0).to_dict(orient="index"))})
-    yield result("evaluation_metrics", "metrics_in_unit_range", check_metrics(metrics_df))
-    yield result("evaluation_runs", "runs_ranked", check_ranked_results(runs_df, ["split", "retriever", "query_id"]))
+    yield check_result("evaluation_metrics", "metrics_in_unit_range", check_metrics(metrics_df))
+    yield check_result("evaluation_runs", "runs_ranked", check_ranked_results(runs_df, ["split", "retriever", "query_id"]))

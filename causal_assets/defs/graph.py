@@ -8,7 +8,7 @@ from dagster import AutomationCondition, AssetExecutionContext, AssetOut, Metada
 
 from causal_assets.core.checks import check_graph
 from causal_assets.core.graph.store import build_graph, graph_stats, to_networkx
-from causal_assets.defs.checks import result, spec
+from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import corpus_partitions
 
 GROUP = "graph"
@@ -34,4 +34,4 @@ def entity_graph(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
         "nodes": len(nodes), "stats": MetadataValue.json(stats), "build_seconds": seconds})
     yield Output(edges, output_name="graph_edges", metadata={
         "edges": len(edges), "by_type": MetadataValue.json(edges["edge_type"].value_counts().to_dict())})
-    yield result("graph_edges", "graph_consistent", check_graph(nodes, edges, corpus_chunks["chunk_id"]))
+    yield check_result("graph_edges", "graph_consistent", check_graph(nodes, edges, corpus_chunks["chunk_id"]))

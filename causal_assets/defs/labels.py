@@ -21,7 +21,7 @@ from causal_assets.core.labeling.estimators import LabelingResult
 from causal_assets.core.labeling.pools import PoolConfig, build_pools
 from causal_assets.core.labeling.runner import MCConfig, estimate, label_question
 from causal_assets.core.labeling.solver import BlindSolver
-from causal_assets.defs.checks import result, spec
+from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
 from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
@@ -56,7 +56,7 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
         "by_origin": MetadataValue.json(pools["origin"].value_counts().to_dict()),
         "seed_recall": float(pools.groupby("question_id")["origin"].apply(lambda o: (o == "seed").any()).mean()),
     })
-    yield result("candidate_pools", "pools_valid", check_pools(pools, index.ids))
+    yield check_result("candidate_pools", "pools_valid", check_pools(pools, index.ids))
 
 
 class MonteCarloConfig(Config):

@@ -24,7 +24,7 @@ from causal_assets.core.index.search import CHUNKS, CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.paths import PROJECT_ROOT
-from causal_assets.defs.checks import result, spec
+from causal_assets.defs.checks import check_result, spec
 from causal_assets.resources import LLM, Storage
 
 GROUP = "search"
@@ -62,7 +62,7 @@ def retrieval_results(context: AssetExecutionContext, config: SearchConfig, stor
                            "title": h.title} for h in hits])
     table = "\n".join(f"{h.rank}. `{h.chunk_id}` {h.title} ({h.score:.3f})" for h in hits)
     yield Output(frame, metadata={"query": record["query"], "results": MetadataValue.md(table)})
-    yield result("retrieval_results", "ranking_valid", check_ranked_results(frame, ["query_id"], doc="chunk_id"))
+    yield check_result("retrieval_results", "ranking_valid", check_ranked_results(frame, ["query_id"], doc="chunk_id"))
 
 
 # The LLM client already retries single calls; the step retry covers an endpoint down for longer than that.

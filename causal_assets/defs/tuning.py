@@ -9,11 +9,13 @@ from dagster import (AssetDep, AssetExecutionContext, AssetSelection, Automation
                      MetadataValue, Output, asset)
 
 from causal_assets.core.benchmarks import load_benchmark
+from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.search import TuningSpec, tune
 from causal_assets.core.tuning.store import index_fingerprint, save_tuned
+from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
 from causal_assets.resources import BenchmarkRegistry, Storage
 
@@ -41,15 +43,19 @@ class TuningConfig(Config):
     automation_condition=eager_tolerating_missing("mc_labels"),
     description="Every tuning trial (retriever, params, train metric); the winner is stored versioned under "
                 "reports/tuned/<benchmark>/ and evaluated on the held-out split by evaluation_metrics.",
+    check_specs=[spec(TUNED, "tuned_on_train_only", "No trial ran on an evaluation split; every trial's metric is "
+                      "finite and in [0, 1].")],
 )
 def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig, storage: Storage,
-                            benchmark_registry: BenchmarkRegistry) -> Output[pd.DataFrame]:
+                            benchmark_registry: BenchmarkRegistry):
     spec = benchmark_registry.spec(context.partition_key)
     if not spec.tune_split:
         context.log.info(f"{spec.name}: no tune split, nothing is tuned (eval splits are never tuned on)")
-        return Output(pd.DataFrame(columns=["benchmark", "split", "retriever", "trial", "params", "metric", "value",
-                                            "evaluation", "queries", "seconds", "best", "config_version"]),
-                      metadata={"tuned": False})
+        empty = pd.DataFrame(columns=["benchmark", "split", "retriever", "trial", "params", "metric", "value",
+                                      "evaluation", "queries", "seconds", "best", "config_version"])
+        yield Output(empty, metadata={"tuned": False})
+        yield check_result(TUNED, "tuned_on_train_only", check_tuning_trials(empty, spec.eval_splits))
+        return
     tuning = TuningSpec.model_validate({**spec.tuning, **({"retrievers": config.retrievers}
                                                           if config.retrievers is not None else {})})
     bench = load_benchmark(spec, spec.tune_split)
@@ -72,10 +78,11 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     trials = result.trials.assign(benchmark=spec.name, split=bench.split, config_version=stored.version)
     trials = trials[["benchmark", "split", *[c for c in trials.columns if c not in ("benchmark", "split")]]]
     best = {n: round(b["value"], 4) for n, b in result.best.items()}
-    return Output(trials, metadata={
+    yield Output(trials, metadata={
         "tuned": True, "config_version": stored.version, "config_path": MetadataValue.path(str(stored.path)),
         "selected": result.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
         "metric": tuning.metric, "best_by_retriever": MetadataValue.json(best),
         "mc_labels": "used" if mc_labels is not None else "absent",
         "config": MetadataValue.md("```yaml\n" + stored.path.read_text() + "```"),
     })
+    yield check_result(TUNED, "tuned_on_train_only", check_tuning_trials(trials, spec.eval_splits))

@@ -92,3 +92,13 @@ def test_graph_pools_metrics_and_rankings(tables):
     assert check_ranked_results(runs, ["query_id"]).passed
     assert not check_ranked_results(runs.assign(rank=[1, 3, 1]), ["query_id"]).passed
     assert not check_ranked_results(runs.assign(doc_id=["d1", "d1", "d1"]), ["query_id"]).passed
+
+
+def test_tuning_trials_check():
+    from causal_assets.core.checks import check_tuning_trials
+
+    trials = pd.DataFrame({"split": ["train", "train"], "value": [0.7, 0.74]})
+    assert check_tuning_trials(trials, ["test"]).passed
+    leaked = check_tuning_trials(trials.assign(split=["train", "test"]), ["test"])
+    assert not leaked.passed and leaked.metadata["bad_eval_split_tuned_on"] == "test"
+    assert not check_tuning_trials(trials.assign(value=[0.7, np.nan]), ["test"]).passed

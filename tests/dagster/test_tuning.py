@@ -43,6 +43,8 @@ def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
     result = materialize([tuned_retriever_configs, *INDEX], resources=resources, partition_key="scifact",
                          selection=[tuned_retriever_configs])
     assert result.success
+    [check] = result.get_asset_check_evaluations()
+    assert check.check_name == "tuned_on_train_only" and check.passed, check.metadata
     monkeypatch.undo()
     seen_set = set(seen)
     assert set(train.queries.values()) <= seen_set          # every train query was scored ...
