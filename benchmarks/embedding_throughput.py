@@ -26,7 +26,7 @@ TARGET_RATIO = 0.90
 
 
 def run(quick: bool) -> tuple[list[Figure], dict]:
-    n_texts, pairs = (48, 2) if quick else (256, 3)
+    n_texts, pairs = (48, 3) if quick else (128, 5)  # many short pairs: a load change hits fewer of them
     chunks = read_parquet(asset_path(PARQUET, "corpus_chunks", "scifact"))
     rng = np.random.default_rng(0)
     sample = chunks.iloc[np.sort(rng.choice(len(chunks), n_texts, replace=False))]

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -71,17 +72,39 @@ def solver_summary(base: Path, mc_step_s: float | None) -> dict:
     return out
 
 
-def run_once(env: dict, log: Path) -> tuple[float, int]:
+def run_once(env: dict, log: Path, timeout_s: float) -> tuple[float, int | None]:
+    """Wall seconds and return code; past `timeout_s` the run's whole process group is stopped (return code None)
+    and what it finished is still read from the event log."""
     t0 = time.perf_counter()
     with log.open("w") as f:
-        rc = subprocess.run(COMMAND, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+        proc = subprocess.Popen(COMMAND, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            rc = None
     return time.perf_counter() - t0, rc
 
 
-def run(keep: bool) -> tuple[list[Figure], dict]:
-    tmp = Path(tempfile.mkdtemp(prefix="lineage_e2e_"))
+def llm_calls_journalled(cache: Path) -> int | None:
+    import sqlite3
+
+    if not cache.exists():
+        return None
+    with sqlite3.connect(f"file:{cache}?mode=ro", uri=True) as con:
+        return int(con.execute("select count(*) from llm_calls").fetchone()[0])
+
+
+def run(keep: bool, timeout_s: float, existing: Path | None = None) -> tuple[list[Figure], dict]:
+    tmp = existing or Path(tempfile.mkdtemp(prefix="lineage_e2e_"))
     home, base = tmp / "dagster_home", tmp / "parquet"
-    home.mkdir()
+    home.mkdir(exist_ok=existing is not None)
     env = {**os.environ, "DAGSTER_HOME": str(home), "CAUSAL_ASSETS_BASE_PATH": str(base),
            "CAUSAL_ASSETS_CATALOG": str(tmp / "causal_assets.duckdb"),
            "CAUSAL_ASSETS_LLM_CACHE": str(tmp / "llm_calls.sqlite"), "CAUSAL_ASSETS_REPORTS": str(tmp / "reports"),
@@ -89,28 +112,71 @@ def run(keep: bool) -> tuple[list[Figure], dict]:
     logs = OUT_DIR / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     details: dict = {"command": " ".join(COMMAND[:-1]) + " '" + COMMAND[-1] + "'", "tmp": str(tmp), "runs": {}}
+    if existing is not None:
+        return from_instance(tmp, home, base, details)
     for name in ("cold", "warm"):
         load_before = load_average()
-        seconds, rc = run_once(env, logs / f"lineage_e2e_{name}.log")
+        if existing is not None:  # an interrupted run's instance: read what it finished, run nothing
+            seconds, rc = None, None
+        else:
+            seconds, rc = run_once(env, logs / f"lineage_e2e_{name}.log", timeout_s)
         stats = step_stats(home)[-1]
         mc_step = next((v for k, v in stats["steps_s"].items() if k.startswith("mc_trials")), None)
-        details["runs"][name] = {"wall_s": round(seconds, 1), "returncode": rc, "load_before": load_before,
-                                 "load_after": load_average(), **stats, "solver": solver_summary(base, mc_step)}
-        print(f"{name}: {seconds:.1f} s, rc {rc}, status {stats['status']}", flush=True)
+        details["runs"][name] = {"wall_s": None if seconds is None else round(seconds, 1), "returncode": rc,
+                                 "load_before": load_before, "load_after": load_average(), **stats,
+                                 "solver": solver_summary(base, mc_step),
+                                 "llm_calls_journalled": llm_calls_journalled(tmp / "llm_calls.sqlite")}
+        if rc is None:
+            details["runs"][name]["incomplete"] = (f"stopped after {timeout_s:.0f} s" if existing is None else
+                                                   f"read from the interrupted run in {tmp}")
+        print(f"{name}: {seconds} s, rc {rc}, status {stats['status']}", flush=True)
         for step, s in sorted(stats["steps_s"].items(), key=lambda kv: -kv[1]):
             print(f"   {step:40s} {s:8.1f} s", flush=True)
         if rc != 0:
             break
-    if not keep:
+    if not keep and existing is None:
         shutil.rmtree(tmp, ignore_errors=True)
+    return figures_of(details)
+
+
+def from_instance(tmp: Path, home: Path, base: Path, details: dict) -> tuple[list[Figure], dict]:
+    """Report runs made earlier in `tmp` (same layout: dagster_home, parquet, llm_calls.sqlite), e.g. by someone
+    else or interrupted: the first run is the cold one, the second the warm one; wall time is the run's span in the
+    event log (process start-up excluded). The solver table holds the latest run's calls."""
+    runs = step_stats(home)
+    details["source"] = f"runs read from {tmp} (not started by this script)"
+    questions = None
+    for i, (name, stats) in enumerate(zip(("cold", "warm"), runs[:2])):
+        mc_step = next((v for k, v in stats["steps_s"].items() if k.startswith("mc_trials")), None)
+        solver = solver_summary(base, mc_step) if i == len(runs[:2]) - 1 else {}
+        questions = questions or solver.get("questions")
+        details["runs"][name] = {"wall_s": stats["run_s"], "returncode": 0 if stats["status"] == "SUCCESS" else None,
+                                 "load_before": None, "load_after": None, **stats, "solver": solver,
+                                 "llm_calls_journalled": llm_calls_journalled(tmp / "llm_calls.sqlite")}
+        if stats["status"] != "SUCCESS":
+            details["runs"][name]["incomplete"] = f"run status {stats['status']} in {tmp}"
+    cold = details["runs"].get("cold")
+    if cold and not cold["solver"] and cold["llm_calls_journalled"]:  # the cold run paid every journalled call
+        mc_step = next((v for k, v in cold["steps_s"].items() if k.startswith("mc_trials")), None)
+        q = details["runs"].get("warm", {}).get("solver", {}).get("questions")
+        cold["solver"] = {"calls": cold["llm_calls_journalled"], "questions": q,
+                          "calls_per_question": round(cold["llm_calls_journalled"] / q, 2) if q else None,
+                          "mc_step_s_per_question": round(mc_step / q, 1) if q and mc_step else None}
+    return figures_of(details)
+
+
+def figures_of(details: dict) -> tuple[list[Figure], dict]:
     cold, warm = details["runs"]["cold"], details["runs"].get("warm", {})
     top = sorted(cold["steps_s"].items(), key=lambda kv: -kv[1])[:4]
     solver = cold.get("solver", {})
     figures = [
         Figure("default lineage end to end, cold (fresh instance, storage and caches; 2 cores)",
                cold["wall_s"] if cold["returncode"] == 0 else None, "s", TARGET_COLD_S, "<=",
+               ("NOT COMPLETED (" + cold["incomplete"] + f", {cold['llm_calls_journalled']} solver calls made); "
+                if cold.get("incomplete") else "") +
                "slowest steps: " + ", ".join(f"{k} {v:.0f} s" for k, v in top) +
-               f"; load {cold['load_before']} -> {cold['load_after']}"),
+               (f"; load {cold['load_before']} -> {cold['load_after']}" if cold["load_before"] else
+                f"; {details.get('source', '')}")),
         Figure("default lineage re-run (warm: caches filled)", warm.get("wall_s"), "s",
                note=f"run status {warm.get('status')}"),
         Figure("MC solver calls per question (default benchmark, adaptive estimator)",
@@ -129,9 +195,12 @@ def run(keep: bool) -> tuple[list[Figure], dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds before a run is stopped (default 1800)")
+    ap.add_argument("--from-instance", type=Path,
+                    help="report an earlier, interrupted run from its temporary directory instead of running")
     args = ap.parse_args()
     started = machine()
-    figures, details = run(args.keep)
+    figures, details = run(args.keep, args.timeout, args.from_instance)
     write_result("lineage_e2e", figures, details, started, False)
 
 

@@ -51,15 +51,36 @@ CASCADE_MAX = 100_000
 SUPERLINEAR = 1.1
 
 
+CPU: dict[str, list[float]] = {}  # CPU seconds per query of the last timed series
+
+
 def time_queries(fn, queries: list[str], warmup: int) -> list[float]:
+    """Wall seconds per query; the process's CPU seconds per query (the cost without waiting for a core on a
+    shared machine) go to CPU["last"]."""
     for q in queries[:warmup]:
         fn(q)
-    out = []
+    out, cpu = [], []
     for q in queries:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         fn(q)
         out.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    CPU["last"] = cpu
     return out
+
+
+class Stage:
+    """Wall and CPU seconds of a block, into row["index"][name] and row["index_cpu"][name]."""
+
+    def __init__(self, row: dict, name: str):
+        self.row, self.name = row, name
+
+    def __enter__(self):
+        self.c0, self.t0 = time.process_time(), time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.row["index"][self.name] = time.perf_counter() - self.t0
+        self.row["index_cpu"][self.name] = time.process_time() - self.c0
 
 
 def sparse_bytes(index) -> int:
@@ -78,15 +99,15 @@ def embedding_rate() -> float | None:
 
 def measure_size(source: SourceChunks, n: int, queries: list[str], embedder: Embedder, warmup: int,
                  write_max: int, analyze_max: int, source_terms, previous: dict | None) -> dict:
-    row: dict = {"n": n, "load_average_start": load_average(), "index": {}, "index_estimated": {}}
+    row: dict = {"n": n, "load_average_start": load_average(), "index": {}, "index_cpu": {}, "index_estimated": {}}
     t0 = time.perf_counter()
     chunks, vectors, plan = make_corpus(source, n, with_plan=True)
     row["synthesis_s"] = time.perf_counter() - t0  # making the data, not index cost
 
     t0 = time.perf_counter()
     if n <= analyze_max:
-        tokens = tokenize_chunks(chunks, False)  # the product's analyzer over every chunk
-        row["index"]["analyze_s"] = time.perf_counter() - t0
+        with Stage(row, "analyze_s"):
+            tokens = tokenize_chunks(chunks, False)  # the product's analyzer over every chunk
     else:
         # The same terms, exactly (see SourceTerms), from the source chunks' analysis: analysing is linear in the
         # text, so its cost at this size is the largest measured size's, scaled.
@@ -94,13 +115,11 @@ def measure_size(source: SourceChunks, n: int, queries: list[str], embedder: Emb
         row["terms_from_sources_s"] = time.perf_counter() - t0
         if previous:
             row["index_estimated"]["analyze_s"] = previous["index"]["analyze_s"] * n / previous["n"]
-    t0 = time.perf_counter()
-    sparse = {"bm25": build_bm25(tokens)}
-    row["index"]["bm25_build_s"] = time.perf_counter() - t0
+    with Stage(row, "bm25_build_s"):
+        sparse = {"bm25": build_bm25(tokens)}
     if n <= analyze_max:
-        t0 = time.perf_counter()
-        sparse["tfidf"] = build_tfidf(tokens)
-        row["index"]["tfidf_build_s"] = time.perf_counter() - t0
+        with Stage(row, "tfidf_build_s"):
+            sparse["tfidf"] = build_tfidf(tokens)
     elif previous:
         row["index_estimated"]["tfidf_build_s"] = previous["index"]["tfidf_build_s"] * n / previous["n"]
     row["avg_terms_per_chunk"] = float(np.mean([len(t) for t in tokens]))
@@ -109,24 +128,25 @@ def measure_size(source: SourceChunks, n: int, queries: list[str], embedder: Emb
     row["vocabulary"] = len(sparse["bm25"].vocab)
     row["postings"] = {m: int(idx.matrix.nnz) for m, idx in sparse.items()}
     if n <= write_max:
-        t0 = time.perf_counter()
-        postings, vocab = sparse_frames(sparse, "synthetic")
-        with tempfile.TemporaryDirectory() as tmp:
-            write_parquet_atomic(postings, Path(tmp) / "sparse_postings.parquet")
-            write_parquet_atomic(vocab, Path(tmp) / "sparse_vocabulary.parquet")
-        row["index"]["postings_write_s"] = time.perf_counter() - t0
+        with Stage(row, "postings_write_s"):
+            postings, vocab = sparse_frames(sparse, "synthetic")
+            with tempfile.TemporaryDirectory() as tmp:
+                write_parquet_atomic(postings, Path(tmp) / "sparse_postings.parquet")
+                write_parquet_atomic(vocab, Path(tmp) / "sparse_vocabulary.parquet")
         del postings, vocab
     rate = embedding_rate()
     if rate:
         row["index_estimated"]["embedding_s"] = n / rate
 
     index = CorpusIndex("synthetic", chunks, sparse, vectors, False, embedder)  # product ANN threshold
-    row["ann_in_product"] = index.ann is not None  # builds it when the corpus is large enough
-    ann = index._ann
-    if ann is None and n >= 10_000:
-        ann = AnnIndex.build(vectors, AnnConfig(min_chunks=0))  # for the curve only: the ANN cost below the threshold
-    if ann is not None:
-        row["index"]["ann_build_s"] = ann.build_stats["build_s"]
+    with Stage(row, "ann_build_s"):
+        row["ann_in_product"] = index.ann is not None  # builds it when the corpus is large enough
+        ann = index._ann
+        if ann is None and n >= 10_000:
+            ann = AnnIndex.build(vectors, AnnConfig(min_chunks=0))  # for the curve only: the cost below the threshold
+    if ann is None:
+        del row["index"]["ann_build_s"], row["index_cpu"]["ann_build_s"]
+    else:
         row["ann"] = {k: v for k, v in ann.build_stats.items() if k != "calibration"} | {
             "nprobe": ann.nprobe, "calibration": ann.build_stats.get("calibration"), "memory": ann.memory_bytes()}
     row["memory_mib"] = {"vectors": round(vectors.nbytes / 2**20, 1),
@@ -135,31 +155,41 @@ def measure_size(source: SourceChunks, n: int, queries: list[str], embedder: Emb
                          "process_rss": current_rss_mib()}
 
     lat: dict = {}
+    cpu: dict = {}
     lat["bm25"] = latency_ms(time_queries(lambda q: index.search_many([q], 10, "bm25"), queries, warmup))
+    cpu["bm25"] = latency_ms(CPU["last"])
     lat["dense"] = latency_ms(time_queries(lambda q: index.search_many([q], 10, "dense"), queries, warmup))
+    cpu["dense"] = latency_ms(CPU["last"])
     hybrid = build_retriever("hybrid", index, {"weight": 0.7})
     lat["hybrid"] = latency_ms(time_queries(lambda q: hybrid.retrieve_many([q], 10), queries, warmup))
+    cpu["hybrid"] = latency_ms(CPU["last"])
     if n <= CASCADE_MAX and "tfidf" in sparse:
         cascade = build_retriever("cascade", index)
         lat["cascade"] = latency_ms(time_queries(lambda q: cascade.retrieve_many([q], 10), queries, warmup))
+        cpu["cascade"] = latency_ms(CPU["last"])
 
     def exact(q: str):
         qv = embedder.encode_queries([q])
         return exact_top_k(vectors, qv, 10)
 
     lat["dense_exact"] = latency_ms(time_queries(exact, queries, warmup))
+
+    cpu["dense_exact"] = latency_ms(CPU["last"])
     qvs = embedder.encode_queries(queries)
     truth = exact_top_k(vectors, qvs, 10)
     if ann is not None:
         lat["dense_ann"] = latency_ms(time_queries(lambda q: ann.search(embedder.encode_queries([q]), 10), queries,
                                                    warmup))
+        cpu["dense_ann"] = latency_ms(CPU["last"])
         row["ann_recall_at_10"] = recall_at_k(ann.search(qvs, 10)[0], truth)
     if index._ann is not None:  # the product path (ANN + hybrid shortlists) vs exact search
         found = np.array([[index.position[h.chunk_id] for h in hits] for hits in index.search_many(queries, 10, "dense")])
         row["dense_recall_at_10"] = recall_at_k(found, truth)
     # the query embedding alone, for reading the lines above
     lat["query_embedding"] = latency_ms(time_queries(lambda q: embedder.encode_queries([q]), queries, warmup))
+    cpu["query_embedding"] = latency_ms(CPU["last"])
     row["latency_ms"] = lat
+    row["cpu_ms"] = cpu
     row["memory_mib"]["process_rss_after_queries"] = current_rss_mib()
     row["load_average_end"] = load_average()
     del index, hybrid, chunks, vectors, sparse, ann
@@ -262,7 +292,8 @@ def run(quick: bool, sizes: list[int] | None, n_queries: int, write_max: int,
         figures.append(Figure(f"{name} p50 latency at {label} (query embedding included)", lat[name]["p50"], "ms",
                               TARGET_P50_MS_1M if top["n"] >= 1_000_000 else None,
                               "<=" if top["n"] >= 1_000_000 else None,
-                              f"p95 {lat[name]['p95']} ms; ANN {'on' if top['ann_in_product'] else 'off'}"
+                              f"p95 {lat[name]['p95']} ms; CPU p50 {top['cpu_ms'][name]['p50']} ms; "
+                              f"ANN {'on' if top['ann_in_product'] else 'off'}"
                               f"{', nprobe ' + str(top['ann']['nprobe']) if top.get('ann') else ''}; "
                               f"exact scan p50 {lat['dense_exact']['p50']} ms; query embedding p50 "
                               f"{lat['query_embedding']['p50']} ms"))
