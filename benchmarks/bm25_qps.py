@@ -12,13 +12,12 @@ Writes data/benchmarks/bm25_qps.json.
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import bm25s
 import numpy as np
 import Stemmer
-from common import PARQUET, Figure, machine, write_result
+from common import PARQUET, Figure, run_script
 
 from causal_assets.core.benchmarks import load_benchmark_registry
 from causal_assets.core.corpus.beir import load_beir_queries
@@ -86,12 +85,7 @@ def run(quick: bool) -> tuple[list[Figure], dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    started = machine()
-    figures, details = run(args.quick)
-    write_result("bm25_qps", figures, details, started, args.quick)
+    run_script("bm25_qps", run, __doc__)
 
 
 if __name__ == "__main__":

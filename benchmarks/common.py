@@ -6,6 +6,7 @@ comparison and whether it passed, so `run_all.py` can write the summary without 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -133,6 +134,16 @@ def write_result(topic: str, figures: list[Figure], details: dict, started: dict
         print(f"[{verdict}] {f.name}: {value} {f.unit}{target}", flush=True)
     print(f"wrote {path}", flush=True)
     return path
+
+
+def run_script(topic: str, run: Callable[[bool], tuple[list[Figure], dict]], doc: str | None) -> Path:
+    """The command line every benchmark script shares: `--quick`, then `run(quick)` and its JSON written."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    started = machine()
+    figures, details = run(args.quick)
+    return write_result(topic, figures, details, started, args.quick)
 
 
 def _jsonable(x):

@@ -11,12 +11,11 @@ Writes data/benchmarks/embedding_throughput.json.
 """
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 
 import numpy as np
-from common import PARQUET, Figure, machine, write_result
+from common import PARQUET, Figure, run_script
 
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
@@ -73,12 +72,7 @@ def run(quick: bool) -> tuple[list[Figure], dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    started = machine()
-    figures, details = run(args.quick)
-    write_result("embedding_throughput", figures, details, started, args.quick)
+    run_script("embedding_throughput", run, __doc__)
 
 
 if __name__ == "__main__":

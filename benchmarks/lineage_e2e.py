@@ -16,7 +16,6 @@ Writes data/benchmarks/lineage_e2e.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal

@@ -17,11 +17,10 @@ Writes data/benchmarks/mc_cost.json.
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import pandas as pd
-from common import OUT_DIR, ROOT, Figure, machine, write_result
+from common import OUT_DIR, ROOT, Figure, run_script
 
 TARGET_CACHE_HIT = 1.0
 TARGET_RATIO = 1 / 3  # the seed's claim: the efficient estimator needs a third of the naive calls
@@ -105,12 +104,7 @@ def run(quick: bool) -> tuple[list[Figure], dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    started = machine()
-    figures, details = run(args.quick)
-    write_result("mc_cost", figures, details, started, args.quick)
+    run_script("mc_cost", run, __doc__)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,9 @@ warm-up (numba kernels load from their cache), median of repeats. Writes data/be
 """
 from __future__ import annotations
 
-import argparse
 
 import numpy as np
-from common import Figure, machine, repeat_wall_cpu, write_result
+from common import Figure, repeat_wall_cpu, run_script
 
 from causal_assets.core.evaluation.metrics import DEFAULT_KS, evaluate
 
@@ -50,12 +49,7 @@ def run(quick: bool) -> tuple[list[Figure], dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    started = machine()
-    figures, details = run(args.quick)
-    write_result("metrics_speed", figures, details, started, args.quick)
+    run_script("metrics_speed", run, __doc__)
 
 
 if __name__ == "__main__":

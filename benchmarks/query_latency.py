@@ -13,10 +13,9 @@ Writes data/benchmarks/query_latency.json.
 """
 from __future__ import annotations
 
-import argparse
 import time
 
-from common import PARQUET, Figure, PrecomputedQueries, latency_ms, machine, write_result
+from common import PARQUET, Figure, PrecomputedQueries, latency_ms, run_script
 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.index.search import CorpusIndex
@@ -105,12 +104,7 @@ def run(quick: bool) -> tuple[list[Figure], dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    started = machine()
-    figures, details = run(args.quick)
-    write_result("query_latency", figures, details, started, args.quick)
+    run_script("query_latency", run, __doc__)
 
 
 if __name__ == "__main__":
