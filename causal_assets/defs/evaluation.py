@@ -1,6 +1,5 @@
 """Stage 6, evaluation: every configured retriever over a benchmark's queries -> metrics, runs, failure buckets
 and a Markdown report with plots."""
-import time
 
 import pandas as pd
 from dagster import (AssetDep, AssetExecutionContext, AssetOut, Config, MetadataValue, Output,
