@@ -19,6 +19,7 @@ import os
 
 from dagster import ExecutorDefinition, Field, Selector, in_process_executor, multi_or_in_process_executor
 
+from causal_assets.core.env import positive_int
 from causal_assets.core.errors import ConfigError
 
 EXECUTOR_ENV = "CAUSAL_ASSETS_EXECUTOR"
@@ -30,12 +31,7 @@ KINDS = ("multiprocess", "in_process", *_EXTERNAL)
 
 
 def default_max_concurrent() -> int:
-    raw = os.environ.get(MAX_CONCURRENT_ENV, "").strip()
-    if not raw:
-        return os.cpu_count() or 1
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(f"{MAX_CONCURRENT_ENV}={raw!r}: expected a positive integer")
-    return int(raw)
+    return positive_int(MAX_CONCURRENT_ENV, os.cpu_count() or 1)
 
 
 def local_executor(max_concurrent: int | None = None) -> ExecutorDefinition:

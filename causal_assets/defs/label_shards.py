@@ -11,7 +11,6 @@ reports the cache hit rate). The shards record no Parquet of their own: the tria
 The shard count is configuration (`CAUSAL_ASSETS_LABEL_SHARDS`, default 4); shards are contiguous slices of the
 benchmark's labelling questions (core.labeling.shards), in the candidate pools' order.
 """
-import os
 import warnings
 
 import pandas as pd
@@ -22,20 +21,14 @@ from dagster import (AssetExecutionContext, AssetIn, Backoff, BetaWarning, Mater
 from causal_assets.core.labeling.shards import shard_questions, shard_slice
 from causal_assets.defs.labels import MonteCarloConfig, mc_config, run_trials
 from causal_assets.defs.partitions import benchmark_partitions
+from causal_assets.core.env import positive_int
 from causal_assets.resources import LLM, BenchmarkRegistry
 
 GROUP = "scale_out"
 SHARDS_ENV = "CAUSAL_ASSETS_LABEL_SHARDS"
 
 
-def label_shard_count() -> int:
-    raw = os.environ.get(SHARDS_ENV, "4").strip()
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{SHARDS_ENV}={raw!r}: expected a positive integer")
-    return int(raw)
-
-
-LABEL_SHARDS = label_shard_count()
+LABEL_SHARDS = positive_int(SHARDS_ENV, 4)
 label_shard_partitions = MultiPartitionsDefinition({
     "benchmark": benchmark_partitions,
     "shard": StaticPartitionsDefinition([str(i) for i in range(LABEL_SHARDS)]),

@@ -11,7 +11,6 @@ the model, finds everything the shards encoded, and only assembles the vectors (
 The number of shards is configuration (`CAUSAL_ASSETS_EMBEDDING_SHARDS`, default 4). Changing it re-buckets the
 chunks but loses nothing: the cache is keyed by content hash, not by shard.
 """
-import os
 import time
 import warnings
 
@@ -23,17 +22,11 @@ from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import Embedder, EmbeddingCache, embed_incremental
 from causal_assets.defs.corpus import EmbeddingConfig
 from causal_assets.defs.partitions import corpus_partitions
+from causal_assets.core.env import positive_int
 from causal_assets.resources import Storage
 
 GROUP = "scale_out"
 SHARDS_ENV = "CAUSAL_ASSETS_EMBEDDING_SHARDS"
-
-
-def shard_count() -> int:
-    raw = os.environ.get(SHARDS_ENV, "4").strip()
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{SHARDS_ENV}={raw!r}: expected a positive integer")
-    return int(raw)
 
 
 def shard_of(content_hash: str, shards: int) -> int:
@@ -45,7 +38,7 @@ def shard_cache_name(corpus: str, shard: int, shards: int) -> str:
     return f"{corpus}.shard-{shard}-of-{shards}"
 
 
-SHARDS = shard_count()
+SHARDS = positive_int(SHARDS_ENV, 4)
 embedding_shard_partitions = MultiPartitionsDefinition({
     "corpus": corpus_partitions,
     "shard": StaticPartitionsDefinition([str(i) for i in range(SHARDS)]),
