@@ -90,6 +90,19 @@ def repeat_wall_cpu(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> tup
     return wall, cpu
 
 
+def time_queries(fn: Callable[[str], Any], queries: list[str], warmup: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds per query of fn(query), after fn on the first `warmup` queries untimed."""
+    for q in queries[:warmup]:
+        fn(q)
+    wall, cpu = [], []
+    for q in queries:
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn(q)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return wall, cpu
+
+
 def latency_ms(seconds: list[float]) -> dict[str, float]:
     ms = np.asarray(seconds) * 1000
     return {"p50": round(float(np.percentile(ms, 50)), 3), "p95": round(float(np.percentile(ms, 95)), 3),

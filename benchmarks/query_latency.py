@@ -13,9 +13,8 @@ Writes data/benchmarks/query_latency.json.
 """
 from __future__ import annotations
 
-import time
 
-from common import PARQUET, Figure, PrecomputedQueries, latency_ms, run_script
+from common import PARQUET, Figure, PrecomputedQueries, latency_ms, run_script, time_queries
 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.index.search import CorpusIndex
@@ -25,27 +24,9 @@ TARGET_CASCADE_P50_MS = 20.0
 SHORTLIST = 20  # entity-first repairs a small retrieved set; its title linking is quadratic in it
 
 
-CPU: dict[str, list[float]] = {}  # CPU seconds of the process per query, by the last label timed
-
-
-def time_queries(retrieve, queries: list[str], warmup: int) -> list[float]:
-    """Wall seconds per query; the CPU seconds (what the query costs without the wait for a core on a shared
-    machine) are kept in CPU["last"]."""
-    for q in queries[:warmup]:
-        retrieve(q)
-    out, cpu = [], []
-    for q in queries:
-        c0, t0 = time.process_time(), time.perf_counter()
-        retrieve(q)
-        out.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    CPU["last"] = cpu
-    return out
-
-
 def timed(details: dict, name: str, retrieve, queries: list[str], warmup: int) -> None:
-    details["latency_ms"][name] = latency_ms(time_queries(retrieve, queries, warmup))
-    details["cpu_ms"][name] = latency_ms(CPU["last"])
+    wall, cpu = time_queries(retrieve, queries, warmup)
+    details["latency_ms"][name], details["cpu_ms"][name] = latency_ms(wall), latency_ms(cpu)
 
 
 def run(quick: bool) -> tuple[list[Figure], dict]:

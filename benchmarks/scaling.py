@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import OUT_DIR, PARQUET, Figure, current_rss_mib, latency_ms, load_average, machine, write_result
+from common import (OUT_DIR, PARQUET, Figure, current_rss_mib, latency_ms, load_average, machine, time_queries,
+                    write_result)
 from synthetic_corpus import SourceChunks, SourceTerms, make_corpus, make_terms
 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
@@ -49,24 +50,6 @@ TARGET_P50_MS_1M = 50.0
 TARGET_RECALL = 0.95
 CASCADE_MAX = 100_000
 SUPERLINEAR = 1.1
-
-
-CPU: dict[str, list[float]] = {}  # CPU seconds per query of the last timed series
-
-
-def time_queries(fn, queries: list[str], warmup: int) -> list[float]:
-    """Wall seconds per query; the process's CPU seconds per query (the cost without waiting for a core on a
-    shared machine) go to CPU["last"]."""
-    for q in queries[:warmup]:
-        fn(q)
-    out, cpu = [], []
-    for q in queries:
-        c0, t0 = time.process_time(), time.perf_counter()
-        fn(q)
-        out.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    CPU["last"] = cpu
-    return out
 
 
 class Stage:
@@ -156,38 +139,33 @@ def measure_size(source: SourceChunks, n: int, queries: list[str], embedder: Emb
 
     lat: dict = {}
     cpu: dict = {}
-    lat["bm25"] = latency_ms(time_queries(lambda q: index.search_many([q], 10, "bm25"), queries, warmup))
-    cpu["bm25"] = latency_ms(CPU["last"])
-    lat["dense"] = latency_ms(time_queries(lambda q: index.search_many([q], 10, "dense"), queries, warmup))
-    cpu["dense"] = latency_ms(CPU["last"])
+
+    def timed(name: str, fn) -> None:
+        lat[name], cpu[name] = map(latency_ms, time_queries(fn, queries, warmup))
+
+    timed("bm25", lambda q: index.search_many([q], 10, "bm25"))
+    timed("dense", lambda q: index.search_many([q], 10, "dense"))
     hybrid = build_retriever("hybrid", index, {"weight": 0.7})
-    lat["hybrid"] = latency_ms(time_queries(lambda q: hybrid.retrieve_many([q], 10), queries, warmup))
-    cpu["hybrid"] = latency_ms(CPU["last"])
+    timed("hybrid", lambda q: hybrid.retrieve_many([q], 10))
     if n <= CASCADE_MAX and "tfidf" in sparse:
         cascade = build_retriever("cascade", index)
-        lat["cascade"] = latency_ms(time_queries(lambda q: cascade.retrieve_many([q], 10), queries, warmup))
-        cpu["cascade"] = latency_ms(CPU["last"])
+        timed("cascade", lambda q: cascade.retrieve_many([q], 10))
 
     def exact(q: str):
         qv = embedder.encode_queries([q])
         return exact_top_k(vectors, qv, 10)
 
-    lat["dense_exact"] = latency_ms(time_queries(exact, queries, warmup))
-
-    cpu["dense_exact"] = latency_ms(CPU["last"])
+    timed("dense_exact", exact)
     qvs = embedder.encode_queries(queries)
     truth = exact_top_k(vectors, qvs, 10)
     if ann is not None:
-        lat["dense_ann"] = latency_ms(time_queries(lambda q: ann.search(embedder.encode_queries([q]), 10), queries,
-                                                   warmup))
-        cpu["dense_ann"] = latency_ms(CPU["last"])
+        timed("dense_ann", lambda q: ann.search(embedder.encode_queries([q]), 10))
         row["ann_recall_at_10"] = recall_at_k(ann.search(qvs, 10)[0], truth)
     if index._ann is not None:  # the product path (ANN + hybrid shortlists) vs exact search
         found = np.array([[index.position[h.chunk_id] for h in hits] for hits in index.search_many(queries, 10, "dense")])
         row["dense_recall_at_10"] = recall_at_k(found, truth)
     # the query embedding alone, for reading the lines above
-    lat["query_embedding"] = latency_ms(time_queries(lambda q: embedder.encode_queries([q]), queries, warmup))
-    cpu["query_embedding"] = latency_ms(CPU["last"])
+    timed("query_embedding", lambda q: embedder.encode_queries([q]))
     row["latency_ms"] = lat
     row["cpu_ms"] = cpu
     row["memory_mib"]["process_rss_after_queries"] = current_rss_mib()
