@@ -42,7 +42,8 @@ defs = Definitions(
     # Where steps run is configuration: CAUSAL_ASSETS_EXECUTOR=multiprocess (default) | in_process | k8s | docker.
     executor=executor_from_env(),
     assets=[corpus.corpus_chunks, corpus.corpus_embeddings, corpus.sparse_index, graph.entity_graph,
-            labels.candidate_pools, labels.mc_trials, labels.mc_labels, tuning.tuned_retriever_configs,
+            labels.candidate_pools, labels.mc_trials, labels.mc_labels, labels.label_quality,
+            tuning.tuned_retriever_configs,
             evaluation.evaluation_report,
             search.retrieval_results, search.causal_search, sharding.embedding_shards,
             label_shards.mc_trial_shards],

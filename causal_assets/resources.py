@@ -14,6 +14,8 @@ from causal_assets.core.benchmarks import BenchmarkSpec, benchmark_registry_path
 from causal_assets.core.catalog import DuckDBCatalog, view_source
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import CallBudget, LLMClient
+from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer
+from causal_assets.core.llm.scoring import EndpointScorer, Scorer, free_cores
 from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.corpus.registry import CorpusSpec, load_corpus_registry, registry_path
 from causal_assets.core.paths import PROJECT_ROOT
@@ -23,6 +25,8 @@ DEFAULT_BASE = os.environ.get("CAUSAL_ASSETS_BASE_PATH", str(PROJECT_ROOT / "dat
 DEFAULT_CATALOG = os.environ.get("CAUSAL_ASSETS_CATALOG", str(PROJECT_ROOT / "data" / "causal_assets.duckdb"))
 DEFAULT_REPORTS = os.environ.get("CAUSAL_ASSETS_REPORTS", str(PROJECT_ROOT / "data" / "reports"))
 DEFAULT_LLM_CACHE = os.environ.get("CAUSAL_ASSETS_LLM_CACHE", str(PROJECT_ROOT / "data" / "llm_calls.sqlite"))
+DEFAULT_MODELS_DIR = os.environ.get("CAUSAL_ASSETS_MODELS_DIR", str(PROJECT_ROOT / "data" / "models"))
+DEFAULT_SOLVER_MODEL = os.environ.get("CAUSAL_ASSETS_SOLVER", DEFAULT_SOLVER)
 LOCAL_MODEL_ALIAS = "smollm2-135m-instruct"
 
 
@@ -93,11 +97,18 @@ class LLM(ConfigurableResource):
     max_concurrency: int = 1            # the local server decodes one request at a time
     max_calls_per_run: int | None = None
     max_tokens_per_run: int | None = None
-    n_threads: int = 2                  # local server only
-    n_ctx: int = 4096                   # local server only
+    n_threads: int = 0                  # local models: llama.cpp threads; 0 = the cores free when the step starts
+    n_ctx: int = 4096                   # local models only
+    # Monte Carlo likelihood trials: with no base_url, a packaged local model scores in-process (`gemma3-270m`
+    # or `smollm2-135m`; a benchmark's `monte_carlo.solver` overrides it); with a base_url, the endpoint's
+    # prompt log-probabilities (vLLM `prompt_logprobs` or `echo` + `logprobs`; `scoring_mode` picks one).
+    solver: str = DEFAULT_SOLVER_MODEL
+    models_dir: str = DEFAULT_MODELS_DIR
+    scoring_mode: str = "auto"
 
     _server: LocalLlamaServer | None = PrivateAttr(default=None)
     _client: LLMClient | None = PrivateAttr(default=None)
+    _scorers: dict = PrivateAttr(default_factory=dict)
     _log: object = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
@@ -107,6 +118,34 @@ class LLM(ConfigurableResource):
         if self._server is not None:
             self._server.stop()
             self._server = None
+        for scorer in self._scorers.values():
+            close = getattr(scorer, "close", None)
+            if close:
+                close()
+        self._scorers = {}
+
+    def threads(self) -> int:
+        return self.n_threads or free_cores()
+
+    def solver_name(self, local_model: str | None = None, outcome: str = "likelihood") -> str:
+        """What scores (or answers) the Monte Carlo trials, for metadata and reports."""
+        if outcome == "success":
+            return self.model if self.base_url else f"local/{self.model}"
+        return self.model if self.base_url else f"local/{local_model or self.solver}"
+
+    def scorer(self, local_model: str | None = None) -> Scorer:
+        """The log-probability scorer of likelihood trials (see `solver`), through the call cache."""
+        name = local_model or self.solver
+        if name not in self._scorers:
+            if self.base_url is None:
+                self._scorers[name] = local_scorer(name, CallCache(self.cache_path), self.models_dir,
+                                                   n_threads=self.threads(), n_ctx=self.n_ctx)
+                if self._log:
+                    self._log.info(f"in-process scorer {name} on {self._scorers[name].n_threads} thread(s)")
+            else:
+                self._scorers[name] = EndpointScorer(self.client.openai_client, self.model, CallCache(self.cache_path),
+                                                     mode=self.scoring_mode)
+        return self._scorers[name]
 
     @property
     def client(self) -> LLMClient:
@@ -117,7 +156,7 @@ class LLM(ConfigurableResource):
             if base_url is None:
                 log_dir = Path(self.cache_path).parent
                 log_dir.mkdir(parents=True, exist_ok=True)
-                self._server = LocalLlamaServer(n_ctx=self.n_ctx, n_threads=self.n_threads, alias=self.model,
+                self._server = LocalLlamaServer(n_ctx=self.n_ctx, n_threads=self.threads(), alias=self.model,
                                                 log_path=log_dir / "llama_server.log")
                 self._server.start()
                 base_url = self._server.base_url

@@ -121,6 +121,33 @@ def check_pools(pools: pd.DataFrame, chunk_ids: Iterable[str]) -> CheckOutcome:
         share_of_questions_with_a_seed=round(float(seeded), 4))
 
 
+def check_trials_from_errors(trials: pd.DataFrame, calls: pd.DataFrame) -> CheckOutcome:
+    """Every trial comes from a call journalled as ok (its key is an ok call's key): a trial made from an
+    errored call -- an outage mistaken for the solver's answer -- has no such key."""
+    ok_keys = set(calls.loc[calls["status"] == "ok", "call_key"].dropna()) if len(calls) else set()
+    keys = trials["call_key"] if len(trials) else pd.Series(dtype=object)
+    return CheckOutcome.of(trials=len(trials), errored_calls=int((calls["status"] == "error").sum()) if len(calls) else 0,
+                           bad_trials_from_errored_calls=int((~keys.isin(ok_keys)).sum()))
+
+
+def check_labels(labels: pd.DataFrame) -> CheckOutcome:
+    """Labels are YES/NO/UNCERTAIN; a labelled effect is finite and inside its interval (an UNCERTAIN label may
+    have no estimate); ΔP, where measured, lies in [-1, 1]; every labelled question has a base outcome."""
+    if not len(labels):
+        return CheckOutcome.of(rows=0, ok_has_labels=False)
+    decided = labels[labels["label"] != "UNCERTAIN"]
+    eff, lo, hi = (decided[c].astype(float) for c in ("effect", "ci_low", "ci_high"))
+    dp = labels["delta_p"].astype(float).dropna()
+    base = labels.groupby("question_id")["base_outcome"].apply(lambda x: x.notna().any())
+    return CheckOutcome.of(
+        rows=len(labels), questions=int(labels["question_id"].nunique()),
+        bad_label_values=int((~labels["label"].isin(["YES", "NO", "UNCERTAIN"])).sum()),
+        bad_non_finite_effects=_non_finite(eff),
+        bad_effect_outside_interval=int(((eff < lo - 1e-9) | (eff > hi + 1e-9)).sum()),
+        bad_delta_p_out_of_range=int((dp.abs() > 1 + 1e-9).sum()),
+        missing_base_outcome=int((~base).sum()))
+
+
 def check_metrics(metrics: pd.DataFrame) -> CheckOutcome:
     """Every metric value is finite and in [0, 1] (all of Recall, P, MRR, nDCG, MAP, hit rate are)."""
     values = metrics["value"].to_numpy(np.float64)

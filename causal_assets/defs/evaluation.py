@@ -10,10 +10,13 @@ from causal_assets.core.checks import check_metrics, check_ranked_results
 from causal_assets.core.evaluation.failures import classify_failures
 from causal_assets.core.evaluation.metrics import warm_up
 from causal_assets.core.evaluation.report import headline_table, write_report
+from causal_assets.core.evaluation.metrics import evaluate
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
+from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
+from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning import best_weight, sweep_fusion_weight
 from causal_assets.core.tuning.store import index_fingerprint, load_tuned
 from causal_assets.defs.tuning import TUNED, eager_tolerating_missing
@@ -38,10 +41,10 @@ class EvaluationConfig(Config):
     partitions_def=benchmark_partitions, group_name=GROUP,
     deps=[*(AssetDep(a, partition_mapping=benchmark_corpus_mapping)
             for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")),
-          AssetDep(TUNED)],
+          AssetDep(TUNED), AssetDep("mc_labels")],
     # Eager: a new tuned configuration re-runs the evaluation; a benchmark never tuned does not block it.
     outs={
-        "evaluation_metrics": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="benchmark, split, retriever, metric, k, value"),
+        "evaluation_metrics": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="benchmark, split, truth (qrels: the benchmark's judgements; mc_labels: the Monte Carlo labels' YES documents graded by effect, on the labelled questions), retriever, metric, k, value"),
         "evaluation_runs": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="Top results per query and retriever."),
         "evaluation_failures": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="Failure bucket per query and retriever (seed 001 §5.5)."),
     },
@@ -95,12 +98,18 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     # (HotpotQA's `dev` contains its `train` half).
     tuned_on = set(load_benchmark(spec, tuned.content["tune_split"]).queries) if tuned_version else set()
 
+    labels_path = asset_path(storage.base, "mc_labels", spec.name)
+    mc_labels = read_parquet(labels_path) if labels_path.exists() else None
+    label_truth_n = {}
+
     metrics, runs, failures, timings = [], [], [], {}
     for split in spec.eval_splits:
         bench = load_benchmark(spec, split)
         overlap = len(tuned_on & set(bench.queries))
         if overlap:
             notes.append(f"`*_tuned` not scored on `{split}`: {overlap} of its queries are in the tune split")
+        by_labels = label_qrels(mc_labels, bench.queries)
+        label_truth_n[split] = len(by_labels)
         doc_texts = {c: index.text(c) for c in index.ids} if not bench.within else \
             {c: index.text(c) for ids in bench.within.values() for c in ids}
         for name, kind, params in plan:
@@ -112,7 +121,10 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
                                         tuned_graph if name.endswith("_tuned") else graph)
             rr = run_benchmark(retriever, bench, config.depth, name)
             timings[f"{split}/{name}"] = round(rr.seconds, 2)
-            metrics.append(score_run(bench, rr).assign(split=split))
+            metrics.append(score_run(bench, rr).assign(split=split, truth="qrels"))
+            if by_labels:
+                metrics.append(evaluate(by_labels, rr.run, ks=(1, 2, 3, 5, 10, 20, 100))
+                               .assign(retriever=name, split=split, truth="mc_labels"))
             runs.append(rr.frame.assign(split=split, retriever=name))
             failures.append(classify_failures(bench.queries, bench.qrels, rr.run, doc_texts, FAILURE_K, index.terms)
                             .assign(split=split, retriever=name))
@@ -122,7 +134,11 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
         df = pd.concat(frames, ignore_index=True).assign(benchmark=spec.name)
         return df[first + [c for c in df.columns if c not in first]]
 
-    metrics_df = finish(metrics, ["benchmark", "split", "retriever", "metric", "k", "value"])
+    if label_truth_n:
+        notes.append("truth `mc_labels`: the Monte Carlo labels' YES documents, graded by their effect, on the "
+                     "labelled questions of each split (" + ", ".join(f"{s}: {n}" for s, n in label_truth_n.items())
+                     + " questions with a YES label)")
+    metrics_df = finish(metrics, ["benchmark", "split", "truth", "retriever", "metric", "k", "value"])
     runs_df = finish(runs, ["benchmark", "split", "retriever", "query_id", "doc_id", "rank", "score"])
     failures_df = finish(failures, ["benchmark", "split", "retriever", "query_id", "bucket"])
     failures_df = failures_df[failures_df["bucket"] != "none"]

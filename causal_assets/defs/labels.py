@@ -5,22 +5,24 @@ solver on subsets (through the LLM resource, in the `llm` concurrency pool, with
 re-derives the labels from the recorded trials without any LLM call (adaptive/regression and the seed's naive
 rule side by side) and writes `retrieval_dataset.yaml` in seed 001's schema.
 """
+import base64
 import json
 import time
 
 import pandas as pd
 import yaml
-from dagster import (AssetCheckResult, AssetCheckSpec, AssetDep, AssetExecutionContext, AssetOut, Backoff, Config,
+from dagster import (AssetCheckSpec, AssetDep, AssetExecutionContext, AssetOut, Backoff, Config, Failure,
                      MetadataValue, Output, RetryPolicy, asset, multi_asset)
 
 from causal_assets.core.benchmarks import load_benchmark
-from causal_assets.core.checks import check_pools
+from causal_assets.core.checks import check_labels, check_pools, check_trials_from_errors
 from causal_assets.core.graph.store import load_chunk_neighbors
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
-from causal_assets.core.labeling.estimators import LabelingResult
 from causal_assets.core.labeling.pools import PoolConfig, build_pools
-from causal_assets.core.labeling.runner import MCConfig, estimate, label_question
-from causal_assets.core.labeling.solver import BlindSolver
+from causal_assets.core.labeling.quality import label_quality_rows, per_question_from_tables, quality_table, summarize
+from causal_assets.core.evaluation.report import quality_png
+from causal_assets.core.labeling.runner import MCConfig, label_question, label_table
+from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
 from causal_assets.resources import LLM, BenchmarkRegistry, Storage
@@ -60,48 +62,57 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
 
 
 class MonteCarloConfig(Config):
-    estimator: str | None = None   # adaptive | naive (default: benchmark's monte_carlo.estimator, else adaptive)
+    estimator: str | None = None   # adaptive | regression | naive (default: the benchmark's monte_carlo.estimator)
+    outcome: str | None = None     # likelihood | success | both (default: the benchmark's, else likelihood)
     budget: int | None = None      # solver calls per question
     threshold: float | None = None
+    threshold_nats: float | None = None
 
 
 def mc_config(spec_mc: dict, config: MonteCarloConfig) -> MCConfig:
     base = {k: v for k, v in spec_mc.items() if k in MCConfig.__dataclass_fields__}
-    overrides = {k: v for k, v in {"estimator": config.estimator, "budget": config.budget,
-                                   "threshold": config.threshold}.items() if v is not None}
+    overrides = {k: v for k, v in {"estimator": config.estimator, "outcome": config.outcome, "budget": config.budget,
+                                   "threshold": config.threshold, "threshold_nats": config.threshold_nats}.items()
+                 if v is not None}
     return MCConfig(**{**base, **overrides})
+
+
+TRIAL_COLUMNS = ["question_id", "trial", "subset", "n_docs", "loglik", "loglik_question", "success", "score",
+                 "answer", "call_key", "cached"]
+CALL_COLUMNS = ["question_id", "kind", "status", "error", "detail", "subset", "cached", "latency_s", "prompt_tokens",
+                "completion_tokens", "call_key"]
 
 
 def run_trials(context: AssetExecutionContext, spec, cfg: MCConfig, llm: LLM, pools: pd.DataFrame,
                question_ids: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, str, float]:
     """Label the questions of `pools` (or only `question_ids`): (trials, calls, stop reason, seconds)."""
-    solver = BlindSolver(llm.client, spec.validator)
+    solver = BlindSolver(llm.client, spec.validator) if cfg.generates else None
+    scorer = LikelihoodSolver(llm.scorer(spec.monte_carlo.get("solver")), spec.validator) if cfg.scores else None
     trials, calls, stopped = [], [], ""
     t0 = time.perf_counter()
     wanted = set(question_ids) if question_ids is not None else None
-    for qid, pool in pools.groupby("question_id", sort=False):
-        if wanted is not None and qid not in wanted:
-            continue
+    todo = [(qid, pool) for qid, pool in pools.groupby("question_id", sort=False) if wanted is None or qid in wanted]
+    for n, (qid, pool) in enumerate(todo, 1):
         pool = pool.sort_values("position")
         first = pool.iloc[0]
         outcome = label_question(qid, first["question"], first["answer"],
                                  list(zip(pool["doc_id"], pool["title"], pool["text"])),
-                                 solver, cfg, json.loads(first["aliases"]))
+                                 solver, cfg, json.loads(first["aliases"]), scorer=scorer)
         trials += outcome.trials
         calls += outcome.calls
-        context.log.info(f"{qid}: {len(outcome.trials)} trials, success rate "
-                         f"{sum(t['success'] for t in outcome.trials) / max(1, len(outcome.trials)):.2f}, "
-                         f"YES: {outcome.result.yes()}")
+        elapsed = time.perf_counter() - t0
+        context.log.info(f"{qid}: {len(outcome.trials)} trials, YES: {outcome.result.yes()} | question {n}/"
+                         f"{len(todo)}, {elapsed / n:.1f} s per question, ETA {elapsed / n * (len(todo) - n):.0f} s")
         if outcome.stopped:
             stopped = outcome.stopped
             context.log.warning(f"LLM budget exceeded at question {qid}: stopping, partial trials kept")
             break
-    trials_df = pd.DataFrame(trials, columns=["question_id", "trial", "subset", "n_docs", "success", "score",
-                                              "answer", "call_key", "cached"]).assign(benchmark=spec.name,
-                                                                                      estimator=cfg.estimator)
-    calls_df = pd.DataFrame(calls, columns=["question_id", "status", "error", "detail", "subset", "cached",
-                                            "latency_s", "prompt_tokens", "completion_tokens", "call_key"]
-                            ).assign(benchmark=spec.name)
+    trials_df = pd.DataFrame(trials, columns=TRIAL_COLUMNS).assign(
+        benchmark=spec.name, estimator=cfg.estimator, outcome=cfg.outcome,
+        solver=llm.solver_name(spec.monte_carlo.get("solver"), cfg.outcome))
+    trials_df[["loglik", "loglik_question"]] = trials_df[["loglik", "loglik_question"]].astype(float)
+    trials_df["success"] = trials_df["success"].astype("boolean")
+    calls_df = pd.DataFrame(calls, columns=CALL_COLUMNS).assign(benchmark=spec.name)
     return trials_df, calls_df, stopped, time.perf_counter() - t0
 
 
@@ -111,8 +122,10 @@ def run_trials(context: AssetExecutionContext, spec, cfg: MCConfig, llm: LLM, po
     # Checks live in the op itself: they run per partition, on the exact data just written.
     check_specs=[AssetCheckSpec("no_trial_from_errored_call", asset="mc_trials", blocking=True,
                                 description="No trial was recorded from an errored call.")],
-    outs={"mc_trials": AssetOut(kinds={"parquet"}, description="One row per solver trial: subset, answer, success."),
-          "solver_calls": AssetOut(kinds={"parquet"}, description="Every solver call, ok or errored, with tokens and latency.")},
+    outs={"mc_trials": AssetOut(kinds={"parquet"}, description="One row per solver trial: the subset shown, the "
+                                "gold answer's log-likelihood and/or the generated answer and its success."),
+          "solver_calls": AssetOut(kinds={"parquet"}, description="Every solver call (scoring or generating), ok "
+                                   "or errored, with tokens and latency.")},
 )
 def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM,
               benchmark_registry: BenchmarkRegistry, candidate_pools: pd.DataFrame):
@@ -121,59 +134,40 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     cfg = mc_config(spec.monte_carlo, config)
     trials_df, calls_df, stopped, seconds = run_trials(context, spec, cfg, llm, candidate_pools)
     ok = calls_df[calls_df["status"] == "ok"]
+    n_questions = int(trials_df["question_id"].nunique())
     yield Output(trials_df, output_name="mc_trials", metadata={
-        "questions": int(trials_df["question_id"].nunique()), "trials": len(trials_df), "estimator": cfg.estimator,
+        "questions": n_questions, "trials": len(trials_df), "estimator": cfg.estimator, "outcome": cfg.outcome,
         "budget_per_question": cfg.budget, "wall_seconds": round(seconds, 1),
-        "success_rate": float(trials_df["success"].mean()) if len(trials_df) else 0.0,
-        "stopped": stopped or "complete", "model": llm.model})
+        "seconds_per_question": round(seconds / max(1, n_questions), 2),
+        "mean_loglik": float(trials_df["loglik"].mean()) if trials_df["loglik"].notna().any() else None,
+        "success_rate": float(trials_df["success"].dropna().mean()) if trials_df["success"].notna().any() else None,
+        "stopped": stopped or "complete", "solver": llm.solver_name(spec.monte_carlo.get("solver"), cfg.outcome)})
     yield Output(calls_df, output_name="solver_calls", metadata={
         "calls": len(calls_df), "errors": int((calls_df["status"] == "error").sum()),
         "cache_hits": int(ok["cached"].sum()), "cache_hit_rate": float(ok["cached"].mean()) if len(ok) else 0.0,
         "prompt_tokens": int(ok["prompt_tokens"].fillna(0).sum()),
         "completion_tokens": int(ok["completion_tokens"].fillna(0).sum())})
-    errored = set(calls_df.loc[calls_df["status"] == "error", "call_key"].dropna())
-    leaked = int(trials_df["call_key"].isin(errored).sum() + trials_df["call_key"].isna().sum())
-    yield AssetCheckResult(check_name="no_trial_from_errored_call", asset_key="mc_trials", passed=leaked == 0,
-                           metadata={"trials_from_errored_calls": leaked, "errored_calls": len(errored)})
-
-
-def _label_rows(result: LabelingResult, qid: str, estimator: str) -> list[dict]:
-    return [dict(question_id=qid, doc_id=e.doc, label=e.label, delta_p=float(e.delta_p), ci_low=float(e.ci_low),
-                 ci_high=float(e.ci_high), trials_used=int(e.trials_used), estimator=estimator,
-                 base_success_rate=float(result.base_success_rate), success_rate=float(result.success_rate))
-            for e in result.docs]
+    yield check_result("mc_trials", "no_trial_from_errored_call", check_trials_from_errors(trials_df, calls_df))
 
 
 @asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet", "yaml"},
        check_specs=[AssetCheckSpec("labels_sane", asset="mc_labels", blocking=True,
-                                   description="Every labelled question has a base rate; ΔP and CIs lie in [-1, 1].")])
+                                   description="Every labelled question has a base outcome; effects are finite and "
+                                               "inside their intervals; ΔP lies in [-1, 1].")])
 def mc_labels(context: AssetExecutionContext, config: MonteCarloConfig, storage: Storage,
               benchmark_registry: BenchmarkRegistry, candidate_pools: pd.DataFrame, mc_trials: pd.DataFrame):
-    """YES / NO / UNCERTAIN per (question, candidate) with ΔP and its confidence interval, from the trials."""
+    """YES / NO / UNCERTAIN per (question, candidate): the candidate's effect on the solver's outcome (the gold
+    answer's log-likelihood in nats, or the success probability) with its confidence interval, from the trials."""
     spec = benchmark_registry.spec(context.partition_key)
     cfg = mc_config(spec.monte_carlo, config)
-    rows, pairs = [], []
-    for qid, pool in candidate_pools.groupby("question_id", sort=False):
-        pool = pool.sort_values("position")
-        trials = mc_trials[mc_trials["question_id"] == qid].to_dict("records")
-        if not trials:
-            continue
-        doc_ids = pool["doc_id"].tolist()
-        main = estimate(trials, doc_ids, cfg, "adaptive" if cfg.estimator == "adaptive" else "naive")
-        label_rows = _label_rows(main, qid, cfg.estimator)
-        rows += label_rows
-        if cfg.estimator == "adaptive":  # the seed's rule on the same trials, for comparison
-            rows += _label_rows(estimate(trials, doc_ids, cfg, "naive"), qid, "naive")
-        origin = dict(zip(pool["doc_id"], pool["origin"]))
-        texts = dict(zip(pool["doc_id"], pool["text"]))
-        pairs.append({"id": qid, "query": pool.iloc[0]["question"], "candidates": [
-            {"fqn": r["doc_id"], "text": texts[r["doc_id"]], "empirical_relevance": r["label"],
-             "delta_p": round(r["delta_p"], 4), "ci": [round(r["ci_low"], 4), round(r["ci_high"], 4)],
-             "trials_used": r["trials_used"], "origin": origin[r["doc_id"]]} for r in label_rows],
-            "metadata": {"trials": len(trials), "base_success_rate": main.base_success_rate,
-                         "success_rate": main.success_rate, "estimator": cfg.estimator}})
-    labels = pd.DataFrame(rows).assign(benchmark=spec.name)
-    labels = labels.merge(candidate_pools[["question_id", "doc_id", "origin"]], on=["question_id", "doc_id"], how="left")
+    labels, pairs = label_table(candidate_pools, mc_trials, cfg)
+    labels = labels.assign(benchmark=spec.name,
+                           solver=str(mc_trials["solver"].iloc[0]) if "solver" in mc_trials and len(mc_trials) else "")
+    check = check_labels(labels)
+    if not check.passed:
+        # nothing half-written: neither the Parquet nor the dataset file of labels that fail their check
+        raise Failure(f"mc_labels of {spec.name!r} fail labels_sane ({check.metadata['failing']}); nothing written",
+                      metadata=check.metadata)
     out = storage.reports_path.parent / "datasets" / f"retrieval_dataset_{spec.name}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".yaml.tmp")
@@ -182,11 +176,45 @@ def mc_labels(context: AssetExecutionContext, config: MonteCarloConfig, storage:
     main_rows = labels[labels["estimator"] == cfg.estimator]
     yield Output(labels, metadata={
         "questions": int(labels["question_id"].nunique()) if len(labels) else 0,
+        "outcome": cfg.label_outcome, "threshold": cfg.label_threshold,
         "by_label": MetadataValue.json(main_rows["label"].value_counts().to_dict() if len(labels) else {}),
         "yes_by_origin": MetadataValue.json(main_rows[main_rows.label == "YES"]["origin"].value_counts().to_dict()
                                             if len(labels) else {}),
-        "dataset_yaml": MetadataValue.path(str(out)), "threshold": cfg.threshold})
-    in_range = bool(labels[["delta_p", "ci_low", "ci_high"]].abs().le(1).all().all()) if len(labels) else True
-    no_base = int(labels.groupby("question_id")["success_rate"].apply(lambda x: x.isna().all()).sum()) if len(labels) else 0
-    yield AssetCheckResult(check_name="labels_sane", asset_key="mc_labels", passed=in_range and no_base == 0,
-                           metadata={"values_in_range": in_range, "questions_without_base_rate": no_base})
+        "dataset_yaml": MetadataValue.path(str(out))})
+    yield check_result("mc_labels", "labels_sane", check)
+
+
+@asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet"})
+def label_quality(context: AssetExecutionContext, config: MonteCarloConfig, storage: Storage,
+                  benchmark_registry: BenchmarkRegistry, candidate_pools: pd.DataFrame,
+                  mc_labels: pd.DataFrame) -> Output:
+    """How far the Monte Carlo labels agree with the benchmark's own gold documents, per estimator: precision,
+    recall and F1 of the YES labels, top-2 precision and ROC AUC of the ranking by effect size, beside the
+    heuristic "the document contains the answer string" on the same candidates."""
+    spec = benchmark_registry.spec(context.partition_key)
+    cfg = mc_config(spec.monte_carlo, config)
+    bench = load_benchmark(spec, spec.monte_carlo.get("split", spec.splits[0]))
+    frames, summaries = [], {}
+    for estimator in sorted(mc_labels["estimator"].unique()) if len(mc_labels) else []:
+        summary = summarize(label_quality_rows(per_question_from_tables(mc_labels, candidate_pools, bench.qrels,
+                                                                        estimator)))
+        summaries[estimator] = summary
+        frames.append(quality_table(summary).assign(estimator=estimator))
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["source", "metric", "value",
+                                                                                       "estimator"])
+    table = table.assign(benchmark=spec.name, outcome=cfg.label_outcome,
+                         solver=str(mc_labels["solver"].iloc[0]) if "solver" in mc_labels and len(mc_labels) else "")
+    png = quality_png(summaries, f"{spec.name}: Monte Carlo labels vs gold")
+    path = storage.reports_path / f"{spec.name}_label_quality.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(png)
+    main = summaries.get(cfg.estimator, {})
+    return Output(table, metadata={
+        "questions": int(main.get("questions", 0)),
+        "yes_f1": float(main.get("labels", {}).get("f1", float("nan"))),
+        "containment_f1": float(main.get("containment", {}).get("f1", float("nan"))),
+        "top2_precision": float(main.get("ranking", {}).get("top2_precision", float("nan"))),
+        "auc": float(main.get("ranking", {}).get("auc", float("nan"))),
+        "uncertain_share": float(main.get("labels", {}).get("uncertain_share", float("nan"))),
+        "plot": MetadataValue.md(f"![label quality](data:image/png;base64,{base64.b64encode(png).decode()})"),
+        "plot_path": MetadataValue.path(str(path))})

@@ -24,7 +24,7 @@ from tests.core.test_llm import FakeOpenAI
 QUESTION = "Which island did the expedition finally reach?"
 POOL = [(f"d{i}", f"Doc {i}", f"An unrelated note number {i} about weather.") for i in range(5)] + \
        [("gold", "Log", "The expedition finally reached Zanzibar after ninety days.")]
-CONFIG = MCConfig(estimator="adaptive", budget=24, batch=8, threshold=0.1)
+CONFIG = MCConfig(estimator="adaptive", outcome="success", budget=24, batch=8, threshold=0.1)
 
 
 def _client(url, cache_path, **kw):

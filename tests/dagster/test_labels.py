@@ -1,4 +1,5 @@
-"""Candidate pools and Monte Carlo labels end to end with the real local llama.cpp server (SmolLM2-135M)."""
+"""Candidate pools and Monte Carlo labels end to end with the real local solver (Gemma-3-270M scoring the gold
+answer in-process, through the call cache)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -20,8 +21,9 @@ RUN_CONFIG = {"ops": {
 }}
 
 
-def test_labels_end_to_end_with_local_server(resources, tmp_path):
-    resources = {**resources, "llm": LLM(cache_path=str(tmp_path / "calls.sqlite"), n_threads=1)}
+def test_labels_end_to_end_with_local_solver(resources, tmp_path):
+    resources = {**resources, "llm": LLM(cache_path=str(tmp_path / "calls.sqlite"), n_threads=1,
+                                         models_dir=str(tmp_path / "models"))}
     upstream = [corpus_chunks, corpus_embeddings, sparse_index, entity_graph]
     assert materialize(upstream, resources=resources, partition_key="hotpotqa").success
     stage = [candidate_pools, mc_trials, mc_labels]
@@ -41,7 +43,11 @@ def test_labels_end_to_end_with_local_server(resources, tmp_path):
     labels = pd.read_parquet(f"{base}/mc_labels/hotpotqa.parquet")
     assert set(labels["estimator"]) == {"adaptive", "naive"}
     assert labels["label"].isin(["YES", "NO", "UNCERTAIN"]).all()
-    assert labels[["delta_p", "ci_low", "ci_high"]].abs().le(1).all().all()
+    assert (labels["outcome"] == "likelihood").all() and labels["delta_p"].isna().all()   # no pass/fail trials
+    decided = labels[labels["label"] != "UNCERTAIN"]
+    assert decided["effect"].notna().all()
+    assert (decided["ci_low"] <= decided["effect"]).all() and (decided["effect"] <= decided["ci_high"]).all()
+    assert trials["loglik"].notna().all() and (trials["loglik"] < 0).all()
     dataset = yaml.safe_load((resources["storage"].reports_path.parent / "datasets" / "retrieval_dataset_hotpotqa.yaml").read_text())
     assert len(dataset["pairs"]) == 2 and "empirical_relevance" in dataset["pairs"][0]["candidates"][0]
 
@@ -54,7 +60,8 @@ def test_labels_end_to_end_with_local_server(resources, tmp_path):
 
     # Question-range shards (a backfill over benchmark x shard) pay the calls; mc_trials then assembles the same
     # trials from the call cache without a single new call.
-    sharded = {**resources, "llm": LLM(cache_path=str(tmp_path / "sharded_calls.sqlite"), n_threads=1)}
+    sharded = {**resources, "llm": LLM(cache_path=str(tmp_path / "sharded_calls.sqlite"), n_threads=1,
+                                       models_dir=str(tmp_path / "models"))}
     # The solver is deterministic (temperature 0), so a subset drawn twice for one question is one call: the
     # shards must pay exactly the calls the unsharded run paid, and see exactly its within-run repeats as hits.
     paid, hits = 0, 0

@@ -17,7 +17,10 @@ HEADLINE = [("ndcg", 10), ("mrr", 10), ("map", 10), ("recall", 10), ("hit_rate",
             ("precision", 2), ("recall", 100)]
 
 
-def headline_table(metrics: pd.DataFrame) -> pd.DataFrame:
+def headline_table(metrics: pd.DataFrame, truth: str = "qrels") -> pd.DataFrame:
+    """Headline metrics per (split, retriever) against one truth (`qrels` or `mc_labels`)."""
+    if "truth" in metrics:
+        metrics = metrics[metrics["truth"] == truth]
     rows = {}
     for (split, retriever), group in metrics.groupby(["split", "retriever"], sort=False):
         values = {f"{m}@{k}": group[(group.metric == m) & (group.k == k)]["value"] for m, k in HEADLINE}
@@ -50,8 +53,13 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
     """Write `<out_dir>/<benchmark>.md` and its plots; returns (markdown with inline images, path)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = [f"# Evaluation report: {benchmark}", "", *[f"- {n}" for n in notes], "",
-             "## Headline metrics", "", headline_table(metrics).to_markdown(), ""]
+             "## Headline metrics (truth: the benchmark's judgements)", "", headline_table(metrics).to_markdown(), ""]
+    if "truth" in metrics and (metrics["truth"] == "mc_labels").any():
+        lines += ["## Against the Monte Carlo labels (documents that measurably helped the solver)", "",
+                  headline_table(metrics, "mc_labels").to_markdown(), ""]
     inline = list(lines)
+    if "truth" in metrics:
+        metrics = metrics[metrics["truth"] == "qrels"]
     for split in metrics["split"].unique():
         png = curves_png(metrics, split, f"{benchmark} / {split}")
         path = out_dir / f"{benchmark}_{split}_curves.png"
@@ -69,3 +77,34 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
     path = out_dir / f"{benchmark}.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return "\n".join(inline), path
+
+
+def quality_png(summaries: dict[str, dict], title: str) -> bytes:
+    """Bars per estimator: YES precision / recall / F1, top-2 precision and ROC AUC of the effect ranking, beside
+    the "contains the answer" heuristic on the same candidates."""
+    names = ["YES precision", "YES recall", "YES F1", "top-2 precision", "ROC AUC"]
+    series = {}
+    for est, s in summaries.items():
+        lab, rk = s.get("labels", {}), s.get("ranking", {})
+        series[f"labels ({est})"] = [lab.get("precision"), lab.get("recall"), lab.get("f1"),
+                                     rk.get("top2_precision"), rk.get("auc")]
+    if summaries:
+        s = next(iter(summaries.values()))
+        c, cr = s.get("containment", {}), s.get("containment_ranking", {})
+        series["contains the answer"] = [c.get("precision"), c.get("recall"), c.get("f1"), cr.get("top2_precision"),
+                                         cr.get("auc")]
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    width = 0.8 / max(1, len(series))
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar([x + i * width for x in range(len(names))], [v if v == v and v is not None else 0 for v in values],
+               width, label=label)
+    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(names))], names)
+    ax.set_ylim(0, 1)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()

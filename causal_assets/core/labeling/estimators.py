@@ -510,6 +510,7 @@ class AdaptiveLabeler:
         if not yes:
             return []
         contexts = [x[:, yes].all(axis=1)] + [~x[:, y] for y in yes]
+        binary = _is_binary(y)
         best: dict[int, float] = {}
         for rows in contexts:
             xs, ys = x[rows], y[rows]
@@ -524,8 +525,14 @@ class AdaptiveLabeler:
                 if n1 < 2 or n - n1 < 2:
                     continue
                 p1, p0 = ys[inc].mean(), ys[~inc].mean()
-                q1, q0 = (ys[inc].sum() + 1) / (n1 + 2), (ys[~inc].sum() + 1) / (n - n1 + 2)
-                t = (p1 - p0) / math.sqrt(q1 * (1 - q1) / n1 + q0 * (1 - q0) / (n - n1))
+                if binary:  # one pseudo-event each side, so 0/n or n/n do not give a zero variance
+                    q1, q0 = (ys[inc].sum() + 1) / (n1 + 2), (ys[~inc].sum() + 1) / (n - n1 + 2)
+                    var = q1 * (1 - q1) / n1 + q0 * (1 - q0) / (n - n1)
+                else:       # Welch
+                    var = ys[inc].var(ddof=1) / n1 + ys[~inc].var(ddof=1) / (n - n1)
+                if var <= 0:
+                    continue
+                t = (p1 - p0) / math.sqrt(var)
                 best[j] = max(best.get(j, -math.inf), t)
         scored = [(t, j) for j, t in best.items() if t > self.prefer_z]
         return list(yes) + [j for _, j in sorted(scored, reverse=True)]

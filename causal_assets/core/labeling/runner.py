@@ -1,35 +1,68 @@
-"""The Monte Carlo labelling loop for one question: propose subsets, ask the blind solver, validate, record.
+"""The Monte Carlo labelling loop for one question: propose subsets, run the blind solver, record.
 
-Estimators: `adaptive` (balanced first batch, then trials only where a document's interval still straddles the
-threshold, labels from the joint regression) and `naive` (seed 001: N Bernoulli(0.5) subsets, ΔP = mean success
-in - out). Infrastructure failures (timeouts, 429/5xx, malformed output) are journalled as errored calls and
-never become trials; after `max_consecutive_errors` failed batches the step fails, and a re-run resumes for
-free from the call cache (the subsets are seeded by question id, so the same calls are asked again).
+Outcomes (``MCConfig.outcome``): ``likelihood`` (the gold answer's log-probability given the subset, by teacher
+forcing: graded, one prompt evaluation per trial), ``success`` (greedy answer validated pass/fail) or ``both``
+(labels from the likelihood, the seed's ΔP from the pass/fail trials reported beside them).
+
+Estimators: ``adaptive`` (balanced first batch, then trials only where a document's interval still straddles the
+threshold, labels from the joint regression), ``regression`` (a fixed balanced design of ``budget`` trials, then
+the joint regression with interactions) and ``naive`` (seed 001: Bernoulli(0.5) subsets, ΔP = mean outcome in -
+out). Infrastructure failures (timeouts, 429/5xx, malformed output) are journalled as errored calls and never
+become trials; after ``max_consecutive_errors`` failed batches the step fails, and a re-run resumes for free from
+the call cache (the subsets are seeded by question id, so the same calls are asked again).
 """
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
-from causal_assets.core.labeling.design import bernoulli_design
+from causal_assets.core.labeling.design import balanced_design, bernoulli_design
 from causal_assets.core.labeling.estimators import AdaptiveLabeler, LabelingResult, naive, regression
-from causal_assets.core.labeling.solver import BlindSolver
+from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver, answer_continuations
 from causal_assets.core.labeling.validators import validate
 from causal_assets.core.llm.errors import BudgetExceeded, LLMError
+
+OUTCOMES = ("likelihood", "qa_likelihood", "success", "both")
+ESTIMATORS = ("adaptive", "regression", "naive")
 
 
 @dataclass(frozen=True)
 class MCConfig:
-    estimator: str = "adaptive"    # adaptive | naive
-    threshold: float = 0.1         # ΔP above which a document is relevant
-    budget: int = 48               # solver calls per question (adaptive: at most; naive: exactly)
+    estimator: str = "adaptive"    # adaptive | regression | naive
+    outcome: str = "likelihood"    # likelihood | success | both
+    threshold: float = 0.1         # ΔP above which a document is relevant (pass/fail outcomes)
+    threshold_nats: float = 0.5    # effect on the answer log-likelihood above which a document is relevant
+    budget: int = 32               # solver calls per question (adaptive: at most; otherwise exactly)
     batch: int = 8
     alpha: float = 0.05            # 95% intervals
     seed: int = 0
     max_consecutive_errors: int = 3
+
+    def __post_init__(self):
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"monte_carlo.outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"monte_carlo.estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+
+    @property
+    def label_outcome(self) -> str:
+        """The outcome labels are estimated from: the likelihood whenever it is measured."""
+        return {"success": "success", "qa_likelihood": "qa_likelihood"}.get(self.outcome, "likelihood")
+
+    @property
+    def scores(self) -> bool:
+        return self.outcome != "success"
+
+    @property
+    def generates(self) -> bool:
+        return self.outcome in ("success", "both")
+
+    @property
+    def label_threshold(self) -> float:
+        return self.threshold if self.label_outcome == "success" else self.threshold_nats
 
 
 @dataclass
@@ -44,72 +77,179 @@ def question_rng(question_id: str, seed: int) -> np.random.Generator:
     return np.random.default_rng(int(hashlib.sha256(f"{seed}:{question_id}".encode()).hexdigest()[:16], 16))
 
 
+def _error_call(question_id: str, members: list[str], res: BaseException, kind: str) -> dict:
+    return dict(question_id=question_id, kind=kind, status="error", error=type(res).__name__,
+                detail=str(res)[:300], subset=members, cached=False, latency_s=None, prompt_tokens=None,
+                completion_tokens=None, call_key=None)
+
+
 def label_question(question_id: str, question: str, gold: str | list[str], pool: list[tuple[str, str, str]],
-                   solver: BlindSolver, config: MCConfig, aliases: list[str] | None = None) -> QuestionOutcome:
-    """pool: [(doc_id, title, text)]. Returns the trials, every call (ok or errored) and the labels."""
+                   solver: BlindSolver | LikelihoodSolver | None, config: MCConfig,
+                   aliases: list[str] | None = None, scorer: LikelihoodSolver | None = None) -> QuestionOutcome:
+    """pool: [(doc_id, title, text)]. Returns the trials, every call (ok or errored) and the labels.
+
+    ``solver`` generates answers (pass/fail outcomes), ``scorer`` scores the gold answer (likelihood outcomes);
+    a :class:`LikelihoodSolver` passed as ``solver`` is taken as the scorer. ``config.outcome`` says which are
+    needed."""
+    if isinstance(solver, LikelihoodSolver):
+        solver, scorer = None, solver
+    if config.generates and solver is None:
+        raise ValueError(f"outcome {config.outcome!r} needs a generating BlindSolver")
+    if config.scores and scorer is None:
+        raise ValueError(f"outcome {config.outcome!r} needs a LikelihoodSolver (a log-probability scorer)")
+    validator = (solver or scorer).validator
     doc_ids = [d for d, _, _ in pool]
     rng = question_rng(question_id, config.seed)
     out = QuestionOutcome()
-    labeler = AdaptiveLabeler(len(pool), config.threshold, config.budget, config.batch, rng=rng, doc_ids=doc_ids) \
+    threshold = config.label_threshold
+    labeler = AdaptiveLabeler(len(pool), threshold, config.budget, config.batch, rng=rng, doc_ids=doc_ids) \
         if config.estimator == "adaptive" else None
-    pending = None if labeler else bernoulli_design(len(pool), config.budget, 0.5, rng)
-    kw = {"aliases": aliases or ()} if solver.validator == "fqn_match" else {}
+    if config.estimator == "regression":
+        pending = balanced_design(len(pool), config.budget, rng)
+    elif config.estimator == "naive":
+        pending = bernoulli_design(len(pool), config.budget, 0.5, rng)
+    kw = {"aliases": aliases or ()} if validator == "fqn_match" else {}
+    continuations = answer_continuations(gold, aliases or ()) if scorer is not None else ()
     errors_in_a_row = 0
     while True:
         subsets = labeler.next_subsets() if labeler else pending
         pending = np.zeros((0, len(pool)), dtype=bool)
         if len(subsets) == 0:
             break
+        docs = [[(pool[j][1], pool[j][2]) for j in np.flatnonzero(row)] for row in subsets]
         try:
-            results = solver.attempt_many(question, [[(pool[j][1], pool[j][2]) for j in np.flatnonzero(row)]
-                                                     for row in subsets])
+            scored = scorer.score_many(question, continuations, docs, config.outcome == "qa_likelihood") \
+                if config.scores else [(None, None)] * len(docs)
+            answered = solver.attempt_many(question, docs) if config.generates else [None] * len(docs)
         except BudgetExceeded:
             out.stopped = "budget_exceeded"
             break
-        ok_rows, outcomes = [], []
-        for row, res in zip(subsets, results):
+        ok_rows, outcomes, failed_rows = [], [], []
+        for row, (sc, sq), res in zip(subsets, scored, answered):
             members = [doc_ids[j] for j in np.flatnonzero(row)]
-            if isinstance(res, BaseException):
-                if isinstance(res, BudgetExceeded):
+            bad = [(r, k) for r, k in ((sc, "score"), (sq, "score_question"), (res, "generate"))
+                   if isinstance(r, BaseException)]
+            for r, k in bad:
+                if isinstance(r, BudgetExceeded):
                     out.stopped = "budget_exceeded"
-                out.calls.append(dict(question_id=question_id, status="error", error=type(res).__name__,
-                                      detail=str(res)[:300], subset=members, cached=False, latency_s=None,
-                                      prompt_tokens=None, completion_tokens=None, call_key=None))
+                out.calls.append(_error_call(question_id, members, r, k))
+            if bad:
+                failed_rows.append(row)
                 continue
-            verdict = validate(solver.validator, res.text, gold, **kw)
-            out.calls.append(dict(question_id=question_id, status="ok", error="", detail="", subset=members,
-                                  cached=res.cached, latency_s=res.latency_s, prompt_tokens=res.prompt_tokens,
-                                  completion_tokens=res.completion_tokens, call_key=res.key))
-            out.trials.append(dict(question_id=question_id, trial=len(out.trials), subset=members,
-                                   n_docs=len(members), success=bool(verdict.passed), score=float(verdict.score),
-                                   answer=res.text[:500], call_key=res.key, cached=res.cached))
+            trial = dict(question_id=question_id, trial=len(out.trials), subset=members, n_docs=len(members),
+                         success=None, score=None, answer=None, loglik=None, loglik_question=None, call_key=None,
+                         cached=True)
+            for r, kind in ((sc, "score"), (sq, "score_question")):
+                if r is not None:
+                    out.calls.append(dict(question_id=question_id, kind=kind, status="ok", error="", detail="",
+                                          subset=members, cached=r.cached, latency_s=r.latency_s,
+                                          prompt_tokens=r.prompt_tokens, completion_tokens=None, call_key=r.key))
+            if sc is not None:
+                trial.update(loglik=float(sc.best), call_key=sc.key, cached=sc.cached)
+            if sq is not None:
+                trial.update(loglik_question=float(sq.best), cached=bool(trial["cached"] and sq.cached))
+            if res is not None:
+                verdict = validate(validator, res.text, gold, **kw)
+                out.calls.append(dict(question_id=question_id, kind="generate", status="ok", error="", detail="",
+                                      subset=members, cached=res.cached, latency_s=res.latency_s,
+                                      prompt_tokens=res.prompt_tokens, completion_tokens=res.completion_tokens,
+                                      call_key=res.key))
+                trial.update(success=bool(verdict.passed), score=float(verdict.score), answer=res.text[:500],
+                             cached=bool(trial["cached"] and res.cached))
+                trial["call_key"] = trial["call_key"] or res.key
+            out.trials.append(trial)
             ok_rows.append(row)
-            outcomes.append(float(verdict.passed))
+            outcomes.append(trial_outcome(trial, config.label_outcome))
         if ok_rows and labeler:
             labeler.record(np.array(ok_rows), np.array(outcomes))
-        errors_in_a_row = errors_in_a_row + 1 if len(ok_rows) < len(subsets) else 0
+        errors_in_a_row = errors_in_a_row + 1 if failed_rows else 0
         if out.stopped:
             break
         if errors_in_a_row >= config.max_consecutive_errors:
             raise LLMError(f"question {question_id}: {errors_in_a_row} batches in a row had infrastructure "
                            "errors; completed calls are cached, re-run to resume")
         if labeler is None:
-            # naive: retry only the errored subsets, once per batch
-            failed = [row for row, res in zip(subsets, results) if isinstance(res, BaseException)]
-            pending = np.array(failed, dtype=bool).reshape(-1, len(pool))
+            # fixed designs: retry only the errored subsets, once per batch
+            pending = np.array(failed_rows, dtype=bool).reshape(-1, len(pool))
     # The online labeler's own final labels (its interaction candidates follow what it has found so far).
     out.result = labeler.labels() if labeler else estimate(out.trials, doc_ids, config)
     return out
 
 
-def estimate(trials: list[dict], doc_ids: list[str], config: MCConfig, estimator: str | None = None) -> LabelingResult:
-    """Labels from recorded trials (no LLM): the same function the mc_labels asset re-applies."""
+def trial_outcome(trial: dict, outcome: str) -> float:
+    if outcome == "success":
+        return float(trial["success"])
+    if outcome == "qa_likelihood":
+        return float(trial["loglik"]) + float(trial["loglik_question"])
+    return float(trial["loglik"])
+
+
+def outcome_vector(trials: list[dict], outcome: str) -> np.ndarray:
+    return np.array([trial_outcome(t, outcome) for t in trials], dtype=float)
+
+
+def estimate(trials: list[dict], doc_ids: list[str], config: MCConfig, estimator: str | None = None,
+             outcome: str | None = None) -> LabelingResult:
+    """Labels from recorded trials (no LLM): the same function the mc_labels asset re-applies.
+
+    ``outcome`` (default: the config's label outcome) picks the trial column; ``naive`` on ``success`` is the
+    seed's ΔP rule."""
+    outcome = outcome or config.label_outcome
+    threshold = config.threshold if outcome == "success" else config.threshold_nats
     x = np.array([[d in set(t["subset"]) for d in doc_ids] for t in trials], dtype=bool).reshape(-1, len(doc_ids))
-    y = np.array([float(t["success"]) for t in trials])
+    y = outcome_vector(trials, outcome)
     if (estimator or config.estimator) == "naive":
-        return naive(x, y, config.threshold, config.alpha, doc_ids=doc_ids)
+        return naive(x, y, threshold, config.alpha, doc_ids=doc_ids)
     # Same model as AdaptiveLabeler's defaults, re-fitted on all trials (labels can differ slightly from the
     # online labeler's last batch, which also prefers documents it had already found).
-    return regression(x, y, config.threshold, config.alpha, interactions=True, max_candidates=4, interaction_z=1.5,
-                      interaction_z_or=2.5,
-                      doc_ids=doc_ids)
+    return regression(x, y, threshold, config.alpha, interactions=True, max_candidates=4, interaction_z=1.5,
+                      interaction_z_or=2.5, doc_ids=doc_ids)
+
+
+LABEL_COLUMNS = ["question_id", "doc_id", "label", "effect", "ci_low", "ci_high", "outcome", "delta_p", "trials_used",
+                 "estimator", "base_outcome", "mean_outcome"]
+
+
+def _rows(result: LabelingResult, qid: str, estimator: str, outcome: str, delta_p: dict) -> list[dict]:
+    return [dict(question_id=qid, doc_id=e.doc, label=e.label, effect=float(e.delta_p), ci_low=float(e.ci_low),
+                 ci_high=float(e.ci_high), outcome=outcome, delta_p=delta_p.get(e.doc, float("nan")),
+                 trials_used=int(e.trials_used), estimator=estimator, base_outcome=float(result.base_success_rate),
+                 mean_outcome=float(result.success_rate)) for e in result.docs]
+
+
+def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: MCConfig) -> tuple[pd.DataFrame, list[dict]]:
+    """The labels of every question with trials (no LLM call), as rows and as seed 001's dataset pairs.
+
+    Rows for the configured estimator, plus the seed's naive rule on the same trials for comparison. ``effect``
+    is in the label outcome's units (nats of answer log-likelihood, or success probability); ``delta_p`` is the
+    seed's ΔP where pass/fail trials exist (outcome ``success`` or ``both``), else NaN."""
+    rows, pairs = [], []
+    outcome = config.label_outcome
+    for qid, pool in pools.groupby("question_id", sort=False):
+        pool = pool.sort_values("position")
+        q_trials = trials[trials["question_id"] == qid]
+        if not len(q_trials):
+            continue
+        records = q_trials.to_dict("records")
+        doc_ids = pool["doc_id"].tolist()
+        delta_p = {}
+        if "success" in q_trials and q_trials["success"].notna().all():
+            delta_p = {e.doc: float(e.delta_p) for e in estimate(records, doc_ids, config, "naive", "success").docs}
+        main = estimate(records, doc_ids, config)
+        main_rows = _rows(main, qid, config.estimator, outcome, delta_p)
+        rows += main_rows
+        if config.estimator != "naive":
+            rows += _rows(estimate(records, doc_ids, config, "naive"), qid, "naive", outcome, delta_p)
+        origin = dict(zip(pool["doc_id"], pool["origin"]))
+        texts = dict(zip(pool["doc_id"], pool["text"]))
+        pairs.append({"id": qid, "query": pool.iloc[0]["question"], "candidates": [
+            {"fqn": r["doc_id"], "text": texts[r["doc_id"]], "empirical_relevance": r["label"],
+             "effect": round(r["effect"], 4), "ci": [round(r["ci_low"], 4), round(r["ci_high"], 4)],
+             **({"delta_p": round(r["delta_p"], 4)} if delta_p else {}),
+             "trials_used": r["trials_used"], "origin": origin[r["doc_id"]]} for r in main_rows],
+            "metadata": {"trials": len(records), "outcome": outcome, "threshold": config.label_threshold,
+                         "base_outcome": main.base_success_rate, "mean_outcome": main.success_rate,
+                         "estimator": config.estimator}})
+    labels = pd.DataFrame(rows, columns=LABEL_COLUMNS)
+    labels = labels.merge(pools[["question_id", "doc_id", "origin"]], on=["question_id", "doc_id"], how="left")
+    return labels, pairs

@@ -1,14 +1,29 @@
-"""The blind solver (seed 001): an LLM that sees only the question and one subset of the candidate pool.
+"""The blind solver: an LLM that sees only the question and one subset of the candidate pool.
 
 It is blind by construction: the prompt holds nothing but the subset's documents and the question, so any
-success must come from those documents (or from the model's own knowledge, which the empty-subset trials
-measure as the base rate).
+success must come from those documents (or from the model's own knowledge, which trials without the relevant
+documents measure as the base rate).
+
+A trial's outcome is either graded or binary:
+
+* ``likelihood`` -- the log-probability (nats) of the gold answer after the solver prompt, by teacher forcing
+  (best over accepted aliases). No decoding: one prompt evaluation per trial, and a document that makes the
+  right answer more likely shows it even when the model would not yet *say* it.
+* ``qa_likelihood`` -- the answer's log-probability plus the question's own (both given the subset): the
+  documents that make the solver find the question-answer pair likely.
+* ``success`` -- the model's greedy answer, validated against the gold (pass/fail).
+
+Both use the prompt built by :func:`solver_prompt`, so a likelihood trial scores exactly the context a
+generating solver would see.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from causal_assets.core.llm.client import LLMClient, LLMResult
+from causal_assets.core.llm.errors import LLMError
+from causal_assets.core.llm.scoring import ScoreRequest, ScoreResult, Scorer
 
 SYSTEM = ("You answer questions using only the context documents given. "
           "Answer in one short sentence. If the documents do not contain the answer, reply: unknown.")
@@ -18,21 +33,58 @@ ANSWER_FORMATS = {
     "answer_containment": "Answer with the shortest phrase that answers the question.",
     "exact_match": "Answer with the exact answer only.",
 }
+ANSWER_CUE = "Answer:"
 
 
-def solver_messages(question: str, docs: list[tuple[str, str]], validator: str) -> list[dict]:
+def _context(docs: Sequence[tuple[str, str]]) -> str:
+    if not docs:
+        return "Context documents:\n(no documents)\n\nQuestion:"
+    return "Context documents:\n" + "\n\n".join(f"[{i}] {title}\n{text}" for i, (title, text) in enumerate(docs, 1)) \
+        + "\n\nQuestion:"
+
+
+def solver_user_text(question: str, docs: Sequence[tuple[str, str]], validator: str) -> str:
     """docs: [(title, text)] in pool order (the order never depends on relevance)."""
-    if docs:
-        context = "\n\n".join(f"[{i}] {title}\n{text}" for i, (title, text) in enumerate(docs, 1))
-    else:
-        context = "(no documents)"
     fmt = ANSWER_FORMATS.get(validator, ANSWER_FORMATS["answer_f1"])
+    return f"{_context(docs)} {question}\n{fmt}"
+
+
+def question_prompt(docs: Sequence[tuple[str, str]]) -> str:
+    """The solver prompt up to the question: what the question's own log-probability is scored after. It is a
+    prefix of :func:`solver_prompt`, so scoring both costs one prompt evaluation plus the answer's tokens."""
+    return f"{SYSTEM}\n\n{_context(docs)}"
+
+
+def solver_messages(question: str, docs: Sequence[tuple[str, str]], validator: str) -> list[dict]:
+    """The generating solver's chat conversation."""
     return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Context documents:\n{context}\n\nQuestion: {question}\n{fmt}"}]
+            {"role": "user", "content": solver_user_text(question, docs, validator)}]
+
+
+def solver_prompt(question: str, docs: Sequence[tuple[str, str]], validator: str) -> str:
+    """The same conversation as plain text ending in the answer cue: what a likelihood trial scores the gold
+    answer after (plain text works for base models without a chat template, e.g. Gemma-3-270M)."""
+    return f"{SYSTEM}\n\n{solver_user_text(question, docs, validator)}\n{ANSWER_CUE}"
+
+
+def answer_continuations(gold: str | Sequence[str], aliases: Sequence[str] = ()) -> tuple[str, ...]:
+    """Accepted answers as continuations of :func:`solver_prompt` (leading space: the prompt ends on a token
+    boundary after the cue). Duplicates and blanks dropped, order kept."""
+    golds = [gold] if isinstance(gold, str) else list(gold)
+    seen: dict[str, None] = {}
+    for g in [*golds, *aliases]:
+        g = str(g).strip()
+        if g:
+            seen.setdefault(" " + g, None)
+    if not seen:
+        raise ValueError("no gold answer to score")
+    return tuple(seen)
 
 
 @dataclass
 class BlindSolver:
+    """Generating solver: pass/fail outcomes from the model's greedy answer."""
+
     client: LLMClient
     validator: str
     max_tokens: int = 48
@@ -43,3 +95,23 @@ class BlindSolver:
         conversations = [solver_messages(question, docs, self.validator) for docs in subsets]
         return self.client.chat_many(conversations, return_exceptions=True,
                                      max_tokens=self.max_tokens, temperature=self.temperature)
+
+
+@dataclass
+class LikelihoodSolver:
+    """Scoring solver: graded outcomes, the gold answer's log-probability given each subset, and with
+    ``with_question`` also the question's own log-probability given the subset (what the ``qa_likelihood``
+    outcome adds: how well the documents account for the question's premises -- its entities and relations --
+    which is where a multi-hop question's first-hop document shows its effect on a small solver)."""
+
+    scorer: Scorer
+    validator: str
+
+    def score_many(self, question: str, continuations: tuple[str, ...], subsets: list[list[tuple[str, str]]],
+                   with_question: bool = False) -> list[tuple[ScoreResult | LLMError, ScoreResult | LLMError | None]]:
+        answers = [ScoreRequest(solver_prompt(question, docs, self.validator), continuations) for docs in subsets]
+        questions = [ScoreRequest(question_prompt(docs), (" " + question.strip(),)) for docs in subsets] \
+            if with_question else []
+        results = self.scorer.score_many(answers + questions)   # one sorted pass: each question prompt prefixes
+        n = len(answers)                                         # its answer prompt, so the KV cache is shared
+        return [(results[i], results[n + i] if with_question else None) for i in range(n)]

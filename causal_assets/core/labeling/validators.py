@@ -53,6 +53,7 @@ __all__ = [
     "exact_match",
     "token_f1",
     "answer_containment",
+    "contains_answer",
     "answer_f1",
     "fqn_match",
     "VALIDATORS",
@@ -142,6 +143,14 @@ def token_f1(prediction: str, gold: Gold, threshold: float = 0.5) -> Validation:
 def _contains(hay: list[str], needle: list[str]) -> bool:
     n = len(needle)
     return n > 0 and any(hay[i : i + n] == needle for i in range(len(hay) - n + 1))
+
+
+def contains_answer(text: str, gold: Gold) -> bool:
+    """A passage contains some accepted answer as whole normalised tokens (the "contains the answer string"
+    relevance heuristic that labels are compared against; yes/no answers never count as contained)."""
+    hay = normalize_answer(text).split()
+    return any(_contains(hay, normalize_answer(g).split()) for g in _golds(gold)
+               if normalize_answer(g) not in ("yes", "no"))
 
 
 def answer_containment(prediction: str, gold: Gold) -> Validation:

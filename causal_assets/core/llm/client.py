@@ -154,6 +154,12 @@ class LLMClient:
                                 thread_name_prefix="llm") as pool:
             return list(pool.map(one, items))
 
+    @property
+    def openai_client(self) -> openai.OpenAI:
+        """The underlying `openai` client (same endpoint and key), for calls this class does not wrap, such as
+        prompt log-probability scoring (which has its own cache keys and retries)."""
+        return self._client
+
     def key_for(self, kind: str, payload: Any, sample_index: int | None = None, **params: Any) -> str:
         return make_key(self.model, kind, payload, self._key_params(params, sample_index))
 

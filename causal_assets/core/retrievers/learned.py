@@ -6,8 +6,9 @@ call, and reranks a first stage (the z-score hybrid) with them. It is the `learn
 
 Targets (what it learns):
 
-- `delta_p`: the Monte Carlo labels' ΔP (`mc_labels`, adaptive estimator): how much a document raises the
-  blind solver's success rate, i.e. causal relevance measured by intervention. Only labelled (question,
+- `delta_p`: the Monte Carlo labels' effect (`mc_labels`, configured estimator): how much a document raises the
+  blind solver's log-likelihood of the right answer (or its success rate, for pass/fail labels), i.e. causal
+  relevance measured by intervention. Only labelled (question,
   document) pairs are trained on. HotpotQA and the mined default benchmark have them.
 - `qrels`: the benchmark's relevance judgements of the training split (relevant = grade > 0, every other
   first-stage candidate of a judged query = 0). SciFact and CoSQA have no MC labels (no validatable answer),
@@ -78,10 +79,12 @@ def attach_target(table: pd.DataFrame, target: str, qrels: Qrels | None = None,
             raise ValueError("target delta_p needs mc_labels")
         labels = mc_labels
         if "estimator" in labels:
-            # The adaptive (regression) estimate where a question has one, else the naive one.
-            labels = labels.sort_values("estimator", key=lambda s: s.ne("adaptive")) \
+            # The configured estimator's rows (adaptive / regression) where a question has them, else the naive ones.
+            labels = labels.sort_values("estimator", key=lambda s: s.eq("naive")) \
                 .drop_duplicates(["question_id", "doc_id"])
-        dp = dict(zip(zip(labels["question_id"], labels["doc_id"]), labels["delta_p"].astype(float)))
+        # the label effect (answer log-likelihood or success probability); older label tables only have ΔP
+        col = "effect" if "effect" in labels else "delta_p"
+        dp = dict(zip(zip(labels["question_id"], labels["doc_id"]), labels[col].astype(float)))
         return table.assign(target=[dp.get((q, d), np.nan) for q, d in zip(table["query_id"], table["doc_id"])])
     raise ValueError(f"unknown target {target!r}; known: {TARGETS}")
 

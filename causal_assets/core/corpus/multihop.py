@@ -1,0 +1,126 @@
+"""Multi-hop QA records (HotpotQA, 2WikiMultihopQA, MuSiQue) as questions with their own paragraphs.
+
+One reader for the three formats, detected per record:
+
+* HotpotQA / 2Wiki: ``_id``, ``question``, ``answer``, ``supporting_facts`` [[title, sentence index]], ``context``
+  [[title, [sentences]]]. Gold paragraphs are those whose title is in ``supporting_facts``. HotpotQA sentences
+  carry their own leading space, 2Wiki's do not ("screenwriter.He"): sentences are joined with a space exactly
+  where none is there already.
+* MuSiQue: ``id``, ``question``, ``answer``, ``answer_aliases``, ``paragraphs`` [{``idx``, ``title``,
+  ``paragraph_text``, ``is_supporting``}]. Titles repeat within a question, so gold is ``is_supporting``, never
+  the title, and a paragraph's id is its index.
+
+Records without paragraphs (some 2Wiki dev records have no ``context``) are skipped and counted; ``strict=True``
+refuses the file instead. Any other malformed record stops with one error naming file, line and field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from causal_assets.core.corpus.hotpotqa import _records
+from causal_assets.core.errors import CorpusError
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    title: str
+    text: str
+    supporting: bool
+
+
+@dataclass(frozen=True)
+class MultiHopQuestion:
+    question_id: str
+    question: str
+    answer: str
+    aliases: tuple[str, ...]
+    type: str
+    paragraphs: tuple[Paragraph, ...]
+
+    @property
+    def gold(self) -> list[int]:
+        return [i for i, p in enumerate(self.paragraphs) if p.supporting]
+
+
+@dataclass
+class MultiHopFile:
+    questions: list[MultiHopQuestion]
+    skipped_without_paragraphs: list[str] = field(default_factory=list)
+    format_counts: dict[str, int] = field(default_factory=dict)
+
+
+def join_sentences(sentences: list[str]) -> str:
+    out = ""
+    for s in sentences:
+        if out and not out[-1].isspace() and s and not s[0].isspace():
+            out += " "
+        out += s
+    return out
+
+
+def _require(obj: dict, where: str, *keys: str) -> None:
+    for key in keys:
+        if key not in obj:
+            raise CorpusError(f"{where}: missing field {key!r}")
+
+
+def _musique(obj: dict, where: str) -> MultiHopQuestion | None:
+    _require(obj, where, "id", "question", "answer")
+    paras = obj.get("paragraphs") or []
+    if not paras:
+        return None
+    out = []
+    for i, p in enumerate(paras):
+        if not isinstance(p, dict) or "paragraph_text" not in p:
+            raise CorpusError(f"{where}: paragraphs[{i}] needs 'paragraph_text'")
+        out.append(Paragraph(str(p.get("title", "")), str(p["paragraph_text"]), bool(p.get("is_supporting", False))))
+    return MultiHopQuestion(str(obj["id"]), str(obj["question"]), str(obj["answer"]),
+                            tuple(str(a) for a in obj.get("answer_aliases") or ()), "musique", tuple(out))
+
+
+def _hotpot_like(obj: dict, where: str) -> MultiHopQuestion | None:
+    _require(obj, where, "_id", "question", "answer")
+    context = obj.get("context") or []
+    if not context:
+        return None
+    facts = obj.get("supporting_facts")
+    if not isinstance(facts, list) or not facts:
+        raise CorpusError(f"{where}: 'supporting_facts' must be a non-empty list of [title, sentence index]")
+    titles = set()
+    for k, f in enumerate(facts):
+        if not (isinstance(f, (list, tuple)) and len(f) == 2):
+            raise CorpusError(f"{where}: supporting_facts[{k}] must be [title, sentence index], got {str(f)[:80]!r}")
+        titles.add(str(f[0]))
+    out = []
+    for pos, para in enumerate(context):
+        if not (isinstance(para, list) and len(para) == 2 and isinstance(para[1], list)):
+            raise CorpusError(f"{where}: context[{pos}] must be [title, [sentences]], got {str(para)[:80]!r}")
+        out.append(Paragraph(str(para[0]), join_sentences([str(s) for s in para[1]]), str(para[0]) in titles))
+    return MultiHopQuestion(str(obj["_id"]), str(obj["question"]), str(obj["answer"]), (), str(obj.get("type", "")),
+                            tuple(out))
+
+
+def read_multihop(path: str | Path, strict: bool = False) -> MultiHopFile:
+    """Every question of a HotpotQA / 2Wiki / MuSiQue JSON or JSONL file (format detected per record)."""
+    path = Path(path)
+    result = MultiHopFile([])
+    seen: set[str] = set()
+    for where, obj in _records(path):
+        if not isinstance(obj, dict):
+            raise CorpusError(f"{where}: expected a JSON object")
+        fmt = "musique" if "paragraphs" in obj or ("id" in obj and "_id" not in obj) else "hotpotqa"
+        q = _musique(obj, where) if fmt == "musique" else _hotpot_like(obj, where)
+        if q is None:
+            if strict:
+                raise CorpusError(f"{where}: record has no paragraphs ('context'/'paragraphs' missing or empty)")
+            result.skipped_without_paragraphs.append(where)
+            continue
+        if q.question_id in seen:
+            raise CorpusError(f"{where}: duplicate question id {q.question_id!r}")
+        seen.add(q.question_id)
+        result.questions.append(q)
+        result.format_counts[fmt] = result.format_counts.get(fmt, 0) + 1
+    if not result.questions:
+        raise CorpusError(f"{path}: no question with paragraphs")
+    return result

@@ -1,0 +1,29 @@
+"""The Monte Carlo labels as evaluation ground truth: which documents measurably helped the solver answer.
+
+A labelled question's relevant documents are its ``YES`` labels, graded by their effect (nats of answer
+log-likelihood, or success probability for pass/fail labels); ``NO`` and ``UNCERTAIN`` documents are not relevant.
+Questions without a ``YES`` label have no relevant document and are left out (their number is reported).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from causal_assets.core.evaluation.metrics import Qrels
+
+TRUTHS = ("qrels", "mc_labels")
+
+
+def label_qrels(labels: pd.DataFrame | None, question_ids=None) -> Qrels:
+    """{question: {doc: effect}} of the YES labels of the configured estimator (the rows that are not the naive
+    comparison), optionally restricted to ``question_ids``."""
+    if labels is None or not len(labels):
+        return {}
+    main = labels[labels["estimator"] != "naive"] if (labels["estimator"] != "naive").any() else labels
+    yes = main[main["label"] == "YES"]
+    if question_ids is not None:
+        yes = yes[yes["question_id"].isin(set(question_ids))]
+    col = "effect" if "effect" in yes else "delta_p"
+    out: Qrels = {}
+    for q, d, e in zip(yes["question_id"], yes["doc_id"], yes[col].astype(float)):
+        out.setdefault(str(q), {})[str(d)] = max(float(e), 1e-6)
+    return out

@@ -1,0 +1,142 @@
+"""Agreement of Monte Carlo labels with a benchmark's gold, and of the "contains the answer" heuristic.
+
+Input: one dict per labelled question with ``gold`` (positions of the gold candidates), ``effects`` and ``labels``
+(one per candidate, in pool order) and ``contains`` (whether each candidate contains an accepted answer).
+Reported: precision / recall / F1 of the YES set (micro over all pairs), the UNCERTAIN share, and the ranking by
+effect size -- top-2 precision, R-precision (top-|gold|) and per-question ROC AUC. Rankings with ties (the
+heuristic is 0/1) are scored by their expectation over random tie-breaking, so ties earn nothing.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from causal_assets.core.labeling.validators import contains_answer
+
+__all__ = ["label_quality_rows", "summarize", "expected_precision_at", "auc", "per_question_from_tables",
+           "quality_table"]
+
+
+def label_quality_rows(per_question: Iterable[dict]) -> list[dict]:
+    rows = []
+    for q in per_question:
+        gold = set(q["gold"])
+        for j, (effect, label) in enumerate(zip(q["effects"], q["labels"])):
+            rows.append({"question_id": q["question_id"], "position": j, "gold": j in gold,
+                         "effect": float(effect) if effect is not None and math.isfinite(effect) else float("nan"),
+                         "label": label, "contains": bool(q["contains"][j]) if q.get("contains") else False})
+    return rows
+
+
+def expected_precision_at(scores: Sequence[float], gold: Sequence[bool], k: int) -> float:
+    """Precision of the top ``k`` by score, in expectation over random order within tied scores (NaN lowest)."""
+    s = np.array([v if math.isfinite(v) else -np.inf for v in scores], dtype=float)
+    g = np.asarray(gold, dtype=float)
+    k = min(k, len(s))
+    if k == 0:
+        return float("nan")
+    hits, taken = 0.0, 0
+    for v in sorted(set(s.tolist()), reverse=True):
+        group = s == v
+        n = int(group.sum())
+        take = min(n, k - taken)
+        hits += take * float(g[group].mean())
+        taken += take
+        if taken >= k:
+            break
+    return hits / k
+
+
+def auc(scores: Sequence[float], gold: Sequence[bool]) -> float:
+    """ROC AUC (ties count one half); NaN when a question has no gold or only gold."""
+    s = np.array([v if math.isfinite(v) else -np.inf for v in scores], dtype=float)
+    g = np.asarray(gold, dtype=bool)
+    pos, neg = s[g], s[~g]
+    if len(pos) == 0 or len(neg) == 0:
+        return float("nan")
+    wins = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(wins / (len(pos) * len(neg)))
+
+
+def _prf(pred: np.ndarray, gold: np.ndarray) -> dict:
+    tp = int((pred & gold).sum())
+    npred, ngold = int(pred.sum()), int(gold.sum())
+    return {"precision": tp / npred if npred else float("nan"), "recall": tp / ngold if ngold else float("nan"),
+            "f1": 2 * tp / (npred + ngold) if npred + ngold else float("nan"), "tp": tp, "predicted": npred,
+            "gold": ngold}
+
+
+def _ranking(rows: list[dict], col: str) -> dict:
+    by_q: dict[str, list[dict]] = {}
+    for r in rows:
+        by_q.setdefault(r["question_id"], []).append(r)
+    top2, rprec, aucs = [], [], []
+    for items in by_q.values():
+        items = sorted(items, key=lambda r: r["position"])
+        scores = [float(r[col]) for r in items]
+        gold = [r["gold"] for r in items]
+        n_gold = sum(gold)
+        if n_gold == 0:
+            continue
+        top2.append(expected_precision_at(scores, gold, 2))
+        rprec.append(expected_precision_at(scores, gold, n_gold))
+        a = auc(scores, gold)
+        if math.isfinite(a):
+            aucs.append(a)
+    mean = lambda v: float(np.mean(v)) if v else float("nan")  # noqa: E731
+    return {"top2_precision": mean(top2), "r_precision": mean(rprec), "auc": mean(aucs), "questions": len(top2)}
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Label and ranking quality of the labels, and of the answer-containment heuristic on the same pairs."""
+    if not rows:
+        return {}
+    gold = np.array([r["gold"] for r in rows], dtype=bool)
+    labels = np.array([r["label"] for r in rows])
+    contains = np.array([r["contains"] for r in rows], dtype=bool)
+    return {"pairs": len(rows), "questions": len({r["question_id"] for r in rows}),
+            "labels": {**_prf(labels == "YES", gold), "uncertain_share": float((labels == "UNCERTAIN").mean()),
+                       "yes": int((labels == "YES").sum()), "no": int((labels == "NO").sum())},
+            "ranking": _ranking(rows, "effect"),
+            "containment": _prf(contains, gold),
+            "containment_ranking": _ranking([{**r, "contains_score": float(r["contains"])} for r in rows],
+                                            "contains_score")}
+
+
+def per_question_from_tables(labels: pd.DataFrame, pools: pd.DataFrame, qrels: dict[str, dict[str, float]],
+                             estimator: str) -> list[dict]:
+    """The input of :func:`summarize` from the stored tables: one estimator's labels, the pools (for the order
+    and the text the solver saw) and the benchmark's gold judgements (relevant = grade > 0)."""
+    rows = labels[labels["estimator"] == estimator]
+    col = "effect" if "effect" in rows else "delta_p"
+    out = []
+    for qid, pool in pools.groupby("question_id", sort=False):
+        lab = rows[rows["question_id"] == qid].set_index("doc_id")
+        if not len(lab):
+            continue
+        pool = pool.sort_values("position")
+        docs = pool["doc_id"].tolist()
+        gold = {d for d, g in qrels.get(qid, {}).items() if g > 0}
+        answers = [pool.iloc[0]["answer"], *json.loads(pool.iloc[0]["aliases"] or "[]")] \
+            if isinstance(pool.iloc[0]["aliases"], str) else [pool.iloc[0]["answer"]]
+        out.append({"question_id": qid, "gold": [i for i, d in enumerate(docs) if d in gold],
+                    "effects": [float(lab[col].get(d, float("nan"))) for d in docs],
+                    "labels": [str(lab["label"].get(d, "UNCERTAIN")) for d in docs],
+                    "contains": [contains_answer(t, answers) for t in pool["text"]]})
+    return out
+
+
+def quality_table(summary: dict) -> pd.DataFrame:
+    """summarize()'s figures as (source, metric, value) rows: the labels, the ranking by effect and the
+    containment heuristic."""
+    rows = []
+    for source, key in (("labels", "labels"), ("effect_ranking", "ranking"), ("containment", "containment"),
+                        ("containment_ranking", "containment_ranking")):
+        for metric, value in summary.get(key, {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                rows.append((source, metric, float(value)))
+    return pd.DataFrame(rows, columns=["source", "metric", "value"])

@@ -1,0 +1,340 @@
+"""Teacher-forced log-probabilities of given continuations (the gold answer) after a prompt: the graded outcome
+of a Monte Carlo trial. No decoding: one prompt evaluation per request.
+
+Two backends behind one interface (`score_many(requests) -> [ScoreResult | LLMError]`):
+
+* :class:`LlamaCppScorer` -- in-process llama.cpp on a local GGUF (the packaged offline models). Logits are
+  computed only for the rows that predict a continuation token (``logits_all=False`` and per-row output flags),
+  and the KV cache of the previous prompt is reused up to the longest common token prefix, so requests ordered
+  to share their beginning (see :func:`prefix_order`) pay only for their tails. The server's
+  ``/v1/completions`` echo path is not used for local models: it sorts the whole vocabulary in Python for
+  every prompt token (~57 CPU-s for a 600-token prompt against ~4 in-process, measured on these machines).
+* :class:`EndpointScorer` -- an OpenAI-compatible ``/v1/completions`` endpoint through the `openai` client:
+  vLLM's ``prompt_logprobs`` extension, or ``echo`` + ``logprobs`` (llama.cpp server, older OpenAI-compatible
+  servers). An endpoint that returns neither (hosted chat-only APIs) raises :class:`ScoringUnsupported`
+  naming the option to use instead (``monte_carlo: {outcome: success}``); it never silently scores nothing.
+
+Every request goes through the persistent :class:`~causal_assets.core.llm.cache.CallCache` (kind ``score``):
+a re-run pays nothing twice and infrastructure errors are journalled, never returned as outcomes.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from .cache import CallCache, make_key
+from .errors import LLMError, LLMInfrastructureError
+
+__all__ = ["ScoreRequest", "ScoreResult", "Scorer", "LlamaCppScorer", "EndpointScorer", "ScoringUnsupported",
+           "prefix_order", "free_cores"]
+
+
+class ScoringUnsupported(LLMError):
+    """The endpoint cannot return prompt log-probabilities."""
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    prompt: str
+    continuations: tuple[str, ...]   # e.g. the gold answer and its accepted aliases, each with a leading space
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    logprobs: tuple[float, ...]      # sum of token log-probabilities (nats) of each continuation
+    n_tokens: tuple[int, ...]        # tokens of each continuation
+    prompt_tokens: int
+    evaluated_tokens: int            # tokens actually run through the model (prefix reuse makes this < prompt)
+    latency_s: float                 # 0.0 from the cache
+    cached: bool
+    key: str
+
+    @property
+    def best(self) -> float:
+        """Log-probability of the most likely accepted answer (aliases are alternatives, not a sum)."""
+        return max(self.logprobs)
+
+
+class Scorer(Protocol):
+    model_id: str
+
+    def score_many(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult | LLMError]: ...
+
+
+def prefix_order(prompts: Sequence[str]) -> list[int]:
+    """Indices of ``prompts`` in lexicographic order: consecutive prompts then share the longest beginnings,
+    which the in-process backend's KV cache (and llama.cpp's prompt cache) reuses."""
+    return sorted(range(len(prompts)), key=lambda i: prompts[i])
+
+
+def free_cores(total: int | None = None) -> int:
+    """Cores not busy with other work right now (1-minute load average), at least 1. llama.cpp's worker threads
+    slow down sharply when they outnumber the free cores (spin-waiting on each other), so a busy machine gets
+    fewer threads, not more."""
+    total = total or os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return total
+    return max(1, min(total, int(round(total - load + 0.5))))
+
+
+def _log_softmax_at(logits: np.ndarray, token: int) -> float:
+    m = float(logits.max())
+    return float(logits[token] - m - math.log(float(np.exp(logits - m).sum())))
+
+
+class _CachedScorer:
+    """The cache/journal around a backend's ``_score_one``; ``model_id`` names the weights, not the backend, so a
+    local file and an endpoint serving the same model still get separate keys (their numerics differ)."""
+
+    model_id: str
+    backend: str
+    cache: CallCache | None
+
+    def key(self, req: ScoreRequest) -> str:
+        return make_key(self.model_id, "score", {"prompt": req.prompt, "continuations": list(req.continuations)},
+                        {"backend": self.backend})
+
+    def score_many(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult | LLMError]:
+        out: list[ScoreResult | LLMError | None] = [None] * len(requests)
+        todo = []
+        for i, req in enumerate(requests):
+            if not req.continuations:
+                raise ValueError("a score request needs at least one continuation")
+            key = self.key(req)
+            hit = self.cache.get(key) if self.cache is not None else None
+            if hit is not None and hit.response:
+                r = hit.response
+                out[i] = ScoreResult(tuple(r["logprobs"]), tuple(r["n_tokens"]), int(r["prompt_tokens"]),
+                                     0, 0.0, True, key)
+            else:
+                todo.append((i, key))
+        for i, key in sorted(todo, key=lambda item: requests[item[0]].prompt):
+            req = requests[i]
+            request_record = {"kind": "score", "model": self.model_id, "prompt": req.prompt,
+                              "continuations": list(req.continuations), "backend": self.backend}
+            t0 = time.monotonic()
+            try:
+                lps, ntok, ptok, evaluated = self._score_one(req)
+            except ScoringUnsupported:
+                raise
+            except LLMError as exc:
+                if self.cache is not None:
+                    self.cache.put(key, self.model_id, request_record, None, None, None, None,
+                                   time.monotonic() - t0, status="error", error=str(exc)[:2000], attempts=1)
+                out[i] = exc
+                continue
+            latency = time.monotonic() - t0
+            if self.cache is not None:
+                self.cache.put(key, self.model_id, request_record,
+                               {"logprobs": lps, "n_tokens": ntok, "prompt_tokens": ptok, "evaluated": evaluated},
+                               f"{max(lps):.6f}", ptok, sum(ntok), latency, status="ok", attempts=1)
+            out[i] = ScoreResult(tuple(lps), tuple(ntok), ptok, evaluated, latency, False, key)
+        return out  # type: ignore[return-value]
+
+    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int]:
+        raise NotImplementedError
+
+
+class LlamaCppScorer(_CachedScorer):
+    """In-process llama.cpp scorer with KV-cache prefix reuse (one model, one context, one thread at a time)."""
+
+    backend = "llama.cpp-inprocess"
+
+    def __init__(self, model_path: str | os.PathLike, model_id: str, cache: CallCache | None = None,
+                 n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512):
+        from llama_cpp import Llama  # optional heavy dependency: loaded only when a local model scores
+
+        self.model_path = Path(model_path)
+        self.model_id = model_id
+        self.cache = cache
+        self.n_threads = n_threads or free_cores()
+        self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=self.n_threads,
+                          n_threads_batch=self.n_threads, n_batch=n_batch, logits_all=False, verbose=False)
+        self._n_vocab = self._llm.n_vocab()
+        self._lock = threading.Lock()
+        self.tokens_evaluated = 0
+        self.tokens_requested = 0
+
+    def tokenize(self, text: str, bos: bool) -> list[int]:
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
+
+    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int]:
+        with self._lock:
+            prompt = self.tokenize(req.prompt, bos=True)
+            lps, ntok, evaluated = [], [], 0
+            for cont in req.continuations:
+                target = self.tokenize(cont, bos=False)
+                if not target:
+                    raise ValueError(f"continuation {cont!r} has no tokens")
+                lp, ev = self._teacher_forced(prompt, target)
+                lps.append(lp)
+                ntok.append(len(target))
+                evaluated += ev
+            return lps, ntok, len(prompt), evaluated
+
+    def _teacher_forced(self, prompt: list[int], target: list[int]) -> tuple[float, int]:
+        llm = self._llm
+        tokens = prompt + target
+        if len(tokens) > llm.n_ctx():
+            raise LLMError(f"prompt of {len(prompt)} + {len(target)} tokens exceeds the context of {llm.n_ctx()}")
+        # reuse the cached prefix, but re-run at least the last prompt token: its logits predict the first target
+        cached = llm.input_ids[: llm.n_tokens].tolist()
+        common = 0
+        for a, b in zip(cached, tokens[: len(prompt) - 1]):
+            if a != b:
+                break
+            common += 1
+        llm.n_tokens = common
+        llm._ctx.kv_cache_seq_rm(-1, common, -1)
+        rows = set(range(len(prompt) - 1, len(tokens) - 1))   # positions whose next token is a target token
+        logits_at: dict[int, float] = {}
+        batch = llm._batch
+        for start in range(common, len(tokens) - 1, llm.n_batch):
+            chunk = tokens[start: min(len(tokens) - 1, start + llm.n_batch)]
+            batch.set_batch(batch=chunk, n_past=start, logits_all=False)
+            for i in range(len(chunk)):
+                batch.batch.logits[i] = (start + i) in rows
+            llm._ctx.decode(batch)
+            llm.input_ids[start: start + len(chunk)] = chunk
+            llm.n_tokens = start + len(chunk)
+            for i in range(len(chunk)):
+                pos = start + i
+                if pos in rows:
+                    ptr = llm._ctx.get_logits_ith(i)
+                    row = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
+                                                shape=(self._n_vocab,))
+                    logits_at[pos] = _log_softmax_at(row, tokens[pos + 1])
+        evaluated = len(tokens) - 1 - common
+        self.tokens_evaluated += evaluated
+        self.tokens_requested += len(tokens) - 1
+        return float(sum(logits_at[p] for p in sorted(rows))), evaluated
+
+    def close(self) -> None:
+        self._llm.close()
+
+
+class EndpointScorer(_CachedScorer):
+    """Prompt log-probabilities from an OpenAI-compatible ``/v1/completions`` endpoint via the `openai` client.
+
+    ``mode``: ``prompt_logprobs`` (vLLM: ``extra_body={"prompt_logprobs": 0}``), ``echo`` (``echo=True,
+    logprobs=0``; llama.cpp's server and the legacy OpenAI completions API) or ``auto`` (try vLLM's first, then
+    echo). Continuation tokens are found by character offsets, so the prompt must end on a token boundary (the
+    solver prompt ends with ``Answer:`` and the continuation starts with a space).
+
+    Known limit: llama-cpp-python's server (0.3.x) echoes correct prompt log-probabilities only for models whose
+    prompts start with a BOS token (Gemma, Llama); for models without one (SmolLM2) each echoed value is taken from
+    the wrong logits row, and nothing in the response tells. Score such models in-process (the default for the
+    packaged models) or behind vLLM."""
+
+    backend = "openai-completions"
+
+    def __init__(self, client, model: str, cache: CallCache | None = None, mode: str = "auto"):
+        if mode not in ("auto", "prompt_logprobs", "echo"):
+            raise ValueError(f"mode must be auto, prompt_logprobs or echo, got {mode!r}")
+        self._client = client      # an openai.OpenAI (or the project's LLMClient's underlying client)
+        self.model_id = model
+        self.cache = cache
+        self.mode = mode
+
+    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int]:
+        lps, ntok, ptok = [], [], 0
+        for cont in req.continuations:
+            lp, n, p = self._one(req.prompt, cont)
+            lps.append(lp)
+            ntok.append(n)
+            ptok = p
+        return lps, ntok, ptok, ptok + sum(ntok)
+
+    def _one(self, prompt: str, cont: str) -> tuple[float, int, int]:
+        import openai  # the project's one LLM client library (already imported by the LLM client)
+
+        modes = ["prompt_logprobs", "echo"] if self.mode == "auto" else [self.mode]
+        last: Exception | None = None
+        for mode in modes:
+            try:
+                if mode == "prompt_logprobs":
+                    resp = self._client.completions.create(model=self.model_id, prompt=prompt + cont, max_tokens=1,
+                                                           temperature=0.0, extra_body={"prompt_logprobs": 0})
+                    data = resp.model_dump(mode="json")
+                    got = _from_prompt_logprobs(data, prompt, cont)
+                else:
+                    resp = self._client.completions.create(model=self.model_id, prompt=prompt + cont, max_tokens=1,
+                                                           temperature=0.0, echo=True, logprobs=0)
+                    data = resp.model_dump(mode="json")
+                    got = _from_echo(data, prompt, cont)
+            except (openai.APIConnectionError, openai.APITimeoutError, openai.InternalServerError,
+                    openai.RateLimitError) as exc:
+                raise LLMInfrastructureError(f"score call to {self.model_id!r} failed: {type(exc).__name__}",
+                                             attempts=1, kind="connection") from None
+            except openai.APIStatusError as exc:
+                last = exc
+                continue
+            if got is not None:
+                return got
+        raise ScoringUnsupported(
+            f"endpoint model {self.model_id!r} returns no prompt log-probabilities (tried {', '.join(modes)}"
+            f"{': ' + type(last).__name__ if last else ''}); use a server that does (vLLM, llama.cpp) or set "
+            "the benchmark's `monte_carlo: {outcome: success}` to label by generated answers instead")
+
+
+def _from_prompt_logprobs(data: dict, prompt: str, cont: str) -> tuple[float, int, int] | None:
+    """vLLM: ``choices[0].prompt_logprobs`` is a list (first entry None) of {token_id: {logprob, decoded_token}}."""
+    choice = (data.get("choices") or [{}])[0]
+    plp = choice.get("prompt_logprobs") or data.get("prompt_logprobs")
+    if not plp:
+        return None
+    texts, values = [], []
+    for entry in plp:
+        if not entry:
+            texts.append("")
+            values.append(None)
+            continue
+        # the entry of the actual prompt token is the one with the smallest rank (vLLM also lists top tokens)
+        best = min(entry.values(), key=lambda v: v.get("rank", 0) if isinstance(v, dict) else 0)
+        texts.append(best.get("decoded_token", "") if isinstance(best, dict) else "")
+        values.append(best.get("logprob") if isinstance(best, dict) else None)
+    return _sum_after(texts, values, len(prompt), len(prompt) + len(cont))
+
+
+def _from_echo(data: dict, prompt: str, cont: str) -> tuple[float, int, int] | None:
+    choice = (data.get("choices") or [{}])[0]
+    lp = choice.get("logprobs") or {}
+    offsets, tokens, values = lp.get("text_offset"), lp.get("tokens"), lp.get("token_logprobs")
+    if not offsets or not tokens or not values:
+        return None
+    full = prompt + cont
+    # keep only echoed prompt tokens (drop the generated one after the full text)
+    n = sum(1 for o in offsets if o < len(full))
+    offsets, tokens, values = offsets[:n], tokens[:n], values[:n]
+    first = next((i for i, o in enumerate(offsets) if o >= len(prompt)), None)
+    if first is None:
+        return None
+    picked = values[first:]
+    if any(v is None for v in picked):
+        return None
+    return float(sum(picked)), len(picked), first
+
+
+def _sum_after(texts: list[str], values: list, start: int, end: int) -> tuple[float, int, int] | None:
+    pos, total, n, first = 0, 0.0, 0, None
+    for text, v in zip(texts, values):
+        if pos >= start:
+            if v is None:
+                return None
+            first = first if first is not None else n
+            total += v
+            n += 1
+        pos += len(text)
+    if n == 0:
+        return None
+    return total, n, len(texts) - n

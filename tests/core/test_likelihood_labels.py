@@ -1,0 +1,172 @@
+"""Graded Monte Carlo outcomes: the gold answer's log-probability given a subset, from the real local model
+(in-process llama.cpp and the real llama.cpp server), the estimator on a continuous outcome, the call cache, and
+an endpoint that cannot score."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import openai
+import pandas as pd
+import pytest
+
+from causal_assets.core.corpus.multihop import read_multihop
+from causal_assets.core.checks import check_labels
+from causal_assets.core.labeling.design import balanced_design
+from causal_assets.core.labeling.estimators import YES, AdaptiveLabeler, regression
+from causal_assets.core.labeling.runner import MCConfig, label_question, label_table
+from causal_assets.core.labeling.solver import LikelihoodSolver, answer_continuations, solver_prompt
+from causal_assets.core.llm.cache import CallCache
+from causal_assets.core.llm.models import local_model_path, local_scorer
+from causal_assets.core.llm.scoring import EndpointScorer, ScoreRequest, ScoringUnsupported
+from causal_assets.core.llm.server import LocalLlamaServer
+from tests.conftest import HOTPOT, require
+
+pytestmark = pytest.mark.llm
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def hotpot_question():
+    q = read_multihop(require(HOTPOT)).questions[0]
+    return q
+
+
+def test_known_answer_gets_likelier_with_its_paragraph(tmp_path, models_dir, hotpot_question):
+    q = hotpot_question
+    scorer = local_scorer("gemma3-270m", CallCache(tmp_path / "c.db"), models_dir, n_threads=2)
+    gold = [(p.title, p.text) for p in q.paragraphs if p.supporting]
+    distractors = [(p.title, p.text) for p in q.paragraphs if not p.supporting][:3]
+    cont = answer_continuations(q.answer)
+    with_gold, without = scorer.score_many([ScoreRequest(solver_prompt(q.question, distractors + gold, "answer_f1"), cont),
+                                            ScoreRequest(solver_prompt(q.question, distractors, "answer_f1"), cont)])
+    assert with_gold.best > without.best + 1.0, (q.answer, with_gold.best, without.best)
+    assert not with_gold.cached and with_gold.prompt_tokens > 100
+
+
+def test_prefix_reuse_gives_the_same_log_probabilities(tmp_path, models_dir, hotpot_question):
+    """Scoring with the KV cache of a previous prompt reused equals scoring from scratch."""
+    q = hotpot_question
+    docs = [(p.title, p.text[:300]) for p in q.paragraphs[:4]]
+    cont = answer_continuations(q.answer)
+    reqs = [ScoreRequest(solver_prompt(q.question, docs[:k], "answer_f1"), cont) for k in (4, 3, 4)]
+    warm = local_scorer("gemma3-270m", None, models_dir, n_threads=2)
+    a = [r.best for r in warm.score_many(reqs)]
+    assert warm.tokens_evaluated < warm.tokens_requested       # the shared prefix was not evaluated twice
+    cold = [local_scorer("gemma3-270m", None, models_dir, n_threads=2).score_many([r])[0].best for r in reqs]
+    assert np.allclose(a, cold, atol=2e-3), (a, cold)
+
+
+def test_server_endpoint_scores_like_the_in_process_model(tmp_path, models_dir):
+    """The real llama.cpp server's echo + logprobs path agrees with the in-process scorer on the same weights
+    (Gemma: prompts start with BOS, the case llama-cpp-python's server echoes correctly)."""
+    prompt = "Context documents:\n[1] Rush\nRush is a Canadian rock band.\n\nQuestion: Which band is Canadian?\nAnswer:"
+    cont = (" Rush",)
+    local = local_scorer("gemma3-270m", None, models_dir, n_threads=2).score_many([ScoreRequest(prompt, cont)])[0]
+    with LocalLlamaServer(model_path=local_model_path("gemma3-270m", models_dir), n_threads=2, n_ctx=512) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="none", max_retries=0, timeout=120)
+        remote = EndpointScorer(client, srv.alias, CallCache(tmp_path / "c.db"), mode="echo") \
+            .score_many([ScoreRequest(prompt, cont)])[0]
+    assert remote.n_tokens == local.n_tokens
+    assert abs(remote.best - local.best) < 0.05, (remote.best, local.best)
+
+
+class _ChatOnly:
+    """A real HTTP server that, like hosted chat-only APIs, has no completions endpoint."""
+
+    def __enter__(self):
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.dumps({"error": {"message": "This is a chat model and not supported in the "
+                                                        "v1/completions endpoint", "type": "invalid_request_error"}})
+                self.send_response(404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+
+
+def test_endpoint_without_prompt_logprobs_raises_the_documented_error(tmp_path):
+    with _ChatOnly() as server:
+        client = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0)
+        scorer = EndpointScorer(client, "gpt-chat-only", CallCache(tmp_path / "c.db"))
+        with pytest.raises(ScoringUnsupported, match=r"outcome: success"):
+            scorer.score_many([ScoreRequest("Question: x\nAnswer:", (" y",))])
+
+
+def test_rerun_is_served_entirely_from_the_cache(tmp_path, models_dir, hotpot_question):
+    q = hotpot_question
+    pool = [(f"{q.question_id}/{i}", p.title, p.text[:200]) for i, p in enumerate(q.paragraphs[:6])]
+    cfg = MCConfig(estimator="regression", outcome="likelihood", budget=8)
+    cache = CallCache(tmp_path / "c.db")
+    first = label_question(q.question_id, q.question, q.answer, pool,
+                           LikelihoodSolver(local_scorer("gemma3-270m", cache, models_dir, n_threads=2), "answer_f1"), cfg)
+    again = label_question(q.question_id, q.question, q.answer, pool,
+                           LikelihoodSolver(local_scorer("gemma3-270m", cache, models_dir, n_threads=2), "answer_f1"), cfg)
+    assert len(again.trials) == cfg.budget and all(t["cached"] for t in again.trials)
+    assert [t["loglik"] for t in again.trials] == [t["loglik"] for t in first.trials]
+    assert not any(t["cached"] for t in first.trials)
+
+
+@pytest.mark.parametrize("estimator", ["regression", "adaptive"])
+def test_continuous_outcome_recovers_and_or_structure(estimator):
+    """Planted truth on a log-likelihood scale: docs 0 AND 1 together add 3 nats (a two-hop pair), docs 2 OR 3 add
+    2 nats (redundant copies), doc 4 adds 1.5 alone; the other five do nothing; Gaussian noise of 0.5 nats."""
+    rng = np.random.default_rng(7)
+
+    def outcome(x):
+        return (-8.0 + 3.0 * (x[:, 0] & x[:, 1]) + 2.0 * (x[:, 2] | x[:, 3]) + 1.5 * x[:, 4]
+                + rng.normal(0, 0.5, len(x)))
+
+    if estimator == "regression":
+        x = balanced_design(10, 32, rng)
+        res = regression(x, outcome(x), 0.5, interactions=True, max_candidates=5, interaction_z=1.5)
+    else:
+        lab = AdaptiveLabeler(10, threshold=0.5, budget=32, batch=8, rng=rng)
+        while not lab.done:
+            s = lab.next_subsets()
+            lab.record(s, outcome(s))
+        res = lab.labels()
+    labels = res.labels()
+    assert {d for d, lab in labels.items() if lab == YES} == {0, 1, 2, 3, 4}, labels
+    assert all(labels[d] != YES for d in range(5, 10))
+    if estimator == "adaptive":
+        return   # its later batches hold found documents mostly present, so the contexts are not identified
+    ctx = {e.doc: dict(e.context) for e in res.docs}
+    assert ctx[0].get(1) is True and ctx[1].get(0) is True      # AND: measured with the partner present
+    assert ctx[2].get(3) is False and ctx[3].get(2) is False    # OR: measured with the partner absent
+
+
+def test_label_table_and_check_on_likelihood_trials():
+    pools = pd.DataFrame({"question_id": ["q"] * 3, "doc_id": ["a", "b", "c"], "position": [0, 1, 2],
+                          "question": ["?"] * 3, "origin": ["seed", "random", "random"], "text": ["x", "y", "z"]})
+    rng = np.random.default_rng(0)
+    x = balanced_design(3, 16, rng)
+    trials = pd.DataFrame({"question_id": "q", "subset": [[d for d, keep in zip("abc", row) if keep] for row in x],
+                           "loglik": -5 + 3.0 * x[:, 0] + rng.normal(0, 0.2, 16), "success": pd.NA})
+    labels, pairs = label_table(pools, trials, MCConfig(estimator="regression", threshold_nats=0.5))
+    main = labels[labels.estimator == "regression"].set_index("doc_id")
+    assert main.loc["a", "label"] == "YES" and main.loc["a", "effect"] > 2.5 and main["delta_p"].isna().all()
+    assert pairs[0]["candidates"][0]["empirical_relevance"] in ("YES", "NO", "UNCERTAIN")
+    assert check_labels(labels).passed
+    broken = labels.copy()
+    broken.loc[broken.index[0], "effect"] = broken.loc[broken.index[0], "ci_high"] + 5   # effect outside its CI
+    broken.loc[broken.index[0], "label"] = "YES"
+    assert not check_labels(broken).passed
