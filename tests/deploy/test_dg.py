@@ -30,7 +30,10 @@ def dg_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 @pytest.mark.parametrize("executor", ["multiprocess", "k8s"])
 def test_dg_check_defs(tmp_path, executor):
     t0 = time.monotonic()
-    done = subprocess.run([DG, "check", "defs"], cwd=ROOT, env=dg_env(tmp_path, CAUSAL_ASSETS_EXECUTOR=executor),
+    extra = {"CAUSAL_ASSETS_EXECUTOR": executor}
+    if executor == "k8s":  # as the user-code image runs it (deploy/k8s/Dockerfile)
+        extra["CAUSAL_ASSETS_EXECUTOR_CONFIG"] = str(ROOT / "deploy" / "k8s" / "executor.yaml")
+    done = subprocess.run([DG, "check", "defs"], cwd=ROOT, env=dg_env(tmp_path, **extra),
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "All definitions loaded successfully" in done.stdout + done.stderr
