@@ -158,6 +158,33 @@ def _ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_labels(args: argparse.Namespace) -> int:
+    """The labels_export asset without Dagster: mc_labels + candidate_pools of a benchmark from the Parquet base."""
+    from pathlib import Path
+
+    from causal_assets.core.benchmarks import load_benchmark_registry
+    from causal_assets.core.export import DatasetCard, agreement_with_seeds, export_labels, pick_estimator
+    from causal_assets.resources import DEFAULT_REPORTS
+
+    safe_name(args.benchmark, "benchmark")
+    labels = read_parquet(asset_path(args.base_path, "mc_labels", args.benchmark))
+    pools = read_parquet(asset_path(args.base_path, "candidate_pools", args.benchmark))
+    specs = load_benchmark_registry()
+    mc = dict(specs[args.benchmark].monte_carlo or {}) if args.benchmark in specs else {}
+    split = str(mc.get("split", specs[args.benchmark].splits[0])) if args.benchmark in specs else "labels"
+    estimator = pick_estimator(labels, args.estimator)
+    budgets = {k: v for k, v in {"solver calls per question (configured)": mc.get("budget"),
+                                 "label threshold": mc.get("threshold"),
+                                 "questions labelled": int(labels["question_id"].nunique())}.items() if v is not None}
+    card = DatasetCard(benchmark=args.benchmark, split=split, solver=args.solver, estimator=estimator,
+                       budgets=budgets, quality=agreement_with_seeds(labels, estimator))
+    out = args.out or str(Path(DEFAULT_REPORTS).parent / "datasets" / args.benchmark)
+    result = export_labels(labels, pools, out, card, estimator=estimator, hf=not args.no_hf)
+    print(f"{result.judgements} judgements ({result.questions} questions, {result.documents} documents, "
+          f"grades {result.by_grade}, estimator {result.estimator}) -> {result.path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="causal-assets", description=__doc__)
     parser.add_argument("--base-path", default=DEFAULT_BASE, help="Parquet base path or fsspec URL")
@@ -180,6 +207,14 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"seconds to wait for a free 'llm' pool slot before giving up with exit code 3 "
                         f"(default ${POOL_WAIT_ENV} or 300)")
     a.set_defaults(func=_ask)
+
+    e = sub.add_parser("export-labels", help="write a benchmark's Monte Carlo labels as BEIR/TREC/Parquet/HF dataset")
+    e.add_argument("benchmark")
+    e.add_argument("--out", help="output directory (default data/datasets/BENCHMARK)")
+    e.add_argument("--estimator", help="which estimator's labels (default: the labels' own, not the naive rows)")
+    e.add_argument("--solver", help="the solver model, for the dataset card")
+    e.add_argument("--no-hf", action="store_true", help="skip the Hugging Face dataset (hf/)")
+    e.set_defaults(func=_export_labels)
 
     c = sub.add_parser("catalog", help="(re)create the DuckDB views over every materialized asset")
     c.add_argument("--catalog-path", default=DEFAULT_CATALOG)

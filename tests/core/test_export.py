@@ -116,3 +116,19 @@ def test_export_refuses_what_it_cannot_map(tmp_path):
     with pytest.raises(ValueError, match="several estimators"):
         build_tables(both, pools)
     assert not (tmp_path / "export").exists()
+
+
+def test_cli_export_labels(tmp_path, capsys):
+    from causal_assets.cli import main
+
+    base = tmp_path / "parquet"
+    for name, frame in (("mc_labels", make_labels()), ("candidate_pools", make_pools())):
+        (base / name).mkdir(parents=True)
+        frame.to_parquet(base / name / "hotpotqa.parquet", index=False)
+    out = tmp_path / "out"
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(out), "--no-hf",
+                 "--solver", "smollm2-135m-instruct"]) == 0
+    assert "8 judgements (2 questions, 7 documents" in capsys.readouterr().out
+    assert ranx.Qrels.from_file(str(out / "qrels.trec"), kind="trec").to_dict()["q2"]["q2/d0"] == 2
+    assert "smollm2-135m-instruct" in (out / "README.md").read_text() and not (out / "hf").exists()
+    assert main(["--base-path", str(base), "export-labels", "../x"]) == 2  # names with paths are refused
