@@ -388,7 +388,6 @@ def test_killed_run_worker_frees_llm_slot_and_rerun_succeeds(deployment):
     assert wait_run(d, retry) == "SUCCESS"
     timings["rerun_success_s"] = round(time.monotonic() - killed_at, 1)
     assert (d["root"] / "parquet" / "causal_search" / f"{qid}.parquet").exists()
-    pool = graphql(d["url"], POOL)["instance"]["concurrencyLimit"]
     wait_for("no llm slot held after the re-run", lambda: not graphql(d["url"], POOL)["instance"]["concurrencyLimit"]["claimedSlots"],
              30, d["logs"], interval_s=0.5)
     print(f"\nproduction profile timings: {json.dumps(timings)} (load {os.getloadavg()[0]:.1f})")
