@@ -137,3 +137,49 @@ def test_ask_frees_the_slot_of_a_killed_run_and_goes_on(home, tmp_path):
     with DagsterInstance.from_config(str(home)) as instance:
         assert instance.get_run_by_id(dead_run).status == DagsterRunStatus.FAILURE
         assert instance.event_log_storage.get_concurrency_info(LLM_POOL).claimed_slots == []
+
+
+WAITER = textwrap.dedent("""
+    import sys, time
+    from dagster import DagsterInstance, DagsterRunStatus
+    from dagster._core.test_utils import create_run_for_test
+    from dagster._utils.interrupts import capture_interrupts
+    from causal_assets.cli import _pool_watchdog
+
+    instance = DagsterInstance.get()
+    run = create_run_for_test(instance, job_name="search_job", status=DagsterRunStatus.STARTED)
+    status = instance.event_log_storage.claim_concurrency_slot("llm", run.run_id, "causal_search")
+    assert not status.is_claimed, "the holder should have the only slot"
+    print(run.run_id, flush=True)
+    _pool_watchdog(instance, run.run_id, float(sys.argv[1]), "llm")
+    with capture_interrupts():  # what Dagster's execution does around a run: signals are only recorded
+        time.sleep(120)
+    print("NOT STOPPED", flush=True)
+""")
+
+
+@pytest.mark.parametrize("how", ["deadline", "sigterm"])
+def test_the_in_run_wait_for_a_slot_is_bounded(home, tmp_path, how):
+    """The race the pre-check cannot close: another run takes the slot after `ask` looked. Dagster then waits for
+    ever inside execute_in_process and only records SIGTERM; the watchdog ends the wait."""
+    holder = start_holder(home, tmp_path)
+    try:
+        wait = "3" if how == "deadline" else "600"
+        proc = subprocess.Popen([sys.executable, "-c", WAITER, wait], cwd=ROOT, env=env_for(home, tmp_path),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        run_id = proc.stdout.readline().strip()
+        assert run_id, proc.stderr.read()[-2000:]
+        if how == "sigterm":
+            time.sleep(3)
+            os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+        assert proc.returncode == (3 if how == "deadline" else 130), (out, err)
+        assert "NOT STOPPED" not in out and f"run {run_id} marked FAILURE" in err
+        with DagsterInstance.from_config(str(home)) as instance:
+            assert instance.get_run_by_id(run_id).status == DagsterRunStatus.FAILURE
+            info = instance.event_log_storage.get_concurrency_info(LLM_POOL)
+            assert all(p.run_id != run_id for p in info.pending_steps)  # its place in the queue given back
+            assert [s.run_id for s in info.claimed_slots] != [run_id]
+    finally:
+        kill_group(holder, signal.SIGKILL)
