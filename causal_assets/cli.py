@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 
 import duckdb
 
@@ -75,25 +77,111 @@ def _sql(args: argparse.Namespace) -> int:
     return 0
 
 
+POOL_WAIT_ENV = "CAUSAL_ASSETS_POOL_WAIT_S"
+EXIT_POOL_BLOCKED = 3
+
+
+def _pool_watchdog(instance, run_id: str, wait_s: float, pool: str) -> None:
+    """Bound the in-run wait for a pool slot. Dagster's in-process execution waits for a slot without end and, while
+    it waits, only records SIGINT/SIGTERM: this thread frees slots of dead runs as they appear and, when this run's
+    step has waited `wait_s` (or an interrupt arrived while it waits), marks the run FAILURE, gives its place in the
+    queue back and exits with a message."""
+    import threading
+
+    from dagster._utils.interrupts import check_captured_interrupt
+
+    from causal_assets.run_health import blocked_message, pool_holders, reap_dead_runs
+
+    def watch() -> None:
+        blocked_since = None
+        while True:
+            time.sleep(1.0)
+            try:
+                pending = [p for p in instance.event_log_storage.get_concurrency_info(pool).pending_steps
+                           if p.run_id == run_id and p.assigned_timestamp is None]
+                if not pending:
+                    blocked_since = None
+                    continue
+                blocked_since = blocked_since or time.monotonic()
+                reap_dead_runs(instance, pool)
+                waited = time.monotonic() - blocked_since
+                interrupted = check_captured_interrupt()
+                if waited < wait_s and not interrupted:
+                    continue
+                why = "interrupted" if interrupted else blocked_message(pool, pool_holders(instance, pool), waited)
+                run = instance.get_run_by_id(run_id)
+                if run is not None and not run.is_finished:
+                    instance.report_run_failed(run, f"causal-assets ask gave up waiting for a {pool!r} slot: {why}")
+                instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+                print(f"causal-assets: {why}\nrun {run_id} marked FAILURE", file=sys.stderr, flush=True)
+                os._exit(130 if interrupted else EXIT_POOL_BLOCKED)  # the main thread sleeps inside Dagster's wait loop
+            except Exception as e:  # never let the watchdog kill a healthy run
+                print(f"causal-assets: pool watchdog: {e}", file=sys.stderr, flush=True)
+                return
+
+    threading.Thread(target=watch, name="pool-watchdog", daemon=True).start()
+
+
 def _ask(args: argparse.Namespace) -> int:
     """Submit a query and run retrieval + causal search for it now, in this process (runs show up in the UI
-    when DAGSTER_HOME is the one `dagster dev` uses)."""
+    when DAGSTER_HOME is the one `dagster dev` uses). The LLM step needs a slot of the `llm` pool: slots held by dead
+    runs are freed, and the wait for a slot is bounded by --wait (exit 3 with the holders named)."""
     from dagster import DagsterInstance
+    from dagster._core.utils import make_new_run_id
 
     from causal_assets.core.causal_search import inbox
     from causal_assets.definitions import defs
     from causal_assets.defs.search import QUERIES_DIR, query_partitions
+    from causal_assets.run_health import LLM_POOL, blocked_message, wait_for_slot
 
-    qid = inbox.submit(QUERIES_DIR, args.query, args.corpus)
+    if args.wait < 0:
+        raise ValueError(f"--wait must be at least 0 seconds (got {args.wait})")
     instance = DagsterInstance.get()
+    t0 = time.monotonic()
+    free, holders = wait_for_slot(instance, LLM_POOL, args.wait, on_wait=lambda h: print(
+        f"causal-assets: waiting up to {args.wait:.0f}s for a free {LLM_POOL!r} slot (held by "
+        f"{', '.join(x.describe() for x in h)})", file=sys.stderr, flush=True))
+    if not free:
+        print(f"causal-assets: {blocked_message(LLM_POOL, holders, time.monotonic() - t0)}", file=sys.stderr)
+        return EXIT_POOL_BLOCKED
+    qid = inbox.submit(QUERIES_DIR, args.query, args.corpus)
     instance.add_dynamic_partitions(query_partitions.name, [qid])
-    result = defs.resolve_job_def("search_job").execute_in_process(partition_key=qid, instance=instance)
+    run_id = make_new_run_id()
+    _pool_watchdog(instance, run_id, max(args.wait - (time.monotonic() - t0), 0.0), LLM_POOL)
+    result = defs.resolve_job_def("search_job").execute_in_process(partition_key=qid, instance=instance, run_id=run_id)
     if not result.success:
         print(f"causal-assets: search run for {qid} failed; see the run {result.run_id} in the UI", file=sys.stderr)
         return 1
     row = read_parquet(asset_path(args.base_path, "causal_search", qid)).iloc[0]
     print(row["response"])
     print(f"\nquery id {qid}; report: {row['report_path']}; network data: {row['network_data_path']}")
+    return 0
+
+
+def _export_labels(args: argparse.Namespace) -> int:
+    """The labels_export asset without Dagster: mc_labels + candidate_pools of a benchmark from the Parquet base."""
+    from pathlib import Path
+
+    from causal_assets.core.benchmarks import load_benchmark_registry
+    from causal_assets.core.export import DatasetCard, agreement_with_seeds, export_labels, pick_estimator
+    from causal_assets.resources import DEFAULT_REPORTS
+
+    safe_name(args.benchmark, "benchmark")
+    labels = read_parquet(asset_path(args.base_path, "mc_labels", args.benchmark))
+    pools = read_parquet(asset_path(args.base_path, "candidate_pools", args.benchmark))
+    specs = load_benchmark_registry()
+    mc = dict(specs[args.benchmark].monte_carlo or {}) if args.benchmark in specs else {}
+    split = str(mc.get("split", specs[args.benchmark].splits[0])) if args.benchmark in specs else "labels"
+    estimator = pick_estimator(labels, args.estimator)
+    budgets = {k: v for k, v in {"solver calls per question (configured)": mc.get("budget"),
+                                 "label threshold": mc.get("threshold"),
+                                 "questions labelled": int(labels["question_id"].nunique())}.items() if v is not None}
+    card = DatasetCard(benchmark=args.benchmark, split=split, solver=args.solver, estimator=estimator,
+                       budgets=budgets, quality=agreement_with_seeds(labels, estimator))
+    out = args.out or str(Path(DEFAULT_REPORTS).parent / "datasets" / args.benchmark)
+    result = export_labels(labels, pools, out, card, estimator=estimator, hf=not args.no_hf)
+    print(f"{result.judgements} judgements ({result.questions} questions, {result.documents} documents, "
+          f"grades {result.by_grade}, estimator {result.estimator}) -> {result.path}")
     return 0
 
 
@@ -115,7 +203,18 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("ask", help="causal search (seed 004) for a question, as a new `queries` partition")
     a.add_argument("query")
     a.add_argument("--corpus", default="hotpotqa", help="a corpus with a text entity graph")
+    a.add_argument("--wait", type=float, default=float(os.environ.get(POOL_WAIT_ENV) or 300),
+                   help=f"seconds to wait for a free 'llm' pool slot before giving up with exit code 3 "
+                        f"(default ${POOL_WAIT_ENV} or 300)")
     a.set_defaults(func=_ask)
+
+    e = sub.add_parser("export-labels", help="write a benchmark's Monte Carlo labels as BEIR/TREC/Parquet/HF dataset")
+    e.add_argument("benchmark")
+    e.add_argument("--out", help="output directory (default data/datasets/BENCHMARK)")
+    e.add_argument("--estimator", help="which estimator's labels (default: the labels' own, not the naive rows)")
+    e.add_argument("--solver", help="the solver model, for the dataset card")
+    e.add_argument("--no-hf", action="store_true", help="skip the Hugging Face dataset (hf/)")
+    e.set_defaults(func=_export_labels)
 
     c = sub.add_parser("catalog", help="(re)create the DuckDB views over every materialized asset")
     c.add_argument("--catalog-path", default=DEFAULT_CATALOG)

@@ -4,7 +4,7 @@ import warnings
 
 from dagster import AssetSelection, Definitions, EnvVar, define_asset_job
 
-from causal_assets.defs import automation, corpus, evaluation, graph, label_shards, labels, search, sharding, tuning
+from causal_assets.defs import automation, corpus, evaluation, export, graph, label_shards, labels, search, sharding, tuning
 from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
 from causal_assets.resources import LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
 from causal_assets.execution import executor_from_env
@@ -46,7 +46,7 @@ defs = Definitions(
             tuning.tuned_retriever_configs,
             evaluation.evaluation_report,
             search.retrieval_results, search.causal_search, sharding.embedding_shards,
-            label_shards.mc_trial_shards],
+            label_shards.mc_trial_shards, export.labels_export],
     jobs=[automation.corpus_index_job, automation.labels_and_evaluation_job, default_lineage_job, evaluation_job,
           search.search_job, sharding.embedding_shards_job, label_shards.label_shards_job],
     schedules=[automation.nightly_labels_and_evaluation],

@@ -11,6 +11,10 @@
   namespace, image, env and resources with run config `execution: {config: {...}}` or Dagster+ `container_context`).
 - `docker`: `dagster_docker.docker_executor`, one container per step (needs `dagster-docker`).
 
+`CAUSAL_ASSETS_EXECUTOR_CONFIG` (a YAML file) configures the `k8s`/`docker` executor for every job of the location,
+checked against the executor's config schema when the Definitions load: deploy/k8s/executor.yaml gives every step
+pod its resources and puts `embedding_shards` on a GPU node.
+
 Concurrency of LLM-bound steps across all runs is limited separately by the `llm` pool
 (`dagster instance concurrency set llm N`), whatever the executor.
 """
@@ -24,6 +28,7 @@ from causal_assets.core.errors import ConfigError
 
 EXECUTOR_ENV = "CAUSAL_ASSETS_EXECUTOR"
 MAX_CONCURRENT_ENV = "CAUSAL_ASSETS_MAX_CONCURRENT"
+EXECUTOR_CONFIG_ENV = "CAUSAL_ASSETS_EXECUTOR_CONFIG"
 # kind -> (module, attribute, pip requirement) for executors that live in integration libraries
 _EXTERNAL = {"k8s": ("dagster_k8s", "k8s_job_executor", "dagster-k8s"),
              "docker": ("dagster_docker", "docker_executor", "dagster-docker")}
@@ -57,9 +62,55 @@ def executor_from_env(kind: str | None = None) -> ExecutorDefinition:
     if kind in _EXTERNAL:
         module, attr, requirement = _EXTERNAL[kind]
         try:
-            return getattr(importlib.import_module(module), attr)
+            executor = getattr(importlib.import_module(module), attr)
         except ImportError as e:
             raise ConfigError(f"{EXECUTOR_ENV}={kind}: needs the {requirement!r} package (pin it to the dagster "
                               f"release, e.g. {requirement}==0.29.27 for dagster 1.13.27) in the image that runs "
                               f"the code location ({e})") from None
+        return _configured(executor, kind)
     raise ConfigError(f"{EXECUTOR_ENV}={kind!r}: expected one of {', '.join(KINDS)}")
+
+
+def _configured(executor: ExecutorDefinition, kind: str) -> ExecutorDefinition:
+    """The executor with the YAML of $CAUSAL_ASSETS_EXECUTOR_CONFIG as its config, validated now (a typo in a key or a
+    Kubernetes field fails the code location load, naming the file), or unchanged when the variable is unset."""
+    path = os.environ.get(EXECUTOR_CONFIG_ENV)
+    if not path:
+        return executor
+    import yaml
+    from dagster._config import process_config, resolve_to_config_type
+
+    try:
+        config = yaml.safe_load(open(path, encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{EXECUTOR_CONFIG_ENV}={path}: {e}") from None
+    result = process_config(resolve_to_config_type(executor.config_schema.as_field().config_type), config)
+    if not result.success:
+        raise ConfigError(f"{EXECUTOR_CONFIG_ENV}={path}: not a valid {kind} executor config: "
+                          + "; ".join(e.message for e in result.errors))
+    if kind == "k8s":
+        check_k8s_sections(config, str(path))
+    return executor.configured(config, name=executor.name)
+
+
+def check_k8s_sections(config: dict, where: str) -> None:
+    """The raw Kubernetes sections of a k8s_job_executor config (container_config, pod_spec_config, ...) against the
+    kubernetes client's models, the check dagster-k8s itself makes only when it builds a step's Job."""
+    import kubernetes.client as k8s
+    from dagster_k8s.models import k8s_model_from_dict
+
+    # model, and the required fields dagster-k8s fills in itself when it builds the step's Job
+    models = {"container_config": (k8s.V1Container, {"name": "step"}),
+              "pod_spec_config": (k8s.V1PodSpec, {"containers": []}),
+              "pod_template_spec_metadata": (k8s.V1ObjectMeta, {}), "job_config": (k8s.V1Job, {}),
+              "job_metadata": (k8s.V1ObjectMeta, {}), "job_spec_config": (k8s.V1JobSpec, {"template": {}})}
+    steps = {"step_k8s_config": config.get("step_k8s_config") or {},
+             **{f"per_step_k8s_config.{k}": v for k, v in (config.get("per_step_k8s_config") or {}).items()}}
+    for step, sections in steps.items():
+        for section, raw in sections.items():
+            if section in models:
+                model, filled_in = models[section]
+                try:
+                    k8s_model_from_dict(model, {**filled_in, **raw})
+                except Exception as e:
+                    raise ConfigError(f"{where}: {step}.{section}: {e}") from None

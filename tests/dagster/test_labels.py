@@ -2,6 +2,7 @@
 answer in-process, through the call cache)."""
 from __future__ import annotations
 
+import duckdb
 import pandas as pd
 import yaml
 from dagster import MultiPartitionKey, materialize
@@ -11,7 +12,8 @@ from causal_assets.core.labeling.shards import shard_questions
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
 from causal_assets.defs.graph import entity_graph
 from causal_assets.defs.label_shards import LABEL_SHARDS, mc_trial_shards
-from causal_assets.defs.labels import candidate_pools, mc_labels, mc_trials
+from causal_assets.defs.evaluation import evaluation_report
+from causal_assets.defs.labels import candidate_pools, label_quality, mc_labels, mc_trials
 from causal_assets.resources import LLM
 
 RUN_CONFIG = {"ops": {
@@ -50,6 +52,20 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path):
     assert trials["loglik"].notna().all() and (trials["loglik"] < 0).all()
     dataset = yaml.safe_load((resources["storage"].reports_path.parent / "datasets" / "retrieval_dataset_hotpotqa.yaml").read_text())
     assert len(dataset["pairs"]) == 2 and "empirical_relevance" in dataset["pairs"][0]["candidates"][0]
+
+    # The labels are ground truth for the evaluation (truth = mc_labels beside the benchmark's qrels) and are
+    # compared with the benchmark's gold by label_quality.
+    evaluated = materialize(upstream + stage + [evaluation_report, label_quality], resources=resources,
+                            partition_key="hotpotqa", selection=["evaluation_metrics", "evaluation_runs",
+                                                                 "evaluation_failures", "label_quality"],
+                            run_config={"ops": {"evaluation_report": {"config": {"retrievers": ["bm25", "dense"]}}}})
+    assert evaluated.success
+    with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
+        truths = con.execute("select distinct truth from evaluation_metrics where benchmark = 'hotpotqa'").fetchall()
+        quality = con.execute("select count(*) from label_quality where source = 'labels'").fetchone()[0]
+    yes_questions = labels[(labels.label == "YES") & (labels.estimator == "adaptive")]["question_id"].nunique()
+    assert {t for (t,) in truths} == ({"qrels", "mc_labels"} if yes_questions else {"qrels"})
+    assert quality > 0
 
     # A re-run pays nothing twice: every call is a cache hit.
     again = materialize(upstream + stage, resources=resources, partition_key="hotpotqa",

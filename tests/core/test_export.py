@@ -1,0 +1,134 @@
+"""core.export: the Monte Carlo labels as BEIR / TREC / Parquet / Hugging Face files, read back by the tools others
+use (datasets.load_from_disk, ranx.Qrels.from_file, our own BEIR loader) and evaluated with a ranx Run."""
+from __future__ import annotations
+
+import json
+
+import datasets
+import pandas as pd
+import pytest
+import ranx
+
+from causal_assets.core.corpus.beir import load_beir_qrels
+from causal_assets.core.export import (DatasetCard, agreement_with_seeds, build_tables, export_labels,
+                                       relevance_grade)
+
+
+def make_pools() -> pd.DataFrame:
+    rows = []
+    for q, question, answer in (("q1", "Who designed the Analytical Engine?", "Charles Babbage"),
+                                ("q2", "Where is Bletchley Park?", "Milton Keynes")):
+        for pos, (doc, origin) in enumerate(((f"{q}/d0", "seed"), (f"{q}/d1", "seed"), (f"{q}/d2", "hard_negative"),
+                                             ("shared/d9", "random"))):
+            rows.append({"benchmark": "hotpotqa", "question_id": q, "question": question, "answer": answer,
+                         "aliases": "[]", "doc_id": doc, "origin": origin, "position": pos,
+                         "title": f"Title {doc}", "text": f"Text of {doc} about {answer}."})
+    return pd.DataFrame(rows)
+
+
+def make_labels() -> pd.DataFrame:
+    """The shape mc_labels has today: adaptive labels plus the naive rule on the same trials."""
+    main = [("q1", "q1/d0", "YES", 0.45), ("q1", "q1/d1", "YES", 0.12), ("q1", "q1/d2", "NO", -0.05),
+            ("q1", "shared/d9", "UNCERTAIN", 0.02), ("q2", "q2/d0", "YES", 0.31), ("q2", "q2/d1", "UNCERTAIN", 0.08),
+            ("q2", "q2/d2", "NO", -0.2), ("q2", "shared/d9", "NO", -0.01)]
+    origin = {r["doc_id"]: r["origin"] for r in make_pools().to_dict("records")}
+    rows = []
+    for est in ("adaptive", "naive"):
+        for q, d, label, dp in main:
+            label = label if est == "adaptive" else ("YES" if dp > 0.1 else "NO")
+            rows.append({"question_id": q, "doc_id": d, "label": label, "delta_p": dp, "ci_low": dp - 0.1,
+                         "ci_high": dp + 0.1, "trials_used": 24, "estimator": est, "base_success_rate": 0.3,
+                         "success_rate": 0.5, "benchmark": "hotpotqa", "origin": origin[d]})
+    return pd.DataFrame(rows)
+
+
+def test_relevance_grade_is_the_one_mapping():
+    assert relevance_grade({"label": "NO", "delta_p": 0.9}) == 0
+    assert relevance_grade({"label": "UNCERTAIN", "delta_p": 0.5}) == 0
+    assert relevance_grade({"label": "YES", "delta_p": 0.1}) == 1
+    assert relevance_grade({"label": "YES", "delta_p": 0.3}) == 2
+    # The labeller's coming `outcome` column: a log-likelihood effect in nats has its own strong threshold.
+    assert relevance_grade({"label": "YES", "delta_p": 0.5, "outcome": "likelihood"}) == 1
+    assert relevance_grade({"label": "YES", "effect": 1.4, "outcome": "likelihood"}) == 2
+    assert relevance_grade({"label": "YES", "delta_p": float("nan")}) == 1
+    with pytest.raises(ValueError, match="unknown outcome 'bleu'"):
+        relevance_grade({"label": "YES", "delta_p": 0.5, "outcome": "bleu"})
+
+
+def test_export_round_trip_with_datasets_ranx_and_beir(tmp_path):
+    labels, pools = make_labels(), make_pools()
+    card = DatasetCard(benchmark="hotpotqa", split="dev", solver="smollm2-135m-instruct",
+                       budgets={"solver calls per question": 24, "label threshold": 0.1},
+                       quality=agreement_with_seeds(labels, "adaptive"))
+    result = export_labels(labels, pools, tmp_path / "export", card)
+    out = result.path
+    assert result.estimator == "adaptive" and result.judgements == 8 and result.questions == 2
+    assert result.documents == 7 and result.by_grade == {0: 5, 1: 1, 2: 2}
+
+    # Hugging Face: the three tables, effect sizes included, and the card beside them.
+    dd = datasets.load_from_disk(str(out / "hf"))
+    assert set(dd) == {"labels", "queries", "corpus"}
+    assert dd["labels"].num_rows == 8 and {"score", "effect", "ci_low", "ci_high", "label"} <= set(dd["labels"].column_names)
+    row = next(r for r in dd["labels"] if r["doc_id"] == "q1/d0")
+    assert row["score"] == 2 and row["effect"] == pytest.approx(0.45) and row["outcome"] == "success"
+    assert dd["queries"].num_rows == 2 and dd["corpus"].num_rows == 7
+    card_text = (out / "README.md").read_text()
+    assert card_text.startswith("---\n") and "smollm2-135m-instruct" in card_text and "adaptive" in card_text
+    assert "YES precision vs seeds" in card_text and "| solver calls per question | 24 |" in card_text
+    assert (out / "hf" / "README.md").read_text() == card_text
+    assert pd.read_parquet(out / "data" / "labels.parquet").shape[0] == 8
+
+    # ranx reads the TREC qrels; a run is evaluated against them.
+    qrels = ranx.Qrels.from_file(str(out / "qrels.trec"), kind="trec")
+    assert qrels.to_dict()["q1"] == {"q1/d0": 2, "q1/d1": 1, "q1/d2": 0, "shared/d9": 0}
+    perfect = ranx.Run.from_dict({"q1": {"q1/d0": 3.0, "q1/d1": 2.0, "q1/d2": 1.0},
+                                  "q2": {"q2/d0": 3.0, "q2/d2": 2.0, "shared/d9": 1.0}})
+    inverted = ranx.Run.from_dict({"q1": {"q1/d2": 3.0, "shared/d9": 2.0, "q1/d1": 1.5, "q1/d0": 1.0},
+                                   "q2": {"q2/d2": 3.0, "shared/d9": 2.0, "q2/d0": 1.0}})
+    good = ranx.evaluate(qrels, perfect, ["ndcg@10", "map@10"])
+    bad = ranx.evaluate(qrels, inverted, ["ndcg@10", "map@10"])
+    assert good["ndcg@10"] == pytest.approx(1.0) and bad["ndcg@10"] < good["ndcg@10"]
+
+    # The BEIR layout is read by our own BEIR loader (so the export can be registered as a benchmark).
+    beir_qrels = load_beir_qrels(out / "beir", "dev")
+    assert beir_qrels["q1"]["q1/d0"] == 2.0 and beir_qrels["q2"]["q2/d2"] == 0.0
+    queries = [json.loads(l) for l in (out / "beir" / "queries.jsonl").read_text().splitlines()]
+    assert queries[0] == {"_id": "q1", "text": "Who designed the Analytical Engine?",
+                          "metadata": {"answer": "Charles Babbage"}}
+    corpus_ids = {json.loads(l)["_id"] for l in (out / "beir" / "corpus.jsonl").read_text().splitlines()}
+    assert "shared/d9" in corpus_ids and len(corpus_ids) == 7
+
+    # A second export replaces the first whole (nothing of the old one left behind).
+    again = export_labels(labels, pools, out, card, estimator="naive", hf=False)
+    assert again.estimator == "naive" and not (out / "hf").exists()
+    assert not list(tmp_path.glob(".export.*"))
+
+
+def test_export_refuses_what_it_cannot_map(tmp_path):
+    labels, pools = make_labels(), make_pools()
+    with pytest.raises(ValueError, match="estimator 'bayes' not in the labels"):
+        build_tables(labels, pools, "bayes")
+    with pytest.raises(ValueError, match="lacks columns"):
+        build_tables(labels.drop(columns=["label"]), pools)
+    with pytest.raises(ValueError, match="in no candidate pool"):
+        build_tables(labels, pools[pools["doc_id"] != "q1/d0"])
+    both = pd.concat([labels, labels.assign(estimator="other")])
+    with pytest.raises(ValueError, match="several estimators"):
+        build_tables(both, pools)
+    assert not (tmp_path / "export").exists()
+
+
+def test_cli_export_labels(tmp_path, capsys):
+    from causal_assets.cli import main
+
+    base = tmp_path / "parquet"
+    for name, frame in (("mc_labels", make_labels()), ("candidate_pools", make_pools())):
+        (base / name).mkdir(parents=True)
+        frame.to_parquet(base / name / "hotpotqa.parquet", index=False)
+    out = tmp_path / "out"
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(out), "--no-hf",
+                 "--solver", "smollm2-135m-instruct"]) == 0
+    assert "8 judgements (2 questions, 7 documents" in capsys.readouterr().out
+    assert ranx.Qrels.from_file(str(out / "qrels.trec"), kind="trec").to_dict()["q2"]["q2/d0"] == 2
+    assert "smollm2-135m-instruct" in (out / "README.md").read_text() and not (out / "hf").exists()
+    assert main(["--base-path", str(base), "export-labels", "../x"]) == 2  # names with paths are refused

@@ -1,0 +1,393 @@
+"""The production profile (deploy/) for real on this machine: a throwaway PostgreSQL cluster (initdb/pg_ctl in a temp
+dir on 127.0.0.1), the code location served by `dagster code-server`, `dagster-daemon` and `dagster-webserver` as
+separate processes with deploy/dagster.yaml and deploy/workspace.yaml, runs launched through GraphQL.
+
+The killed-run scenario of issue 15: a `causal_search` step (pool `llm`, one slot) is inside its LLM call (a local
+stand-in endpoint that holds the request) when its run worker gets SIGKILL. The run must end FAILURE, the slot must
+be given back, and the automatic re-execution (run_retries) must get the slot and succeed once the endpoint answers.
+
+deploy/dagster.yaml is used as shipped except for two intervals shortened for the test (monitoring poll and the delay
+before freeing slots of finished runs). Everything runs in its own process group and is torn down in `finally`."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from causal_assets.core.llm.server import free_port
+from tests.dagster.procs import ROOT, group_alive
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+DEPLOY = ROOT / "deploy"
+STARTUP_TIMEOUT_S = 300
+RUN_TIMEOUT_S = 300
+IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
+
+
+# ------------------------------------------------------------------------------------------------ PostgreSQL
+def pg_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), key=lambda p: int(p.split("/")[4]))
+    return candidates[-1] if candidates else None
+
+
+class Postgres:
+    """A throwaway cluster: initdb into a fresh temp dir, pg_ctl start on 127.0.0.1:<free port>, stop -m immediate.
+    PostgreSQL refuses to run as root, so as root the cluster belongs to `nobody` (runuser)."""
+
+    def __init__(self):
+        self.initdb, self.pg_ctl = pg_bin("initdb"), pg_bin("pg_ctl")
+        self.dir = Path(tempfile.mkdtemp(prefix="causal_assets_pg_"))
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self.password = "causal-assets-test"
+        self.started = False
+
+    def _run(self, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        prefix = ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
+        done = subprocess.run([*prefix, *cmd], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, start_new_session=True)
+        assert done.returncode == 0, f"{cmd[0]} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        return done
+
+    def start(self) -> "Postgres":
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "nobody")
+        pwfile = self.dir / "pw"
+        pwfile.write_text(self.password + "\n")
+        if os.geteuid() == 0:
+            shutil.chown(pwfile, "nobody")
+        self._run(self.initdb, "-D", str(self.data), "-U", "dagster", "--auth=scram-sha-256", f"--pwfile={pwfile}",
+                  "-E", "UTF8", "--no-sync", "--no-instructions")
+        self._run(self.pg_ctl, "-D", str(self.data), "-l", str(self.dir / "postgres.log"), "-w", "-t", "60",
+                  "-o", f"-h 127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off -c full_page_writes=off", "start")
+        self.started = True
+        return self
+
+    def stop(self) -> None:
+        try:
+            if self.started:
+                self._run(self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "-t", "30", "stop", timeout=60)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def env(self) -> dict[str, str]:
+        return {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(self.port), "DAGSTER_PG_USERNAME": "dagster",
+                "DAGSTER_PG_PASSWORD": self.password, "DAGSTER_PG_DB": "postgres"}
+
+
+# ------------------------------------------------------------------------------------------------ LLM endpoint
+class HoldingEndpoint:
+    """Just enough of the OpenAI chat API. While `hold` is set, a request is held open (and counted in `held`) until
+    the client goes away or `hold` is cleared; otherwise it is answered at once."""
+
+    def __init__(self):
+        self.hold = threading.Event()
+        self.hold.set()
+        self.held = threading.Event()
+        self.answered = 0
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self._send({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if endpoint.hold.is_set():
+                    endpoint.held.set()
+                    deadline = time.monotonic() + 600
+                    while endpoint.hold.is_set() and time.monotonic() < deadline:
+                        time.sleep(0.2)
+                user = [m["content"] for m in body.get("messages", []) if m.get("role") == "user"]
+                endpoint.answered += 1
+                self._send({"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000,
+                            "model": "fake-model", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                                "role": "assistant",
+                                "content": f"Charles Babbage designed the Analytical Engine. ({len(user)} user turns)"}}],
+                            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
+
+            def _send(self, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client was killed
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.hold.clear()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# ------------------------------------------------------------------------------------------------ processes
+def start(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 30) -> list[int]:
+    """SIGTERM the process group, SIGKILL it after `grace_s`; returns pids that were still alive at SIGKILL time."""
+    stubborn: list[int] = []
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + 5
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stubborn = group_alive(proc.pid)
+    if stubborn:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    return stubborn
+
+
+def graphql(url: str, query: str, variables: dict | None = None) -> dict:
+    request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        payload = json.loads(resp.read())
+    assert "errors" not in payload, payload["errors"]
+    return payload["data"]
+
+
+def wait_for(what: str, predicate, timeout_s: float, logs: list[Path], interval_s: float = 1.0):
+    t0 = time.monotonic()
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() - t0 > timeout_s:
+            tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in logs if p.exists())
+            raise AssertionError(f"{what}: not within {timeout_s}s\n{tails}")
+        time.sleep(interval_s)
+
+
+LOCATION = '{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }'
+RUN = 'query($id: ID!) { runOrError(runId: $id) { ... on Run { status tags { key value } } } }'
+RUNS = '{ runsOrError(limit: 20) { ... on Runs { results { runId status tags { key value } } } } }'
+POOL = '{ instance { concurrencyLimit(concurrencyKey: "llm") { slotCount claimedSlots { runId stepKey } pendingSteps { runId stepKey } } } }'
+LOGS = 'query($id: ID!) { logsForRun(runId: $id, limit: 500) { ... on EventConnection { events { __typename ... on MessageEvent { message } } } } }'
+ADD_PARTITION = ('mutation($key: String!) { addDynamicPartition(repositorySelector: {repositoryLocationName: "causal_assets", '
+                 'repositoryName: "__repository__"}, partitionsDefName: "queries", partitionKey: $key) { __typename } }')
+
+
+def run_status(url: str, run_id: str) -> str:
+    return graphql(url, RUN, {"id": run_id})["runOrError"]["status"]
+
+
+def worker_pid(url: str, run_id: str) -> int | None:
+    """The run worker's pid from the run's own log ("Started process for run (pid: N).")."""
+    events = graphql(url, LOGS, {"id": run_id})["logsForRun"]["events"]
+    for e in events:
+        m = re.search(r"Started process for run \(pid: (\d+)\)", e.get("message") or "")
+        if m:
+            return int(m.group(1))
+    return None
+
+
+@pytest.fixture
+def deployment(tmp_path):
+    if not (pg_bin("initdb") and pg_bin("pg_ctl")):
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL (initdb, pg_ctl) is not installed: .ci/run installs Debian's postgresql")
+        pytest.skip("PostgreSQL not installed (apt-get install -y postgresql)")
+    root = tmp_path
+    docs = root / "tiny_docs"
+    docs.mkdir()
+    (docs / "babbage.md").write_text(
+        "# Charles Babbage\n\nCharles Babbage designed the Analytical Engine in London. Ada Lovelace wrote the first "
+        "program for the Analytical Engine.\n")
+    (docs / "lovelace.md").write_text(
+        "# Ada Lovelace\n\nAda Lovelace worked with Charles Babbage in London on the Analytical Engine and described "
+        "Bernoulli numbers.\n")
+    (docs / "turing.md").write_text(
+        "# Alan Turing\n\nAlan Turing worked at Bletchley Park and later in Manchester on the Manchester Mark 1.\n")
+    (root / "corpora.yaml").write_text(yaml.safe_dump({"corpora": [
+        {"name": "default", "loader": "python_package", "package": "networkx",
+         "options": {"subpackages": ["algorithms.shortest_paths.unweighted"]}},
+        {"name": "tiny", "loader": "folder", "path": str(docs)}]}))
+    (root / "benchmarks.yaml").write_text(yaml.safe_dump({"benchmarks": [
+        {"name": "default", "loader": "python_package_api", "corpus": "default", "options": {"max_questions": 5},
+         "splits": ["dev"], "eval_splits": ["dev"], "validator": "fqn_match"}]}))
+    home = root / "dagster_home"
+    home.mkdir()
+    config = yaml.safe_load((DEPLOY / "dagster.yaml").read_text())
+    config["run_monitoring"].update(poll_interval_seconds=2, free_slots_after_run_end_seconds=1)  # test pacing only
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    shutil.copy(DEPLOY / "workspace.yaml", home / "workspace.yaml")
+
+    logs = {name: root / f"{name}.log" for name in ("code_server", "daemon", "webserver")}
+    procs: list[subprocess.Popen] = []
+    with ExitStack() as stack:
+        pg = Postgres()
+        stack.callback(pg.stop)
+        t0 = time.monotonic()
+        pg.start()
+        pg_s = time.monotonic() - t0
+        llm = HoldingEndpoint()
+        stack.callback(llm.close)
+        code_port, web_port = free_port(), free_port()
+        env = {**os.environ, **pg.env(), "DAGSTER_HOME": str(home), "PYTHONUNBUFFERED": "1",
+               "DAGSTER_CODE_SERVER_HOST": "127.0.0.1", "DAGSTER_CODE_SERVER_PORT": str(code_port),
+               "CAUSAL_ASSETS_CORPORA": str(root / "corpora.yaml"),
+               "CAUSAL_ASSETS_BENCHMARKS": str(root / "benchmarks.yaml"),
+               "CAUSAL_ASSETS_BASE_PATH": str(root / "parquet"), "CAUSAL_ASSETS_CATALOG": str(root / "catalog.duckdb"),
+               "CAUSAL_ASSETS_REPORTS": str(root / "reports"), "CAUSAL_ASSETS_QUERIES": str(root / "queries"),
+               "CAUSAL_ASSETS_LLM_CACHE": str(root / "llm_calls.sqlite"),
+               "CAUSAL_ASSETS_LLM_BASE_URL": llm.url, "CAUSAL_ASSETS_LLM_MODEL": "fake-model"}
+
+        def teardown():
+            stubborn = {}
+            for proc, name in reversed(list(zip(procs, ("code_server", "daemon", "webserver")))):
+                left = stop(proc)
+                if left:
+                    stubborn[name] = left
+            print(f"\nteardown: processes that needed SIGKILL: {stubborn or 'none'}")
+
+        stack.callback(teardown)
+        # The order of a deployment: code server first (the others connect to it), then daemon and webserver.
+        procs.append(start([str(BIN / "dagster"), "code-server", "start", "-h", "127.0.0.1", "-p", str(code_port),
+                            "-m", "causal_assets.definitions", "--location-name", "causal_assets"],
+                           env, logs["code_server"]))
+        def code_server_serving():
+            assert procs[0].poll() is None, f"code server exited:\n{logs['code_server'].read_text()[-3000:]}"
+            return subprocess.run([str(BIN / "dagster"), "api", "grpc-health-check", "--host", "127.0.0.1",
+                                   "--port", str(code_port)], env=env, capture_output=True, timeout=60).returncode == 0
+
+        wait_for("code server answering health checks", code_server_serving, STARTUP_TIMEOUT_S, [logs["code_server"]],
+                 interval_s=2)
+        procs.append(start([str(BIN / "dagster-daemon"), "run", "-w", str(home / "workspace.yaml")], env, logs["daemon"]))
+        procs.append(start([str(BIN / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(web_port),
+                            "-w", str(home / "workspace.yaml")], env, logs["webserver"]))
+        url = f"http://127.0.0.1:{web_port}"
+
+        def location_loaded():
+            for p, name in zip(procs, logs):
+                assert p.poll() is None, f"{name} exited with {p.returncode}:\n{logs[name].read_text()[-3000:]}"
+            try:
+                entries = graphql(url, LOCATION)["workspaceOrError"]["locationEntries"]
+            except (OSError, AssertionError, KeyError, TypeError, ValueError):
+                return False
+            entry = next((e for e in entries if e["name"] == "causal_assets"), None)
+            if entry and (entry.get("locationOrLoadError") or {}).get("__typename") == "PythonError":
+                raise AssertionError(f"code location failed to load: {entry['locationOrLoadError']['message']}")
+            return bool(entry and entry["loadStatus"] == "LOADED"
+                        and (entry.get("locationOrLoadError") or {}).get("__typename") == "RepositoryLocation")
+
+        wait_for("code location loaded through the gRPC code server", location_loaded, STARTUP_TIMEOUT_S,
+                 list(logs.values()))
+        startup_s = time.monotonic() - t0
+        yield {"url": url, "root": root, "llm": llm, "logs": list(logs.values()), "pg_s": pg_s,
+               "startup_s": startup_s, "web_port": web_port}
+
+
+def wait_run(d: dict, run_id: str, statuses=("SUCCESS", "FAILURE", "CANCELED"), timeout_s: float = RUN_TIMEOUT_S) -> str:
+    return wait_for(f"run {run_id} in {statuses}",
+                    lambda: (lambda s: s if s in statuses else None)(run_status(d["url"], run_id)), timeout_s, d["logs"])
+
+
+def test_killed_run_worker_frees_llm_slot_and_rerun_succeeds(deployment):
+    from dagster_graphql import DagsterGraphQLClient
+
+    from causal_assets.core.causal_search import inbox
+
+    d = deployment
+    timings = {"postgres_up_s": round(d["pg_s"], 1), "deployment_up_s": round(d["startup_s"], 1)}
+    client = DagsterGraphQLClient("127.0.0.1", port_number=d["web_port"])
+
+    # 1. A partitioned run through GraphQL: the tiny folder corpus's chunks and entity graph.
+    t0 = time.monotonic()
+    index_run = client.submit_job_execution(
+        "__ASSET_JOB", repository_location_name="causal_assets", repository_name="__repository__",
+        asset_selection=[["corpus_chunks"], ["graph_nodes"], ["graph_edges"]], tags={"dagster/partition": "tiny"},
+        run_config=IN_PROCESS)
+    assert wait_run(d, index_run) == "SUCCESS"
+    timings["index_run_s"] = round(time.monotonic() - t0, 1)
+    assert (d["root"] / "parquet" / "graph_nodes" / "tiny.parquet").exists()
+
+    # 2. A causal_search run (pool llm, 1 slot) whose LLM call is held open by the endpoint.
+    qid = inbox.submit(d["root"] / "queries", "Who designed the Analytical Engine?", "tiny")
+    assert graphql(d["url"], ADD_PARTITION, {"key": qid})["addDynamicPartition"]["__typename"] == "AddDynamicPartitionSuccess"
+    t0 = time.monotonic()
+    victim = client.submit_job_execution(
+        "__ASSET_JOB", repository_location_name="causal_assets", repository_name="__repository__",
+        asset_selection=[["causal_search"]], tags={"dagster/partition": qid}, run_config=IN_PROCESS)
+    wait_for("the causal_search step inside its LLM call", d["llm"].held.is_set, RUN_TIMEOUT_S, d["logs"])
+    pool = graphql(d["url"], POOL)["instance"]["concurrencyLimit"]
+    assert pool["slotCount"] == 1 and [s["runId"] for s in pool["claimedSlots"]] == [victim], pool
+    pid = worker_pid(d["url"], victim)
+    assert pid, "no 'Started process for run (pid: N)' event"
+    timings["victim_in_llm_call_s"] = round(time.monotonic() - t0, 1)
+
+    # 3. SIGKILL the run worker; the endpoint answers from now on.
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    d["llm"].hold.clear()
+    assert wait_run(d, victim, timeout_s=60) == "FAILURE"
+    timings["failure_detected_s"] = round(time.monotonic() - killed_at, 1)
+
+    def victim_slot_freed():
+        p = graphql(d["url"], POOL)["instance"]["concurrencyLimit"]
+        return all(s["runId"] != victim for s in p["claimedSlots"] + p["pendingSteps"])
+
+    wait_for("the killed run's llm slot freed", victim_slot_freed, 60, d["logs"], interval_s=0.5)
+    timings["slot_freed_s"] = round(time.monotonic() - killed_at, 1)
+
+    # 4. The re-execution (run_retries in deploy/dagster.yaml) takes the slot and completes.
+    def retry_run():
+        runs = graphql(d["url"], RUNS)["runsOrError"]["results"]
+        return next((r["runId"] for r in runs
+                     if {"key": "dagster/parent_run_id", "value": victim} in r["tags"]), None)
+
+    retry = wait_for("an automatic re-execution of the killed run", retry_run, 120, d["logs"])
+    assert wait_run(d, retry) == "SUCCESS"
+    timings["rerun_success_s"] = round(time.monotonic() - killed_at, 1)
+    assert (d["root"] / "parquet" / "causal_search" / f"{qid}.parquet").exists()
+    wait_for("no llm slot held after the re-run", lambda: not graphql(d["url"], POOL)["instance"]["concurrencyLimit"]["claimedSlots"],
+             30, d["logs"], interval_s=0.5)
+    print(f"\nproduction profile timings: {json.dumps(timings)} (load {os.getloadavg()[0]:.1f})")
