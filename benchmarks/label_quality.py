@@ -66,11 +66,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0 = the cores free now)")
     ap.add_argument("--cache", type=Path, default=ROOT / "data" / "benchmarks" / "label_quality_calls.sqlite")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--reanalyze", type=Path, default=None, help="re-estimate labels from a previous JSON's trials")
+    ap.add_argument("--alpha", type=float, default=MCConfig.alpha, help="1 - confidence of the label intervals")
+    ap.add_argument("--reanalyze", type=Path, nargs="+", default=None,
+                    help="re-estimate labels from previous JSONs' trials (no LLM; per_question entries are merged)")
     args = ap.parse_args()
     out = args.out or ROOT / "data" / "benchmarks" / f"label_quality_{args.dataset}_{args.solver}.json"
     cfg = MCConfig(estimator=args.estimator, outcome=args.outcome, budget=args.budget, batch=args.batch,
-                   threshold_nats=args.threshold_nats)
+                   threshold_nats=args.threshold_nats, alpha=args.alpha)
 
     data = read_multihop(shared_data_dir() / DATASETS[args.dataset])
     questions = [q for q in data.questions if args.split == "all" or hash_half(q.question_id) == args.split]
@@ -78,7 +80,13 @@ def main() -> None:
     if args.questions:
         questions = questions[: args.questions]
 
-    prior = json.loads(args.reanalyze.read_text()) if args.reanalyze else None
+    prior = None
+    if args.reanalyze:
+        prior = {"per_question": {}, "calls": {}}
+        for path in args.reanalyze:
+            old = json.loads(path.read_text())
+            prior["per_question"].update(old["per_question"])
+        questions = [q for q in questions if q.question_id in prior["per_question"]]
     scorer = None if prior else local_scorer(args.solver, CallCache(args.cache), ROOT / "data" / "models",
                                          n_threads=args.threads or None)
     load0, t_start = os.getloadavg(), time.time()
@@ -88,9 +96,11 @@ def main() -> None:
         doc_ids = [d for d, _, _ in pool]
         t0 = time.time()
         if prior:
-            trials = prior["per_question"][q.question_id]["trials"]
+            old = prior["per_question"][q.question_id]
+            trials = old["trials"]
             result = estimate(trials, doc_ids, cfg)
-            calls = {"calls": len(trials), "paid": 0, "seconds": 0.0}
+            calls = {k: old.get(k) for k in ("calls", "paid", "seconds", "errors", "tokens_evaluated",
+                                             "tokens_requested")}
         else:
             ev0, rq0 = scorer.tokens_evaluated, scorer.tokens_requested
             o = label_question(q.question_id, q.question, q.answer, pool, LikelihoodSolver(scorer, "answer_f1"), cfg,
@@ -114,14 +124,18 @@ def main() -> None:
                   f"{s['containment']['f1']:.3f} top-2 {s['containment_ranking']['top2_precision']:.3f} "
                   f"| {time.time() - t_start:.0f}s load {os.getloadavg()[0]:.1f}", flush=True)
     summary = summarize(label_quality_rows(per_q))
-    secs = [p["seconds"] for p in per_q]
+    # the threshold and interval were calibrated on train questions: the test half is the honest figure
+    by_half = {half: summarize(label_quality_rows([p for p in per_q if hash_half(p["question_id"]) == half]))
+               for half in ("train", "test")}
+    secs = [p["seconds"] for p in per_q if p.get("seconds") is not None]
     result = {"dataset": args.dataset, "questions": len(per_q), "split": args.split, "solver": args.solver,
               "config": cfg.__dict__, "max_doc_chars": args.max_doc_chars, "summary": summary,
+              "summary_by_half": by_half,
               "calls_per_question": float(np.mean([p["calls"] for p in per_q])),
-              "paid_calls": int(sum(p["paid"] for p in per_q)),
+              "paid_calls": int(sum(p.get("paid") or 0 for p in per_q)),
               "seconds_per_question_paid": float(np.mean(secs)) if secs else None,
-              "tokens_evaluated_share": (sum(p.get("tokens_evaluated", 0) for p in per_q)
-                                         / max(1, sum(p.get("tokens_requested", 0) for p in per_q))),
+              "tokens_evaluated_share": (sum(p.get("tokens_evaluated") or 0 for p in per_q)
+                                         / max(1, sum(p.get("tokens_requested") or 0 for p in per_q))),
               "skipped_without_paragraphs": len(data.skipped_without_paragraphs),
               "load_average_start": load0, "load_average_end": os.getloadavg(),
               "threads": getattr(scorer, "n_threads", None), "wall_seconds": round(time.time() - t_start, 1),
