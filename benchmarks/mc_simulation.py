@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from causal_assets.core.labeling.simulation import random_scenarios, simulate  # noqa: E402
+from causal_assets.core.labeling.simulation import likelihood_scenarios, random_scenarios, simulate  # noqa: E402
 
 # the brief's 10..320, extended until naive reaches 0.95, with a fine grid around its crossing so that the naive
 # rule is credited with its best fixed N (linear interpolation on a coarse grid overstates its calls)
@@ -53,18 +53,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", type=int, default=120)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threshold", type=float, default=0.1)
+    ap.add_argument("--threshold", type=float, default=None, help="default 0.1 (success), 3.0 nats (likelihood)")
+    ap.add_argument("--outcome", choices=["success", "likelihood"], default="success",
+                    help="pass/fail trials, or a log-likelihood outcome with the noise measured on real trials")
+    ap.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the regression/adaptive intervals")
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "benchmarks")
     ap.add_argument("--holdout-seeds", default="1,2,3,4,5,6,7,8,9,10",
                     help="further scenario sets (naive + adaptive only): the labeler's defaults were tuned on seed 0")
     args = ap.parse_args()
+    make = likelihood_scenarios if args.outcome == "likelihood" else random_scenarios
+    if args.threshold is None:
+        args.threshold = 3.0 if args.outcome == "likelihood" else 0.1
+    suffix = "_likelihood" if args.outcome == "likelihood" else ""
 
-    scenarios = random_scenarios(args.scenarios, seed=args.seed)
+    scenarios = make(args.scenarios, seed=args.seed)
     curves, timing = {}, {}
     for method, sizes in [("naive", NAIVE_N), ("regression", REG_N), ("regression+interactions", REG_N),
                           ("adaptive", ADAPTIVE_B)]:
         t0 = time.process_time()
-        curves[method] = simulate(method, sizes, scenarios, seed=args.seed, threshold=args.threshold)
+        curves[method] = simulate(method, sizes, scenarios, seed=args.seed, threshold=args.threshold,
+                                  **({} if method == "naive" else {"alpha": args.alpha}))
         timing[method] = round(time.process_time() - t0, 1)
         print(f"{method:25s} ({timing[method]}s CPU)")
         for r in curves[method]:
@@ -85,8 +93,9 @@ def main() -> None:
     for hs in [int(x) for x in args.holdout_seeds.split(",") if x.strip()]:
         if hs == args.seed:
             continue
-        held = random_scenarios(args.scenarios, seed=hs)
-        hc = {m: simulate(m, sizes, held, seed=hs, threshold=args.threshold)
+        held = make(args.scenarios, seed=hs)
+        hc = {m: simulate(m, sizes, held, seed=hs, threshold=args.threshold,
+                          **({} if m == "naive" else {"alpha": args.alpha}))
               for m, sizes in [("naive", NAIVE_N), ("adaptive", ADAPTIVE_B)]}
         hr = {m: calls_to_reach(rows, TARGET) for m, rows in hc.items()}
         holdout[hs] = {"calls_to_target": hr, "curves": hc,
@@ -127,7 +136,9 @@ def main() -> None:
         "cpu_seconds": timing,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "mc_simulation.json").write_text(json.dumps(result, indent=2))
+    result["setup"]["outcome"] = args.outcome
+    result["setup"]["alpha"] = args.alpha
+    (args.out / f"mc_simulation{suffix}.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(summary, indent=2))
 
     import matplotlib
@@ -144,7 +155,7 @@ def main() -> None:
     ax.set_title(f"Monte Carlo relevance labelling, {args.scenarios} simulated questions")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.out / "mc_simulation.png", dpi=120)
+    fig.savefig(args.out / f"mc_simulation{suffix}.png", dpi=120)
     if holdout:
         ncol = min(5, len(holdout))
         nrow = -(-len(holdout) // ncol)
@@ -163,8 +174,8 @@ def main() -> None:
             row[0].set_ylabel("mean label F1")
         axes[0][0].legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(args.out / "mc_simulation_holdout.png", dpi=110)
-    print("wrote", args.out / "mc_simulation.json", args.out / "mc_simulation.png")
+        fig.savefig(args.out / f"mc_simulation{suffix}_holdout.png", dpi=110)
+    print("wrote", args.out / f"mc_simulation{suffix}.json", args.out / f"mc_simulation{suffix}.png")
 
 
 if __name__ == "__main__":
