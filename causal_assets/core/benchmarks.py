@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from causal_assets.core.corpus.beir import load_beir_qrels, load_beir_queries
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
@@ -16,6 +16,50 @@ from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.metrics import Qrels
 from causal_assets.core.paths import REGISTRY_DIR, expand
 from causal_assets.core.yaml_registry import load_entries
+
+
+class PoolingSpec(BaseModel):
+    """`pooling:` of a benchmark (the fields of `labeling.pools.PoolConfig`); unknown keys are refused."""
+    model_config = ConfigDict(extra="forbid")
+
+    size: int = Field(default=10, ge=1)
+    max_seed_neighbors: int = Field(default=2, ge=0)
+    hard_negatives: int = Field(default=4, ge=0)
+    max_doc_chars: int = Field(default=600, ge=1)
+    seed: int = 0
+
+
+class MonteCarloSpec(BaseModel):
+    """`monte_carlo:` of a benchmark; unknown keys (a typo such as `budjet`) are refused instead of silently
+    running the defaults. Fields the labelling code reads; types are checked where they are fixed."""
+    model_config = ConfigDict(extra="forbid")
+
+    estimator: str | None = None
+    threshold: float | None = None
+    budget: int | None = Field(default=None, ge=1)
+    batch: int | None = Field(default=None, ge=1)
+    alpha: float | None = Field(default=None, gt=0, lt=1)
+    seed: int | None = None
+    max_consecutive_errors: int | None = Field(default=None, ge=1)
+    split: str | None = None
+    max_questions: int | None = Field(default=None, ge=1)
+    outcome: Literal["success", "likelihood", "both"] | None = None
+    solver: Any = None
+    threshold_nats: float | None = None
+    design: Any = None
+
+
+def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any]) -> dict[str, Any]:
+    """`value` unchanged if `model` accepts it, else a one-line ValueError naming the key (and the known keys)."""
+    try:
+        model.model_validate(value)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(x) for x in err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise ValueError(f"{name}.{key}: unknown key; known keys: {', '.join(model.model_fields)}") from None
+        raise ValueError(f"{name}.{key}: {err['msg']}") from None
+    return value
 
 
 class BenchmarkSpec(BaseModel):
@@ -37,6 +81,24 @@ class BenchmarkSpec(BaseModel):
     monte_carlo: dict[str, Any] = Field(default_factory=dict)
     # tuned_retriever_configs: which retrievers to tune, the metric, search-space overrides (core/tuning/search.py).
     tuning: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("pooling")
+    @classmethod
+    def _pooling_known(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # Kept a plain dict of the keys given (callers read it with .get), validated by the typed model.
+        return _validated_section("pooling", PoolingSpec, v)
+
+    @field_validator("monte_carlo")
+    @classmethod
+    def _monte_carlo_known(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _validated_section("monte_carlo", MonteCarloSpec, v)
+
+    @model_validator(mode="after")
+    def _monte_carlo_split_known(self) -> "BenchmarkSpec":
+        split = self.monte_carlo.get("split")
+        if split is not None and split not in self.splits:
+            raise ValueError(f"monte_carlo.split {split!r} is not one of splits {self.splits}")
+        return self
 
     @model_validator(mode="after")
     def _tuning_valid(self) -> "BenchmarkSpec":
