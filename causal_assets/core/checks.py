@@ -150,3 +150,49 @@ def check_tuning_trials(trials: pd.DataFrame, eval_splits: Iterable[str]) -> Che
         trials=len(trials), splits=", ".join(sorted(set(trials["split"]))),
         bad_eval_split_tuned_on=", ".join(leaked), bad_non_finite=_non_finite(values),
         bad_out_of_unit_range=int(((values < 0) | (values > 1 + 1e-9)).sum()))
+
+
+def check_trials_from_ok_calls(trials: pd.DataFrame, calls: pd.DataFrame) -> CheckOutcome:
+    """`no_trial_from_errored_call`, able to fail: every trial names the ok call it was scored from. Errored calls
+    are journalled with no call key, so "trial keys not among the errored keys" could never fail; here a trial
+    passes only if its key is the key of an *ok* call of the same question, and no question has more trials than
+    ok calls."""
+    missing = _missing(trials, ("question_id", "call_key")) or _missing(calls, ("question_id", "status", "call_key"))
+    if missing:
+        return CheckOutcome.of(missing_columns=missing)
+    ok = calls[calls["status"] == "ok"]
+    ok_pairs = set(zip(ok["question_id"], ok["call_key"].dropna()))
+    keyed = trials["call_key"].notna()
+    not_ok = [(q, k) not in ok_pairs for q, k in zip(trials.loc[keyed, "question_id"], trials.loc[keyed, "call_key"])]
+    per_q_trials = trials.groupby("question_id").size()
+    per_q_ok = ok.groupby("question_id").size().reindex(per_q_trials.index, fill_value=0)
+    return CheckOutcome.of(
+        trials=len(trials), ok_calls=len(ok), errored_calls=int((calls["status"] != "ok").sum()),
+        bad_trials_without_call_key=int((~keyed).sum()),
+        bad_trials_not_from_an_ok_call=int(sum(not_ok)),
+        bad_questions_with_more_trials_than_ok_calls=int((per_q_trials > per_q_ok).sum()))
+
+
+LABELS = ("YES", "NO", "UNCERTAIN")
+
+
+def check_labels(labels: pd.DataFrame) -> CheckOutcome:
+    """`labels_sane`, as its description says: every labelled question has a *base* success rate in [0, 1];
+    ΔP and its interval are finite, within [-1, 1] and ordered (ci_low <= ci_high); labels are YES/NO/UNCERTAIN."""
+    missing = _missing(labels, ("question_id", "label", "delta_p", "ci_low", "ci_high", "base_success_rate"))
+    if missing:
+        return CheckOutcome.of(missing_columns=missing)
+    if not len(labels):
+        return CheckOutcome.of(rows=0)
+    values = labels[["delta_p", "ci_low", "ci_high"]].to_numpy(np.float64)
+    finite = np.isfinite(values)
+    base = labels["base_success_rate"].to_numpy(np.float64)
+    base_bad = pd.Series(~np.isfinite(base) | (base < 0) | (base > 1), index=labels.index)
+    no_base = int(base_bad.groupby(labels["question_id"]).any().sum())
+    return CheckOutcome.of(
+        rows=len(labels), questions=int(labels["question_id"].nunique()),
+        bad_non_finite=int((~finite).sum()),
+        bad_out_of_range=int((np.abs(np.where(finite, values, 0)) > 1 + 1e-9).sum()),
+        bad_ci_inverted=int((values[:, 1] > values[:, 2] + 1e-9).sum()),
+        bad_questions_without_base_rate=no_base,
+        bad_unknown_labels=int((~labels["label"].isin(LABELS)).sum()))
