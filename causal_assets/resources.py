@@ -125,9 +125,12 @@ class LLM(ConfigurableResource):
                     self._log.info(f"local llama.cpp server up at {base_url} in {self._server.startup_s:.1f}s")
             budget = CallBudget(self.max_calls_per_run, self.max_tokens_per_run) \
                 if (self.max_calls_per_run or self.max_tokens_per_run) else None
+            # The cache key names the endpoint (base URL) when one is configured; the default local server gets a
+            # new port every start and always serves the packaged model, so its keys leave the URL out.
             self._client = LLMClient(base_url, self.model, api_key=self.api_key, cache=CallCache(self.cache_path),
                                      timeout_s=self.timeout_s, max_retries=self.max_retries,
-                                     max_concurrency=self.max_concurrency, budget=budget)
+                                     max_concurrency=self.max_concurrency, budget=budget,
+                                     cache_endpoint=self.base_url)
         return self._client
 
 
