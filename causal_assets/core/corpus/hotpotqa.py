@@ -54,12 +54,17 @@ def load_hotpotqa(path: str | Path, corpus: str) -> tuple[list[Chunk], list[Hotp
     for where, obj in _records(path):
         if not isinstance(obj, dict):
             raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        for key in ("_id", "question", "context", "supporting_facts"):
+        for key in ("_id", "question", "context"):
             if key not in obj:
                 raise CorpusError(f"{where}: missing field {key!r}")
         qid = str(obj["_id"])
         if not isinstance(obj["context"], list) or not obj["context"]:
             raise CorpusError(f"{where}: context must be a non-empty list of [title, [sentences]] paragraphs")
+        for pos, para in enumerate(obj["context"]):
+            if not (isinstance(para, list) and len(para) == 2 and isinstance(para[1], list)):
+                raise CorpusError(f"{where}: context[{pos}] must be [title, [sentences]], got {str(para)[:80]!r}")
+        if "supporting_facts" not in obj:
+            raise CorpusError(f"{where}: missing field 'supporting_facts'")
         facts = obj["supporting_facts"]
         if not isinstance(facts, list) or not facts:
             raise CorpusError(f"{where}: supporting_facts must be a non-empty list of [title, sentence index]")
