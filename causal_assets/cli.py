@@ -78,13 +78,23 @@ def _sql(args: argparse.Namespace) -> int:
 def _ask(args: argparse.Namespace) -> int:
     """Submit a query and run retrieval + causal search for it now, in this process (runs show up in the UI
     when DAGSTER_HOME is the one `dagster dev` uses)."""
+    from causal_assets.core.causal_search import inbox
+    from causal_assets.core.corpus.registry import available_corpora
+
+    # Refused before anything exists: no record, no partition, no run for a bad corpus or query.
+    known = available_corpora()
+    inbox.check_corpus(args.corpus, known)
+    if not " ".join(args.query.split()):
+        raise ValueError("query is empty")
+    if len(args.query) > MAX_QUERY_CHARS:
+        raise ValueError(f"query is {len(args.query)} characters; the limit is {MAX_QUERY_CHARS}")
+
     from dagster import DagsterInstance
 
-    from causal_assets.core.causal_search import inbox
     from causal_assets.definitions import defs
     from causal_assets.defs.search import QUERIES_DIR, query_partitions
 
-    qid = inbox.submit(QUERIES_DIR, args.query, args.corpus)
+    qid = inbox.submit(QUERIES_DIR, args.query, args.corpus, known_corpora=known)
     instance = DagsterInstance.get()
     instance.add_dynamic_partitions(query_partitions.name, [qid])
     result = defs.resolve_job_def("search_job").execute_in_process(partition_key=qid, instance=instance)
