@@ -7,7 +7,7 @@ import sys
 
 import duckdb
 
-from causal_assets.core.catalog import DuckDBCatalog
+from causal_assets.core.catalog import DuckDBCatalog, check_analysis_sql
 from causal_assets.core.errors import CausalAssetsError
 from causal_assets.core.graph.store import load_chunk_neighbors
 from causal_assets.core.index.search import METHODS, CorpusIndex
@@ -64,10 +64,12 @@ def _catalog(args: argparse.Namespace) -> int:
 
 def _sql(args: argparse.Namespace) -> int:
     """Query the catalog read-only, with the base path's fsspec filesystem registered (needed for views over URLs
-    DuckDB cannot read itself; for local paths this is the same as `duckdb -readonly`)."""
+    DuckDB cannot read itself). Only queries (SELECT/EXPLAIN) run, and DuckDB may read nothing but the Parquet
+    under the base path: no file writes, no other files, no extensions (README "Security model")."""
+    check_analysis_sql(args.query)
     catalog = DuckDBCatalog(args.catalog_path, lock_timeout_s=10, base=args.base_path)
     try:
-        with catalog.connect(read_only=True) as con:
+        with catalog.connect_for_analysis(args.base_path) as con:
             print(con.sql(args.query).df().to_string(index=False))
     except duckdb.Error as e:
         print(f"causal-assets: sql: {e}", file=sys.stderr)

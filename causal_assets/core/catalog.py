@@ -61,6 +61,37 @@ def quote_literal(value: str) -> str:
 VIEW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
+def analysis_directories(base: str | UPath) -> list[str]:
+    """The directory prefixes an analysis connection may read: the base path as given and resolved (local), or
+    the URL in both spellings DuckDB uses for fsspec paths (`memory://x/` and `memory:///x/`)."""
+    base = UPath(base)
+    if base.protocol in LOCAL_PROTOCOLS:
+        local = Path(base.path)
+        forms = {str(local), str(local.absolute()), str(local.resolve())}
+    else:
+        path = base.path.lstrip("/")
+        forms = {f"{base.protocol}://{path}", f"{base.protocol}:///{path}"}
+    return sorted(f.rstrip("/") + "/" for f in forms)
+
+
+ANALYSIS_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
+def check_analysis_sql(sql: str) -> None:
+    """Refuse anything but queries (SELECT, EXPLAIN; `from x`, `describe`, `summarize` parse as SELECT): no COPY,
+    EXPORT, INSTALL/LOAD, ATTACH, SET, PRAGMA, CREATE, ... in `causal-assets sql`."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise ValueError(f"sql: {e}") from None
+    if not statements:
+        raise ValueError("sql: no statement")
+    for st in statements:
+        kind = getattr(st.type, "name", str(st.type))
+        if kind not in ANALYSIS_STATEMENTS:
+            raise ValueError(f"sql: only queries ({', '.join(ANALYSIS_STATEMENTS)}) are allowed here; got {kind}")
+
+
 def _lock_error(e: Exception) -> bool:
     text = str(e).lower()
     return "lock" in text or "conflicting" in text
@@ -105,6 +136,26 @@ class DuckDBCatalog:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
+
+    def connect_for_analysis(self, base: str | UPath) -> duckdb.DuckDBPyConnection:
+        """A read-only connection for ad-hoc SQL (`causal-assets sql`) that can read the Parquet under `base` and
+        nothing else: no file writes (COPY/EXPORT are refused by `check_analysis_sql`, and every path outside
+        `base` is refused by DuckDB), no reads outside `base` (`/proc/self/environ`, `/etc/passwd`), no
+        extension install or load (so no network through httpfs), no ATTACH; the settings are locked, so the
+        query cannot lift them."""
+        con = duckdb.connect(str(self.path), read_only=True,
+                             config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+        try:
+            for fs in self._filesystems.values():
+                con.register_filesystem(fs)
+            dirs = ", ".join(quote_literal(d) for d in analysis_directories(base))
+            con.execute(f"SET allowed_directories = [{dirs}]")
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+        except BaseException:
+            con.close()
+            raise
+        return con
 
     def existing_views(self) -> dict[str, str]:
         if not self.path.exists():

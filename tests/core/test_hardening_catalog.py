@@ -46,3 +46,37 @@ def test_quoting_helpers_keep_hostile_names_inert(tmp_path):
         quote_ident("a\0b")
     src = view_source(tmp_path / "it's", "x", True)
     assert "it''s" in src
+
+
+def test_sql_command_cannot_write_read_outside_the_base_or_load_extensions(tmp_path, capsys, monkeypatch):
+    from causal_assets.cli import main
+
+    base = _base(tmp_path)
+    catalog_path = tmp_path / "catalog.duckdb"
+    DuckDBCatalog(catalog_path).refresh_from_storage(base)
+    source = base / "corpus_chunks" / "default.parquet"
+    before = source.read_bytes()
+    monkeypatch.setenv("CAUSAL_ASSETS_LLM_API_KEY", "sk-do-not-show-me")
+
+    def sql(query):
+        code = main(["--base-path", str(base), "sql", query, "--catalog-path", str(catalog_path)])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, _ = sql("select count(*) as n from corpus_chunks")
+    assert code == 0 and "2" in out
+    code, out, _ = sql(f"select count(*) as n from '{base}/corpus_chunks/*.parquet'")  # the Parquet directly: fine
+    assert code == 0 and "2" in out
+    for query in (f"COPY (select 1) TO '{source}'", f"copy (select 1) to '{base}/corpus_chunks/x.parquet'",
+                  f"export database '{tmp_path}/exp'", "install httpfs", "load httpfs", "attach ':memory:' as m",
+                  "set enable_external_access = true", "create table t as select 1"):
+        code, _, err = sql(query)
+        assert code == 2 and "only queries" in err, (query, err)
+    for query in ("select * from read_text('/proc/self/environ')", "select * from read_csv('/etc/passwd')",
+                  f"select * from read_text('{base}/../../../../proc/self/environ')",
+                  "select * from read_parquet('https://example.invalid/x.parquet')"):
+        code, out, err = sql(query)
+        assert code == 2 and "sk-do-not-show-me" not in out + err and "root:" not in out, (query, err)
+        assert "disabled by configuration" in err or "Permission" in err, (query, err)
+    assert source.read_bytes() == before and not (base / "corpus_chunks" / "x.parquet").exists()
+    assert not (tmp_path / "exp").exists()
