@@ -66,7 +66,7 @@ class BenchmarkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9_]+$")
-    loader: Literal["beir", "hotpotqa", "python_package_api", "jsonl"]
+    loader: Literal["beir", "hotpotqa", "python_package_api", "python_package_examples", "jsonl"]
     corpus: str
     path: str | None = None
     splits: list[str] = Field(min_length=1)
@@ -122,6 +122,18 @@ class BenchmarkSpec(BaseModel):
 
     def available(self) -> bool:
         return self.path is None or self.resolved_path.exists()
+
+    @model_validator(mode="after")
+    def _validator_supported(self) -> "BenchmarkSpec":
+        # Refused here, before any solver call: `pytest` grades code answers in the sandbox against examples,
+        # which only the mined code benchmark provides.
+        if self.validator == "pytest" and self.loader != "python_package_examples":
+            raise ValueError(f"validator 'pytest' needs code examples to run the answer against; only loader "
+                             f"'python_package_examples' provides them (this benchmark's loader is {self.loader!r})")
+        if self.loader == "python_package_examples" and self.validator != "pytest":
+            raise ValueError(f"loader 'python_package_examples' makes code questions: validator must be 'pytest', "
+                             f"not {self.validator!r}")
+        return self
 
     @model_validator(mode="after")
     def _path_needed(self) -> "BenchmarkSpec":
@@ -184,6 +196,8 @@ def load_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
                          {q.question_id: q.answer for q in questions})
     if spec.loader == "python_package_api":
         return mined_benchmark(spec, split)
+    if spec.loader == "python_package_examples":
+        return mined_examples_benchmark(spec, split)
     raise CorpusError(f"benchmark {spec.name!r}: loader {spec.loader!r} is not implemented yet")
 
 
@@ -202,3 +216,25 @@ def mined_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
                      {q.question_id: {q.target_chunk_id: 1.0} for q in questions},
                      answers={q.question_id: q.gold_fqn for q in questions},
                      aliases={q.question_id: list(q.aliases) for q in questions})
+
+
+def mined_examples_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
+    """Code questions mined from the docstring examples of the corpus's package: the solver writes the call, the
+    `pytest` validator runs it in the sandbox after the example's setup and compares the output with the
+    example's; gold document = the function's chunk."""
+    from causal_assets.core.corpus.chunk import chunks_to_frame
+    from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
+    from causal_assets.core.mining import mine_examples
+
+    corpus = load_corpus_registry()[spec.corpus]
+    if corpus.loader != "python_package":
+        raise CorpusError(f"benchmark {spec.name!r}: loader python_package_examples needs a python_package corpus, "
+                          f"corpus {spec.corpus!r} is {corpus.loader!r}")
+    chunks, _ = load_corpus(corpus)
+    examples = mine_examples(chunks_to_frame(chunks), corpus.package, spec.options.get("max_questions"),
+                             alias=spec.options.get("alias", "nx"))
+    if split != "dev":
+        examples = [q for q in examples if hash_half(q.question_id) == split]
+    return Benchmark(spec.name, split, {q.question_id: q.question for q in examples},
+                     {q.question_id: {q.target_chunk_id: 1.0} for q in examples},
+                     answers={q.question_id: q.gold for q in examples})
