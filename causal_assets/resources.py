@@ -11,6 +11,7 @@ from pydantic import PrivateAttr
 from upath import UPath
 
 from causal_assets.core.benchmarks import BenchmarkSpec, benchmark_registry_path, load_benchmark_registry
+from causal_assets.core import orphan_guard
 from causal_assets.core.catalog import DuckDBCatalog, view_source
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import CallBudget, LLMClient
@@ -34,6 +35,10 @@ class Storage(ConfigurableResource):
     catalog_path: str = DEFAULT_CATALOG
     catalog_lock_timeout_s: float = 2.0
     reports_dir: str = DEFAULT_REPORTS  # Markdown reports and plots (a local directory)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        # A step process (multiprocess executor) exits when its run worker dies, even by SIGKILL: no orphan writes.
+        orphan_guard.install()
 
     @property
     def base(self) -> UPath:
@@ -102,6 +107,7 @@ class LLM(ConfigurableResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         self._log = context.log
+        orphan_guard.install()
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._server is not None:
@@ -170,4 +176,5 @@ class ParquetIOManagerFactory(ConfigurableIOManagerFactory):
     storage: Storage
 
     def create_io_manager(self, context) -> ParquetIOManager:
+        orphan_guard.install()
         return ParquetIOManager(self.storage.base, self.storage.catalog())
