@@ -177,7 +177,7 @@ def test_killing_the_parent_does_not_kill_the_caller_or_the_grader():
         import os, signal
 
         def kill_parent():
-            for pid in (os.getppid(), 1, -1):
+            for pid in (os.getppid(), 1):  # never -1: on a broken sandbox that would be every process of the host
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
