@@ -179,11 +179,11 @@ LABELS = ("YES", "NO", "UNCERTAIN")
 def check_labels(labels: pd.DataFrame) -> CheckOutcome:
     """`labels_sane`, as its description says: every labelled question has a *base* success rate in [0, 1];
     ΔP and its interval are finite, within [-1, 1] and ordered (ci_low <= ci_high); labels are YES/NO/UNCERTAIN."""
+    if not len(labels):  # no question had trials (e.g. the budget stopped the run): nothing to vouch for
+        return CheckOutcome.of(rows=0)
     missing = _missing(labels, ("question_id", "label", "delta_p", "ci_low", "ci_high", "base_success_rate"))
     if missing:
         return CheckOutcome.of(missing_columns=missing)
-    if not len(labels):
-        return CheckOutcome.of(rows=0)
     values = labels[["delta_p", "ci_low", "ci_high"]].to_numpy(np.float64)
     finite = np.isfinite(values)
     base = labels["base_success_rate"].to_numpy(np.float64)

@@ -59,3 +59,10 @@ def test_labels_without_a_base_rate_fail_labels_sane():
         assert not outcome.passed and outcome.metadata[figure] >= 1, outcome.metadata
     nan_dp = _labels(delta_p=[np.nan, -0.1])
     assert not check_labels(nan_dp).passed and check_labels(nan_dp).metadata["bad_non_finite"] == 1
+
+
+def test_empty_outputs_pass_and_missing_columns_fail():
+    assert check_labels(pd.DataFrame([]).assign(benchmark="b")).passed
+    assert not check_labels(pd.DataFrame({"question_id": ["q"]})).passed
+    empty_trials = pd.DataFrame(columns=["question_id", "call_key"])
+    assert check_trials_from_ok_calls(empty_trials, _calls()).passed
