@@ -9,7 +9,7 @@ import time
 
 import duckdb
 
-from causal_assets.core.catalog import DuckDBCatalog
+from causal_assets.core.catalog import DuckDBCatalog, check_analysis_sql
 from causal_assets.core.errors import CausalAssetsError
 from causal_assets.core.graph.store import load_chunk_neighbors
 from causal_assets.core.index.search import METHODS, CorpusIndex
@@ -66,10 +66,12 @@ def _catalog(args: argparse.Namespace) -> int:
 
 def _sql(args: argparse.Namespace) -> int:
     """Query the catalog read-only, with the base path's fsspec filesystem registered (needed for views over URLs
-    DuckDB cannot read itself; for local paths this is the same as `duckdb -readonly`)."""
+    DuckDB cannot read itself). Only queries (SELECT/EXPLAIN) run, and DuckDB may read nothing but the Parquet
+    under the base path: no file writes, no other files, no extensions (README "Security model")."""
+    check_analysis_sql(args.query)
     catalog = DuckDBCatalog(args.catalog_path, lock_timeout_s=10, base=args.base_path)
     try:
-        with catalog.connect(read_only=True) as con:
+        with catalog.connect_for_analysis(args.base_path) as con:
             print(con.sql(args.query).df().to_string(index=False))
     except duckdb.Error as e:
         print(f"causal-assets: sql: {e}", file=sys.stderr)
@@ -126,10 +128,20 @@ def _ask(args: argparse.Namespace) -> int:
     """Submit a query and run retrieval + causal search for it now, in this process (runs show up in the UI
     when DAGSTER_HOME is the one `dagster dev` uses). The LLM step needs a slot of the `llm` pool: slots held by dead
     runs are freed, and the wait for a slot is bounded by --wait (exit 3 with the holders named)."""
+    from causal_assets.core.causal_search import inbox
+    from causal_assets.core.corpus.registry import available_corpora
+
+    # Refused before anything exists: no record, no partition, no run for a bad corpus or query.
+    known = available_corpora()
+    inbox.check_corpus(args.corpus, known)
+    if not " ".join(args.query.split()):
+        raise ValueError("query is empty")
+    if len(args.query) > MAX_QUERY_CHARS:
+        raise ValueError(f"query is {len(args.query)} characters; the limit is {MAX_QUERY_CHARS}")
+
     from dagster import DagsterInstance
     from dagster._core.utils import make_new_run_id
 
-    from causal_assets.core.causal_search import inbox
     from causal_assets.definitions import defs
     from causal_assets.defs.search import QUERIES_DIR, query_partitions
     from causal_assets.run_health import LLM_POOL, blocked_message, wait_for_slot
@@ -144,7 +156,7 @@ def _ask(args: argparse.Namespace) -> int:
     if not free:
         print(f"causal-assets: {blocked_message(LLM_POOL, holders, time.monotonic() - t0)}", file=sys.stderr)
         return EXIT_POOL_BLOCKED
-    qid = inbox.submit(QUERIES_DIR, args.query, args.corpus)
+    qid = inbox.submit(QUERIES_DIR, args.query, args.corpus, known_corpora=known)
     instance.add_dynamic_partitions(query_partitions.name, [qid])
     run_id = make_new_run_id()
     _pool_watchdog(instance, run_id, max(args.wait - (time.monotonic() - t0), 0.0), LLM_POOL)

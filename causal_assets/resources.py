@@ -11,6 +11,7 @@ from pydantic import PrivateAttr
 from upath import UPath
 
 from causal_assets.core.benchmarks import BenchmarkSpec, benchmark_registry_path, load_benchmark_registry
+from causal_assets.core import orphan_guard
 from causal_assets.core.catalog import DuckDBCatalog, view_source
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import CallBudget, LLMClient
@@ -38,6 +39,10 @@ class Storage(ConfigurableResource):
     catalog_path: str = DEFAULT_CATALOG
     catalog_lock_timeout_s: float = 2.0
     reports_dir: str = DEFAULT_REPORTS  # Markdown reports and plots (a local directory)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        # A step process (multiprocess executor) exits when its run worker dies, even by SIGKILL: no orphan writes.
+        orphan_guard.install()
 
     @property
     def base(self) -> UPath:
@@ -113,6 +118,7 @@ class LLM(ConfigurableResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         self._log = context.log
+        orphan_guard.install()
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._server is not None:
@@ -164,9 +170,12 @@ class LLM(ConfigurableResource):
                     self._log.info(f"local llama.cpp server up at {base_url} in {self._server.startup_s:.1f}s")
             budget = CallBudget(self.max_calls_per_run, self.max_tokens_per_run) \
                 if (self.max_calls_per_run or self.max_tokens_per_run) else None
+            # The cache key names the endpoint (base URL) when one is configured; the default local server gets a
+            # new port every start and always serves the packaged model, so its keys leave the URL out.
             self._client = LLMClient(base_url, self.model, api_key=self.api_key, cache=CallCache(self.cache_path),
                                      timeout_s=self.timeout_s, max_retries=self.max_retries,
-                                     max_concurrency=self.max_concurrency, budget=budget)
+                                     max_concurrency=self.max_concurrency, budget=budget,
+                                     cache_endpoint=self.base_url)
         return self._client
 
 
@@ -206,4 +215,5 @@ class ParquetIOManagerFactory(ConfigurableIOManagerFactory):
     storage: Storage
 
     def create_io_manager(self, context) -> ParquetIOManager:
+        orphan_guard.install()
         return ParquetIOManager(self.storage.base, self.storage.catalog())

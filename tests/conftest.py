@@ -16,9 +16,18 @@ SCIFACT = SHARED / "scifact"
 HOTPOT = SHARED / "hotpotqa" / "hotpot_dev_distractor_200.jsonl"
 
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
 def require(path: Path) -> Path:
+    """`path` (shared benchmark data), or skip the test when it is missing; under CI (CI=true) a missing data set
+    is a failure, never a silent skip (set CAUSAL_ASSETS_SHARED_DATA to where the data lives)."""
     if not path.exists():
-        pytest.skip(f"benchmark data not found at {path}")
+        message = (f"benchmark data not found at {path} (shared data dir {SHARED}; set CAUSAL_ASSETS_SHARED_DATA)")
+        if in_ci():
+            pytest.fail(message + "; CI must run every test", pytrace=False)
+        pytest.skip(message)
     return path
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from causal_assets.core.corpus.beir import load_beir_qrels, load_beir_queries
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
@@ -18,11 +18,55 @@ from causal_assets.core.paths import REGISTRY_DIR, expand
 from causal_assets.core.yaml_registry import load_entries
 
 
+class PoolingSpec(BaseModel):
+    """`pooling:` of a benchmark (the fields of `labeling.pools.PoolConfig`); unknown keys are refused."""
+    model_config = ConfigDict(extra="forbid")
+
+    size: int = Field(default=10, ge=1)
+    max_seed_neighbors: int = Field(default=2, ge=0)
+    hard_negatives: int = Field(default=4, ge=0)
+    max_doc_chars: int = Field(default=600, ge=1)
+    seed: int = 0
+
+
+class MonteCarloSpec(BaseModel):
+    """`monte_carlo:` of a benchmark; unknown keys (a typo such as `budjet`) are refused instead of silently
+    running the defaults. Fields the labelling code reads; types are checked where they are fixed."""
+    model_config = ConfigDict(extra="forbid")
+
+    estimator: str | None = None
+    threshold: float | None = None
+    budget: int | None = Field(default=None, ge=1)
+    batch: int | None = Field(default=None, ge=1)
+    alpha: float | None = Field(default=None, gt=0, lt=1)
+    seed: int | None = None
+    max_consecutive_errors: int | None = Field(default=None, ge=1)
+    split: str | None = None
+    max_questions: int | None = Field(default=None, ge=1)
+    outcome: Literal["success", "likelihood", "both"] | None = None
+    solver: Any = None
+    threshold_nats: float | None = None
+    design: Any = None
+
+
+def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any]) -> dict[str, Any]:
+    """`value` unchanged if `model` accepts it, else a one-line ValueError naming the key (and the known keys)."""
+    try:
+        model.model_validate(value)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(x) for x in err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise ValueError(f"{name}.{key}: unknown key; known keys: {', '.join(model.model_fields)}") from None
+        raise ValueError(f"{name}.{key}: {err['msg']}") from None
+    return value
+
+
 class BenchmarkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9_]+$")
-    loader: Literal["beir", "hotpotqa", "python_package_api", "jsonl"]
+    loader: Literal["beir", "hotpotqa", "python_package_api", "python_package_examples", "jsonl"]
     corpus: str
     path: str | None = None
     splits: list[str] = Field(min_length=1)
@@ -37,6 +81,24 @@ class BenchmarkSpec(BaseModel):
     monte_carlo: dict[str, Any] = Field(default_factory=dict)
     # tuned_retriever_configs: which retrievers to tune, the metric, search-space overrides (core/tuning/search.py).
     tuning: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("pooling")
+    @classmethod
+    def _pooling_known(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # Kept a plain dict of the keys given (callers read it with .get), validated by the typed model.
+        return _validated_section("pooling", PoolingSpec, v)
+
+    @field_validator("monte_carlo")
+    @classmethod
+    def _monte_carlo_known(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _validated_section("monte_carlo", MonteCarloSpec, v)
+
+    @model_validator(mode="after")
+    def _monte_carlo_split_known(self) -> "BenchmarkSpec":
+        split = self.monte_carlo.get("split")
+        if split is not None and split not in self.splits:
+            raise ValueError(f"monte_carlo.split {split!r} is not one of splits {self.splits}")
+        return self
 
     @model_validator(mode="after")
     def _tuning_valid(self) -> "BenchmarkSpec":
@@ -60,6 +122,18 @@ class BenchmarkSpec(BaseModel):
 
     def available(self) -> bool:
         return self.path is None or self.resolved_path.exists()
+
+    @model_validator(mode="after")
+    def _validator_supported(self) -> "BenchmarkSpec":
+        # Refused here, before any solver call: `pytest` grades code answers in the sandbox against examples,
+        # which only the mined code benchmark provides.
+        if self.validator == "pytest" and self.loader != "python_package_examples":
+            raise ValueError(f"validator 'pytest' needs code examples to run the answer against; only loader "
+                             f"'python_package_examples' provides them (this benchmark's loader is {self.loader!r})")
+        if self.loader == "python_package_examples" and self.validator != "pytest":
+            raise ValueError(f"loader 'python_package_examples' makes code questions: validator must be 'pytest', "
+                             f"not {self.validator!r}")
+        return self
 
     @model_validator(mode="after")
     def _path_needed(self) -> "BenchmarkSpec":
@@ -122,6 +196,8 @@ def load_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
                          {q.question_id: q.answer for q in questions})
     if spec.loader == "python_package_api":
         return mined_benchmark(spec, split)
+    if spec.loader == "python_package_examples":
+        return mined_examples_benchmark(spec, split)
     raise CorpusError(f"benchmark {spec.name!r}: loader {spec.loader!r} is not implemented yet")
 
 
@@ -140,3 +216,25 @@ def mined_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
                      {q.question_id: {q.target_chunk_id: 1.0} for q in questions},
                      answers={q.question_id: q.gold_fqn for q in questions},
                      aliases={q.question_id: list(q.aliases) for q in questions})
+
+
+def mined_examples_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
+    """Code questions mined from the docstring examples of the corpus's package: the solver writes the call, the
+    `pytest` validator runs it in the sandbox after the example's setup and compares the output with the
+    example's; gold document = the function's chunk."""
+    from causal_assets.core.corpus.chunk import chunks_to_frame
+    from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
+    from causal_assets.core.mining import mine_examples
+
+    corpus = load_corpus_registry()[spec.corpus]
+    if corpus.loader != "python_package":
+        raise CorpusError(f"benchmark {spec.name!r}: loader python_package_examples needs a python_package corpus, "
+                          f"corpus {spec.corpus!r} is {corpus.loader!r}")
+    chunks, _ = load_corpus(corpus)
+    examples = mine_examples(chunks_to_frame(chunks), corpus.package, spec.options.get("max_questions"),
+                             alias=spec.options.get("alias", "nx"))
+    if split != "dev":
+        examples = [q for q in examples if hash_half(q.question_id) == split]
+    return Benchmark(spec.name, split, {q.question_id: q.question for q in examples},
+                     {q.question_id: {q.target_chunk_id: 1.0} for q in examples},
+                     answers={q.question_id: q.gold for q in examples})

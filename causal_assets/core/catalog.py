@@ -16,6 +16,7 @@ views over local paths (or URLs its own extensions read). memory:// exists insid
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -38,8 +39,57 @@ def view_source(base: str | UPath, asset: str, partitioned: bool) -> str:
     base = UPath(base)
     target = base / asset / "*.parquet" if partitioned else base / f"{asset}.parquet"
     location = str(target.path if target.protocol in LOCAL_PROTOCOLS else target)
-    location = location.replace("'", "''")
-    return f"select * from read_parquet('{location}', union_by_name = true)"
+    return f"select * from read_parquet({quote_literal(location)}, union_by_name = true)"
+
+
+def quote_ident(name: str) -> str:
+    """A DuckDB identifier quoted for SQL: wrapped in double quotes, embedded quotes doubled; NUL refused."""
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise ValueError(f"invalid SQL identifier {name!r}")
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(value: str) -> str:
+    """A SQL string literal: wrapped in single quotes, embedded quotes doubled; NUL refused."""
+    if "\0" in value:
+        raise ValueError(f"invalid SQL string {value[:80]!r} (contains NUL)")
+    return "'" + value.replace("'", "''") + "'"
+
+
+# Asset (view) names the catalog creates views for: what Dagster allows for asset keys. Anything else found under the
+# base path (a directory a user or an attacker made) is skipped and reported, never spliced into SQL.
+VIEW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def analysis_directories(base: str | UPath) -> list[str]:
+    """The directory prefixes an analysis connection may read: the base path as given and resolved (local), or
+    the URL in both spellings DuckDB uses for fsspec paths (`memory://x/` and `memory:///x/`)."""
+    base = UPath(base)
+    if base.protocol in LOCAL_PROTOCOLS:
+        local = Path(base.path)
+        forms = {str(local), str(local.absolute()), str(local.resolve())}
+    else:
+        path = base.path.lstrip("/")
+        forms = {f"{base.protocol}://{path}", f"{base.protocol}:///{path}"}
+    return sorted(f.rstrip("/") + "/" for f in forms)
+
+
+ANALYSIS_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
+def check_analysis_sql(sql: str) -> None:
+    """Refuse anything but queries (SELECT, EXPLAIN; `from x`, `describe`, `summarize` parse as SELECT): no COPY,
+    EXPORT, INSTALL/LOAD, ATTACH, SET, PRAGMA, CREATE, ... in `causal-assets sql`."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise ValueError(f"sql: {e}") from None
+    if not statements:
+        raise ValueError("sql: no statement")
+    for st in statements:
+        kind = getattr(st.type, "name", str(st.type))
+        if kind not in ANALYSIS_STATEMENTS:
+            raise ValueError(f"sql: only queries ({', '.join(ANALYSIS_STATEMENTS)}) are allowed here; got {kind}")
 
 
 def _lock_error(e: Exception) -> bool:
@@ -87,6 +137,26 @@ class DuckDBCatalog:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
+    def connect_for_analysis(self, base: str | UPath) -> duckdb.DuckDBPyConnection:
+        """A read-only connection for ad-hoc SQL (`causal-assets sql`) that can read the Parquet under `base` and
+        nothing else: no file writes (COPY/EXPORT are refused by `check_analysis_sql`, and every path outside
+        `base` is refused by DuckDB), no reads outside `base` (`/proc/self/environ`, `/etc/passwd`), no
+        extension install or load (so no network through httpfs), no ATTACH; the settings are locked, so the
+        query cannot lift them."""
+        con = duckdb.connect(str(self.path), read_only=True,
+                             config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+        try:
+            for fs in self._filesystems.values():
+                con.register_filesystem(fs)
+            dirs = ", ".join(quote_literal(d) for d in analysis_directories(base))
+            con.execute(f"SET allowed_directories = [{dirs}]")
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+        except BaseException:
+            con.close()
+            raise
+        return con
+
     def existing_views(self) -> dict[str, str]:
         if not self.path.exists():
             return {}
@@ -109,7 +179,7 @@ class DuckDBCatalog:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 with self._connect(read_only=False) as con:
                     for name, sql in todo.items():
-                        con.execute(f'create or replace view "{name}" as {sql}')
+                        con.execute(f"create or replace view {quote_ident(name)} as {sql}")
             for name, sql in views.items():
                 self._known[name] = sql
                 status.setdefault(name, "created" if name in todo else "unchanged")
@@ -122,16 +192,27 @@ class DuckDBCatalog:
         return status
 
     def refresh_from_storage(self, base: str | UPath) -> dict[str, str]:
-        """(Re)create views for every asset found under `base`: directories are partitioned assets."""
+        """(Re)create views for every asset found under `base`: directories are partitioned assets.
+
+        Only names that are plain identifiers (`VIEW_NAME`) become views; any other entry is reported as
+        `skipped: not an asset name` (and the SQL quotes identifiers and paths anyway)."""
         base = UPath(base)
         self.add_filesystem(base)
-        views = {}
+        views, skipped = {}, {}
         if base.exists():
             for entry in sorted(base.iterdir()):
                 if entry.name.startswith(".") or entry.name in ("cache",):
                     continue
+                name = entry.name[:-8] if entry.name.endswith(".parquet") else entry.name
                 if entry.is_dir() and any(entry.glob("*.parquet")):
-                    views[entry.name] = view_source(base, entry.name, partitioned=True)
+                    partitioned = True
                 elif entry.name.endswith(".parquet"):
-                    views[entry.name[:-8]] = view_source(base, entry.name[:-8], partitioned=False)
-        return self.ensure_views(views)
+                    partitioned = False
+                else:
+                    continue
+                if not VIEW_NAME.match(name):
+                    log.warning("%s: not an asset name; no view created", entry)
+                    skipped[name] = "skipped: not an asset name"
+                    continue
+                views[name] = view_source(base, name, partitioned=partitioned)
+        return {**skipped, **self.ensure_views(views)}

@@ -121,33 +121,6 @@ def check_pools(pools: pd.DataFrame, chunk_ids: Iterable[str]) -> CheckOutcome:
         share_of_questions_with_a_seed=round(float(seeded), 4))
 
 
-def check_trials_from_errors(trials: pd.DataFrame, calls: pd.DataFrame) -> CheckOutcome:
-    """Every trial comes from a call journalled as ok (its key is an ok call's key): a trial made from an
-    errored call -- an outage mistaken for the solver's answer -- has no such key."""
-    ok_keys = set(calls.loc[calls["status"] == "ok", "call_key"].dropna()) if len(calls) else set()
-    keys = trials["call_key"] if len(trials) else pd.Series(dtype=object)
-    return CheckOutcome.of(trials=len(trials), errored_calls=int((calls["status"] == "error").sum()) if len(calls) else 0,
-                           bad_trials_from_errored_calls=int((~keys.isin(ok_keys)).sum()))
-
-
-def check_labels(labels: pd.DataFrame) -> CheckOutcome:
-    """Labels are YES/NO/UNCERTAIN; a labelled effect is finite and inside its interval (an UNCERTAIN label may
-    have no estimate); ΔP, where measured, lies in [-1, 1]; every labelled question has a base outcome."""
-    if not len(labels):
-        return CheckOutcome.of(rows=0, ok_has_labels=False)
-    decided = labels[labels["label"] != "UNCERTAIN"]
-    eff, lo, hi = (decided[c].astype(float) for c in ("effect", "ci_low", "ci_high"))
-    dp = labels["delta_p"].astype(float).dropna()
-    base = labels.groupby("question_id")["base_outcome"].apply(lambda x: x.notna().any())
-    return CheckOutcome.of(
-        rows=len(labels), questions=int(labels["question_id"].nunique()),
-        bad_label_values=int((~labels["label"].isin(["YES", "NO", "UNCERTAIN"])).sum()),
-        bad_non_finite_effects=_non_finite(eff),
-        bad_effect_outside_interval=int(((eff < lo - 1e-9) | (eff > hi + 1e-9)).sum()),
-        bad_delta_p_out_of_range=int((dp.abs() > 1 + 1e-9).sum()),
-        missing_base_outcome=int((~base).sum()))
-
-
 def check_metrics(metrics: pd.DataFrame) -> CheckOutcome:
     """Every metric value is finite and in [0, 1] (all of Recall, P, MRR, nDCG, MAP, hit rate are)."""
     values = metrics["value"].to_numpy(np.float64)
@@ -177,3 +150,60 @@ def check_tuning_trials(trials: pd.DataFrame, eval_splits: Iterable[str]) -> Che
         trials=len(trials), splits=", ".join(sorted(set(trials["split"]))),
         bad_eval_split_tuned_on=", ".join(leaked), bad_non_finite=_non_finite(values),
         bad_out_of_unit_range=int(((values < 0) | (values > 1 + 1e-9)).sum()))
+
+
+def check_trials_from_ok_calls(trials: pd.DataFrame, calls: pd.DataFrame) -> CheckOutcome:
+    """`no_trial_from_errored_call`, able to fail: every trial names the ok call it was scored from. Errored calls
+    are journalled with no call key, so "trial keys not among the errored keys" could never fail; here a trial
+    passes only if its key is the key of an *ok* call of the same question, and no question has more trials than
+    ok calls."""
+    missing = _missing(trials, ("question_id", "call_key")) or _missing(calls, ("question_id", "status", "call_key"))
+    if missing:
+        return CheckOutcome.of(missing_columns=missing)
+    ok = calls[calls["status"] == "ok"]
+    ok_pairs = set(zip(ok["question_id"], ok["call_key"].dropna()))
+    keyed = trials["call_key"].notna()
+    not_ok = [(q, k) not in ok_pairs for q, k in zip(trials.loc[keyed, "question_id"], trials.loc[keyed, "call_key"])]
+    per_q_trials = trials.groupby("question_id").size()
+    per_q_ok = ok.groupby("question_id").size().reindex(per_q_trials.index, fill_value=0)
+    return CheckOutcome.of(
+        trials=len(trials), ok_calls=len(ok), errored_calls=int((calls["status"] != "ok").sum()),
+        bad_trials_without_call_key=int((~keyed).sum()),
+        bad_trials_not_from_an_ok_call=int(sum(not_ok)),
+        bad_questions_with_more_trials_than_ok_calls=int((per_q_trials > per_q_ok).sum()))
+
+
+LABELS = ("YES", "NO", "UNCERTAIN")
+
+
+def check_labels(labels: pd.DataFrame) -> CheckOutcome:
+    """`labels_sane`: labels are YES/NO/UNCERTAIN; every labelled question has a base outcome (a success rate in
+    [0, 1], or a finite log-likelihood); a decided label's effect is finite and inside its interval (an UNCERTAIN
+    one may have no estimate); intervals are ordered; on the probability scale (pass/fail outcomes) effects and
+    intervals lie in [-1, 1], and the seed's ΔP, where measured, always does."""
+    if not len(labels):  # no question had trials (e.g. the budget stopped the run): nothing to vouch for
+        return CheckOutcome.of(rows=0)
+    effect = "effect" if "effect" in labels else "delta_p"
+    base_col = "base_outcome" if "base_outcome" in labels else "base_success_rate"
+    missing = _missing(labels, ("question_id", "label", effect, "ci_low", "ci_high", base_col))
+    if missing:
+        return CheckOutcome.of(missing_columns=missing)
+    probability = labels["outcome"].eq("success").to_numpy() if "outcome" in labels else np.ones(len(labels), bool)
+    values = labels[[effect, "ci_low", "ci_high"]].to_numpy(np.float64)
+    decided = (labels["label"] != "UNCERTAIN").to_numpy()
+    finite = np.isfinite(values)
+    base = labels[base_col].to_numpy(np.float64)
+    base_bad = ~np.isfinite(base) | (probability & ((base < 0) | (base > 1)))
+    no_base = int(pd.Series(base_bad, index=labels.index).groupby(labels["question_id"]).any().sum())
+    v = np.where(finite, values, 0.0)
+    delta_p = labels["delta_p"].to_numpy(np.float64) if "delta_p" in labels else np.zeros(len(labels))
+    return CheckOutcome.of(
+        rows=len(labels), questions=int(labels["question_id"].nunique()),
+        bad_non_finite=int((~finite[decided]).sum()),
+        bad_out_of_range=int((probability[:, None] & (np.abs(v) > 1 + 1e-9)).sum()),
+        bad_delta_p_out_of_range=int((np.abs(np.nan_to_num(delta_p)) > 1 + 1e-9).sum()),
+        bad_ci_inverted=int((v[:, 1] > v[:, 2] + 1e-9).sum()),
+        bad_effect_outside_interval=int((decided & finite.all(axis=1)
+                                         & ((v[:, 0] < v[:, 1] - 1e-9) | (v[:, 0] > v[:, 2] + 1e-9))).sum()),
+        bad_questions_without_base_rate=no_base,
+        bad_unknown_labels=int((~labels["label"].isin(LABELS)).sum()))

@@ -95,3 +95,81 @@ def mine_questions(chunks: pd.DataFrame, package: str, max_questions: int | None
         out.append(MinedQuestion(qid, q, fqn, row.chunk_id, row.kind, meta["summary"], tuple(aliases.get(fqn, []))))
     out.sort(key=lambda m: m.question_id)
     return out[:max_questions] if max_questions else out
+
+
+# --------------------------------------------------------------------------------------------- code examples
+@dataclass(frozen=True)
+class MinedExample:
+    """A code question mined from a docstring example: the solver writes the call, the example checks it."""
+    question_id: str
+    question: str
+    gold: str                 # JSON: {"imports", "setup": [...], "call", "want", "print"} (the validator's spec)
+    gold_fqn: str
+    target_chunk_id: str
+
+
+_UNSTABLE_WANT = re.compile(r"<[^>]*\bat 0x|0x[0-9a-f]{6,}|\.\.\.|Traceback", re.I)
+
+
+def _resolve(fqn: str):
+    module, _, name = fqn.rpartition(".")
+    obj = importlib.import_module(module)
+    return getattr(obj, name)
+
+
+def example_for(fqn: str, public: str, package: str, alias: str) -> dict | None:
+    """The first docstring example of `fqn` that calls it as `<alias>.<public name>(...)` (optionally inside
+    print), with a short, stable expected output and only output-free one-line statements before it."""
+    import doctest
+    import inspect
+
+    try:
+        doc = inspect.getdoc(_resolve(fqn)) or ""
+        examples = doctest.DocTestParser().get_examples(doc)
+    except Exception:  # an object that cannot be imported or a docstring doctest cannot parse: no example
+        return None
+    name = public.rsplit(".", 1)[-1]
+    call_re = re.compile(rf"^(print\()?{re.escape(alias)}\.{re.escape(name)}\(")
+    setup: list[str] = []
+    for ex in examples:
+        src = ex.source.strip()
+        if "\n" in src or ex.exc_msg is not None:
+            return None
+        if call_re.match(src) and ex.want.strip():
+            want = ex.want
+            if len(want) > 200 or "\n" in want.strip() or _UNSTABLE_WANT.search(want):
+                return None
+            is_print = src.startswith("print(")
+            call = src[len("print("):-1] if is_print and src.endswith(")") else src
+            return {"imports": f"import {package} as {alias}", "setup": setup, "call": call, "want": want,
+                    "print": is_print}
+        if ex.want.strip() or f"{alias}.{name}(" in src:
+            return None  # setup must not print, nor already contain the answer
+        setup.append(src)
+        if len(setup) > 4:
+            return None
+    return None
+
+
+def mine_examples(chunks: pd.DataFrame, package: str, max_questions: int | None = None,
+                  alias: str = "nx") -> list[MinedExample]:
+    """Code questions from the docstring examples of `package`'s public functions, deterministic order (hash)."""
+    aliases = public_aliases(package)
+    out = []
+    for row in chunks[chunks["kind"] == "function"].itertuples(index=False):
+        meta = json.loads(row.metadata)
+        fqn = meta.get("fqn", row.chunk_id)
+        public = next(iter(aliases.get(fqn, [])), None)
+        if public is None or any(p.startswith("_") for p in fqn.split(".")) or "#" in row.chunk_id:
+            continue
+        spec = example_for(fqn, public, package, alias)
+        if spec is None:
+            continue
+        summary = meta.get("summary", "").rstrip(".")
+        setup = "\n".join(f"    {s}" for s in spec["setup"]) or "    (nothing)"
+        question = (f"Using {package} imported as {alias}, after running:\n{setup}\nwrite one Python expression "
+                    f"that calls {package} to {summary[:1].lower() + summary[1:] if summary else 'do this'}.")
+        qid = "ex:" + hashlib.sha256(fqn.encode()).hexdigest()[:10]
+        out.append(MinedExample(qid, question, json.dumps(spec, sort_keys=True), fqn, row.chunk_id))
+    out.sort(key=lambda m: m.question_id)
+    return out[:max_questions] if max_questions else out

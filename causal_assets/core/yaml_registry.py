@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import reprlib
 from pathlib import Path
 from typing import TypeVar
 
@@ -11,6 +12,18 @@ from pydantic import BaseModel, ValidationError
 from causal_assets.core.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
+
+MAX_REPR_CHARS = 200
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxtuple, _REPR.maxset = 3, 6, 6, 6, 6
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = MAX_REPR_CHARS, MAX_REPR_CHARS, 60
+
+
+def short_repr(value, limit: int = MAX_REPR_CHARS) -> str:
+    """A repr bounded in size *while it is built* (depth, items, string length), then cut to `limit` characters:
+    a YAML alias bomb of a few hundred bytes expands to megabytes under the plain repr."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load_entries(path: str | Path, key: str, model: type[M]) -> dict[str, M]:
@@ -36,9 +49,12 @@ def load_entries(path: str | Path, key: str, model: type[M]) -> dict[str, M]:
         except ValidationError as e:
             err = e.errors()[0]
             field = ".".join(str(x) for x in err["loc"]) or "entry"
-            raise ConfigError(f"{path}: {key}[{i}].{field}: {err['msg']} (value: {err.get('input')!r})") from None
+            msg = str(err["msg"])
+            msg = msg if len(msg) <= 2 * MAX_REPR_CHARS else msg[: 2 * MAX_REPR_CHARS - 3] + "..."
+            raise ConfigError(f"{path}: {key}[{i}].{field[:MAX_REPR_CHARS]}: {msg} "
+                              f"(value: {short_repr(err.get('input'))})") from None
         name = getattr(item, "name")
         if name in entries:
-            raise ConfigError(f"{path}: {key}[{i}].name: duplicate name {name!r}")
+            raise ConfigError(f"{path}: {key}[{i}].name: duplicate name {short_repr(name)}")
         entries[name] = item
     return entries

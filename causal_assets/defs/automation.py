@@ -34,7 +34,17 @@ def corpus_change_sensor(context: SensorEvaluationContext) -> SensorResult:
     """Re-index a corpus partition when its source files (or installed package version) change."""
     previous = json.loads(context.cursor) if context.cursor else None
     specs = load_corpus_registry()
-    current = {name: source_fingerprint(specs[name]) for name in corpus_partitions.get_partition_keys() if name in specs}
+    current = {}
+    for name in corpus_partitions.get_partition_keys():
+        if name not in specs:
+            continue
+        try:
+            current[name] = source_fingerprint(specs[name])
+        except Exception as e:  # one unreadable corpus must not stop the sensor for the others
+            context.log.warning(f"corpus {name!r}: fingerprint failed ({type(e).__name__}: {str(e)[:300]}); "
+                                "keeping the previous one")
+            if previous is not None and name in previous:
+                current[name] = previous[name]
     requests = []
     if previous is not None:
         for name, fp in current.items():

@@ -15,7 +15,7 @@ from dagster import (AssetCheckSpec, AssetDep, AssetExecutionContext, AssetOut, 
                      MetadataValue, Output, RetryPolicy, asset, multi_asset)
 
 from causal_assets.core.benchmarks import load_benchmark
-from causal_assets.core.checks import check_labels, check_pools, check_trials_from_errors
+from causal_assets.core.checks import check_labels, check_pools, check_trials_from_ok_calls
 from causal_assets.core.graph.store import load_chunk_neighbors
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.labeling.pools import PoolConfig, build_pools
@@ -147,7 +147,7 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
         "cache_hits": int(ok["cached"].sum()), "cache_hit_rate": float(ok["cached"].mean()) if len(ok) else 0.0,
         "prompt_tokens": int(ok["prompt_tokens"].fillna(0).sum()),
         "completion_tokens": int(ok["completion_tokens"].fillna(0).sum())})
-    yield check_result("mc_trials", "no_trial_from_errored_call", check_trials_from_errors(trials_df, calls_df))
+    yield check_result("mc_trials", "no_trial_from_errored_call", check_trials_from_ok_calls(trials_df, calls_df))
 
 
 @asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet", "yaml"},

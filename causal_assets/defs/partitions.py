@@ -17,5 +17,19 @@ def benchmark_to_corpus() -> dict[str, str]:
     return {b: specs[b].corpus for b in benchmark_partitions.get_partition_keys()}
 
 
+def corpus_to_benchmarks(b2c: dict[str, str]) -> dict[str, set[str]]:
+    """Invert benchmark -> corpus into corpus -> {benchmarks}: Dagster's `StaticPartitionMapping` takes the
+    *downstream* keys of each *upstream* key, and several benchmarks may share one corpus."""
+    out: dict[str, set[str]] = {}
+    for benchmark, corpus in b2c.items():
+        out.setdefault(corpus, set()).add(benchmark)
+    return out
+
+
+def benchmark_corpus_partition_mapping(b2c: dict[str, str]) -> StaticPartitionMapping:
+    """The mapping from corpus partitions (upstream) to the benchmark partitions (downstream) evaluated on them."""
+    return StaticPartitionMapping(corpus_to_benchmarks(b2c))
+
+
 # Benchmark-partitioned stages read the index and graph of the benchmark's corpus.
-benchmark_corpus_mapping = StaticPartitionMapping(benchmark_to_corpus())
+benchmark_corpus_mapping = benchmark_corpus_partition_mapping(benchmark_to_corpus())

@@ -19,6 +19,7 @@ from causal_assets.core.checks import check_ranked_results
 from causal_assets.core.causal_search.context import GraphContextBuilder
 from causal_assets.core.causal_search.search import CausalSearch, save_outputs
 from causal_assets.core.corpus.chunk import content_hash
+from causal_assets.core.errors import ConfigError
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
 from causal_assets.core.index.search import CHUNKS, CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
@@ -106,25 +107,62 @@ search_job = define_asset_job("search_job", selection=["retrieval_results", "cau
                               partitions_def=query_partitions)
 
 
+def _known_corpora() -> list[str] | None:
+    try:
+        from causal_assets.core.corpus.registry import available_corpora
+        return available_corpora()
+    except Exception:  # a broken registry is reported by the corpus stages; the inbox only checks the name then
+        return None
+
+
+def _record_rejection(queries_dir: Path, name: str, reason: str) -> None:
+    """Append one line to `<queries>/inbox_rejected.jsonl` (the inbox's error log beside the sensor's warnings)."""
+    try:
+        with open(queries_dir / "inbox_rejected.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({"file": name, "reason": reason[:500], "time": time.time()}, ensure_ascii=False) + "\n")
+    except OSError:
+        pass
+
+
 @sensor(job=search_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def queries_inbox_sensor(context: SensorEvaluationContext) -> SensorResult:
-    """Each new `.txt` file in data/queries/inbox/ becomes a query partition and a search run."""
+    """Each new `.txt` file in data/queries/inbox/ becomes a query partition and a search run.
+
+    Only regular files of at most `inbox.MAX_INBOX_BYTES` are read (no symlink, FIFO, device, directory or hard
+    link); a refused or failing file is logged, recorded in `inbox_rejected.jsonl` and skipped, and the cursor
+    advances past it, so one bad file never stops the files after it."""
     inbox_dir = QUERIES_DIR / "inbox"
     seen = set(json.loads(context.cursor)) if context.cursor else set()
-    new_keys, requests = [], []
-    for f in sorted(inbox_dir.glob("*.txt")) if inbox_dir.exists() else []:
-        marker = f"{f.name}:{f.stat().st_mtime_ns}"
+    new_keys, requests, present = [], [], set()
+    known = _known_corpora()
+    try:
+        entries = [e for e in os.scandir(inbox_dir) if e.name.endswith(".txt")] if inbox_dir.is_dir() else []
+    except OSError as e:
+        context.log.warning(f"{inbox_dir}: cannot list ({e})")
+        entries = []
+    for entry in sorted(entries, key=lambda e: e.name):
+        try:
+            st = entry.stat(follow_symlinks=False)
+            marker = f"{entry.name}:{st.st_mtime_ns}"
+        except OSError:
+            marker = f"{entry.name}:?"
+            st = None
+        present.add(marker)
         if marker in seen:
             continue
         seen.add(marker)
-        lines = f.read_text(encoding="utf-8", errors="replace").splitlines()
-        corpus = next((l.split(":", 1)[1].strip() for l in lines[1:] if l.lower().startswith("corpus:")), "hotpotqa")
         try:
-            qid = inbox.submit(QUERIES_DIR, lines[0] if lines else "", corpus)
+            if st is None:
+                raise ConfigError(f"{entry.name}: vanished while listing")
+            query, corpus = inbox.parse_inbox_text(inbox.read_inbox_file(entry.path))
+            qid = inbox.submit(QUERIES_DIR, query, corpus, known_corpora=known)
         except Exception as e:  # one bad file must not stop the inbox
-            context.log.warning(f"{f}: skipped ({e})")
+            reason = f"{type(e).__name__}: {e}"
+            context.log.warning(f"{inbox_dir / entry.name}: skipped ({reason[:300]})")
+            _record_rejection(QUERIES_DIR, entry.name, reason)
             continue
         new_keys.append(qid)
         requests.append(RunRequest(run_key=qid, partition_key=qid))
-    return SensorResult(run_requests=requests, cursor=json.dumps(sorted(seen)),
+    # Only markers of files still in the inbox are kept, so the cursor does not grow forever.
+    return SensorResult(run_requests=requests, cursor=json.dumps(sorted(seen & present)),
                         dynamic_partitions_requests=[query_partitions.build_add_request(new_keys)] if new_keys else [])

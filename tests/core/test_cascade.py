@@ -15,8 +15,9 @@ from causal_assets.core.retrievers.cascade import (
     CascadeRetriever, EmbeddingConfig, EntropyCalculator, EntropyConfig, GraphConfig, GraphExpander,
     MetadataFilter, RetrievalConfig, RetrievalResult, TFIDFConfig,
 )
+from tests.conftest import SCIFACT, require
 
-SCIFACT_CORPUS = Path("/work/shared/data/scifact/corpus.jsonl")
+SCIFACT_CORPUS = SCIFACT / "corpus.jsonl"
 N_DOCS = 200
 
 
@@ -31,8 +32,7 @@ def _metadata(i: int, doc: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def index() -> CorpusIndex:
-    if not SCIFACT_CORPUS.exists():
-        pytest.skip(f"SciFact corpus not found at {SCIFACT_CORPUS}")
+    require(SCIFACT_CORPUS)
     with SCIFACT_CORPUS.open(encoding="utf-8") as f:
         docs = [json.loads(next(f)) for _ in range(N_DOCS)]
     chunks = chunks_to_frame(

@@ -7,14 +7,13 @@ import pytest
 
 from causal_assets.core.retrievers.entities import extract_entities, extract_query_entities
 
-HOTPOT = Path("/work/shared/data/hotpotqa/hotpot_dev_distractor_200.jsonl")
+from tests.conftest import HOTPOT, require
 
 
 @pytest.fixture(scope="module")
 def hotpot() -> dict[str, dict]:
     """The real dev questions by _id, read where they live."""
-    if not HOTPOT.exists():
-        pytest.skip(f"HotpotQA sample not found at {HOTPOT}")
+    require(HOTPOT)
     with HOTPOT.open(encoding="utf-8") as f:
         return {row["_id"]: row for row in map(json.loads, f)}
 

@@ -18,7 +18,7 @@ from causal_assets.core.graph.store import (EDGE_COLUMNS, NODE_COLUMNS, build_gr
 from causal_assets.core.graph.text_graph import TitleMatcher, build_text_graph, entity_key
 
 SP = "networkx.algorithms.shortest_paths"
-HOTPOT = Path("/work/shared/data/hotpotqa/hotpot_dev_distractor_200.jsonl")
+from tests.conftest import HOTPOT, require
 
 
 def edge_set(edges, etype):
@@ -183,7 +183,7 @@ def test_full_networkx_graph_resolves_reexports():
 
 @pytest.fixture(scope="module")
 def hotpot5():
-    chunks, questions = load_hotpotqa(HOTPOT, "hotpot")
+    chunks, questions = load_hotpotqa(require(HOTPOT), "hotpot")
     qids = {q.question_id for q in questions[:5]}
     frame = chunks_to_frame(c for c in chunks if c.metadata["question_id"] in qids)
     return frame, questions[:5]

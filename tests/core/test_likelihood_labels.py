@@ -161,7 +161,8 @@ def test_label_table_and_check_on_likelihood_trials():
     x = balanced_design(3, 16, rng)
     trials = pd.DataFrame({"question_id": "q", "subset": [[d for d, keep in zip("abc", row) if keep] for row in x],
                            "loglik": -5 + 3.0 * x[:, 0] + rng.normal(0, 0.2, 16), "success": pd.NA})
-    labels, pairs = label_table(pools, trials, MCConfig(estimator="regression", threshold_nats=0.5))
+    labels, pairs = label_table(pools, trials, MCConfig(estimator="regression", outcome="likelihood", alpha=0.05,
+                                                        threshold_nats=0.5))
     main = labels[labels.estimator == "regression"].set_index("doc_id")
     assert main.loc["a", "label"] == "YES" and main.loc["a", "effect"] > 2.5 and main["delta_p"].isna().all()
     assert pairs[0]["candidates"][0]["empirical_relevance"] in ("YES", "NO", "UNCERTAIN")

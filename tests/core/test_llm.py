@@ -19,7 +19,7 @@ import pytest
 
 from causal_assets.core.llm import (
     BudgetExceeded, CallBudget, CallCache, LLMClient, LLMInfrastructureError, LocalLlamaServer,
-    LocalServerError, default_model_path)
+    LocalServerError, default_model_path, make_key)
 
 MODEL = "fake-model"
 
@@ -400,6 +400,11 @@ def test_sample_index_and_params_enter_the_key(cache):
         client.chat(msgs, temperature=0.0, max_tokens=8)
         assert len(fake.requests) == 3
         assert "__sample_index" not in fake.requests[0]["body"] and "sample_index" not in fake.requests[0]["body"]
-        # the base URL is not part of the key: another endpoint serving the same model shares the cache
-        other = LLMClient("http://127.0.0.1:9/v1", MODEL, cache=cache)
-        assert other.chat(msgs, temperature=0.0, max_tokens=8).cached
+        # the base URL is part of the key (issue 15): another endpoint is not served this one's answers ...
+        other = LLMClient("http://127.0.0.1:9/v1", MODEL, cache=cache, max_retries=0)
+        assert other.key_for("chat", msgs, temperature=0.0, max_tokens=8) != client.key_for(
+            "chat", msgs, temperature=0.0, max_tokens=8)
+        # ... unless the endpoint is left out on purpose (the default local server, whose port changes)
+        local = LLMClient("http://127.0.0.1:9/v1", MODEL, cache=cache, cache_endpoint=None)
+        assert local.key_for("chat", msgs, temperature=0.0, max_tokens=8) == make_key(
+            MODEL, "chat", msgs, {"temperature": 0.0, "max_tokens": 8})

@@ -1,4 +1,5 @@
-"""The code-answer sandbox: runs pytest/doctest in a separate, limited process; never in-process."""
+"""The code-answer sandbox: bubblewrap, an answer process and a grader process of two uids; never in-process.
+The escape probes of issue 15 are in test_hardening_sandbox.py."""
 from __future__ import annotations
 
 import os
@@ -10,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from causal_assets.core.labeling.sandbox import SandboxResult, run_doctest, run_pytest, unshare_available
+from causal_assets.core.labeling.sandbox import SandboxResult, bwrap_available, run_doctest, run_pytest
 
 CODE = "def add(a, b):\n    return a + b\n"
 PASSING = "from solution import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 FAILING = "from solution import add\n\ndef test_add():\n    assert add(2, 2) == 5\n"
 
-ISOLATIONS = ["sitecustomize"] + (["unshare"] if unshare_available() else [])
+pytestmark = pytest.mark.skipif(not bwrap_available() and not os.environ.get("CI"),
+                                reason="bubblewrap not installed (apt-get install -y bubblewrap); CI installs it")
 
 
 def test_passing_test():
@@ -35,7 +37,7 @@ def test_failing_assertion_is_a_failure_not_an_infra_error():
 
 def test_broken_answer_is_a_failure_not_an_infra_error():
     r = run_pytest("def add(a, b)\n    return a +\n", PASSING)
-    assert not r.passed and r.error is None and r.returncode == 2
+    assert not r.passed and r.error is None and r.returncode == 2   # collection error: `import` of it fails
     assert "SyntaxError" in r.stdout_tail
 
 
@@ -60,7 +62,8 @@ def test_sleeping_child_process_group_is_killed():
 def test_cpu_limit_kills_busy_loop():
     r = run_pytest("def spin():\n    while True:\n        pass\n",
                    "from solution import spin\n\ndef test_spin():\n    spin()\n", timeout_s=30, cpu_s=2)
-    assert not r.passed and not r.timed_out and r.returncode is not None and r.returncode < 0
+    assert not r.passed and not r.timed_out and r.error is None
+    assert "killed by signal" in r.stdout_tail   # SIGXCPU/SIGKILL of the answer process, reported by the grader
 
 
 def test_memory_bomb_is_limited():
@@ -107,21 +110,24 @@ def listening_port():
     srv.close()
 
 
-def _net_test(port: int) -> str:
+def _net_code(port: int) -> str:
     return textwrap.dedent(f"""
         import socket
 
-        def test_connect():
+        def connect():
             s = socket.create_connection(("127.0.0.1", {port}), timeout=3)
             s.close()
+            return True
     """)
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_network_blocked_by_default(listening_port, isolation):
+_NET_TEST = "from solution import connect\n\ndef test_connect():\n    assert connect() is True\n"
+
+
+def test_network_blocked_by_default(listening_port):
     port, accepted = listening_port
     n_before = len(accepted)
-    r = run_pytest(CODE, _net_test(port), timeout_s=20, isolation=isolation)
+    r = run_pytest(_net_code(port), _NET_TEST, timeout_s=20)
     assert not r.passed and r.error is None and not r.timed_out
     assert re.search(r"PermissionError|Network is unreachable|OSError|ConnectionRefused", r.stdout_tail)
     assert len(accepted) == n_before  # the listener never saw the sandboxed connection
@@ -129,42 +135,41 @@ def test_network_blocked_by_default(listening_port, isolation):
 
 def test_network_allowed_when_requested(listening_port):
     port, _ = listening_port
-    r = run_pytest(CODE, _net_test(port), allow_network=True)
+    r = run_pytest(_net_code(port), _NET_TEST, allow_network=True)
     assert r.passed, r.stdout_tail
 
 
 def test_environment_is_scrubbed(monkeypatch):
     monkeypatch.setenv("CAUSAL_SANDBOX_SECRET", "s3cr3t-value")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
+    code = "import os\n\ndef env():\n    return dict(os.environ)\n"
     test = textwrap.dedent("""
-        import os
+        from solution import env
 
         def test_env():
-            assert "CAUSAL_SANDBOX_SECRET" not in os.environ
-            assert "OPENAI_API_KEY" not in os.environ
-            allowed = {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONPATH"}
-            extra = set(os.environ) - allowed - {"PYTEST_CURRENT_TEST", "PYTEST_VERSION"}
-            assert not extra, sorted(extra)
-            assert "causal_sandbox_" in os.environ["HOME"]
+            e = env()
+            assert "CAUSAL_SANDBOX_SECRET" not in e and "OPENAI_API_KEY" not in e
+            allowed = {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PWD"}
+            assert set(e) <= allowed, sorted(set(e) - allowed)
     """)
-    r = run_pytest(CODE, test)
+    r = run_pytest(code, test)
     assert r.passed, r.stdout_tail
     assert "s3cr3t" not in r.stdout_tail + r.stderr_tail
 
 
 def test_temp_dir_is_removed_afterwards():
-    test = "import os\n\ndef test_where():\n    assert False, 'CWD=' + os.getcwd() + '=END'\n"
-    r = run_pytest(CODE, test)
-    assert not r.passed
-    m = re.search(r"CWD=(\S+?)=END", r.stdout_tail)
-    assert m, r.stdout_tail
-    cwd = Path(m.group(1))
-    assert "causal_sandbox_" in str(cwd)
-    assert not cwd.exists() and not cwd.parent.exists()
+    import tempfile
+
+    before = set(Path(tempfile.gettempdir()).glob("causal_sandbox_*"))
+    r = run_pytest("import os\ndef where():\n    return os.getcwd()\n",
+                   "from solution import where\n\ndef test_where():\n    assert where() == '/tmp/work'\n")
+    assert r.passed, r.stdout_tail
+    assert set(Path(tempfile.gettempdir()).glob("causal_sandbox_*")) <= before
 
 
 def test_runs_in_separate_process():
-    r = run_pytest(CODE, f"import os\n\ndef test_pid():\n    assert os.getpid() != {os.getpid()}\n")
+    r = run_pytest("import os\ndef pid():\n    return os.getpid()\n",
+                   f"from solution import pid\n\ndef test_pid():\n    assert pid() != {os.getpid()}\n")
     assert r.passed
 
 
@@ -188,7 +193,7 @@ def test_doctest_pass():
 def test_doctest_fail():
     r = run_doctest(DOC_OK.replace("return x * x", "return x + x"))
     assert not r.passed and r.returncode == 1 and r.error is None
-    assert "Expected" in r.stdout_tail
+    assert "expected" in r.stdout_tail
 
 
 def test_doctest_without_examples_does_not_pass():
@@ -196,7 +201,7 @@ def test_doctest_without_examples_does_not_pass():
     assert not r.passed and r.returncode == 5 and r.error is None
 
 
-def test_exit_code_zero_without_passing_summary_does_not_pass():
+def test_answer_exiting_early_does_not_pass():
     r = run_pytest("import os\ndef quit_early():\n    os._exit(0)\n",
-                   "from solution import quit_early\n\ndef test_q():\n    quit_early()\n    assert False\n")
-    assert r.returncode == 0 and not r.passed and r.error is None
+                   "from solution import quit_early\n\ndef test_q():\n    quit_early()\n")
+    assert not r.passed and r.error is None and "exited with code 0" in r.stdout_tail

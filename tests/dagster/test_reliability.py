@@ -159,9 +159,9 @@ def test_sigkill_of_a_whole_run_then_rerun_pays_no_completed_call_twice(registry
         done = {e.step_key for e in instance.all_logs(killed.run_id, of_type=DagsterEventType.STEP_SUCCESS)}
         assert done == {"candidate_pools"}
 
-    # Re-execute from the killed step (mc_trials and what follows), in this process, against the test's server (the
-    # cache key is model + messages + params, not the URL).
-    resources = make_resources(registry, tmp_path, base_url=llama.base_url, model=llama.alias)
+    # Re-execute from the killed step (mc_trials and what follows), in this process, with the shipped default again
+    # (a local server of its own: the cache key leaves its port out, as it names only configured endpoints).
+    resources = make_resources(registry, tmp_path)
     rerun = materialize(UPSTREAM + LABELS, resources=resources, partition_key="hotpotqa",
                         selection=["mc_trials", "solver_calls", "mc_labels"])
     assert rerun.success

@@ -1,36 +1,102 @@
 """Submitted queries: one small JSON record per query, named by its id (first 8 hex of the query hash + "_" +
-unix time). The CLI, the UI flow and the inbox sensor all go through here, so the Dagster partition key is the id
-and the text lives in one place."""
+unix time + "_" + 6 random hex; the record file is created exclusively, so two submissions never share an id).
+The CLI, the UI flow and the inbox sensor all go through here, so the Dagster partition key is the id and the
+text lives in one place.
+
+The inbox (`read_inbox_file`): only regular files (no symlink, FIFO, device, directory, hard link), at most
+`MAX_INBOX_BYTES`, checked before reading and opened without following links or blocking."""
 from __future__ import annotations
 
 import json
 import os
 import re
+import secrets
+import stat
 import time
 from pathlib import Path
+from typing import Iterable
 
 from causal_assets.core.causal_search.search import query_id
 from causal_assets.core.errors import ConfigError
 
 MAX_QUERY_CHARS = 2000
+# An inbox file holds a question and an optional `corpus:` line: 16 KiB is far more than that needs.
+MAX_INBOX_BYTES = 16 * 1024
+_CORPUS_NAME = re.compile(r"^[a-z0-9_]{1,64}$")
 
 
-def submit(queries_dir: str | os.PathLike, query: str, corpus: str, now: float | None = None) -> str:
+def check_corpus(corpus: str, known: Iterable[str] | None = None) -> str:
+    """The corpus name, or a ConfigError before anything is recorded (no record, partition or run for it)."""
+    if not isinstance(corpus, str) or not _CORPUS_NAME.match(corpus):
+        raise ConfigError(f"invalid corpus name {str(corpus)[:80]!r} (lowercase letters, digits and _ only)")
+    if known is not None:
+        known = sorted(known)
+        if corpus not in known:
+            raise ConfigError(f"unknown corpus {corpus!r}; corpora: {', '.join(known)}")
+    return corpus
+
+
+def submit(queries_dir: str | os.PathLike, query: str, corpus: str, now: float | None = None, *,
+           known_corpora: Iterable[str] | None = None) -> str:
+    """Record a query; returns its id. The id is unique: two submissions of the same text in the same second get
+    different ids (random suffix; the record is hard-linked into place, which fails if the id exists)."""
     query = " ".join(query.split())
     if not query:
         raise ConfigError("query is empty")
     if len(query) > MAX_QUERY_CHARS:
         raise ConfigError(f"query is {len(query)} characters; the limit is {MAX_QUERY_CHARS}")
-    qid = query_id(query, now if now is not None else time.time())
-    path = Path(queries_dir) / f"{qid}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"query_id": qid, "query": query, "corpus": corpus}, ensure_ascii=False))
-    tmp.replace(path)
-    return qid
+    check_corpus(corpus, known_corpora)
+    base = query_id(query, now if now is not None else time.time())
+    Path(queries_dir).mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        qid = f"{base}_{secrets.token_hex(3)}"
+        path = Path(queries_dir) / f"{qid}.json"
+        tmp = path.with_name(f".{qid}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"query_id": qid, "query": query, "corpus": corpus}, ensure_ascii=False))
+        try:
+            os.link(tmp, path)  # atomic and exclusive: fails if the id exists, never shows a half-written record
+        except FileExistsError:
+            continue
+        finally:
+            tmp.unlink(missing_ok=True)
+        return qid
+    raise ConfigError(f"{queries_dir}: could not allocate a unique query id")  # pragma: no cover
 
 
-ID_PATTERN = re.compile(r"^[0-9a-f]{8}_\d+$")
+def read_inbox_file(path: str | os.PathLike, max_bytes: int = MAX_INBOX_BYTES) -> str:
+    """The text of one inbox file, or a ConfigError saying why it is refused. Never blocks (FIFOs, devices),
+    never follows a symlink, never reads more than `max_bytes` + 1 bytes."""
+    path = Path(path)
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("symlink" if stat.S_ISLNK(st.st_mode) else "directory" if stat.S_ISDIR(st.st_mode)
+                else "FIFO" if stat.S_ISFIFO(st.st_mode) else "special file")
+        raise ConfigError(f"{path.name}: not a regular file ({kind})")
+    if st.st_nlink > 1:
+        raise ConfigError(f"{path.name}: has {st.st_nlink} hard links (only plain files are accepted)")
+    if st.st_size > max_bytes:
+        raise ConfigError(f"{path.name}: {st.st_size} bytes; the limit is {max_bytes}")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        st2 = os.fstat(fd)
+        if not stat.S_ISREG(st2.st_mode) or (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino):
+            raise ConfigError(f"{path.name}: replaced while being read")
+        data = os.read(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise ConfigError(f"{path.name}: more than {max_bytes} bytes")
+    return data.decode("utf-8", errors="replace")
+
+
+def parse_inbox_text(text: str, default_corpus: str = "hotpotqa") -> tuple[str, str]:
+    """(query, corpus) of an inbox file: first line = query, optional later line `corpus: NAME`."""
+    lines = text.splitlines()
+    corpus = next((l.split(":", 1)[1].strip() for l in lines[1:] if l.lower().startswith("corpus:")), default_corpus)
+    return (lines[0] if lines else ""), corpus
+
+
+ID_PATTERN = re.compile(r"^[0-9a-f]{8}_\d+(?:_[0-9a-f]{6})?$")
 
 
 # A question typed as a partition key is also the name of the asset's Parquet file (and file names are at most 255

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 from typing import Iterator
 
@@ -52,7 +53,18 @@ def load_beir_corpus(folder: str | Path, corpus: str) -> list[Chunk]:
 
 def load_beir_queries(folder: str | Path) -> dict[str, str]:
     path = Path(folder) / "queries.jsonl"
-    return {str(obj["_id"]): str(obj["text"]) for _, obj in _jsonl(path, ("_id", "text"))}
+    queries: dict[str, str] = {}
+    for lineno, obj in _jsonl(path, ("_id", "text")):
+        qid = str(obj["_id"])
+        if qid in queries:
+            raise CorpusError(f"{path}:{lineno}: duplicate query _id {qid!r}")
+        queries[qid] = str(obj["text"])
+    return queries
+
+
+# Graded relevance in the benchmarks here is 0..2 (TREC uses up to 4); anything past this is a data error, and an
+# infinite or NaN grade makes nDCG NaN.
+MAX_QRELS_SCORE = 100.0
 
 
 def beir_splits(folder: str | Path) -> list[str]:
@@ -77,11 +89,17 @@ def load_beir_qrels(folder: str | Path, split: str, doc_ids: set[str] | None = N
                 value = float(score)
             except ValueError:
                 raise CorpusError(f"{path}:{lineno}: score {score!r} is not a number") from None
+            if not math.isfinite(value) or value < 0 or value > MAX_QRELS_SCORE:
+                raise CorpusError(f"{path}:{lineno}: score {score!r} must be a finite number in "
+                                  f"[0, {MAX_QRELS_SCORE:g}]")
             if doc_ids is not None and did not in doc_ids:
                 raise CorpusError(f"{path}:{lineno}: corpus-id {did!r} is not in corpus.jsonl")
             if query_ids is not None and qid not in query_ids:
                 raise CorpusError(f"{path}:{lineno}: query-id {qid!r} is not in queries.jsonl")
-            qrels.setdefault(qid, {})[did] = value
+            judged = qrels.setdefault(qid, {})
+            if did in judged:
+                raise CorpusError(f"{path}:{lineno}: duplicate judgement for query-id {qid!r}, corpus-id {did!r}")
+            judged[did] = value
     if not qrels:
         raise CorpusError(f"{path}: no judgements")
     return qrels

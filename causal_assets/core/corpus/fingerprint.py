@@ -7,6 +7,7 @@ import hashlib
 from importlib import metadata
 from pathlib import Path
 
+from causal_assets.core.corpus.folder import walk_files
 from causal_assets.core.corpus.python_package import iter_python_files, package_root
 from causal_assets.core.corpus.registry import CorpusSpec
 
@@ -14,8 +15,12 @@ from causal_assets.core.corpus.registry import CorpusSpec
 def _stat_digest(files) -> str:
     h = hashlib.sha256()
     for f in files:
-        st = f.stat()
-        h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+        try:
+            st = f.stat()
+        except OSError:  # removed, dangling symlink or loop: part of the fingerprint, never an error
+            h.update(f"{f}:?\n".encode("utf-8", "surrogateescape"))
+            continue
+        h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()[:16]
 
 
@@ -29,5 +34,6 @@ def source_fingerprint(spec: CorpusSpec) -> str:
     path = spec.resolved_path
     if path is None or not path.exists():
         return "missing"
-    files = sorted(p for p in Path(path).rglob("*") if p.is_file()) if path.is_dir() else [path]
+    # Iterative walk (a 1,100-deep directory made rglob raise RecursionError on every sensor tick).
+    files = list(walk_files(path)) if path.is_dir() else [path]
     return _stat_digest(files)

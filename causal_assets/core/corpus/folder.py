@@ -2,13 +2,18 @@
 
 Python files go through the AST chunker (one chunk per function/class); other files are cut into windows of
 about `chunk_chars` characters with `overlap_chars` of overlap, preferring paragraph and line boundaries.
-Binary, non-UTF-8, oversize files and symlinks leaving the root are skipped and counted in the report:
-one bad file should not stop a corpus of thousands.
+Binary, non-UTF-8, oversize files, symlinks leaving the root, hard links, file names that are not UTF-8,
+directories nested deeper than `MAX_DEPTH`, and Python files too deep for the parser (chunked as text) are
+skipped and counted in the report: one bad file should not stop a corpus of thousands. The walk is iterative
+(no recursion), does not follow directory symlinks and never opens anything but regular files.
 """
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from pathlib import Path
+from typing import Iterator
 
 from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.python_package import chunk_python_source
@@ -42,6 +47,50 @@ def split_with_overlap(text: str, chunk_chars: int, overlap_chars: int) -> list[
     return spans
 
 
+# Deeper directories are skipped (and listed): real corpora are a few dozen levels deep at most.
+MAX_DEPTH = 64
+
+
+def display_path(path: str | Path) -> str:
+    """A path as printable UTF-8: bytes of a non-UTF-8 file name (surrogate escapes) shown as \\xNN."""
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+
+
+def walk_files(root: str | Path, max_depth: int = MAX_DEPTH,
+               on_skip=None) -> Iterator[Path]:
+    """Every non-directory entry under `root`, sorted, without recursion and without following directory symlinks.
+    Hidden entries (leading dot) are left out. `on_skip(path, why)` is told about directories deeper than
+    `max_depth` and directories that cannot be listed."""
+    root = Path(root)
+    stack: list[tuple[Path, int]] = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: os.fsencode(e.name))
+        except OSError as e:
+            if on_skip:
+                on_skip(folder, f"cannot list directory ({e.strerror or e})")
+            continue
+        subdirs = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if depth + 1 > max_depth:
+                    if on_skip:
+                        on_skip(Path(entry.path), f"directory deeper than {max_depth} levels")
+                    continue
+                subdirs.append(Path(entry.path))
+            else:
+                yield Path(entry.path)
+        stack.extend((d, depth + 1) for d in reversed(subdirs))
+
+
 def _is_binary(head: bytes) -> bool:
     return b"\x00" in head
 
@@ -54,27 +103,53 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: int = 1500, overlap_
     real_root = root.resolve()
     suffixes = suffixes or TEXT_SUFFIXES
     report = {"files": 0, "skipped_binary": 0, "skipped_undecodable": 0, "skipped_oversize": 0,
-              "skipped_outside_root": 0, "skipped_unparsable": 0, "skipped": []}
+              "skipped_outside_root": 0, "skipped_unparsable": 0, "skipped_bad_name": 0, "skipped_hardlink": 0,
+              "skipped_too_deep": 0, "skipped_unreadable": 0, "skipped": []}
     chunks: list[Chunk] = []
 
     def skip(kind: str, f: Path, why: str) -> None:
         report[kind] += 1
-        report["skipped"].append(f"{f.relative_to(root)}: {why}")
-        log.warning("skipping %s: %s", f, why)
+        try:
+            rel = f.relative_to(root)
+        except ValueError:
+            rel = f
+        report["skipped"].append(f"{display_path(rel)}: {why}")
+        log.warning("skipping %s: %s", display_path(f), why)
 
-    for f in sorted(root.rglob("*")):
-        if any(part.startswith(".") for part in f.relative_to(root).parts) or f.suffix.lower() not in suffixes:
+    def skip_dir(d: Path, why: str) -> None:
+        skip("skipped_too_deep" if "deeper" in why else "skipped_unreadable", d, why)
+
+    for f in sorted(walk_files(root, on_skip=skip_dir)):  # the same order as the sorted rglob before
+        if f.suffix.lower() not in suffixes:
             continue
-        if not f.resolve().is_relative_to(real_root):
-            skip("skipped_outside_root", f, f"resolves outside the corpus root ({f.resolve()})")
+        rel = str(f.relative_to(root))
+        try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:
+            skip("skipped_bad_name", f, "file name is not valid UTF-8")
             continue
-        if not f.is_file():
+        try:
+            resolved = f.resolve()
+            if not resolved.is_relative_to(real_root):
+                skip("skipped_outside_root", f, f"resolves outside the corpus root ({display_path(resolved)})")
+                continue
+            st = os.stat(f)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if st.st_nlink > 1:
+                skip("skipped_hardlink", f, f"has {st.st_nlink} hard links (may be a file outside the root)")
+                continue
+            if st.st_size > max_file_bytes:
+                skip("skipped_oversize", f, f"{st.st_size} bytes > max_file_bytes={max_file_bytes}")
+                continue
+            with open(f, "rb", opener=lambda p, fl: os.open(p, fl | os.O_NONBLOCK)) as fh:
+                data = fh.read(max_file_bytes + 1)
+        except (OSError, RuntimeError) as e:  # RuntimeError: symlink loop on some Pythons
+            skip("skipped_unreadable", f, f"cannot read ({type(e).__name__}: {e})")
             continue
-        size = f.stat().st_size
-        if size > max_file_bytes:
-            skip("skipped_oversize", f, f"{size} bytes > max_file_bytes={max_file_bytes}")
+        if len(data) > max_file_bytes:
+            skip("skipped_oversize", f, f"grew past max_file_bytes={max_file_bytes} while being read")
             continue
-        data = f.read_bytes()
         if _is_binary(data[:8192]):
             skip("skipped_binary", f, "binary content (NUL bytes)")
             continue
@@ -83,7 +158,6 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: int = 1500, overlap_
         except UnicodeDecodeError as e:
             skip("skipped_undecodable", f, f"not UTF-8 ({e.reason} at byte {e.start})")
             continue
-        rel = str(f.relative_to(root))
         if not text.strip():
             continue
         if f.suffix == ".py":
@@ -94,6 +168,9 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: int = 1500, overlap_
                 continue
             except SyntaxError as e:
                 skip("skipped_unparsable", f, f"Python syntax error line {e.lineno}; chunked as text")
+            except (RecursionError, MemoryError, ValueError) as e:
+                skip("skipped_unparsable", f, f"Python source too deeply nested to parse ({type(e).__name__}); "
+                                              "chunked as text")
         starts = _line_starts(text)
         for i, (s, e) in enumerate(split_with_overlap(text, chunk_chars, overlap_chars)):
             chunks.append(Chunk(

@@ -52,11 +52,28 @@ def load_hotpotqa(path: str | Path, corpus: str) -> tuple[list[Chunk], list[Hotp
     chunks: list[Chunk] = []
     questions: list[HotpotQuestion] = []
     for where, obj in _records(path):
+        if not isinstance(obj, dict):
+            raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         for key in ("_id", "question", "context"):
             if key not in obj:
                 raise CorpusError(f"{where}: missing field {key!r}")
         qid = str(obj["_id"])
-        supporting = tuple(dict.fromkeys(str(t) for t, _ in obj.get("supporting_facts", [])))
+        if not isinstance(obj["context"], list) or not obj["context"]:
+            raise CorpusError(f"{where}: context must be a non-empty list of [title, [sentences]] paragraphs")
+        for pos, para in enumerate(obj["context"]):
+            if not (isinstance(para, list) and len(para) == 2 and isinstance(para[1], list)):
+                raise CorpusError(f"{where}: context[{pos}] must be [title, [sentences]], got {str(para)[:80]!r}")
+        if "supporting_facts" not in obj:
+            raise CorpusError(f"{where}: missing field 'supporting_facts'")
+        facts = obj["supporting_facts"]
+        if not isinstance(facts, list) or not facts:
+            raise CorpusError(f"{where}: supporting_facts must be a non-empty list of [title, sentence index]")
+        for i, fact in enumerate(facts):
+            if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)
+                    and isinstance(fact[1], int) and not isinstance(fact[1], bool)):
+                raise CorpusError(f"{where}: supporting_facts[{i}] must be [title, sentence index], "
+                                  f"got {str(fact)[:80]!r}")
+        supporting = tuple(dict.fromkeys(str(t) for t, _ in facts))
         ids = []
         for pos, para in enumerate(obj["context"]):
             if not (isinstance(para, list) and len(para) == 2 and isinstance(para[1], list)):
@@ -70,6 +87,10 @@ def load_hotpotqa(path: str | Path, corpus: str) -> tuple[list[Chunk], list[Hotp
                 metadata={"question_id": qid, "position": pos, "supporting": title in supporting,
                           "n_sentences": len(sentences)},
             ))
+        titles = {c.title for c in chunks[-len(ids):]}
+        missing = [t for t in supporting if t not in titles]
+        if missing:
+            raise CorpusError(f"{where}: supporting_facts title {missing[0][:80]!r} is not a context paragraph")
         questions.append(HotpotQuestion(qid, str(obj["question"]), str(obj.get("answer", "")),
                                         str(obj.get("type", "")), str(obj.get("level", "")), supporting, tuple(ids)))
     if not chunks:

@@ -1,11 +1,13 @@
 """Build every index of a corpus from its chunks: the pure function behind the corpus index assets."""
 from __future__ import annotations
 
+import hashlib
 import time
 
 import numpy as np
 import pandas as pd
 
+from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.sparse import SparseIndex, build_bm25, build_tfidf
 from causal_assets.core.index.text import analyze
 
@@ -29,9 +31,42 @@ def build_sparse(chunks: pd.DataFrame, split_identifiers: bool) -> tuple[dict[st
     return indexes, stats
 
 
+def sparse_build_id(postings: pd.DataFrame, vocab: pd.DataFrame) -> str:
+    """A content hash of one sparse build: the vocabulary (method, term id, term) and the postings' shape. Written
+    into both tables, checked on load: term ids are only meaningful with the vocabulary they were built with."""
+    h = hashlib.sha256()
+    for col in ("method", "term_id", "term"):
+        h.update("\x1f".join(map(str, vocab[col].tolist())).encode("utf-8", "surrogatepass"))
+        h.update(b"\x1e")
+    h.update(f"{len(postings)}:{int(postings['chunk_idx'].sum()) if len(postings) else 0}".encode())
+    h.update(np.ascontiguousarray(postings["weight"].to_numpy(np.float32)).tobytes()[:1 << 20])
+    return h.hexdigest()[:16]
+
+
 def sparse_frames(indexes: dict[str, SparseIndex], corpus: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(postings, vocabulary) of every method, both carrying the same `build_id` column (see `check_sparse_build`)."""
     pairs = [idx.to_frames(corpus) for idx in indexes.values()]
-    return pd.concat([p for p, _ in pairs], ignore_index=True), pd.concat([v for _, v in pairs], ignore_index=True)
+    postings = pd.concat([p for p, _ in pairs], ignore_index=True)
+    vocab = pd.concat([v for _, v in pairs], ignore_index=True)
+    build = sparse_build_id(postings, vocab)
+    return postings.assign(build_id=build), vocab.assign(build_id=build)
+
+
+def check_sparse_build(postings: pd.DataFrame, vocab: pd.DataFrame, corpus: str, n_chunks: int | None = None) -> None:
+    """Refuse postings and a vocabulary of different builds (a new postings file beside an old vocabulary loads
+    and silently returns wrong BM25 results), and postings pointing past the chunks. Tables written before build
+    ids existed (no `build_id` column in either) are accepted."""
+    ids = {}
+    for name, frame in (("sparse_postings", postings), ("sparse_vocabulary", vocab)):
+        ids[name] = sorted(set(frame["build_id"].astype(str))) if "build_id" in frame else None
+    if ids["sparse_postings"] != ids["sparse_vocabulary"] or (ids["sparse_postings"] is not None
+                                                              and len(ids["sparse_postings"]) > 1):
+        raise CorpusError(f"corpus {corpus!r}: sparse_postings (build {ids['sparse_postings']}) and "
+                          f"sparse_vocabulary (build {ids['sparse_vocabulary']}) are not from one build; "
+                          "re-materialize sparse_postings and sparse_vocabulary together")
+    if n_chunks is not None and len(postings) and int(postings["chunk_idx"].max()) >= n_chunks:
+        raise CorpusError(f"corpus {corpus!r}: sparse_postings point at chunk {int(postings['chunk_idx'].max())} "
+                          f"but corpus_chunks has {n_chunks} chunks; re-materialize the corpus index")
 
 
 def build_index(chunks: pd.DataFrame, corpus: str, split_identifiers: bool = False, dense: bool = True,

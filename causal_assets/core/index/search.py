@@ -17,6 +17,7 @@ import pandas as pd
 from upath import UPath
 
 from causal_assets.core.index.ann import AnnConfig, AnnIndex
+from causal_assets.core.index.build import check_sparse_build
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder
 from causal_assets.core.index.sparse import SparseIndex
 from causal_assets.core.index.text import analyze
@@ -64,6 +65,7 @@ class CorpusIndex:
         chunks = read_parquet(asset_path(base, CHUNKS, corpus)).sort_values("chunk_idx").reset_index(drop=True)
         postings = read_parquet(asset_path(base, POSTINGS, corpus))
         vocab = read_parquet(asset_path(base, VOCABULARY, corpus))
+        check_sparse_build(postings, vocab, corpus, len(chunks))
         sparse = {m: SparseIndex.from_frames(m, postings, vocab, len(chunks)) for m in vocab["method"].unique()}
         embeddings, model = None, DEFAULT_MODEL
         if dense:

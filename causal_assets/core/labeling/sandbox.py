@@ -1,80 +1,70 @@
-"""Run a solver's code answer against tests in a separate, resource-limited process.
+"""Run a solver's code answer against tests in a bubblewrap sandbox; nothing of the answer ever runs in-process.
 
-Nothing is ever executed in-process. Each call:
+Each call (`run_pytest`, `run_doctest`, `check_examples`) runs `bwrap` (Debian's `bubblewrap`; `.ci/run` installs
+it) with:
 
-* creates a fresh temp dir ``<root>`` with ``work/`` (cwd: ``solution.py``, ``test_solution.py``, an empty
-  ``pytest.ini`` so no outside config/conftest is picked up), ``home/`` (``$HOME``) and the captured
-  stdout/stderr files, and removes all of it afterwards;
-* runs ``sys.executable -m pytest -q -p no:cacheprovider`` (``run_doctest`` adds ``--doctest-modules`` on
-  ``solution.py``) with a scrubbed environment: only ``PATH``, ``HOME`` (temp), ``LANG``,
-  ``PYTHONDONTWRITEBYTECODE=1``, ``PYTHONHASHSEED=0`` (plus ``PYTHONPATH`` in the socket fallback below);
-* applies rlimits in ``preexec_fn``: ``RLIMIT_AS`` (``memory_mb``), ``RLIMIT_CPU`` (``cpu_s``, hard +1 s),
-  ``RLIMIT_NOFILE`` (256), ``RLIMIT_FSIZE`` (64 MB, also bounds captured output) and ``RLIMIT_NPROC`` (256;
-  not enforced by the kernel for root, lowered only, never raised);
-* starts the child in a new session and, on the wall-clock ``timeout_s``, SIGKILLs the whole process group.
+* new pid, network, IPC, UTS (and, where possible, cgroup) namespaces: the sandbox sees only its own processes (a
+  fresh `/proc`, never the host's: no `/proc/<ppid>/environ`, no `/proc/<ppid>/ns/net` to `setns()` into), has only
+  a loopback that is down (no connection anywhere, 127.0.0.1 included), and `--die-with-parent`;
+* a read-only view of `/usr` and of the Python installation (base prefix and virtualenv), a fresh `/dev`, a tmpfs
+  `/tmp` (the working directories), the answer read-only under `/sandbox/task`, the tests (or examples) under
+  `/sandbox/grader` readable by the grader uid only; nothing else of the host (no checkout, no data, no home);
+* an empty environment (`--clearenv`) plus PATH, HOME, LANG and PYTHONDONTWRITEBYTECODE/PYTHONHASHSEED.
 
-Network (``allow_network=False``):
+Inside, `_sandbox_launcher.py` (stdlib only) splits the run into two processes of two unprivileged uids: the
+*worker* (`ANSWER_UID`) imports the answer and answers calls over a pipe, under rlimits (address space
+`memory_mb`, CPU `cpu_s`, at most `NPROC` processes, which the kernel enforces for a non-root uid), with
+no_new_privs and no capabilities; the *grader* (`GRADER_UID`) runs the tests (pytest, with the answer's module
+replaced by a proxy whose calls go to the worker and whose results come back as data, parsed with
+`ast.literal_eval`) or the doctest examples, and writes the verdict to a pipe inherited from this process, which
+the worker does not have. So the verdict is never read from anything the answer can write: not its stdout, not a
+file in the sandbox, not pytest's state (the answer cannot monkeypatch the grader's pytest, signal or ptrace the
+grader, or read the tests). The host kills the sandbox's process group on the wall-clock `timeout_s`; the pid
+namespace then takes every process of the answer with it (double-forked, setsid'd children included).
 
-1. ``unshare --net`` (util-linux) when it works here (probed once with ``unshare -n true``; needs root or
-   user namespaces): the child gets an empty network namespace, only a *down* loopback, so every connect
-   fails, including to 127.0.0.1 and from C extensions / subprocesses.
-2. Fallback (best effort only): a ``sitecustomize.py`` put first on ``PYTHONPATH`` replaces
-   ``socket.socket.connect``/``connect_ex``/``sendto``/``sendmsg`` with functions raising ``PermissionError``
-   for every non-AF_UNIX socket. Pure Python code is blocked; ctypes, ``_socket`` re-imports or spawned
-   non-Python programs are not.
+What it does not do: no seccomp filter (the kernel's whole syscall surface is reachable, as an unprivileged uid
+without capabilities); no cgroup memory/CPU accounting (rlimits are per process: a fork storm is capped by `NPROC`
+processes of `memory_mb` each); results the grader compares are reprs of literal values, so tests that need the
+answer's own objects (isinstance checks, methods of returned objects) see an opaque stand-in compared by repr.
 
-Limits of this sandbox: no filesystem isolation (the child runs as the calling user and can read what it can
-read), rlimits are per process. It protects the host from accidents and runaway answers (loops, memory bombs,
-fork storms, stray network calls), not from a determined adversary.
-
-``SandboxResult.error`` is set only for *infrastructure* problems (the sandbox could not start, ``unshare``
-failed, pytest is missing, pytest usage error, the given tests collected nothing); then ``passed`` is False
-and the answer should not be scored. Failures caused by the answer (assertion, exception, syntax/import error
-during collection, MemoryError, CPU limit, wall-clock timeout) leave ``error`` as None.
+`SandboxResult.error` is set only for *infrastructure* problems (bubblewrap missing or failing, pytest missing,
+the given tests collecting nothing, no verdict from the grader without a timeout); then `passed` is False and the
+answer should not be scored. Failures caused by the answer (assertion, exception, syntax/import error, MemoryError,
+CPU limit, wall-clock timeout, a dead answer process) leave `error` as None.
 """
 from __future__ import annotations
 
+import ast
+import doctest
 import functools
+import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SandboxResult", "run_pytest", "run_doctest", "unshare_available"]
+__all__ = ["SandboxResult", "run_pytest", "run_doctest", "check_examples", "bwrap_available",
+           "unshare_available", "SandboxUnavailable"]
 
 TAIL_CHARS = 4000
+ANSWER_UID = 64_101   # no passwd entry needed; only the answer's processes ever run as this uid
+GRADER_UID = 64_100
+NPROC = 64
 _NOFILE = 256
-_NPROC = 256
 _FSIZE_MB = 64
-_SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-_SITECUSTOMIZE = '''\
-"""Injected by causal_assets sandbox: block network connections (fallback when unshare is unavailable)."""
-import socket as _socket
-
-_AF_UNIX = getattr(_socket, "AF_UNIX", None)
+_SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+_LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
+_MAX_VERDICT = 4 << 20
 
 
-for _name in ("connect", "connect_ex", "sendto", "sendmsg"):
-    if hasattr(_socket.socket, _name):
-        _orig = getattr(_socket.socket, _name)
-
-        def _make(orig, name):
-            def guard(self, *args, **kwargs):
-                if _AF_UNIX is not None and self.family == _AF_UNIX:
-                    return orig(self, *args, **kwargs)
-                raise PermissionError(f"network access is disabled in the sandbox (socket.{name})")
-            guard.__name__ = name
-            return guard
-
-        setattr(_socket.socket, _name, _make(_orig, _name))
-'''
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is not installed or cannot create namespaces here."""
 
 
 @dataclass(frozen=True)
@@ -86,46 +76,38 @@ class SandboxResult:
     duration_s: float
     timed_out: bool
     error: str | None = None  # infrastructure error (not the answer's fault); None otherwise
+    results: dict | None = None  # per test / example: passed | failed | error | skipped (from the grader)
+
+
+def _bwrap() -> str | None:
+    return shutil.which("bwrap")
 
 
 @functools.lru_cache(maxsize=1)
-def unshare_available() -> bool:
-    """True when ``unshare --net`` works on this machine (probed once with ``unshare -n true``)."""
-    exe = shutil.which("unshare")
-    if not exe:
+def bwrap_available() -> bool:
+    """True when bubblewrap runs here with the namespaces the sandbox needs (probed once)."""
+    exe = _bwrap()
+    if not exe or os.geteuid() != 0 and not _userns_ok():
         return False
     try:
-        return subprocess.run([exe, "-n", "true"], capture_output=True, timeout=10).returncode == 0
+        probe = subprocess.run([exe, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                                "--ro-bind", "/", "/", "--proc", "/proc", "--", "true"],
+                               capture_output=True, timeout=20)
+        return probe.returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
 
-def _limit(resource_mod, which: int, value: int) -> None:
-    """Lower soft and hard limit to ``value`` (never above the current hard limit)."""
-    soft, hard = resource_mod.getrlimit(which)
-    if hard != resource_mod.RLIM_INFINITY:
-        value = min(value, hard)
-    resource_mod.setrlimit(which, (value, value))
+def _userns_ok() -> bool:
+    try:
+        return int(Path("/proc/sys/user/max_user_namespaces").read_text()) > 0
+    except (OSError, ValueError):
+        return False
 
 
-def _preexec(memory_mb: int, cpu_s: int):
-    def apply() -> None:  # runs in the child between fork and exec: keep it minimal
-        import resource
-
-        if memory_mb:
-            _limit(resource, resource.RLIMIT_AS, int(memory_mb) * 1024 * 1024)
-        if cpu_s:
-            soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-            new_hard = int(cpu_s) + 1 if hard == resource.RLIM_INFINITY else min(int(cpu_s) + 1, hard)
-            resource.setrlimit(resource.RLIMIT_CPU, (min(int(cpu_s), new_hard), new_hard))
-        _limit(resource, resource.RLIMIT_NOFILE, _NOFILE)
-        _limit(resource, resource.RLIMIT_FSIZE, _FSIZE_MB * 1024 * 1024)
-        if hasattr(resource, "RLIMIT_NPROC"):
-            _limit(resource, resource.RLIMIT_NPROC, _NPROC)
-        if hasattr(resource, "RLIMIT_CORE"):
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
+def unshare_available() -> bool:
+    """Kept for callers of the previous sandbox: True when the bubblewrap sandbox is available."""
+    return bwrap_available()
 
 
 def _tail(path: Path, n: int = TAIL_CHARS) -> str:
@@ -133,122 +115,182 @@ def _tail(path: Path, n: int = TAIL_CHARS) -> str:
         data = path.read_bytes()
     except OSError:
         return ""
-    return data[-n * 4 :].decode("utf-8", errors="replace")[-n:]
+    return data[-n * 4:].decode("utf-8", errors="replace")[-n:]
 
 
-def _run(
-    files: dict[str, str],
-    pytest_args: list[str],
-    *,
-    timeout_s: float,
-    memory_mb: int,
-    cpu_s: int,
-    allow_network: bool,
-    no_tests_is_error: bool,
-    isolation: str,
-) -> SandboxResult:
-    if isolation not in ("auto", "unshare", "sitecustomize"):
-        raise ValueError(f"isolation must be 'auto', 'unshare' or 'sitecustomize', got {isolation!r}")
+def _python_roots() -> list[str]:
+    """Directories the sandbox's Python needs, read-only: base prefix, prefix (a venv), and where the interpreter
+    binary really lives."""
+    roots = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix),
+             os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
+    return sorted(r for r in roots if not r.startswith("/usr/") and r != "/usr")
+
+
+def _preexec(nofile: int, fsize_mb: int):
+    def apply() -> None:  # in the child between fork and exec of bwrap (root): limits every sandboxed process gets
+        import resource
+
+        for which, value in ((resource.RLIMIT_NOFILE, nofile), (resource.RLIMIT_FSIZE, fsize_mb << 20),
+                             (resource.RLIMIT_CORE, 0)):
+            soft, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY:
+                value = min(value, hard)
+            resource.setrlimit(which, (value, value))
+
+    return apply
+
+
+def _write(path: Path, text: str, mode: int, uid: int | None = None) -> None:
+    path.write_text(text, encoding="utf-8")
+    os.chmod(path, mode)
+    if uid is not None:
+        os.chown(path, uid, uid)
+
+
+def _run(mode: str, answer: str, *, test_code: str | None = None, examples: list[dict] | None = None,
+         module_name: str, timeout_s: float, memory_mb: int, cpu_s: int, allow_network: bool,
+         no_tests_is_error: bool) -> SandboxResult:
     start = time.monotonic()
-    root = Path(tempfile.mkdtemp(prefix="causal_sandbox_"))
 
     def infra(msg: str, rc: int | None = None, out: str = "", err: str = "") -> SandboxResult:
         return SandboxResult(False, rc, out, err, time.monotonic() - start, False, msg)
 
+    if not module_name.isidentifier():
+        raise ValueError(f"module_name must be a Python identifier, got {module_name!r}")
+    exe = _bwrap()
+    if exe is None:
+        return infra("bubblewrap (bwrap) is not installed: apt-get install -y bubblewrap (the sandbox never runs "
+                     "code without it)")
+    if os.geteuid() != 0:
+        return infra("the sandbox needs root to run the answer and the grader as two unprivileged uids")
+    root = Path(tempfile.mkdtemp(prefix="causal_sandbox_"))
+    os.chmod(root, 0o755)
+    verdict_r = verdict_w = None
     try:
-        work, home, sitedir = root / "work", root / "home", root / "site"
-        for d in (work, home):
+        ctl, task, grader = root / "ctl", root / "task", root / "grader"
+        for d, m in ((ctl, 0o755), (task, 0o755), (grader, 0o700)):
             d.mkdir()
-        (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-        for name, text in files.items():
-            (work / name).write_text(text, encoding="utf-8")
+            os.chmod(d, m)
+        os.chown(grader, GRADER_UID, GRADER_UID)
+        shutil.copyfile(_LAUNCHER, ctl / "launcher.py")
+        os.chmod(ctl / "launcher.py", 0o644)
+        _write(task / f"{module_name}.py", answer, 0o644)
+        test_file = f"test_{module_name}.py"
+        if test_code is not None:
+            _write(grader / test_file, test_code, 0o600, GRADER_UID)
+            _write(grader / "pytest.ini", "[pytest]\n", 0o600, GRADER_UID)
+        verdict_r, verdict_w = os.pipe()
+        worker_cfg = {"module": module_name, "task_dir": "/sandbox/task", "workdir": "/tmp/work"}
+        cfg = {**worker_cfg, "mode": mode, "launcher": "/sandbox/ctl/launcher.py",
+               "worker_config": "/sandbox/ctl/worker.json", "tests_dir": "/sandbox/grader", "test_file": test_file,
+               "examples": examples or [], "grader_home": "/tmp/grader", "answer_uid": ANSWER_UID,
+               "grader_uid": GRADER_UID, "memory_mb": memory_mb, "cpu_s": cpu_s, "nproc": NPROC,
+               "verdict_fd": verdict_w}
+        _write(ctl / "worker.json", json.dumps(worker_cfg), 0o644)
+        _write(ctl / "grader.json", json.dumps(cfg), 0o600)   # examples' expected outputs: root only
 
-        env = {
-            "PATH": _SAFE_PATH,
-            "HOME": str(home),
-            "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
-        }
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={work}", *pytest_args]
-        use_unshare = False
+        cmd = [exe, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+               "--die-with-parent", "--new-session", "--clearenv",
+               "--ro-bind", "/usr", "/usr"]
         if not allow_network:
-            if isolation == "unshare" or (isolation == "auto" and unshare_available()):
-                if not unshare_available():
-                    return infra("network isolation 'unshare' requested but `unshare -n true` does not work")
-                use_unshare = True
-                cmd = [shutil.which("unshare") or "unshare", "--net", "--", *cmd]
-            else:
-                sitedir.mkdir()
-                (sitedir / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")
-                env["PYTHONPATH"] = str(sitedir)
+            cmd.append("--unshare-net")
+        for link in ("lib", "lib64", "bin", "sbin"):
+            target = Path("/") / link
+            if target.is_symlink():
+                cmd += ["--symlink", os.readlink(target), f"/{link}"]
+            elif target.is_dir():
+                cmd += ["--ro-bind", str(target), f"/{link}"]
+        made: set[str] = set()
+        for r in _python_roots():
+            for parent in reversed(Path(r).parents[:-1]):  # bwrap would make missing parents 0700 (root only)
+                if str(parent) not in made and not str(parent).startswith("/usr"):
+                    made.add(str(parent))
+                    cmd += ["--perms", "0755", "--dir", str(parent)]
+            cmd += ["--ro-bind", r, r]
+        if allow_network:
+            for f in ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"):
+                cmd += ["--ro-bind-try", f, f]
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+                "--dir", "/sandbox", "--ro-bind", str(ctl), "/sandbox/ctl", "--ro-bind", str(task), "/sandbox/task",
+                "--ro-bind", str(grader), "/sandbox/grader", "--chdir", "/",
+                "--setenv", "PATH", _SAFE_PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
+                "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONHASHSEED", "0",
+                "--", os.path.realpath(sys.executable), "-I", "/sandbox/ctl/launcher.py", "grade",
+                "/sandbox/ctl/grader.json"]
 
         out_path, err_path = root / "stdout.txt", root / "stderr.txt"
         timed_out = False
+        chunks: list[bytes] = []
+
+        def read_verdict() -> None:
+            size = 0
+            while True:
+                data = os.read(verdict_r, 65536)
+                if not data:
+                    return
+                size += len(data)
+                if size <= _MAX_VERDICT:
+                    chunks.append(data)
+
         with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
             try:
-                proc = subprocess.Popen(
-                    cmd,
-                    cwd=work,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out_f,
-                    stderr=err_f,
-                    start_new_session=True,
-                    preexec_fn=_preexec(memory_mb, cpu_s),
-                    close_fds=True,
-                )
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_f, stderr=err_f,
+                                        start_new_session=True, pass_fds=(verdict_w,),
+                                        preexec_fn=_preexec(_NOFILE, _FSIZE_MB))
             except (OSError, subprocess.SubprocessError) as exc:
                 return infra(f"sandbox could not start: {type(exc).__name__}: {exc}")
+            os.close(verdict_w)
+            verdict_w = None
+            reader = threading.Thread(target=read_verdict, daemon=True)
+            reader.start()
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_group(proc.pid)
-                try:
-                    rc = proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:  # pragma: no cover - unkillable child
-                    rc = None
+                rc = None
             finally:
-                _kill_group(proc.pid)  # leftovers (background children) of a finished run
+                _kill_group(proc.pid)  # bwrap dies, its pid namespace takes every sandboxed process with it
+                try:
+                    rc2 = proc.wait(timeout=10)
+                    rc = rc if rc is not None else rc2
+                except subprocess.TimeoutExpired:  # pragma: no cover - unkillable child
+                    pass
+            reader.join(timeout=10)
         duration = time.monotonic() - start
         out, err = _tail(out_path), _tail(err_path)
-
+        if timed_out:
+            return SandboxResult(False, rc, out, err, duration, True, None)
+        try:
+            verdict = json.loads(b"".join(chunks).decode("utf-8")) if chunks else None
+        except ValueError:
+            verdict = None
+        if not isinstance(verdict, dict):
+            if "bwrap:" in err:
+                return infra(f"bubblewrap failed: {err.strip().splitlines()[-1]}", rc, out, err)
+            return infra(f"the grader returned no verdict (exit code {rc})", rc, out, err)
+        results = verdict.get("results") or {}
         error = None
-        if not timed_out and rc is not None:
-            if use_unshare and rc != 0 and "unshare:" in err and "pytest" not in out:
-                error = f"unshare failed: {err.strip().splitlines()[-1] if err.strip() else rc}"
-            elif "No module named pytest" in err:
-                error = f"pytest is not importable by {sys.executable}"
-            elif rc == 4 and "ERROR:" in err:
-                error = f"pytest usage error: {err.strip().splitlines()[-1]}"
-            elif rc == 5 and no_tests_is_error and "no tests ran" in out:
-                error = "the test code collected no tests"
-        return SandboxResult(
-            # exit code 0 alone is not enough: an answer calling os._exit(0) mid-test must not pass
-            passed=(rc == 0 and not timed_out and error is None and _summary_passed(out)),
-            returncode=rc,
-            stdout_tail=out,
-            stderr_tail=err,
-            duration_s=duration,
-            timed_out=timed_out,
-            error=error,
-        )
+        if verdict.get("infra_error"):
+            error = f"grader error: {verdict['infra_error']}"
+        elif "No module named pytest" in err or "No module named 'pytest'" in err:
+            error = f"pytest is not importable by {sys.executable}"
+        elif verdict.get("usage_error"):
+            error = f"pytest usage error: {(out.strip().splitlines() or [''])[-1]}"
+        elif verdict.get("no_tests") and no_tests_is_error:
+            error = "the test code collected no tests"
+        passed = (error is None and bool(results) and all(v in ("passed", "skipped") for v in results.values())
+                  and any(v == "passed" for v in results.values()) and verdict.get("exit_code") == 0)
+        return SandboxResult(passed, rc, out, err, duration, False, error, results)
     except OSError as exc:
         return infra(f"sandbox could not prepare its temp dir: {type(exc).__name__}: {exc}")
     finally:
+        for fd in (verdict_r, verdict_w):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         shutil.rmtree(root, ignore_errors=True)
-
-
-_PASSED = re.compile(r"\b\d+ passed\b")
-_BAD = re.compile(r"\b\d+ (failed|errors?)\b")
-
-
-def _summary_passed(out: str) -> bool:
-    """pytest's final summary line reports passes and neither failures nor errors."""
-    lines = [l for l in out.strip().splitlines() if l.strip()]
-    last = lines[-1] if lines else ""
-    return bool(_PASSED.search(last)) and not _BAD.search(last)
 
 
 def _kill_group(pgid: int) -> None:
@@ -258,61 +300,59 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def run_pytest(
-    code: str,
-    test_code: str,
-    timeout_s: float = 20,
-    memory_mb: int = 512,
-    cpu_s: int = 20,
-    allow_network: bool = False,
-    *,
-    module_name: str = "solution",
-    isolation: str = "auto",
-) -> SandboxResult:
-    """Write ``code`` to ``<module_name>.py`` and ``test_code`` to ``test_<module_name>.py`` and run pytest.
-
-    The tests import the answer with ``from solution import ...``. ``isolation`` picks the network block
-    ("auto": unshare if it works, else the sitecustomize fallback); it is ignored when ``allow_network``.
-    """
-    if not module_name.isidentifier():
-        raise ValueError(f"module_name must be a Python identifier, got {module_name!r}")
-    test_file = f"test_{module_name}.py"
-    return _run(
-        {f"{module_name}.py": code, test_file: test_code},
-        [test_file],
-        timeout_s=timeout_s,
-        memory_mb=memory_mb,
-        cpu_s=cpu_s,
-        allow_network=allow_network,
-        no_tests_is_error=True,
-        isolation=isolation,
-    )
+def run_pytest(code: str, test_code: str, timeout_s: float = 20, memory_mb: int = 512, cpu_s: int = 20,
+               allow_network: bool = False, *, module_name: str = "solution",
+               isolation: str = "bwrap") -> SandboxResult:
+    """Grade ``code`` (the module ``<module_name>``) with the pytest tests ``test_code``, which import it as usual
+    (``from solution import add``); calls reach the answer through the worker (see the module docstring)."""
+    _check_isolation(isolation)
+    return _run("pytest", code, test_code=test_code, module_name=module_name, timeout_s=timeout_s,
+                memory_mb=memory_mb, cpu_s=cpu_s, allow_network=allow_network, no_tests_is_error=True)
 
 
-def run_doctest(
-    code: str,
-    timeout_s: float = 20,
-    memory_mb: int = 512,
-    cpu_s: int = 20,
-    allow_network: bool = False,
-    *,
-    module_name: str = "solution",
-    isolation: str = "auto",
-) -> SandboxResult:
-    """Run the doctests embedded in ``code`` (``pytest --doctest-modules``) under the same sandbox.
+def _examples(text: str) -> list[dict]:
+    parser = doctest.DocTestParser()
+    out = []
+    for ex in parser.get_examples(text):
+        item = {"source": ex.source, "want": ex.want}
+        if ex.exc_msg is not None:
+            item["exc_msg"] = ex.exc_msg
+        out.append(item)
+    return out
 
-    Code without any doctest example does not pass (pytest exit code 5) but is not an infrastructure error:
-    the examples are part of the answer being checked.
-    """
-    if not module_name.isidentifier():
-        raise ValueError(f"module_name must be a Python identifier, got {module_name!r}")
-    return _run(
-        {f"{module_name}.py": code},
-        ["--doctest-modules", f"{module_name}.py"],
-        timeout_s=timeout_s,
-        memory_mb=memory_mb,
-        cpu_s=cpu_s,
-        allow_network=allow_network,
-        no_tests_is_error=False,
-        isolation=isolation,
-    )
+
+def run_doctest(code: str, timeout_s: float = 20, memory_mb: int = 512, cpu_s: int = 20,
+                allow_network: bool = False, *, module_name: str = "solution",
+                isolation: str = "bwrap") -> SandboxResult:
+    """Run the doctest examples in the docstrings of ``code``: the examples are read here (parsed, never run), each
+    is executed by the worker in the answer's namespace and its output checked by the grader. Code without any
+    example does not pass but is not an infrastructure error."""
+    _check_isolation(isolation)
+    try:
+        tree = ast.parse(code)
+        docs = [ast.get_docstring(n, clean=False) or "" for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        docs = []  # the worker reports the syntax error as the answer's failure
+    examples = [e for d in docs for e in _examples(d)]
+    if not examples:
+        return SandboxResult(False, 5, "no doctest examples in the code", "", 0.0, False, None, {})
+    return _run("examples", code, examples=examples, module_name=module_name, timeout_s=timeout_s,
+                memory_mb=memory_mb, cpu_s=cpu_s, allow_network=allow_network, no_tests_is_error=False)
+
+
+def check_examples(code: str, examples: str, timeout_s: float = 20, memory_mb: int = 512, cpu_s: int = 20, *,
+                   module_name: str = "solution") -> SandboxResult:
+    """Grade ``code`` with doctest ``examples`` given by the caller (``>>> expr`` / expected output): the answer
+    never sees the expected outputs. E.g. code = "import networkx as nx", examples =
+    ">>> G = nx.path_graph(4)\\n>>> nx.shortest_path(G, 0, 3)\\n[0, 1, 2, 3]\\n"."""
+    parsed = _examples(examples)
+    if not parsed:
+        raise ValueError("check_examples: no `>>>` example in `examples`")
+    return _run("examples", code, examples=parsed, module_name=module_name, timeout_s=timeout_s,
+                memory_mb=memory_mb, cpu_s=cpu_s, allow_network=False, no_tests_is_error=True)
+
+
+def _check_isolation(isolation: str) -> None:
+    if isolation not in ("bwrap", "auto"):
+        raise ValueError(f"isolation must be 'bwrap' (the only sandbox; 'auto' means the same), got {isolation!r}")

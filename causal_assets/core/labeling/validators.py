@@ -39,13 +39,15 @@ Code-symbol answers
 """
 from __future__ import annotations
 
+import functools
+import json
 import re
 import string
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.errors import CausalAssetsError, ConfigError
 
 __all__ = [
     "Validation",
@@ -56,6 +58,9 @@ __all__ = [
     "contains_answer",
     "answer_f1",
     "fqn_match",
+    "code_example",
+    "extract_expression",
+    "SandboxError",
     "VALIDATORS",
     "validate",
     "UnknownValidatorError",
@@ -64,6 +69,11 @@ __all__ = [
 
 class UnknownValidatorError(ConfigError, ValueError):
     """A validator name that is not in :data:`VALIDATORS`."""
+
+
+class SandboxError(CausalAssetsError):
+    """The code sandbox could not grade an answer (bubblewrap missing, grader failure): an infrastructure error,
+    never a failed trial."""
 
 
 @dataclass(frozen=True)
@@ -278,6 +288,73 @@ def fqn_match(
     return Validation(False, 0.0, f"no mention of {sorted(targets)}")
 
 
+# --------------------------------------------------------------------------------------------------- code answers
+_FENCE = re.compile(r"```(?:python|py)?\s*\n?(.*?)```", re.DOTALL)
+_TICKS = re.compile(r"`([^`\n]+)`")
+MAX_EXPRESSION_CHARS = 500
+
+
+def extract_expression(prediction: str) -> str | None:
+    """The one Python expression of an answer: a fenced block, else a backticked span, else the first non-empty
+    line; a leading `>>> ` and a trailing `.` dropped. None unless it parses as a single expression (parsed
+    here with `ast` only, never run)."""
+    import ast
+
+    text = prediction or ""
+    m = _FENCE.search(text)
+    candidates = [m.group(1)] if m else []
+    candidates += _TICKS.findall(text)
+    candidates += [line for line in text.splitlines() if line.strip()][:1]
+    for cand in candidates:
+        lines = [l for l in cand.strip().splitlines() if l.strip()]
+        if len(lines) != 1:
+            continue
+        expr = lines[0].strip()
+        expr = expr[4:] if expr.startswith(">>> ") else expr
+        expr = expr.rstrip().rstrip(".").rstrip() if not expr.endswith("..") else expr
+        if not expr or len(expr) > MAX_EXPRESSION_CHARS:
+            continue
+        try:
+            ast.parse(expr, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        return expr
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _run_example(expr: str, gold: str, timeout_s: float) -> tuple[bool, str]:
+    from causal_assets.core.labeling.sandbox import check_examples
+
+    spec = json.loads(gold)
+    call = expr
+    if spec.get("print") and not expr.startswith("print("):
+        call = f"print({expr})"
+    examples = "".join(f">>> {s}\n" for s in spec.get("setup", [])) + f">>> {call}\n{spec['want']}"
+    r = check_examples(spec.get("imports", "") + "\n", examples, timeout_s=timeout_s)
+    if r.error is not None:
+        raise SandboxError(f"code sandbox: {r.error}")
+    if r.timed_out:
+        return False, f"timed out after {timeout_s}s"
+    return r.passed, "example passed" if r.passed else "example output differs"
+
+
+def code_example(prediction: str, gold: Gold, timeout_s: float = 30.0, **_: object) -> Validation:
+    """The `pytest` validator of code benchmarks: the answer's expression runs in the bubblewrap sandbox after the
+    example's setup, and its output is compared with the example's expected output (doctest rules). `gold` is
+    the JSON spec made by `mining.mine_examples`; the expected output never enters the sandbox's answer process."""
+    expr = extract_expression(prediction)
+    if expr is None:
+        return Validation(False, 0.0, "no single Python expression in the answer")
+    best = Validation(False, 0.0, "")
+    for g in _golds(gold):
+        passed, detail = _run_example(expr, g, float(timeout_s))
+        if passed:
+            return Validation(True, 1.0, f"{detail}: {expr}")
+        best = Validation(False, 0.0, f"{detail}: {expr}")
+    return best
+
+
 # --------------------------------------------------------------------------------------------------- registry
 VALIDATORS: dict[str, Callable[..., Validation]] = {
     "exact_match": exact_match,
@@ -285,6 +362,7 @@ VALIDATORS: dict[str, Callable[..., Validation]] = {
     "answer_containment": answer_containment,
     "answer_f1": answer_f1,
     "fqn_match": fqn_match,
+    "pytest": code_example,   # registry name: answers graded by running them against examples in the sandbox
 }
 
 

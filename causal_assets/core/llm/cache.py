@@ -4,8 +4,11 @@ One row per real call (ok or error), committed right after the call, so a crash 
 Lookups return the newest `ok` row of a key; `error` rows are journal only and are never served, so a
 later run retries them. WAL mode + busy timeout make it safe for several processes and threads.
 
-The key is the sha256 of canonical JSON of (model name, kind, messages/prompt, params); the base URL and
-the API key are deliberately not part of it (and never stored).
+The key is the sha256 of canonical JSON of (model name, kind, messages/prompt, params), plus the endpoint (the
+base URL) when one is given: the same model name behind another URL is another model, and a re-run against a
+fixed endpoint must not replay what a broken one answered. `LLMClient` passes its base URL, except for the
+default local llama.cpp server (a fresh port each time, always the packaged model), whose keys stay as they
+were. The API key is never part of it (and never stored).
 """
 from __future__ import annotations
 
@@ -43,12 +46,29 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def make_key(model: str, kind: str, payload: Any, params: dict[str, Any] | None = None) -> str:
-    """sha256 of canonical JSON of (model, kind, messages-or-prompt, params). `None`-valued params are
-    dropped so `seed=None` and an absent seed share a key."""
+def normalize_endpoint(url: str | None) -> str | None:
+    """The endpoint part of a key: scheme, host, port and path, lower-cased host, no trailing slash, no
+    credentials or query string."""
+    if not url:
+        return None
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url.strip())
+    host = (u.hostname or "").lower()
+    port = f":{u.port}" if u.port else ""
+    return f"{u.scheme.lower()}://{host}{port}{u.path.rstrip('/')}"
+
+
+def make_key(model: str, kind: str, payload: Any, params: dict[str, Any] | None = None, *,
+             endpoint: str | None = None) -> str:
+    """sha256 of canonical JSON of (model, kind, messages-or-prompt, params[, endpoint]). `None`-valued params
+    are dropped so `seed=None` and an absent seed share a key. Without `endpoint` the key is what it always was."""
     clean = {k: v for k, v in (params or {}).items() if v is not None}
-    return hashlib.sha256(canonical_json({"model": model, "kind": kind, "input": payload,
-                                          "params": clean}).encode("utf-8")).hexdigest()
+    obj = {"model": model, "kind": kind, "input": payload, "params": clean}
+    endpoint = normalize_endpoint(endpoint)
+    if endpoint is not None:
+        obj["endpoint"] = endpoint
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,15 @@ Failure contract:
     outage for a solver's wrong answer.
   * 401/403/404 (bad key, unknown model/URL) raise `LLMInfrastructureError` at once (retrying cannot help).
   * 400/422 raise `LLMRequestError` (the request itself is invalid).
+  * a 2xx completion whose text is an error message ("Error: upstream model overloaded", matched by
+    `ERROR_TEXT`) or whose body carries an `error` object is an endpoint failure (kind "error_text"): retried,
+    journalled as an error, never cached as ok, never a solver's answer.
+  * `timeout_s` is a *total* deadline per attempt, not only per read: an endpoint trickling a byte every few
+    seconds is cut off once `timeout_s` has passed (kind "timeout").
+  * a response body larger than `max_response_bytes` is refused (kind "too_large", not retried, not cached).
   * `BudgetExceeded` before an uncached call would exceed the run's `CallBudget`.
+The cache key includes the endpoint (`cache_endpoint`, by default the base URL; `None` keeps the endpoint out,
+which the default local server uses since its port changes every start).
 The API key is never logged, stored, put in exception messages or shown in reprs.
 """
 from __future__ import annotations
@@ -18,13 +26,29 @@ import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+import importlib
+
 import openai
+
+
+def _openai_httpx():
+    """The httpx module the installed openai SDK is built on (`httpx`, or the `httpx2` fork in recent SDKs): the
+    transport below must be of the same library as the client it is plugged into."""
+    for klass in getattr(openai, "DefaultHttpxClient", object).__mro__[1:]:
+        root = klass.__module__.split(".")[0]
+        if root in ("httpx", "httpx2"):
+            return importlib.import_module(root)
+    return importlib.import_module("httpx")
+
+
+httpx = _openai_httpx()
 
 from .cache import CallCache, CachedCall, make_key
 from .errors import BudgetExceeded, LLMError, LLMInfrastructureError, LLMRequestError
@@ -34,6 +58,14 @@ log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 NO_KEY = "no-key-required"
+# What proxies and servers put into a 200 completion when they fail: short texts opening with an error word.
+ERROR_TEXT = re.compile(
+    r"^\s*(?:error|exception|internal server error|service unavailable|bad gateway|gateway time-?out|"
+    r"upstream (?:error|model|connect\w*|request)|rate limit(?:ed)?|too many requests|model (?:is )?overloaded|"
+    r"server (?:is )?overloaded)\b\s*[:\-.!]", re.IGNORECASE)
+MAX_ERROR_TEXT_CHARS = 500
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+_FROM_BASE_URL = object()
 
 
 @dataclass(frozen=True)
@@ -85,6 +117,70 @@ class _Malformed(Exception):
     """The endpoint answered 2xx but the body is not a usable completion."""
 
 
+class _ErrorText(Exception):
+    """The endpoint answered 2xx with an error message in place of a completion."""
+
+
+class _TooLarge(Exception):
+    """The response body exceeds `max_response_bytes`."""
+
+
+class _GuardedStream(httpx.SyncByteStream):
+    """A response body read under a total deadline and a size cap (httpx's read timeout restarts with every
+    byte, so a trickling endpoint would otherwise hold a call for as long as it likes)."""
+
+    def __init__(self, inner, deadline: float, total_s: float, max_bytes: int, request: httpx.Request):
+        self._inner, self._deadline, self._total_s = inner, deadline, total_s
+        self._max_bytes, self._request = max_bytes, request
+
+    def __iter__(self):
+        n = 0
+        for chunk in self._inner:
+            n += len(chunk)
+            if n > self._max_bytes:
+                raise _TooLarge(f"response body larger than {self._max_bytes} bytes")
+            if time.monotonic() > self._deadline:
+                raise httpx.ReadTimeout(f"response not complete within the total deadline of {self._total_s}s",
+                                        request=self._request)
+            yield chunk
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _GuardedTransport(httpx.BaseTransport):
+    def __init__(self, total_s: float, max_bytes: int):
+        self._inner = httpx.HTTPTransport()
+        self._total_s, self._max_bytes = total_s, max_bytes
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        deadline = time.monotonic() + self._total_s
+        response = self._inner.handle_request(request)
+        length = response.headers.get("content-length")
+        if length and length.isdigit() and int(length) > self._max_bytes:
+            response.close()
+            raise _TooLarge(f"response body of {int(length)} bytes (Content-Length) is larger than "
+                            f"{self._max_bytes} bytes")
+        if time.monotonic() > deadline:
+            response.close()
+            raise httpx.ReadTimeout(f"no response within the total deadline of {self._total_s}s", request=request)
+        response.stream = _GuardedStream(response.stream, deadline, self._total_s, self._max_bytes, request)
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _caused_by(exc: BaseException, kind: type) -> bool:
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, kind):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
 @dataclass
 class _KeyLock:
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -95,7 +191,8 @@ class LLMClient:
     def __init__(self, base_url: str | None, model: str, api_key: str | None = None,
                  cache: CallCache | None = None, timeout_s: float = 60, max_retries: int = 4,
                  backoff_s: float = 0.5, max_concurrency: int = 2, *, budget: CallBudget | None = None,
-                 max_backoff_s: float = 30.0):
+                 max_backoff_s: float = 30.0, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 cache_endpoint: str | None | object = _FROM_BASE_URL, error_text: re.Pattern | None = ERROR_TEXT):
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
         self.base_url = base_url
@@ -107,10 +204,15 @@ class LLMClient:
         self.max_backoff_s = max_backoff_s
         self.max_concurrency = max_concurrency
         self.budget = budget
+        self.max_response_bytes = max_response_bytes
+        self.error_text = error_text
+        self.cache_endpoint = base_url if cache_endpoint is _FROM_BASE_URL else cache_endpoint
         self._api_key = Secret(api_key or os.environ.get("OPENAI_API_KEY") or NO_KEY)
         # our own retry loop replaces the SDK's (max_retries=0) so every attempt is visible and bounded
-        self._client = openai.OpenAI(base_url=base_url, api_key=self._api_key.get(), timeout=timeout_s,
-                                     max_retries=0)
+        self._client = openai.OpenAI(
+            base_url=base_url, api_key=self._api_key.get(), timeout=timeout_s, max_retries=0,
+            http_client=openai.DefaultHttpxClient(transport=_GuardedTransport(timeout_s, max_response_bytes),
+                                                  timeout=timeout_s))
         self._sem = threading.BoundedSemaphore(max_concurrency)
         self._key_locks: dict[str, _KeyLock] = {}
         self._key_locks_guard = threading.Lock()
@@ -161,7 +263,8 @@ class LLMClient:
         return self._client
 
     def key_for(self, kind: str, payload: Any, sample_index: int | None = None, **params: Any) -> str:
-        return make_key(self.model, kind, payload, self._key_params(params, sample_index))
+        return make_key(self.model, kind, payload, self._key_params(params, sample_index),
+                        endpoint=self.cache_endpoint)
 
     def close(self) -> None:
         self._client.close()
@@ -207,7 +310,7 @@ class LLMClient:
         for forbidden in ("model", "messages", "prompt", "stream"):
             if forbidden in params:
                 raise TypeError(f"{forbidden!r} cannot be passed as a parameter here")
-        key = make_key(self.model, kind, payload, self._key_params(params, sample_index))
+        key = self.key_for(kind, payload, sample_index, **params)
         request = {"kind": kind, "model": self.model,
                    ("messages" if kind == "chat" else "prompt"): payload,
                    "params": params, "sample_index": sample_index}
@@ -244,6 +347,10 @@ class LLMClient:
 
     def _classify(self, exc: BaseException) -> tuple[str, bool, float | None]:
         """(kind, retryable, retry_after_s) of an exception raised by one attempt."""
+        if _caused_by(exc, _TooLarge):
+            return "too_large", False, None
+        if isinstance(exc, _ErrorText):
+            return "error_text", True, None
         if isinstance(exc, openai.APITimeoutError):
             return "timeout", True, None
         if isinstance(exc, openai.APIConnectionError):
@@ -284,6 +391,8 @@ class LLMClient:
         if resp is None or not hasattr(resp, "model_dump"):
             raise _Malformed(f"unexpected response type {type(resp).__name__}")
         data = resp.model_dump(mode="json")
+        if data.get("error"):
+            raise _ErrorText(f"2xx response carrying an error: {str(data['error'])[:300]}")
         choices = data.get("choices")
         if not choices:
             raise _Malformed("response has no choices")
@@ -299,6 +408,9 @@ class LLMClient:
             text = choice.get("text")
         if not isinstance(text, str):
             raise _Malformed("response choice has no text content")
+        if (self.error_text is not None and len(text) <= MAX_ERROR_TEXT_CHARS
+                and self.error_text.match(text)):
+            raise _ErrorText(f"2xx response whose text is an error message: {text[:200]!r}")
         usage = data.get("usage") or {}
         return (data, text, usage.get("prompt_tokens"), usage.get("completion_tokens"),
                 choice.get("logprobs"), choice.get("finish_reason"))

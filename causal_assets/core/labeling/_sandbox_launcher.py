@@ -1,0 +1,329 @@
+"""Runs INSIDE the bubblewrap sandbox (stdlib only; see sandbox.py for the host side). Never imported by the project.
+
+    python -I launcher.py grade CONFIG.json     as root in the sandbox: starts the worker, drops to the grader uid, grades
+    python -I launcher.py worker CONFIG.json    the worker: runs the answer's code as the answer uid, answers RPCs
+
+Two processes, two uids. The *worker* (uid ANSWER_UID, no capabilities, no_new_privs, rlimits) imports the answer and
+executes what the grader asks over a pipe; everything it sends back is data (a repr, parsed with ast.literal_eval,
+or text). The *grader* (uid GRADER_UID) runs the tests (pytest) or the examples (doctest) against proxies of the
+answer's names and writes the verdict to a file descriptor inherited from the host, which the worker does not have.
+The worker cannot read the tests (mode 0700, another uid), signal or ptrace the grader (another uid, no
+capabilities), nor write the verdict: a wrong answer that prints "1 passed", monkeypatches pytest or kills its parent
+changes nothing but its own answers.
+"""
+import ast
+import builtins
+import ctypes
+import io
+import json
+import os
+import resource
+import signal
+import sys
+import traceback
+
+MAX_MESSAGE = 1 << 20  # one RPC answer, in characters
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def _no_new_privs() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    except Exception:  # pragma: no cover - documented: bwrap sets it too for unprivileged runs
+        pass
+
+
+def _drop(uid: int) -> None:
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    _no_new_privs()
+
+
+def _limit(which: int, value: int) -> None:
+    soft, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(which, (value, value))
+
+
+# ---------------------------------------------------------------------------------------------------- the worker
+def worker(cfg: dict) -> None:
+    """The answer's side: stdin/stdout carry one JSON message per line. Runs as the answer uid."""
+    proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)  # the answer's own prints go to stderr (kept by the host, never graded)
+    os.chdir(cfg["workdir"])
+    sys.path[:0] = [cfg["task_dir"]]
+    module, import_error = None, None
+    try:
+        import importlib
+
+        module = importlib.import_module(cfg["module"])
+    except BaseException as e:  # the answer's fault: every call reports it
+        import_error = f"{type(e).__name__}: {e}"
+    namespace = dict(vars(module)) if module is not None else {}
+
+    def reply(obj: dict) -> None:
+        text = json.dumps(obj)
+        if len(text) > MAX_MESSAGE:
+            text = json.dumps({"ok": False, "error": "ResultTooLarge", "message": f"{len(text)} characters"})
+        proto_out.write(text + "\n")
+        proto_out.flush()
+
+    for line in proto_in:
+        try:
+            req = json.loads(line)
+        except ValueError:
+            break
+        if import_error is not None and req.get("op") in ("call", "get", "exec"):
+            reply({"ok": False, "error": "ImportError", "message": f"the answer does not import: {import_error}"})
+            continue
+        captured = io.StringIO()
+        real_stdout = sys.stdout
+        try:
+            sys.stdout = captured
+            if req["op"] == "call":
+                fn = getattr(module, req["name"])
+                args = ast.literal_eval(req["args"])
+                kwargs = ast.literal_eval(req["kwargs"])
+                value = fn(*args, **kwargs)
+                reply({"ok": True, "repr": repr(value)[:MAX_MESSAGE], "callable": callable(value),
+                       "stdout": captured.getvalue()[-4000:]})
+            elif req["op"] == "get":
+                value = getattr(module, req["name"])
+                reply({"ok": True, "repr": repr(value)[:MAX_MESSAGE], "callable": callable(value), "stdout": ""})
+            elif req["op"] == "exec":  # one doctest example, in the answer module's namespace
+                code = compile(req["source"], "<example>", "single", dont_inherit=True)
+                exec(code, namespace)
+                reply({"ok": True, "stdout": captured.getvalue()[-MAX_MESSAGE:]})
+            else:
+                reply({"ok": False, "error": "ProtocolError", "message": f"unknown op {req.get('op')!r}"})
+        except BaseException as e:  # noqa: BLE001 - reported to the grader as the answer's failure
+            sys.stdout = real_stdout
+            tb = traceback.format_exception_only(type(e), e)
+            reply({"ok": False, "error": type(e).__name__, "message": str(e)[:2000],
+                   "exception_only": "".join(tb)[-2000:], "stdout": captured.getvalue()[-4000:]})
+        finally:
+            sys.stdout = real_stdout
+
+
+# ---------------------------------------------------------------------------------------------------- the grader
+class RemoteError(Exception):
+    """An exception raised by the answer (its type name and message), or the answer process dying."""
+
+
+class _Remote:
+    def __init__(self, cfg: dict):
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", cfg["launcher"], "worker", cfg["worker_config"]],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, encoding="utf-8",
+            preexec_fn=lambda: self._as_answer(cfg), close_fds=True, cwd="/")
+        self.dead: str | None = None
+
+    @staticmethod
+    def _as_answer(cfg: dict) -> None:
+        os.setsid()
+        _limit(resource.RLIMIT_AS, int(cfg["memory_mb"]) * 1024 * 1024)
+        cpu = int(cfg["cpu_s"])
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        _limit(resource.RLIMIT_NPROC, int(cfg["nproc"]))
+        _drop(int(cfg["answer_uid"]))
+
+    def ask(self, req: dict) -> dict:
+        if self.dead:
+            raise RemoteError(self.dead)
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline(MAX_MESSAGE + 1000)
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line.endswith("\n"):
+            rc = self.proc.poll() if self.proc.poll() is not None else self._wait()
+            why = f"killed by signal {-rc}" if rc is not None and rc < 0 else f"exited with code {rc}"
+            self.dead = f"the answer process {why}"
+            raise RemoteError(self.dead)
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            raise RemoteError("the answer process broke the protocol") from None
+        if not isinstance(msg, dict):
+            raise RemoteError("the answer process broke the protocol")
+        return msg
+
+    def _wait(self):
+        try:
+            return self.proc.wait(timeout=2)
+        except Exception:
+            return None
+
+
+def _value(msg: dict):
+    """The answer's return value rebuilt from its repr (literal types only); other objects compare by repr."""
+    text = msg.get("repr", "")
+    try:
+        return ast.literal_eval(text)
+    except Exception:  # not a literal (an object, a graph, ...): an opaque stand-in
+        return Opaque(text)
+
+
+class Opaque:
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __eq__(self, other) -> bool:
+        return repr(other) == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+def _raise(msg: dict):
+    name = msg.get("error", "RemoteError")
+    text = msg.get("message", "")
+    exc_type = getattr(builtins, name, None)
+    if isinstance(exc_type, type) and issubclass(exc_type, Exception) and exc_type not in (SystemExit,):
+        try:
+            raise exc_type(text)
+        except TypeError:
+            pass
+    raise RemoteError(f"{name}: {text}")
+
+
+def _proxy_module(name: str, remote: _Remote):
+    import types
+
+    mod = types.ModuleType(name)
+
+    class Function:
+        def __init__(self, attr):
+            self.attr = attr
+
+        def __call__(self, *args, **kwargs):
+            msg = remote.ask({"op": "call", "name": self.attr, "args": repr(args), "kwargs": repr(kwargs)})
+            if not msg.get("ok"):
+                _raise(msg)
+            return _value(msg)
+
+        def __repr__(self):
+            return f"<answer function {self.attr}>"
+
+    def getattr_(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        msg = remote.ask({"op": "get", "name": attr})
+        if not msg.get("ok"):
+            if msg.get("error") == "AttributeError":
+                raise AttributeError(msg.get("message"))
+            _raise(msg)
+        return Function(attr) if msg.get("callable") else _value(msg)
+
+    mod.__getattr__ = getattr_
+    return mod
+
+
+def _grade_pytest(cfg: dict, remote: _Remote) -> dict:
+    import pytest
+
+    sys.modules[cfg["module"]] = _proxy_module(cfg["module"], remote)
+    results: dict[str, str] = {}
+
+    class Collect:
+        def pytest_runtest_logreport(self, report):
+            if report.when == "call" or report.outcome != "passed":
+                if results.get(report.nodeid) in ("failed", "error"):
+                    return
+                results[report.nodeid] = report.outcome if report.when == "call" else (
+                    "error" if report.outcome == "failed" else report.outcome)
+
+        def pytest_collectreport(self, report):
+            if report.outcome == "failed":
+                results[report.nodeid or "<collection>"] = "error"
+
+    rc = pytest.main(["-q", "-p", "no:cacheprovider", f"--rootdir={cfg['tests_dir']}",
+                      "-c", os.path.join(cfg["tests_dir"], "pytest.ini"),
+                      os.path.join(cfg["tests_dir"], cfg["test_file"])], plugins=[Collect()])
+    rc = int(rc)
+    return {"mode": "pytest", "exit_code": rc, "results": results,
+            "no_tests": rc == 5, "usage_error": rc in (3, 4)}
+
+
+def _grade_examples(cfg: dict, remote: _Remote) -> dict:
+    """Doctest examples (from the answer's docstrings, or given by the benchmark), each executed by the worker and
+    checked here with doctest's OutputChecker."""
+    import doctest
+
+    checker = doctest.OutputChecker()
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    results, report = {}, []
+    for i, ex in enumerate(cfg["examples"]):
+        msg = remote.ask({"op": "exec", "source": ex["source"]})
+        if msg.get("ok"):
+            got = msg.get("stdout", "")
+        else:
+            got = msg.get("exception_only") or f"{msg.get('error')}: {msg.get('message')}\n"
+            if ex.get("exc_msg") is not None:
+                ok = checker.check_output(ex["exc_msg"], got.split(":", 1)[-1].strip() + "\n", flags) or \
+                    got.startswith(ex.get("exc_type", "\0"))
+                results[f"example[{i}]"] = "passed" if ok else "failed"
+                continue
+        ok = ex.get("exc_msg") is None and checker.check_output(ex["want"], got, flags)
+        results[f"example[{i}]"] = "passed" if ok else "failed"
+        if not ok:
+            report.append(f"example[{i}]: {ex['source'].strip()}\n  expected: {ex['want']!r}\n  got:      {got!r}")
+    print("\n".join(report) or f"{len(results)} examples passed")
+    return {"mode": "examples", "exit_code": 0 if all(v == "passed" for v in results.values()) else 1,
+            "results": results, "no_tests": not results, "usage_error": False}
+
+
+def grade(cfg: dict) -> int:
+    verdict_fd = int(cfg["verdict_fd"])
+    os.set_inheritable(verdict_fd, False)
+    for d, uid in ((cfg["workdir"], cfg["answer_uid"]), (cfg["grader_home"], cfg["grader_uid"])):
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        os.chown(d, int(uid), int(uid))
+    remote = _Remote(cfg)                      # the answer process, started while we still may setuid
+    _drop(int(cfg["grader_uid"]))              # from here on: no capabilities, not the answer's uid
+    os.environ["HOME"] = cfg["grader_home"]
+    os.chdir(cfg["grader_home"])
+    try:
+        verdict = (_grade_pytest if cfg["mode"] == "pytest" else _grade_examples)(cfg, remote)
+    except BaseException as e:  # noqa: BLE001 - an infrastructure error of the grader
+        verdict = {"mode": cfg["mode"], "infra_error": f"{type(e).__name__}: {e}", "results": {}}
+        traceback.print_exc()
+    finally:
+        try:
+            remote.proc.kill()
+        except Exception:
+            pass
+    data = json.dumps(verdict).encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(verdict_fd, view):]
+    os.close(verdict_fd)
+    sys.stdout.flush()
+    code = verdict.get("exit_code")
+    return code if isinstance(code, int) and 0 <= code < 128 else 1
+
+
+def main(argv: list[str]) -> int:
+    role, config_path = argv[0], argv[1]
+    with open(config_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    if role == "worker":
+        worker(cfg)
+        return 0
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    return grade(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
