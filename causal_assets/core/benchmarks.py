@@ -34,7 +34,7 @@ class MonteCarloSpec(BaseModel):
     running the defaults. Fields the labelling code reads; types are checked where they are fixed."""
     model_config = ConfigDict(extra="forbid")
 
-    estimator: str | None = None
+    estimator: Literal["adaptive", "regression", "naive"] | None = None
     threshold: float | None = None
     budget: int | None = Field(default=None, ge=1)
     batch: int | None = Field(default=None, ge=1)
@@ -43,10 +43,9 @@ class MonteCarloSpec(BaseModel):
     max_consecutive_errors: int | None = Field(default=None, ge=1)
     split: str | None = None
     max_questions: int | None = Field(default=None, ge=1)
-    outcome: Literal["success", "likelihood", "both"] | None = None
-    solver: Any = None
+    outcome: Literal["qa_likelihood", "likelihood", "success", "both"] | None = None
+    solver: Literal["gemma3-270m", "smollm2-135m"] | None = None   # a packaged local model (core/llm/models.py)
     threshold_nats: float | None = None
-    design: Any = None
 
 
 def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any]) -> dict[str, Any]:

@@ -37,8 +37,8 @@ def test_registry_typos_are_refused(tmp_path, section, value, message):
 
 def test_monte_carlo_accepts_the_labelling_keys(tmp_path):
     mc = {"estimator": "adaptive", "threshold": 0.1, "budget": 24, "batch": 8, "alpha": 0.05, "seed": 1,
-          "max_consecutive_errors": 3, "split": "dev", "max_questions": 30, "outcome": "both",
-          "solver": {"max_doc_chars": 400}, "threshold_nats": 0.5, "design": "balanced"}
+          "max_consecutive_errors": 3, "split": "dev", "max_questions": 30, "outcome": "qa_likelihood",
+          "solver": "gemma3-270m", "threshold_nats": 0.5}
     spec = load_benchmark_registry(_registry(tmp_path, monte_carlo=mc, pooling={"size": 8, "max_doc_chars": 400}))
     assert spec["hotmini"].monte_carlo == mc                       # still a plain dict, as given
     assert spec["hotmini"].monte_carlo.get("budget") == 24
