@@ -25,7 +25,7 @@ def _registry(tmp_path, **extra):
 @pytest.mark.parametrize("section, value, message", [
     ("monte_carlo", {"budjet": 4}, r"monte_carlo\.budjet: unknown key; known keys: .*budget"),
     ("monte_carlo", {"budget": "many"}, r"monte_carlo\.budget: Input should be a valid integer"),
-    ("monte_carlo", {"outcome": "vibes"}, r"monte_carlo\.outcome: Input should be 'success', 'likelihood' or 'both'"),
+    ("monte_carlo", {"outcome": "vibes"}, r"monte_carlo\.outcome: Input should be 'qa_likelihood', 'likelihood', 'success' or 'both'"),
     ("monte_carlo", {"split": "test"}, r"monte_carlo.split 'test' is not one of splits \['dev'\]"),
     ("pooling", {"sise": 8}, r"pooling\.sise: unknown key; known keys: size"),
     ("pooling", {"size": 0}, r"pooling\.size: Input should be greater than or equal to 1"),
