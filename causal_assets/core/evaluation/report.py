@@ -41,6 +41,10 @@ def curves_png(metrics: pd.DataFrame, split: str, title: str) -> bytes:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(title)
+    return _png(fig)
+
+
+def _png(fig) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
@@ -103,8 +107,4 @@ def quality_png(summaries: dict[str, dict], title: str) -> bytes:
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()
+    return _png(fig)
