@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import duckdb
 import pandas as pd
+import pytest
 import yaml
 from dagster import MultiPartitionKey, materialize
 
@@ -23,6 +24,7 @@ RUN_CONFIG = {"ops": {
 }}
 
 
+@pytest.mark.slow
 def test_labels_end_to_end_with_local_solver(resources, tmp_path):
     resources = {**resources, "llm": LLM(cache_path=str(tmp_path / "calls.sqlite"), n_threads=1,
                                          models_dir=str(tmp_path / "models"))}
