@@ -199,7 +199,9 @@ def check_labels(labels: pd.DataFrame) -> CheckOutcome:
     delta_p = labels["delta_p"].to_numpy(np.float64) if "delta_p" in labels else np.zeros(len(labels))
     return CheckOutcome.of(
         rows=len(labels), questions=int(labels["question_id"].nunique()),
-        bad_non_finite=int((~finite[decided]).sum()),
+        # a decided label needs a finite effect; its interval may be unbounded (the seed's point rule decides
+        # on the point estimate, e.g. with a single trial on one side)
+        bad_non_finite=int((~finite[decided, 0]).sum()),
         bad_out_of_range=int((probability[:, None] & (np.abs(v) > 1 + 1e-9)).sum()),
         bad_delta_p_out_of_range=int((np.abs(np.nan_to_num(delta_p)) > 1 + 1e-9).sum()),
         bad_ci_inverted=int((v[:, 1] > v[:, 2] + 1e-9).sum()),

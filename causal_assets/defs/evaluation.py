@@ -44,9 +44,9 @@ class EvaluationConfig(Config):
           AssetDep(TUNED), AssetDep("mc_labels")],
     # Eager: a new tuned configuration re-runs the evaluation; a benchmark never tuned does not block it.
     outs={
-        "evaluation_metrics": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="benchmark, split, truth (qrels: the benchmark's judgements; mc_labels: the Monte Carlo labels' YES documents graded by effect, on the labelled questions), retriever, metric, k, value"),
-        "evaluation_runs": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="Top results per query and retriever."),
-        "evaluation_failures": AssetOut(automation_condition=eager_tolerating_missing(TUNED), kinds={"parquet"}, description="Failure bucket per query and retriever (seed 001 §5.5)."),
+        "evaluation_metrics": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="benchmark, split, truth (qrels: the benchmark's judgements; mc_labels: the Monte Carlo labels' YES documents graded by effect, on the labelled questions), retriever, metric, k, value"),
+        "evaluation_runs": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Top results per query and retriever."),
+        "evaluation_failures": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Failure bucket per query and retriever (seed 001 §5.5)."),
     },
     check_specs=[spec("evaluation_metrics", "metrics_in_unit_range", "Every metric value is finite and in [0, 1]."),
                  spec("evaluation_runs", "runs_ranked", "Finite scores; ranks 1..n per (split, retriever, query); "

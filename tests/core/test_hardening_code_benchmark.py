@@ -135,7 +135,7 @@ def test_monte_carlo_labels_a_code_question_through_the_sandbox(mined, tmp_path)
     with _Solver() as server:
         client = LLMClient(server.url, "fake-model", cache=CallCache(tmp_path / "c.sqlite"), max_retries=0)
         out = label_question(q.question_id, q.question, q.gold, pool, BlindSolver(client, "pytest"),
-                             MCConfig(estimator="adaptive", budget=24, batch=8, threshold=0.1))
+                             MCConfig(estimator="adaptive", outcome="success", budget=24, batch=8, threshold=0.1))
     labels = out.result.labels()
     assert labels[q.target_chunk_id] == "YES", labels
     assert all(labels[c] != "YES" for c in others)

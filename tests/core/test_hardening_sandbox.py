@@ -224,12 +224,15 @@ def _uid(d: Path) -> int | None:
 
 
 def test_the_host_filesystem_is_not_visible_or_writable():
+    # The checkout's files (not its directory: a venv inside the checkout is bound read-only at its own path,
+    # so the directories above it exist, empty) must not be visible.
     here = Path(__file__).resolve()
     r = _run(f"""
         import os
 
         def probe():
-            seen = any(os.path.exists(p) for p in ("{here}", "/etc/passwd", "/etc/shadow", "{here.parents[2]}"))
+            seen = any(os.path.exists(p) for p in ("{here}", "/etc/passwd", "/etc/shadow",
+                                                   "{here.parents[2] / 'pyproject.toml'}"))
             try:
                 open("{sys.executable}", "ab")
                 wrote = True

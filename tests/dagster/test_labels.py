@@ -45,7 +45,7 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path):
     calls = pd.read_parquet(f"{base}/solver_calls/hotpotqa.parquet")
     assert 0 < len(trials) <= 2 * 12 and len(calls) >= len(trials)
     labels = pd.read_parquet(f"{base}/mc_labels/hotpotqa.parquet")
-    assert set(labels["estimator"]) == {"adaptive", "naive"}
+    assert set(labels["estimator"]) == {"regression", "naive"}
     assert labels["label"].isin(["YES", "NO", "UNCERTAIN"]).all()
     assert (labels["outcome"] == "likelihood").all() and labels["delta_p"].isna().all()   # no pass/fail trials
     decided = labels[labels["label"] != "UNCERTAIN"]
@@ -65,7 +65,7 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path):
     with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
         truths = con.execute("select distinct truth from evaluation_metrics where benchmark = 'hotpotqa'").fetchall()
         quality = con.execute("select count(*) from label_quality where source = 'labels'").fetchone()[0]
-    yes_questions = labels[(labels.label == "YES") & (labels.estimator == "adaptive")]["question_id"].nunique()
+    yes_questions = labels[(labels.label == "YES") & (labels.estimator == "regression")]["question_id"].nunique()
     assert {t for (t,) in truths} == ({"qrels", "mc_labels"} if yes_questions else {"qrels"})
     assert quality > 0
 

@@ -53,7 +53,8 @@ def registry(tmp_path_factory, scifact_small) -> Path:
         {"name": "hotpotqa", "loader": "hotpotqa", "corpus": "hotpotqa", "path": str(hotpot),
          "splits": ["dev"], "eval_splits": ["dev"], "validator": "answer_f1",
          "pooling": {"size": 3, "max_doc_chars": 200},
-         "monte_carlo": {"split": "dev", "max_questions": 1, "estimator": "naive", "budget": BUDGET}}]}))
+         "monte_carlo": {"split": "dev", "max_questions": 1, "estimator": "naive", "outcome": "success",
+                         "budget": BUDGET}}]}))
     return root
 
 

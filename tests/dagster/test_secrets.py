@@ -27,8 +27,8 @@ def test_api_key_stays_out_of_logs_metadata_and_parquet(resources, tmp_path, mon
         result = materialize(upstream + [candidate_pools, mc_trials, mc_labels], resources=res, instance=instance,
                              partition_key="hotpotqa", selection=[candidate_pools, mc_trials, mc_labels],
                              run_config={"ops": {"candidate_pools": {"config": {"max_questions": 1, "size": 4}},
-                                                 "mc_trials": {"config": {"budget": 8}},
-                                                 "mc_labels": {"config": {"budget": 8}}}})
+                                                 "mc_trials": {"config": {"budget": 8, "outcome": "success"}},
+                                                 "mc_labels": {"config": {"budget": 8, "outcome": "success"}}}})
         assert result.success
         assert all(r["auth"] == f"Bearer {SECRET}" for r in server.requests)  # the key was really used
         logs = "\n".join(str(e) for e in instance.all_logs(result.run_id))
