@@ -47,11 +47,11 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path):
     labels = pd.read_parquet(f"{base}/mc_labels/hotpotqa.parquet")
     assert set(labels["estimator"]) == {"regression", "naive"}
     assert labels["label"].isin(["YES", "NO", "UNCERTAIN"]).all()
-    assert (labels["outcome"] == "likelihood").all() and labels["delta_p"].isna().all()   # no pass/fail trials
+    assert (labels["outcome"] == "qa_likelihood").all() and labels["delta_p"].isna().all()   # no pass/fail trials
     decided = labels[labels["label"] != "UNCERTAIN"]
     assert decided["effect"].notna().all()
     assert (decided["ci_low"] <= decided["effect"]).all() and (decided["effect"] <= decided["ci_high"]).all()
-    assert trials["loglik"].notna().all() and (trials["loglik"] < 0).all()
+    assert trials["loglik"].notna().all() and (trials["loglik"] < 0).all() and trials["loglik_question"].notna().all()
     dataset = yaml.safe_load((resources["storage"].reports_path.parent / "datasets" / "retrieval_dataset_hotpotqa.yaml").read_text())
     assert len(dataset["pairs"]) == 2 and "empirical_relevance" in dataset["pairs"][0]["candidates"][0]
 
