@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
+import openai
 
 from .cache import CallCache, make_key
 from .errors import LLMError, LLMInfrastructureError
@@ -256,8 +257,6 @@ class EndpointScorer(_CachedScorer):
         return lps, ntok, ptok, ptok + sum(ntok)
 
     def _one(self, prompt: str, cont: str) -> tuple[float, int, int]:
-        import openai  # the project's one LLM client library (already imported by the LLM client)
-
         modes = ["prompt_logprobs", "echo"] if self.mode == "auto" else [self.mode]
         last: Exception | None = None
         for mode in modes:
