@@ -25,9 +25,10 @@ from causal_assets.core.evaluation.runner import metric_value, run_benchmark  # 
 from causal_assets.core.index.build import build_index  # noqa: E402
 from causal_assets.core.index.dense import DEFAULT_MODEL, EmbeddingCache  # noqa: E402
 from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
+from causal_assets.core.paths import shared_data_dir  # noqa: E402
 from causal_assets.core.retrievers.seal import SealRetriever  # noqa: E402
 
-DATA = Path("/work/shared/data/hotpotqa/hotpot_dev_distractor_200.jsonl")
+DATA = shared_data_dir() / "hotpotqa" / "hotpot_dev_distractor_200.jsonl"
 SPLITS = ("train", "test", "dev")
 OUT = ROOT / "data" / "benchmarks" / "hotpotqa_evidence.json"
 
