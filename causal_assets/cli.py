@@ -183,7 +183,7 @@ def _export_labels(args: argparse.Namespace) -> int:
     pools = read_parquet(asset_path(args.base_path, "candidate_pools", args.benchmark))
     specs = load_benchmark_registry()
     mc = dict(specs[args.benchmark].monte_carlo or {}) if args.benchmark in specs else {}
-    split = str(mc.get("split", specs[args.benchmark].splits[0])) if args.benchmark in specs else "labels"
+    split = specs[args.benchmark].label_split if args.benchmark in specs else "labels"
     estimator = pick_estimator(labels, args.estimator)
     budgets = {k: v for k, v in {"solver calls per question (configured)": mc.get("budget"),
                                  "label threshold": mc.get("threshold"),

@@ -92,6 +92,11 @@ class BenchmarkSpec(BaseModel):
     def _monte_carlo_known(cls, v: dict[str, Any]) -> dict[str, Any]:
         return _validated_section("monte_carlo", MonteCarloSpec, v)
 
+    @property
+    def label_split(self) -> str:
+        """The split whose questions get Monte Carlo labels (`monte_carlo.split`, else the first split)."""
+        return self.monte_carlo.get("split") or self.splits[0]
+
     @model_validator(mode="after")
     def _monte_carlo_split_known(self) -> "BenchmarkSpec":
         split = self.monte_carlo.get("split")

@@ -54,8 +54,8 @@ def labels_export(context: AssetExecutionContext, config: ExportConfig, storage:
         "labelling wall seconds": labelled.get("wall_seconds"),
         "labelling run stopped": labelled.get("stopped"),
     }.items() if v is not None}
-    card = DatasetCard(benchmark=spec.name, split=str(mc.get("split", spec.splits[0])),
-                       solver=labelled.get("model"), estimator=estimator, budgets=budgets,
+    card = DatasetCard(benchmark=spec.name, split=spec.label_split,
+                       solver=labelled.get("solver"), estimator=estimator, budgets=budgets,
                        quality=agreement_with_seeds(mc_labels, estimator))
     out = config.out_dir or str(storage.reports_path.parent / "datasets" / spec.name)
     hf = config.hf

@@ -45,7 +45,7 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
     """Per question: C_seed (benchmark metadata + graph neighbours) ∪ hard negatives (BM25/dense) ∪ C_random."""
     spec = benchmark_registry.spec(context.partition_key)
     index = CorpusIndex.load(storage.base, spec.corpus)
-    split = spec.monte_carlo.get("split", spec.splits[0])
+    split = spec.label_split
     bench = load_benchmark(spec, split)
     limit = config.max_questions or spec.monte_carlo.get("max_questions", 20)
     qids = bench.query_ids()[:limit]
@@ -141,7 +141,8 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
         "seconds_per_question": round(seconds / max(1, n_questions), 2),
         "mean_loglik": float(trials_df["loglik"].mean()) if trials_df["loglik"].notna().any() else None,
         "success_rate": float(trials_df["success"].dropna().mean()) if trials_df["success"].notna().any() else None,
-        "stopped": stopped or "complete", "solver": llm.solver_name(spec.monte_carlo.get("solver"), cfg.outcome)})
+        "stopped": stopped or "complete",
+        "solver": str(trials_df["solver"].iloc[0]) if len(trials_df) else ""})
     yield Output(calls_df, output_name="solver_calls", metadata={
         "calls": len(calls_df), "errors": int((calls_df["status"] == "error").sum()),
         "cache_hits": int(ok["cached"].sum()), "cache_hit_rate": float(ok["cached"].mean()) if len(ok) else 0.0,
@@ -193,7 +194,7 @@ def label_quality(context: AssetExecutionContext, config: MonteCarloConfig, stor
     heuristic "the document contains the answer string" on the same candidates."""
     spec = benchmark_registry.spec(context.partition_key)
     cfg = mc_config(spec.monte_carlo, config)
-    bench = load_benchmark(spec, spec.monte_carlo.get("split", spec.splits[0]))
+    bench = load_benchmark(spec, spec.label_split)
     frames, summaries = [], {}
     for estimator in sorted(mc_labels["estimator"].unique()) if len(mc_labels) else []:
         summary = summarize(label_quality_rows(per_question_from_tables(mc_labels, candidate_pools, bench.qrels,

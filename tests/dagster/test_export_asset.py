@@ -23,7 +23,7 @@ def test_labels_export_asset(tmp_path):
         frame.to_parquet(tmp_path / "parquet" / name / "default.parquet", index=False)
     instance = DagsterInstance.ephemeral()
     instance.report_runless_asset_event(AssetMaterialization(
-        "mc_trials", partition="default", metadata={"model": "smollm2-135m-instruct", "budget_per_question": 24,
+        "mc_trials", partition="default", metadata={"solver": "local/gemma3-270m", "budget_per_question": 24,
                                                     "trials": 48, "stopped": "complete"}))
     result = materialize([candidate_pools, mc_trials, mc_labels, labels_export], partition_key="default", instance=instance,
                          selection=["labels_export"],
@@ -34,7 +34,7 @@ def test_labels_export_asset(tmp_path):
     assert result.success
     meta = result.asset_materializations_for_node("labels_export")[0].metadata
     assert meta["judgements"].value == 8 and meta["estimator"].value == "adaptive"
-    assert meta["solver"].value == "smollm2-135m-instruct"
+    assert meta["solver"].value == "local/gemma3-270m"
     out = tmp_path / "datasets" / "default"
     assert str(out) == meta["path"].value
     card = (out / "README.md").read_text()

@@ -287,7 +287,9 @@ class EndpointScorer(_CachedScorer):
 
 
 def _from_prompt_logprobs(data: dict, prompt: str, cont: str) -> tuple[float, int, int] | None:
-    """vLLM: ``choices[0].prompt_logprobs`` is a list (first entry None) of {token_id: {logprob, decoded_token}}."""
+    """vLLM: ``choices[0].prompt_logprobs`` is a list (first entry None) of {token_id: {logprob, decoded_token}}.
+    Requested with ``prompt_logprobs: 0``, each entry holds the prompt token alone; an entry with several tokens
+    cannot be read without token ids, so the response then counts as unusable."""
     choice = (data.get("choices") or [{}])[0]
     plp = choice.get("prompt_logprobs") or data.get("prompt_logprobs")
     if not plp:
@@ -298,10 +300,11 @@ def _from_prompt_logprobs(data: dict, prompt: str, cont: str) -> tuple[float, in
             texts.append("")
             values.append(None)
             continue
-        # the entry of the actual prompt token is the one with the smallest rank (vLLM also lists top tokens)
-        best = min(entry.values(), key=lambda v: v.get("rank", 0) if isinstance(v, dict) else 0)
-        texts.append(best.get("decoded_token", "") if isinstance(best, dict) else "")
-        values.append(best.get("logprob") if isinstance(best, dict) else None)
+        if len(entry) != 1:
+            return None
+        only = next(iter(entry.values()))
+        texts.append(only.get("decoded_token", "") if isinstance(only, dict) else "")
+        values.append(only.get("logprob") if isinstance(only, dict) else None)
     return _sum_after(texts, values, len(prompt), len(prompt) + len(cont))
 
 
