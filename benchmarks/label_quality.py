@@ -62,6 +62,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=32)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threshold-nats", type=float, default=MCConfig.threshold_nats)
+    ap.add_argument("--question-weight", type=float, default=MCConfig.question_weight,
+                    help="weight of the question's own log-likelihood in the qa_likelihood outcome")
     ap.add_argument("--max-doc-chars", type=int, default=0, help="cut each paragraph (0 = whole paragraph)")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0 = the cores free now)")
     ap.add_argument("--cache", type=Path, default=ROOT / "data" / "benchmarks" / "label_quality_calls.sqlite")
@@ -72,7 +74,8 @@ def main() -> None:
     args = ap.parse_args()
     out = args.out or ROOT / "data" / "benchmarks" / f"label_quality_{args.dataset}_{args.solver}.json"
     cfg = MCConfig(estimator=args.estimator, outcome=args.outcome, budget=args.budget, batch=args.batch,
-                   threshold_nats=args.threshold_nats, alpha=args.alpha)
+                   threshold_nats=args.threshold_nats, alpha=args.alpha,
+                   question_weight=args.question_weight)
 
     data = read_multihop(shared_data_dir() / DATASETS[args.dataset])
     questions = [q for q in data.questions if args.split == "all" or hash_half(q.question_id) == args.split]

@@ -46,6 +46,7 @@ class MonteCarloSpec(BaseModel):
     outcome: Literal["qa_likelihood", "likelihood", "success", "both"] | None = None
     solver: Literal["gemma3-270m", "smollm2-135m"] | None = None   # a packaged local model (core/llm/models.py)
     threshold_nats: float | None = None
+    question_weight: float | None = Field(default=None, ge=0)
 
 
 def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any]) -> dict[str, Any]:

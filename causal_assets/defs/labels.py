@@ -63,16 +63,18 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
 
 class MonteCarloConfig(Config):
     estimator: str | None = None   # adaptive | regression | naive (default: the benchmark's monte_carlo.estimator)
-    outcome: str | None = None     # likelihood | success | both (default: the benchmark's, else likelihood)
+    outcome: str | None = None     # qa_likelihood | likelihood | success | both (default: the benchmark's, else MCConfig's)
     budget: int | None = None      # solver calls per question
     threshold: float | None = None
     threshold_nats: float | None = None
+    question_weight: float | None = None
 
 
 def mc_config(spec_mc: dict, config: MonteCarloConfig) -> MCConfig:
     base = {k: v for k, v in spec_mc.items() if k in MCConfig.__dataclass_fields__}
     overrides = {k: v for k, v in {"estimator": config.estimator, "outcome": config.outcome, "budget": config.budget,
-                                   "threshold": config.threshold, "threshold_nats": config.threshold_nats}.items()
+                                   "threshold": config.threshold, "threshold_nats": config.threshold_nats,
+                                   "question_weight": config.question_weight}.items()
                  if v is not None}
     return MCConfig(**{**base, **overrides})
 
@@ -178,6 +180,7 @@ def mc_labels(context: AssetExecutionContext, config: MonteCarloConfig, storage:
     yield Output(labels, metadata={
         "questions": int(labels["question_id"].nunique()) if len(labels) else 0,
         "outcome": cfg.label_outcome, "threshold": cfg.label_threshold,
+        **({"question_weight": cfg.question_weight} if cfg.label_outcome == "qa_likelihood" else {}),
         "by_label": MetadataValue.json(main_rows["label"].value_counts().to_dict() if len(labels) else {}),
         "yes_by_origin": MetadataValue.json(main_rows[main_rows.label == "YES"]["origin"].value_counts().to_dict()
                                             if len(labels) else {}),

@@ -171,3 +171,23 @@ def test_label_table_and_check_on_likelihood_trials():
     broken.loc[broken.index[0], "effect"] = broken.loc[broken.index[0], "ci_high"] + 5   # effect outside its CI
     broken.loc[broken.index[0], "label"] = "YES"
     assert not check_labels(broken).passed
+
+
+@pytest.mark.parametrize("weight, expected", [(0.0, "NO"), (0.5, "YES"), (1.0, "YES")])
+def test_question_weight_scales_the_question_part_of_qa_likelihood(weight, expected):
+    """`b` raises only the question's own log-likelihood (a first-hop paragraph): it is relevant exactly when
+    the question part counts, and its effect is the weight times the question's gain."""
+    pools = pd.DataFrame({"question_id": ["q"] * 3, "doc_id": ["a", "b", "c"], "position": [0, 1, 2],
+                          "question": ["?"] * 3, "origin": ["seed"] * 3, "text": ["x", "y", "z"]})
+    rng = np.random.default_rng(1)
+    x = balanced_design(3, 16, rng)
+    trials = pd.DataFrame({"question_id": "q", "subset": [[d for d, keep in zip("abc", row) if keep] for row in x],
+                           "loglik": -5 + 4.0 * x[:, 0] + rng.normal(0, 0.1, 16),
+                           "loglik_question": -60 + 8.0 * x[:, 1] + rng.normal(0, 0.1, 16), "success": pd.NA})
+    cfg = MCConfig(estimator="regression", outcome="qa_likelihood", alpha=0.05, threshold_nats=2.0,
+                   question_weight=weight)
+    labels, _ = label_table(pools, trials, cfg)
+    main = labels[labels.estimator == "regression"].set_index("doc_id")
+    assert main.loc["a", "label"] == "YES"
+    assert main.loc["b", "label"] == expected
+    assert main.loc["b", "effect"] == pytest.approx(8.0 * weight, abs=0.3)
