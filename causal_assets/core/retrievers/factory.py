@@ -27,7 +27,7 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
     LLMClient, needed only by LLM-backed options."""
     params = dict(params or {})
     if name in ("bm25", "tfidf", "dense"):
-        return SimilarityRetriever(index, name)
+        return SimilarityRetriever(index, name, **params)   # params: within_stats (bm25 inside `within`)
     if name == "hybrid":
         return HybridRetriever(index, **params)
     if name == "rrf":

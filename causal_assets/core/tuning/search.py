@@ -3,15 +3,16 @@
 `tune(index, bench, spec, ...)` searches, per retriever, a small documented space (`DEFAULT_SPACES`) and records
 every trial it scores:
 
-- **hybrid**: the fusion weight, swept over precomputed score vectors (`fusion.sweep_fusion_weight`).
-- **rrf**: the RRF constant `c`.
+- **hybrid**: the fusion weight, swept over precomputed score vectors (`fusion.sweep_fusion_weight`), and where
+  queries rank their own candidate sets, BM25's statistics (`within_stats`: corpus | candidates).
+- **rrf**: the RRF constant `c` (and `within_stats`).
 - **cascade**, **entity_first**, **causal**: coordinate search from the retriever's defaults: each pass tries
   every value of one parameter with the others held at the current best, keeps a change only when it improves
   the metric, and stops after `passes` passes or a pass without improvement. Every scored point is a trial;
   identical points are scored once. Ties keep the current point, so defaults win unless something beats them.
 - **learned**: the causal-relevance model's hyperparameters (`learned.PARAM_GRID`) and its training target
   (qrels, or the Monte Carlo labels' ΔP where the train split has them), chosen by grouped (by query) K-fold
-  cross-validation on the ranking metric. Its first stage uses the tuned hybrid weight. The winner is refit on
+  cross-validation on the ranking metric. Its first stage uses the tuned hybrid weight and BM25 statistics. The winner is refit on
   the whole train split and returned as a model to store.
 - **causal**: runs after learned, so `shortlist: learned` can use the model just trained.
 
@@ -48,7 +49,6 @@ ORDER = {name: i for i, name in enumerate(TUNABLE)}   # hybrid first (learned us
 # Search spaces: parameter (dotted path into the retriever's params) -> values. The first value is not special:
 # the search starts from the retriever's defaults (`DEFAULT_POINTS`).
 DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
-    "rrf": {"c": [5, 10, 20, 40, 60, 100]},
     "cascade": {
         "tfidf.initial_k": [50, 100, 200, 400],
         "embedding.similarity_top_k": [10, 20, 50, 100],
@@ -57,9 +57,16 @@ DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
         "graph.min_edge_weight": [0.1, 0.3, 0.6],
         "graph.score_decay_factor": [0.5, 0.8],
     },
+    "rrf": {"c": [5, 10, 20, 40, 60, 100], "within_stats": ["corpus", "candidates"]},
+    # Every heuristic of the entity-first retriever (seal.py): none is hand-set on an evaluation split.
     "entity_first": {
         "dense_weight": [0.3, 0.5, 0.7],
+        "within_stats": ["corpus", "candidates"],
         "title_weight": [0.0, 1.0, 2.0, 3.0],
+        "title_match": [{}, {"entity": 0.6, "words": 0.3}, {"entity": 1.0, "words": 0.7},
+                        {"lowercase": 1.0, "nested": 1.0}],
+        "strong_title": [0.3, 0.5, 0.7],
+        "bridge": [True, False],
         "bridge_weight": [0.0, 0.3, 0.6],
         "max_repairs": [0, 1, 3],
     },
@@ -81,10 +88,11 @@ DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
     },
 }
 DEFAULT_POINTS: dict[str, dict[str, Any]] = {
-    "rrf": {"c": 60},
     "cascade": {"tfidf.initial_k": 100, "embedding.similarity_top_k": 20, "embedding.similarity_cutoff": 0.6,
                 "graph.max_hops": 2, "graph.min_edge_weight": 0.3, "graph.score_decay_factor": 0.8},
-    "entity_first": {"dense_weight": 0.5, "title_weight": 2.0, "bridge_weight": 0.3, "max_repairs": 3},
+    "rrf": {"c": 60, "within_stats": "corpus"},
+    "entity_first": {"dense_weight": 0.5, "within_stats": "corpus", "title_weight": 2.0, "title_match": {},
+                     "strong_title": 0.5, "bridge": True, "bridge_weight": 0.3, "max_repairs": 3},
     "causal": {"shortlist": "hybrid", "shortlist_size": 8, "graph_candidates": 3,
                "weights": DEFAULT_SPACES["causal"]["weights"][0], "max_hops": 4, "hop_decay": 0.8,
                "min_relevance": 0.1},
@@ -114,8 +122,10 @@ class TuningSpec(BaseModel):
         names = [n for n in dict.fromkeys(names) if has_within or n not in NEEDS_WITHIN]
         return sorted(names, key=ORDER.__getitem__)
 
-    def space(self, name: str) -> dict[str, list[Any]]:
-        return {**DEFAULT_SPACES.get(name, {}), **self.spaces.get(name, {})}
+    def space(self, name: str, has_within: bool = True) -> dict[str, list[Any]]:
+        """The search space of a retriever; `within_stats` only where queries rank their own candidate sets."""
+        space = {**DEFAULT_SPACES.get(name, {}), **self.spaces.get(name, {})}
+        return space if has_within else {k: v for k, v in space.items() if k != "within_stats"}
 
 
 @dataclass
@@ -285,21 +295,27 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     with cached_query_vectors(index):
         for name in names:
             t0 = time.perf_counter()
-            space = spec.space(name)
+            space = spec.space(name, bench.within is not None)
             given = flat(listed.get(name, {}), space)
             fixed = nested({k_: v for k_, v in given.items() if k_ not in space})
             if name == "hybrid":
                 from causal_assets.core.tuning.fusion import sweep_fusion_weight
 
-                sweep = sweep_fusion_weight(index, bench, metric=metric, k=k)
+                # With candidate sets, both BM25 statistics (corpus | candidates) are swept; ties keep corpus.
+                stats = ("corpus", "candidates") if bench.within is not None else ("corpus",)
+                sweep = pd.concat([sweep_fusion_weight(index, bench, metric=metric, k=k, within_stats=st)
+                                   for st in stats], ignore_index=True)
                 scored_queries |= set(bench.query_ids())
                 per = (time.perf_counter() - t0) / max(len(sweep), 1)
-                record(name, [({"weight": float(w)}, float(v)) for w, v in zip(sweep["weight"], sweep["value"])],
+                record(name, [({"weight": float(w), **({"within_stats": st} if bench.within is not None else {})},
+                               float(v)) for w, v, st in zip(sweep["weight"], sweep["value"], sweep["within_stats"])],
                        "train", len(bench.query_ids()), [per] * len(sweep), fixed)
                 continue
             if name == "learned":
-                weight = best.get("hybrid", {}).get("params", {}).get("weight", 0.7)
-                model, points, secs, queries = _tune_learned(index, bench, spec, graph, mc_labels, weight, log)
+                hybrid = best.get("hybrid", {}).get("params", {})
+                model, points, secs, queries = _tune_learned(index, bench, spec, graph, mc_labels,
+                                                             hybrid.get("weight", 0.7), log,
+                                                             hybrid.get("within_stats", "corpus"))
                 scored_queries |= set(bench.query_ids())
                 chosen = record(name, points, f"cv{spec.cv_folds}", queries, secs, fixed)
                 models[name] = model
@@ -347,7 +363,7 @@ def labels_of(bench: Benchmark, mc_labels: pd.DataFrame | None) -> pd.DataFrame 
 
 
 def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph, mc_labels, weight: float,
-                  log: Callable[[str], None]):
+                  log: Callable[[str], None], within_stats: str = "corpus"):
     """Grouped-CV choice of target and hyperparameters, then the refit model. Returns (model, [(point, cv value)],
     seconds per trial, queries)."""
     from causal_assets.core.retrievers.features import FeatureExtractor
@@ -355,12 +371,12 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
         fit_model
 
     t0 = time.perf_counter()
-    extractor = FeatureExtractor(index, graph, weight=weight)
+    extractor = FeatureExtractor(index, graph, weight=weight, within_stats=within_stats)
     qids = bench.query_ids()
     table = candidate_table(extractor, {q: bench.queries[q] for q in qids},
                             index.embedder.encode_queries([bench.queries[q] for q in qids]), bench.within)
     log(f"learned: {len(table)} candidate rows for {len(qids)} train queries in {time.perf_counter() - t0:.1f}s "
-        f"(first stage: hybrid, weight {weight})")
+        f"(first stage: hybrid, weight {weight}, BM25 statistics {within_stats})")
     labels = labels_of(bench, mc_labels)
     targets = [t for t in spec.learned_targets
                if t == "qrels" or (t == "delta_p" and labels is not None
