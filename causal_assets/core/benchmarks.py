@@ -184,7 +184,14 @@ def load_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
         raise CorpusError(f"benchmark {spec.name!r}: unknown split {split!r} (splits: {spec.splits})")
     if spec.loader == "beir":
         queries = load_beir_queries(spec.resolved_path)
-        qrels = load_beir_qrels(spec.resolved_path, split, query_ids=set(queries))
+        # `options.halves_of: dev`: a benchmark with a single judged split (CoSQA's dev) gets `train`/`test` as the
+        # stable hash halves of that split's queries, so something can be tuned on one half and reported on the other.
+        source = spec.options.get("halves_of")
+        if source and split in ("train", "test"):
+            qrels = {q: r for q, r in load_beir_qrels(spec.resolved_path, source, query_ids=set(queries)).items()
+                     if hash_half(q) == split}
+        else:
+            qrels = load_beir_qrels(spec.resolved_path, split, query_ids=set(queries))
         return Benchmark(spec.name, split, {q: queries[q] for q in qrels}, qrels)
     if spec.loader == "hotpotqa":
         chunks, questions = load_hotpotqa(spec.resolved_path, spec.corpus)

@@ -220,3 +220,57 @@ def test_a_corpus_without_titles_through_the_learned_model_and_the_causal_retrie
     assert mrr > 0.3
     causal = build_retriever("causal", index, {"shortlist": "learned", "shortlist_params": {"model": model}})
     assert all(causal.retrieve_many([queries[q] for q in qids[:3]], 5))
+
+
+def test_fusion_of_tuned_retrievers_is_tuned_stored_and_rebuilt(tmp_path):
+    from causal_assets.core.benchmarks import Benchmark
+    from causal_assets.core.retrievers.factory import build_retriever
+    from causal_assets.core.tuning.search import TuningSpec, tune
+    from causal_assets.core.tuning.store import load_tuned, save_tuned
+
+    index = _toy_index(lean=0)
+    bench = Benchmark("toy", "train", {"q1": "paris river", "q2": "river paris"},
+                      {"q1": {"b": 1.0}, "q2": {"b": 1.0}}, {"q1": ["a", "b"], "q2": ["a", "b"]})
+    result = tune(index, bench, TuningSpec(retrievers=["hybrid", "rrf", "fusion", "pairwise"],
+                                           fusion_members=["hybrid", "rrf"], metric="precision@1"), {})
+    assert result.best["pairwise"]["params"]["base"] == {"fusion": result.best["fusion"]["params"]}
+    params = result.best["fusion"]["params"]
+    assert set(params["members"]) == {"hybrid", "rrf"}
+    assert params["members"]["hybrid"] == result.best["hybrid"]["params"]
+    stored = save_tuned(tmp_path, "toy", {"benchmark": "toy", "tune_split": "train", "metric": "precision@1",
+                                          "selected": "fusion", "retrievers": result.best}, result.models)
+    fusion = build_retriever("fusion", index, load_tuned(tmp_path, "toy").params("fusion"))
+    assert stored.version and [h.chunk_id for h in fusion.retrieve_many(["paris river"], 2, [["a", "b"]])[0]] \
+        == ["b", "a"]
+    with pytest.raises(ValueError, match="members"):
+        build_retriever("fusion", index, {})
+    # zero pair weights: the base ranking unchanged
+    base = {"bm25": {"within_stats": "candidates"}}
+    same = build_retriever("pairwise", index, {"base": base, "coverage_weight": 0, "link_weight": 0})
+    assert [h.chunk_id for h in same.retrieve_many(["paris river"], 2, [["a", "b"]])[0]] == ["b", "a"]
+
+
+def test_learned_trains_on_other_benchmarks_tune_splits_but_is_scored_on_its_own():
+    from causal_assets.core.benchmarks import Benchmark
+    from causal_assets.core.tuning.search import TuningSpec, tune
+
+    index = _toy_index(lean=0)
+    within = {"q1": ["a", "b"], "q2": ["a", "b"], "q3": ["a", "b"]}
+    bench = Benchmark("toy", "train", {"q1": "paris river", "q2": "river paris", "q3": "paris france"},
+                      {"q1": {"b": 1.0}, "q2": {"b": 1.0}, "q3": {"a": 1.0}}, within)
+    other = Benchmark("other", "train", {"q1": "paris river", "x2": "france paris"}, {"q1": {"b": 1.0}, "x2": {"a": 1.0}},
+                      {"q1": ["a", "b"], "x2": ["a", "b"]})
+    asked = []
+
+    def sources(name):
+        asked.append(name)
+        return (index, other, None) if name == "other" else None
+
+    spec = TuningSpec(retrievers=["hybrid", "learned"], learned_extra=["other", "missing"], cv_folds=3,
+                      metric="precision@1")
+    result = tune(index, bench, spec, {}, extra_sources=sources)
+    model = result.models["learned"]
+    assert asked == ["other", "missing"]
+    assert model.metadata["extra_train"] == {"other/train": 2}
+    assert model.metadata["train_queries"] == 5     # own 3 + other 2 (the shared id "q1" kept apart)
+    assert result.best["learned"]["queries"] == 3   # the CV figure is on the benchmark's own questions

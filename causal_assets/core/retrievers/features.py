@@ -27,6 +27,13 @@ the corpus or from the candidates alone (`within_stats`, see `similarity.py`). F
 - redundancy                            largest cosine with a candidate ranked above it by the first stage
                                         (a near-copy of a better document adds little)
 - kind_<k>                              one-hot chunk kind (`KINDS`; anything else is kind_other)
+- bridge_from_named, mentions_named,    per-question bridge features, over a query's own candidate set (`within`;
+  bridge_prior                          0 for whole-corpus search): the title links between candidates (a
+                                        candidate's text names another's title, `seal.compute_title_links`);
+                                        bridge_from_named = the best title_match of a candidate linking to this
+                                        one (the second hop of a question that names the first), mentions_named
+                                        = the best title_match of a candidate this one links to, bridge_prior =
+                                        the best first-stage z-score of a candidate linking to this one
 """
 from __future__ import annotations
 
@@ -42,14 +49,15 @@ from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.index.sparse import build_bm25
 from causal_assets.core.index.text import analyze
 from causal_assets.core.retrievers.entities import extract_query_entities
-from causal_assets.core.retrievers.seal import title_match_scores
+from causal_assets.core.retrievers.seal import compute_title_links, title_match_scores
 from causal_assets.core.retrievers.similarity import _check_within_stats, sparse_scores, zscore
 
 KINDS = ("document", "paragraph", "module", "class", "function", "method", "text", "other")
 FEATURES = ("bm25", "bm25_z", "bm25_rank", "bm25_share", "dense", "dense_z", "dense_rank", "dense_gap",
             "prior", "prior_rank", "prf_dense", "prf_dense_z", "title_bm25", "title_bm25_z", "term_coverage",
             "title_coverage", "entity_coverage", "title_match", "graph_proximity", "doc_terms", "query_terms",
-            "redundancy", *(f"kind_{k}" for k in KINDS))
+            "redundancy", *(f"kind_{k}" for k in KINDS), "bridge_from_named", "mentions_named", "bridge_prior")
+BRIDGE_FEATURES = ("bridge_from_named", "mentions_named", "bridge_prior")
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.]*")
 
 
@@ -182,9 +190,23 @@ class FeatureExtractor:
         feats["query_terms"] = np.full(len(pos), float(len(set(terms))))
         sims = emb[pos] @ emb[pos].T
         feats["redundancy"] = np.array([sims[i, :i].max() if i else 0.0 for i in range(len(pos))])
+        feats.update(self._bridges(pos, titles, feats["title_match"], zscore(prior_all[order]))
+                     if within is not None else {k: np.zeros(len(pos)) for k in BRIDGE_FEATURES})
         frame = pd.DataFrame(feats)
         frame[[f"kind_{k}" for k in KINDS]] = self._kind[pos]
         return Candidates(pos, frame[list(FEATURES)].astype(np.float64))
+
+    def _bridges(self, pos: np.ndarray, titles: list[str], title_match: np.ndarray,
+                 prior_z: np.ndarray) -> dict[str, np.ndarray]:
+        links = compute_title_links(titles, [self._texts[p] for p in pos])   # links[j]: candidates j's text names
+        n = len(pos)
+        from_named, mentions, from_prior = np.zeros(n), np.zeros(n), np.full(n, prior_z.min() if n else 0.0)
+        for j, targets in enumerate(links):
+            for i in targets:
+                from_named[i] = max(from_named[i], title_match[j])
+                from_prior[i] = max(from_prior[i], prior_z[j])
+                mentions[j] = max(mentions[j], title_match[i])
+        return {"bridge_from_named": from_named, "mentions_named": mentions, "bridge_prior": from_prior}
 
     @staticmethod
     def _coverage(matrix: sp.csc_matrix, vocab: dict[str, int], terms: list[str], pos: np.ndarray) -> np.ndarray:

@@ -14,6 +14,11 @@ every trial it scores:
   (qrels, or the Monte Carlo labels' ΔP where the train split has them), chosen by grouped (by query) K-fold
   cross-validation on the ranking metric. Its first stage uses the tuned hybrid weight and BM25 statistics. The winner is refit on
   the whole train split and returned as a model to store.
+- **fusion**: weighted RRF of other tuned retrievers (`fusion_members`, default learned + entity_first) at their
+  tuned params; runs after them, searches `c` and the learned ranking's weight.
+- **pairwise**: the top 2 re-selected as the best pair (joint coverage of the question's entities, title links)
+  over the first tuned of `pairwise_base` (default fusion, learned, entity_first); the zero weights (the base
+  itself) are the start, so it changes nothing unless the pair terms gain on train.
 - **causal**: runs after learned, so `shortlist: learned` can use the model just trained.
 
 Only the queries of the `bench` passed in are ever scored, and `tune` refuses a split listed in `forbidden`
@@ -41,7 +46,7 @@ from causal_assets.core.evaluation.runner import named_metric, parse_metric, run
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
 
-TUNABLE = ("hybrid", "rrf", "cascade", "entity_first", "learned", "causal")
+TUNABLE = ("hybrid", "rrf", "cascade", "entity_first", "learned", "fusion", "pairwise", "causal")
 # entity_first ranks a fixed candidate set per question (HotpotQA's own paragraphs); it needs `within`.
 NEEDS_WITHIN = ("entity_first",)
 ORDER = {name: i for i, name in enumerate(TUNABLE)}   # hybrid first (learned uses its weight), causal last
@@ -70,6 +75,12 @@ DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
         "bridge_weight": [0.0, 0.3, 0.6],
         "max_repairs": [0, 1, 3],
     },
+    # RRF of the other tuned retrievers (`fusion_members`, each at its tuned params): the constant and the weight of
+    # the learned model's ranking (the others weigh 1).
+    "fusion": {"c": [1, 2, 5, 10, 20, 60], "weights.learned": [0.5, 1.0, 1.5, 2.0]},
+    # The top 2 re-selected as a pair over a tuned base (`pairwise_base`); 0/0 weights are the base itself.
+    "pairwise": {"pool": [3, 4, 5], "coverage_weight": [0.0, 0.5, 1.0, 2.0], "link_weight": [0.0, 0.5, 1.0],
+                 "use_ranks": [False, True]},
     "causal": {
         "shortlist": ["hybrid", "learned"],
         "shortlist_size": [5, 8, 10],
@@ -88,6 +99,8 @@ DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
     },
 }
 DEFAULT_POINTS: dict[str, dict[str, Any]] = {
+    "fusion": {"c": 60, "weights.learned": 1.0},
+    "pairwise": {"pool": 4, "coverage_weight": 0.0, "link_weight": 0.0, "use_ranks": False},
     "cascade": {"tfidf.initial_k": 100, "embedding.similarity_top_k": 20, "embedding.similarity_cutoff": 0.6,
                 "graph.max_hops": 2, "graph.min_edge_weight": 0.3, "graph.score_decay_factor": 0.8},
     "rrf": {"c": 60, "within_stats": "corpus"},
@@ -111,6 +124,11 @@ class TuningSpec(BaseModel):
     min_mc_questions: int = Field(10, ge=2)      # delta_p is tried only with this many labelled train questions
     max_queries: dict[str, int] = Field(default_factory=lambda: {"causal": 150})  # per retriever, seeded sample
     spaces: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)       # overrides DEFAULT_SPACES entries
+    fusion_members: list[str] = Field(default_factory=lambda: ["learned", "entity_first"])  # fused at their tuned params
+    # learned: the tune splits of these other benchmarks (their own indexes) join the training rows; the CV folds and
+    # the figure stay on this benchmark's own tune split, the extra questions are in every training fold.
+    learned_extra: list[str] = Field(default_factory=list)
+    pairwise_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "entity_first"])  # first tuned one
     seed: int = 0
 
     def resolved_retrievers(self, listed: list[str], has_within: bool) -> list[str]:
@@ -246,12 +264,14 @@ def coordinate_search(space: dict[str, list[Any]], start: dict[str, Any], score:
 
 def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[str, dict[str, Any]],
          neighbors=None, graph=None, mc_labels: pd.DataFrame | None = None, forbidden: tuple[str, ...] = (),
-         log: Callable[[str], None] = lambda m: None) -> TuningResult:
+         log: Callable[[str], None] = lambda m: None,
+         extra_sources: Callable[[str], tuple | None] | None = None) -> TuningResult:
     """Search every retriever of `spec.resolved_retrievers(listed)` on `bench` (module docstring).
 
     `listed`: the benchmark's evaluation retrievers and their fixed params (kept under the tuned ones, e.g.
     entity_first's budget `k`). `mc_labels`: Monte Carlo labels; only rows of `bench`'s questions are used.
-    `forbidden`: split names that must never be tuned on (the eval splits)."""
+    `forbidden`: split names that must never be tuned on (the eval splits). `extra_sources(name)`: (index, tune-split
+    Benchmark, graph) of another benchmark named in `spec.learned_extra`, or None when it is not available."""
     if bench.split in forbidden:
         raise ValueError(f"refusing to tune on split {bench.split!r}: it is an evaluation split")
     metric, k = parse_metric(spec.metric)
@@ -315,7 +335,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 hybrid = best.get("hybrid", {}).get("params", {})
                 model, points, secs, queries = _tune_learned(index, bench, spec, graph, mc_labels,
                                                              hybrid.get("weight", 0.7), log,
-                                                             hybrid.get("within_stats", "corpus"))
+                                                             hybrid.get("within_stats", "corpus"), extra_sources)
                 scored_queries |= set(bench.query_ids())
                 chosen = record(name, points, f"cv{spec.cv_folds}", queries, secs, fixed)
                 models[name] = model
@@ -323,6 +343,20 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 chosen["chosen"] = chosen["params"]
                 chosen["params"] = {**fixed, "depth": model.extractor_settings["depth"], "model_path": "@learned"}
                 continue
+            if name == "fusion":
+                members = [m for m in spec.fusion_members if m in best]
+                if len(members) < 2:
+                    log(f"fusion: needs two tuned members of {spec.fusion_members}, has {members}: skipped")
+                    continue
+                fixed = {**fixed, "members": {m: best[m]["params"] for m in members}}
+                space = {k_: v for k_, v in space.items()
+                         if not k_.startswith("weights.") or k_.split(".", 1)[1] in members}
+            if name == "pairwise":
+                base = next((b for b in spec.pairwise_base if b in best), None)
+                if base is None:
+                    log(f"pairwise: none of {spec.pairwise_base} was tuned: skipped")
+                    continue
+                fixed = {**fixed, "base": {base: best[base]["params"]}}
             sub = sample_queries(bench, spec.max_queries.get(name), spec.seed)
             scored_queries |= set(sub.query_ids())
             seconds: list[float] = []
@@ -330,6 +364,8 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
             def score(point: dict[str, Any], name=name, sub=sub, fixed=fixed) -> float:
                 t = time.perf_counter()
                 params = {**fixed, **nested(point)}
+                if name in ("fusion", "pairwise"):
+                    params = _with_models(params, models)
                 if name == "causal" and params.get("shortlist") == "learned":
                     if "learned" not in models:
                         seconds.append(time.perf_counter() - t)
@@ -354,6 +390,17 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     return TuningResult(trials, best, models, sorted(scored_queries))
 
 
+def _with_models(params: Any, models: dict[str, Any]) -> Any:
+    """`params` with every `{"model_path": "@learned"}` given the model trained in this run instead (`"model"`)."""
+    if not isinstance(params, dict):
+        return params
+    out = {k: _with_models(v, models) for k, v in params.items()}
+    if out.get("model_path") == "@learned" and "learned" in models:
+        out.pop("model_path")
+        out["model"] = models["learned"]
+    return out
+
+
 def labels_of(bench: Benchmark, mc_labels: pd.DataFrame | None) -> pd.DataFrame | None:
     """The Monte Carlo labels of `bench`'s own questions: labels are computed on a split (HotpotQA: `dev`) that
     also holds held-out questions, and those must not reach the tuner."""
@@ -363,7 +410,7 @@ def labels_of(bench: Benchmark, mc_labels: pd.DataFrame | None) -> pd.DataFrame 
 
 
 def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph, mc_labels, weight: float,
-                  log: Callable[[str], None], within_stats: str = "corpus"):
+                  log: Callable[[str], None], within_stats: str = "corpus", extra_sources=None):
     """Grouped-CV choice of target and hyperparameters, then the refit model. Returns (model, [(point, cv value)],
     seconds per trial, queries)."""
     from causal_assets.core.retrievers.features import FeatureExtractor
@@ -377,13 +424,31 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
                             index.embedder.encode_queries([bench.queries[q] for q in qids]), bench.within)
     log(f"learned: {len(table)} candidate rows for {len(qids)} train queries in {time.perf_counter() - t0:.1f}s "
         f"(first stage: hybrid, weight {weight}, BM25 statistics {within_stats})")
+    extra_qrels: dict[str, dict[str, float]] = {}
+    extra_counts: dict[str, int] = {}
+    for other in spec.learned_extra:
+        source = extra_sources(other) if extra_sources is not None and other != bench.name else None
+        if source is None:
+            log(f"learned: extra training benchmark {other!r} not available: left out")
+            continue
+        x_index, x_bench, x_graph = source
+        x_ids = x_bench.query_ids()
+        key = {q: f"{other}:{q}" for q in x_ids}   # query ids of another benchmark, kept apart from ours
+        x_table = candidate_table(FeatureExtractor(x_index, x_graph, weight=weight, within_stats=within_stats),
+                                  {key[q]: x_bench.queries[q] for q in x_ids},
+                                  x_index.embedder.encode_queries([x_bench.queries[q] for q in x_ids]),
+                                  {key[q]: x_bench.within[q] for q in x_ids} if x_bench.within else None)
+        table = pd.concat([table, x_table], ignore_index=True)
+        extra_qrels.update({key[q]: x_bench.qrels[q] for q in x_ids})
+        extra_counts[f"{other}/{x_bench.split}"] = len(x_ids)
+        log(f"learned: + {len(x_ids)} questions of {other}/{x_bench.split} in every training fold")
     labels = labels_of(bench, mc_labels)
     targets = [t for t in spec.learned_targets
                if t == "qrels" or (t == "delta_p" and labels is not None
                                    and labels["question_id"].nunique() >= spec.min_mc_questions)]
     points, secs, tables = [], [], {}
     for target in targets:
-        tables[target] = attach_target(table, target, bench.qrels, labels)
+        tables[target] = attach_target(table, target, {**bench.qrels, **extra_qrels}, labels)
         for params in PARAM_GRID:
             t = time.perf_counter()
             value, _ = cross_validate(tables[target], target, params, bench.qrels, spec.metric, spec.cv_folds,
@@ -393,5 +458,6 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
             log(f"learned: target {target} {params}: cv {spec.metric} {value:.4f}")
     point, _ = max(points, key=lambda p: p[1])
     model = fit_model(tables[point["target"]], point["target"], point["hyperparameters"], extractor.settings(),
-                      {"benchmark": bench.name, "split": bench.split, "metric": spec.metric})
+                      {"benchmark": bench.name, "split": bench.split, "metric": spec.metric,
+                       "extra_train": extra_counts})
     return model, points, secs, len(qids)
