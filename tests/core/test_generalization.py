@@ -266,11 +266,13 @@ def test_learned_trains_on_other_benchmarks_tune_splits_but_is_scored_on_its_own
         asked.append(name)
         return (index, other, None) if name == "other" else None
 
-    spec = TuningSpec(retrievers=["hybrid", "learned"], learned_extra=["other", "missing"], cv_folds=3,
-                      metric="precision@1")
+    spec = TuningSpec(retrievers=["hybrid", "learned", "fusion"], learned_extra=["other", "missing"], cv_folds=3,
+                      metric="precision@1", fusion_members=["learned", "hybrid"])
     result = tune(index, bench, spec, {}, extra_sources=sources)
     model = result.models["learned"]
     assert asked == ["other", "missing"]
     assert model.metadata["extra_train"] == {"other/train": 2}
     assert model.metadata["train_queries"] == 5     # own 3 + other 2 (the shared id "q1" kept apart)
     assert result.best["learned"]["queries"] == 3   # the CV figure is on the benchmark's own questions
+    # the fusion's learned member is stored as a reference to the model, scored out-of-fold while tuning
+    assert result.best["fusion"]["params"]["members"]["learned"]["model_path"] == "@learned"

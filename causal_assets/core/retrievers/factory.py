@@ -75,6 +75,8 @@ def build_learned(index: CorpusIndex, params: dict[str, Any], graph: Graph | Non
     from causal_assets.core.retrievers.learned import CausalRelevanceModel, LearnedRetriever
 
     params = dict(params)
+    if params.get("retriever") is not None:   # a ready retriever (the tuner's out-of-fold stand-in)
+        return params["retriever"]
     model = params.pop("model", None)
     path = params.pop("model_path", None)
     if model is None and path is None:

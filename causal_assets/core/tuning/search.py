@@ -15,7 +15,8 @@ every trial it scores:
   cross-validation on the ranking metric. Its first stage uses the tuned hybrid weight and BM25 statistics. The winner is refit on
   the whole train split and returned as a model to store.
 - **fusion**: weighted RRF of other tuned retrievers (`fusion_members`, default learned + entity_first) at their
-  tuned params; runs after them, searches `c` and the learned ranking's weight.
+  tuned params; runs after them, searches `c` and the learned ranking's weight. Its learned member ranks each train
+  query with the CV fold model that held it out (`OutOfFoldLearned`), so its figure is out-of-fold as learned's is.
 - **pairwise**: the top 2 re-selected as the best pair (joint coverage of the question's entities, title links)
   over the first tuned of `pairwise_base` (default fusion, learned, entity_first); the zero weights (the base
   itself) are the start, so it changes nothing unless the pair terms gain on train.
@@ -279,6 +280,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     rows: list[dict[str, Any]] = []
     best: dict[str, dict[str, Any]] = {}
     models: dict[str, Any] = {}
+    out_of_fold: dict[str, Any] = {}
     scored_queries: set[str] = set()
 
     def record(name: str, points: list[tuple[dict[str, Any], float]], evaluation: str, queries: int,
@@ -333,9 +335,10 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 continue
             if name == "learned":
                 hybrid = best.get("hybrid", {}).get("params", {})
-                model, points, secs, queries = _tune_learned(index, bench, spec, graph, mc_labels,
-                                                             hybrid.get("weight", 0.7), log,
-                                                             hybrid.get("within_stats", "corpus"), extra_sources)
+                model, points, secs, queries, oof = _tune_learned(index, bench, spec, graph, mc_labels,
+                                                                  hybrid.get("weight", 0.7), log,
+                                                                  hybrid.get("within_stats", "corpus"), extra_sources)
+                out_of_fold["learned"] = oof
                 scored_queries |= set(bench.query_ids())
                 chosen = record(name, points, f"cv{spec.cv_folds}", queries, secs, fixed)
                 models[name] = model
@@ -365,7 +368,9 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 t = time.perf_counter()
                 params = {**fixed, **nested(point)}
                 if name in ("fusion", "pairwise"):
-                    params = _with_models(params, models)
+                    # The learned member ranks each train query with the fold model that never saw it, so the
+                    # train figure of a combination is as out-of-sample as learned's own (cross-validated) one.
+                    params = _with_models(params, out_of_fold)
                 if name == "causal" and params.get("shortlist") == "learned":
                     if "learned" not in models:
                         seconds.append(time.perf_counter() - t)
@@ -390,15 +395,29 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     return TuningResult(trials, best, models, sorted(scored_queries))
 
 
-def _with_models(params: Any, models: dict[str, Any]) -> Any:
-    """`params` with every `{"model_path": "@learned"}` given the model trained in this run instead (`"model"`)."""
+def _with_models(params: Any, retrievers: dict[str, Any]) -> Any:
+    """`params` with every `{"model_path": "@learned"}` given the retriever built in this run instead."""
     if not isinstance(params, dict):
         return params
-    out = {k: _with_models(v, models) for k, v in params.items()}
-    if out.get("model_path") == "@learned" and "learned" in models:
+    out = {k: _with_models(v, retrievers) for k, v in params.items()}
+    if out.get("model_path") == "@learned" and "learned" in retrievers:
         out.pop("model_path")
-        out["model"] = models["learned"]
+        out["retriever"] = retrievers["learned"]
     return out
+
+
+class OutOfFoldLearned:
+    """The learned retriever over the tune split's own queries, each ranked by the model of the CV fold that
+    held it out (a query not in any fold - not a train query - by the first fold's model)."""
+
+    name = "learned"
+
+    def __init__(self, retrievers: list[Any], fold_of_text: dict[str, int]):
+        self.retrievers, self.fold_of_text = retrievers, fold_of_text
+
+    def retrieve_many(self, queries: list[str], k: int, within: list[list[str]] | None = None):
+        return [self.retrievers[self.fold_of_text.get(q, 0)].retrieve_many([q], k, [within[i]] if within else None)[0]
+                for i, q in enumerate(queries)]
 
 
 def labels_of(bench: Benchmark, mc_labels: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -460,4 +479,15 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
     model = fit_model(tables[point["target"]], point["target"], point["hyperparameters"], extractor.settings(),
                       {"benchmark": bench.name, "split": bench.split, "metric": spec.metric,
                        "extra_train": extra_counts})
-    return model, points, secs, len(qids)
+    # The chosen point's fold models (the folds `cross_validate` used), for out-of-fold figures of combinations.
+    from causal_assets.core.retrievers.learned import LearnedRetriever, query_folds
+
+    chosen = tables[point["target"]]
+    judged = [q for q in chosen["query_id"].unique() if q in bench.qrels]
+    fold_models, fold_of_text = [], {}
+    for f, fold in enumerate(query_folds(judged, spec.cv_folds, spec.seed)):
+        held = chosen["query_id"].isin(fold).to_numpy()
+        fold_models.append(LearnedRetriever(index, fit_model(chosen[~held], point["target"], point["hyperparameters"],
+                                                             extractor.settings()), graph))
+        fold_of_text.update({bench.queries[q]: f for q in fold})
+    return model, points, secs, len(qids), OutOfFoldLearned(fold_models, fold_of_text)
