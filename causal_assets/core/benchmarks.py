@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from causal_assets.core.corpus.beir import load_beir_qrels, load_beir_queries
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
+from causal_assets.core.corpus.multihop import load_multihop
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.metrics import Qrels
 from causal_assets.core.paths import REGISTRY_DIR, expand
@@ -66,7 +67,7 @@ class BenchmarkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9_]+$")
-    loader: Literal["beir", "hotpotqa", "python_package_api", "python_package_examples", "jsonl"]
+    loader: Literal["beir", "hotpotqa", "multihop", "python_package_api", "python_package_examples", "jsonl"]
     corpus: str
     path: str | None = None
     splits: list[str] = Field(min_length=1)
@@ -142,7 +143,7 @@ class BenchmarkSpec(BaseModel):
 
     @model_validator(mode="after")
     def _path_needed(self) -> "BenchmarkSpec":
-        if self.loader in ("beir", "hotpotqa", "jsonl") and not self.path:
+        if self.loader in ("beir", "hotpotqa", "multihop", "jsonl") and not self.path:
             raise ValueError(f"loader {self.loader} needs 'path'")
         return self
 
@@ -184,7 +185,14 @@ def load_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
         raise CorpusError(f"benchmark {spec.name!r}: unknown split {split!r} (splits: {spec.splits})")
     if spec.loader == "beir":
         queries = load_beir_queries(spec.resolved_path)
-        qrels = load_beir_qrels(spec.resolved_path, split, query_ids=set(queries))
+        # `options.halves_of: dev`: a benchmark with a single judged split (CoSQA's dev) gets `train`/`test` as the
+        # stable hash halves of that split's queries, so something can be tuned on one half and reported on the other.
+        source = spec.options.get("halves_of")
+        if source and split in ("train", "test"):
+            qrels = {q: r for q, r in load_beir_qrels(spec.resolved_path, source, query_ids=set(queries)).items()
+                     if hash_half(q) == split}
+        else:
+            qrels = load_beir_qrels(spec.resolved_path, split, query_ids=set(queries))
         return Benchmark(spec.name, split, {q: queries[q] for q in qrels}, qrels)
     if spec.loader == "hotpotqa":
         chunks, questions = load_hotpotqa(spec.resolved_path, spec.corpus)
@@ -199,6 +207,8 @@ def load_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
         return Benchmark(spec.name, split, {q.question_id: q.question for q in questions}, qrels,
                          {q.question_id: list(q.paragraph_ids) for q in questions},
                          {q.question_id: q.answer for q in questions})
+    if spec.loader == "multihop":
+        return multihop_benchmark(spec, split)
     if spec.loader == "python_package_api":
         return mined_benchmark(spec, split)
     if spec.loader == "python_package_examples":
@@ -243,3 +253,27 @@ def mined_examples_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
     return Benchmark(spec.name, split, {q.question_id: q.question for q in examples},
                      {q.question_id: {q.target_chunk_id: 1.0} for q in examples},
                      answers={q.question_id: q.gold for q in examples})
+
+
+def multihop_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
+    """HotpotQA / 2Wiki / MuSiQue questions, each ranking its own paragraphs (`load_multihop`, the same ids as the
+    corpus loader's); gold = the reader's supporting paragraphs (MuSiQue: `is_supporting`, never the title).
+    `train`/`test` halve the questions by a stable hash of their id; `dev` is all of them."""
+    import warnings
+
+    with warnings.catch_warnings():   # the corpus asset reports skipped records; the benchmark does not repeat it
+        warnings.simplefilter("ignore")
+        chunks, data, _ = load_multihop(spec.resolved_path, spec.corpus, strict=bool(spec.options.get("strict", False)))
+    questions = data.questions if split == "dev" else [q for q in data.questions if hash_half(q.question_id) == split]
+    keep = {q.question_id for q in questions}
+    qrels: Qrels = {q: {} for q in keep}
+    within: dict[str, list[str]] = {q: [] for q in keep}
+    for c in chunks:
+        qid = c.metadata["question_id"]
+        if qid in keep:
+            within[qid].append(c.chunk_id)
+            if c.metadata["supporting"]:
+                qrels[qid][c.chunk_id] = 1.0
+    return Benchmark(spec.name, split, {q.question_id: q.question for q in questions}, qrels, within,
+                     {q.question_id: q.answer for q in questions},
+                     {q.question_id: list(q.aliases) for q in questions if q.aliases})

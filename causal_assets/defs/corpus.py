@@ -40,6 +40,9 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
     frame.insert(0, "chunk_idx", range(len(frame)))
     frame["index_options"] = json.dumps({"split_identifiers": spec.split_identifiers})
     skipped = report.pop("skipped", [])
+    if report.get("skipped_without_paragraphs"):
+        context.log.warning(f"{spec.name}: {report['skipped_without_paragraphs']} record(s) without paragraphs "
+                            f"skipped (load_report.skipped_records); `options: {{strict: true}}` refuses them")
     context.log.info(f"{spec.name}: {len(frame)} chunks from {spec.loader} in {time.perf_counter() - t0:.1f}s; {report}")
     yield Output(frame, metadata={
         "chunks": len(frame),

@@ -9,7 +9,7 @@ from causal_assets.core.benchmarks import load_benchmark
 from causal_assets.core.checks import check_metrics, check_ranked_results
 from causal_assets.core.evaluation.failures import classify_failures
 from causal_assets.core.evaluation.metrics import warm_up
-from causal_assets.core.evaluation.report import headline_table, write_report
+from causal_assets.core.evaluation.report import headline_table, overfitting_gauge, write_report
 from causal_assets.core.evaluation.metrics import evaluate
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.evaluation.truth import label_qrels
@@ -17,7 +17,8 @@ from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABU
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
 from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.core.tuning import best_weight, sweep_fusion_weight
+from causal_assets.core.tuning import best_weight
+from causal_assets.core.tuning.fusion import choose_within_stats
 from causal_assets.core.tuning.store import index_fingerprint, load_tuned
 from causal_assets.defs.tuning import TUNED, eager_tolerating_missing
 from causal_assets.defs.checks import check_result, spec
@@ -26,12 +27,15 @@ from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
 GROUP = "evaluation"
 FAILURE_K = 10
+WITHIN_STATS_BASELINES = ("bm25", "hybrid", "rrf")   # the configured retrievers the chosen BM25 statistics apply to
 
 
 class EvaluationConfig(Config):
     retrievers: list[str] | None = None  # default: the benchmark's `retrievers` (registry), with their params
     # Share of the dense score in the hybrid. None: chosen on the benchmark's tune split (never on an eval split).
     fusion_weight: float | None = None
+    # BM25 statistics inside each question's candidate set (corpus | candidates). None: chosen on the tune split.
+    within_stats: str | None = None
     depth: int = 100
     # Also evaluate the current tuned configuration (tuned_retriever_configs) as `<name>_tuned`.
     tuned: bool = True
@@ -63,8 +67,22 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     notes = [f"corpus `{spec.corpus}`: {len(index.ids)} chunks; runs kept to depth {config.depth}"]
 
     weight = config.fusion_weight
+    within_stats = config.within_stats or "corpus"
+    if spec.tune_split and (weight is None or config.within_stats is None):
+        # BM25 statistics inside each question's candidates (corpus | candidates) and the hybrid weight, chosen
+        # together on the tune split (ties keep corpus); benchmarks without candidate sets always use corpus.
+        tune_bench = load_benchmark(spec, spec.tune_split)
+        grid = [weight] if weight is not None else None
+        chosen, chosen_weight, sweep = choose_within_stats(index, tune_bench, grid=grid)
+        within_stats = config.within_stats or chosen
+        if tune_bench.within:
+            by = {st: sweep[sweep["within_stats"] == st]["value"].max() for st in sweep["within_stats"].unique()}
+            notes.append(f"BM25 inside each question's candidates uses `{within_stats}` statistics (bm25, hybrid, rrf)"
+                         + (f", chosen on `{spec.tune_split}` by the hybrid's nDCG@10 (" +
+                            ", ".join(f"{st} {v:.4f}" for st, v in by.items()) + ")"
+                            if config.within_stats is None else " (configured)"))
+        sweep = sweep[sweep["within_stats"] == within_stats]
     if weight is None and spec.tune_split:
-        sweep = sweep_fusion_weight(index, load_benchmark(spec, spec.tune_split))
         weight = best_weight(sweep)
         notes.append(f"hybrid fusion weight {weight} (dense share) chosen on `{spec.tune_split}` by nDCG@10 "
                      f"({sweep['value'].max():.4f} there); grid " + ", ".join(f"{w:g}" for w in sweep["weight"]))
@@ -75,7 +93,11 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
         notes.append(f"hybrid fusion weight {weight} (configured)")
 
     # (label, retriever kind, params): the configured retrievers, then the tuned configuration's.
-    plan = [(n, n, {"weight": weight, **p} if n == "hybrid" else p) for n, p in retrievers.items()]
+    def configured(n: str, p: dict) -> dict:
+        p = {"weight": weight, **p} if n == "hybrid" else dict(p)
+        return {"within_stats": within_stats, **p} if n in WITHIN_STATS_BASELINES and within_stats != "corpus" else p
+
+    plan = [(n, n, configured(n, p)) for n, p in retrievers.items()]
     tuned = load_tuned(storage.reports_path / "tuned", spec.name) if config.tuned else None
     tuned_version = ""
     if tuned is not None and tuned.content.get("index") != index_fingerprint(index):
@@ -142,7 +164,17 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     runs_df = finish(runs, ["benchmark", "split", "retriever", "query_id", "doc_id", "rank", "score"])
     failures_df = finish(failures, ["benchmark", "split", "retriever", "query_id", "bucket"])
     failures_df = failures_df[failures_df["bucket"] != "none"]
-    markdown, path = write_report(spec.name, metrics_df, failures_df, notes, storage.reports_path)
+    sections = []
+    if {"dev", "test"} <= set(metrics_df["split"]):
+        # Overfitting gauge: the shared dev sample (which holds the tune half) against the held-out test half.
+        tuning_metric = tuned.content["metric"] if tuned_version else "map@10"
+        train = {f"{n}_tuned": b["value"] for n, b in tuned.retrievers.items()} if tuned_version else {}
+        gauge = overfitting_gauge(metrics_df, tuning_metric, train, ("precision@2",) if bench.within else ())
+        sections = ["## Overfitting gauge (shared dev vs held-out test half)", "",
+                    f"`*_tuned` rows: the tuning figure on `{tuned.content['tune_split'] if tuned_version else '-'}` "
+                    "(cross-validated for learned) in place of dev, which contains the tune half.", "",
+                    gauge.to_markdown(index=False), ""]
+    markdown, path = write_report(spec.name, metrics_df, failures_df, notes, storage.reports_path, sections)
     headline = headline_table(metrics_df)
     yield Output(metrics_df, output_name="evaluation_metrics", metadata={
         "report": MetadataValue.md(markdown), "report_path": MetadataValue.path(str(path)),

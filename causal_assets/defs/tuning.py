@@ -10,6 +10,7 @@ from dagster import (AssetDep, AssetExecutionContext, AssetSelection, Automation
 
 from causal_assets.core.benchmarks import load_benchmark
 from causal_assets.core.checks import check_tuning_trials
+from causal_assets.core.errors import CorpusError
 from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.storage import asset_path, read_parquet
@@ -69,8 +70,23 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     labels_path = asset_path(storage.base, "mc_labels", spec.name)
     mc_labels = read_parquet(labels_path) if labels_path.exists() else None
 
+    def extra_source(name: str):
+        """Another benchmark's tune split and index, for the learned model's extra training rows (never its eval
+        splits); None when it is not registered, has no tune split or its index is not materialized."""
+        from causal_assets.core.benchmarks import load_benchmark_registry
+
+        other = load_benchmark_registry(benchmark_registry.path).get(name)
+        if other is None or not other.tune_split or not other.available():
+            return None
+        try:
+            return (CorpusIndex.load(storage.base, other.corpus), load_benchmark(other, other.tune_split),
+                    load_graph(storage.base, other.corpus))
+        except (OSError, ValueError, CorpusError) as e:
+            context.log.warning(f"learned_extra {name!r}: index of corpus {other.corpus!r} not loadable ({e})")
+            return None
+
     result = tune(index, bench, tuning, spec.retrievers, neighbors, graph, mc_labels,
-                  forbidden=tuple(spec.eval_splits), log=context.log.info)
+                  forbidden=tuple(spec.eval_splits), log=context.log.info, extra_sources=extra_source)
     content = {"benchmark": spec.name, "corpus": spec.corpus, "tune_split": spec.tune_split,
                "metric": tuning.metric, "index": index_fingerprint(index), "graph": graph is not None,
                "selected": result.selected, "retrievers": result.best}

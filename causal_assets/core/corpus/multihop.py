@@ -15,11 +15,17 @@ refuses the file instead. Any other malformed record stops with one error naming
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.hotpotqa import _records
 from causal_assets.core.errors import CorpusError
+
+
+class CorpusWarning(UserWarning):
+    """Data a loader left out without failing (e.g. multi-hop records without paragraphs)."""
 
 
 @dataclass(frozen=True)
@@ -124,3 +130,29 @@ def read_multihop(path: str | Path, strict: bool = False) -> MultiHopFile:
     if not result.questions:
         raise CorpusError(f"{path}: no question with paragraphs")
     return result
+
+
+def load_multihop(path: str | Path, corpus: str, strict: bool = False) -> tuple[list[Chunk], MultiHopFile, dict]:
+    """Each question's paragraphs as chunks (the distractor setting: a question ranks only its own paragraphs).
+
+    A paragraph's id is `<question id>/<position>`, unique even where MuSiQue repeats a title within a question;
+    `metadata.supporting` is the reader's gold (MuSiQue `is_supporting`, HotpotQA/2Wiki `supporting_facts`).
+    Records without paragraphs are skipped, counted in the report (`skipped_without_paragraphs`) and warned
+    about; `strict=True` refuses the file instead. Returns (chunks, the parsed file, a load report)."""
+    path = Path(path)
+    data = read_multihop(path, strict=strict)
+    chunks = [
+        Chunk(chunk_id=f"{q.question_id}/{pos}", corpus=corpus, source="multihop", path=str(path), title=p.title,
+              text=p.text, kind="paragraph",
+              metadata={"question_id": q.question_id, "position": pos, "supporting": p.supporting})
+        for q in data.questions for pos, p in enumerate(q.paragraphs)
+    ]
+    skipped = data.skipped_without_paragraphs
+    if skipped:
+        warnings.warn(f"{path}: {len(skipped)} record(s) without paragraphs skipped (first: {skipped[0]}); "
+                      f"strict: true refuses such a file", CorpusWarning, stacklevel=2)
+    report = {"questions": len(data.questions), "paragraphs": len(chunks),
+              "gold_paragraphs": sum(len(q.gold) for q in data.questions),
+              "skipped_without_paragraphs": len(skipped), "skipped_records": skipped[:20],
+              "formats": dict(data.format_counts)}
+    return chunks, data, report

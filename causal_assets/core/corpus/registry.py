@@ -11,6 +11,7 @@ from causal_assets.core.corpus.beir import load_beir_corpus
 from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.folder import load_folder
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
+from causal_assets.core.corpus.multihop import load_multihop
 from causal_assets.core.corpus.python_package import load_python_package
 from causal_assets.core.errors import ConfigError, CorpusError
 from causal_assets.core.paths import REGISTRY_DIR, expand
@@ -23,7 +24,7 @@ class CorpusSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9_]+$")
-    loader: Literal["python_package", "beir", "hotpotqa", "folder"]
+    loader: Literal["python_package", "beir", "hotpotqa", "multihop", "folder"]
     path: str | None = None
     package: str | None = None
     description: str = ""
@@ -78,4 +79,8 @@ def load_corpus(spec: CorpusSpec) -> tuple[list[Chunk], dict]:
     if spec.loader == "hotpotqa":
         chunks, questions = load_hotpotqa(spec.resolved_path, spec.name)
         return chunks, {"questions": len(questions)}
+    if spec.loader == "multihop":
+        # HotpotQA / 2Wiki / MuSiQue, detected per record; `strict: true` refuses records without paragraphs.
+        chunks, _, report = load_multihop(spec.resolved_path, spec.name, strict=bool(opts.get("strict", False)))
+        return chunks, report
     return load_folder(spec.resolved_path, spec.name, **opts)

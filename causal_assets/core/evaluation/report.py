@@ -28,6 +28,28 @@ def headline_table(metrics: pd.DataFrame, truth: str = "qrels") -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis(["split", "retriever"])
 
 
+def overfitting_gauge(metrics: pd.DataFrame, metric: str, tuned_train: dict[str, float] | None = None,
+                      extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Per retriever, `metric` (and each of `extra`, e.g. 'precision@2') on the shared `dev` sample beside the
+    held-out `test` half: a retriever whose figure falls from dev (where its heuristics or defaults were developed,
+    which contains the tune half) to test fits what it saw. `tuned_train`: the tuning figure of each `*_tuned`
+    retriever on the tune split (cross-validated for `learned`), which stands in for dev (not scored there)."""
+    if "truth" in metrics:
+        metrics = metrics[metrics["truth"] == "qrels"]
+    rows = []
+    for name in [metric, *extra]:
+        m, _, k = name.partition("@")
+        sel = metrics[(metrics["metric"] == m) & (metrics["k"] == int(k))]
+        values = sel.pivot_table(index="retriever", columns="split", values="value", aggfunc="first", sort=False)
+        for retriever, row in values.iterrows():
+            dev, test = row.get("dev", float("nan")), row.get("test", float("nan"))
+            seen = (tuned_train or {}).get(retriever) if name == metric else None
+            rows.append({"retriever": retriever, "metric": name, "tune split (tuning figure)": seen,
+                         "dev": dev, "test": test,
+                         "fall to test": round((seen if seen is not None else dev) - test, 4)})
+    return pd.DataFrame(rows).round(4)
+
+
 def curves_png(metrics: pd.DataFrame, split: str, title: str) -> bytes:
     data = metrics[metrics["split"] == split]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
@@ -53,11 +75,13 @@ def _png(fig) -> bytes:
 
 
 def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, notes: list[str],
-                 out_dir: Path) -> tuple[str, Path]:
-    """Write `<out_dir>/<benchmark>.md` and its plots; returns (markdown with inline images, path)."""
+                 out_dir: Path, sections: list[str] | None = None) -> tuple[str, Path]:
+    """Write `<out_dir>/<benchmark>.md` and its plots; returns (markdown with inline images, path). `sections`:
+    extra Markdown lines placed after the headline table (e.g. the overfitting gauge)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = [f"# Evaluation report: {benchmark}", "", *[f"- {n}" for n in notes], "",
-             "## Headline metrics (truth: the benchmark's judgements)", "", headline_table(metrics).to_markdown(), ""]
+             "## Headline metrics (truth: the benchmark's judgements)", "", headline_table(metrics).to_markdown(), "",
+             *(sections or [])]
     if "truth" in metrics and (metrics["truth"] == "mc_labels").any():
         lines += ["## Against the Monte Carlo labels (documents that measurably helped the solver)", "",
                   headline_table(metrics, "mc_labels").to_markdown(), ""]

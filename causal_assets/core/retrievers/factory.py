@@ -10,7 +10,7 @@ from causal_assets.core.retrievers.base import Retriever
 from causal_assets.core.retrievers.similarity import HybridRetriever, RRFRetriever, SimilarityRetriever
 
 BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")
-RETRIEVERS = (*BASELINES, "cascade", "entity_first", "causal", "learned")
+RETRIEVERS = (*BASELINES, "cascade", "entity_first", "causal", "learned", "fusion", "pairwise")
 SHORTLISTS = ("hybrid", "cascade", "bm25", "learned")
 
 Neighbors = Callable[[str], list[tuple[str, str, float]]]
@@ -21,13 +21,15 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
                     neighbors: Neighbors | None = None, llm_client=None, graph: Graph | None = None) -> Retriever:
     """`params`: the retriever's own settings (hybrid: weight; cascade: a RetrievalConfig dict; entity_first:
     SealRetriever keyword arguments, plus `llm_entities: true` for the LLM-backed query entity extractor;
-    learned: `model_path` (or a fitted `model`) and optional `depth`; causal: see `build_causal`).
+    learned: `model_path` (or a fitted `model`) and optional `depth`; causal: see `build_causal`; fusion:
+    `members` {name: params}, `c`, `weights` {name: weight}, `depth` (weighted RRF of the members' rankings);
+    pairwise: `base` {name: params}, `pool`, `coverage_weight`, `link_weight`, `use_ranks` (top-2 as a pair)).
     `neighbors`: the entity graph's chunk neighbourhood, for graph stages. `graph`: the (graph_nodes,
     graph_edges) frames, for the causal chains and the learned model's graph feature. `llm_client`: an
     LLMClient, needed only by LLM-backed options."""
     params = dict(params or {})
     if name in ("bm25", "tfidf", "dense"):
-        return SimilarityRetriever(index, name)
+        return SimilarityRetriever(index, name, **params)   # params: within_stats (bm25 inside `within`)
     if name == "hybrid":
         return HybridRetriever(index, **params)
     if name == "rrf":
@@ -50,6 +52,22 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
         return build_learned(index, params, graph)
     if name == "causal":
         return build_causal(index, params, neighbors, llm_client, graph)
+    if name == "fusion":
+        from causal_assets.core.retrievers.fusion import FusionRetriever
+
+        members = params.pop("members", None) or {}
+        if not isinstance(members, dict) or not members:
+            raise ValueError("fusion needs members: {retriever name: its params}")
+        built = [(m, build_retriever(m, index, p, neighbors, llm_client, graph)) for m, p in members.items()]
+        return FusionRetriever(index, built, **params)
+    if name == "pairwise":
+        from causal_assets.core.retrievers.fusion import PairwiseTop2
+
+        base = params.pop("base", None) or {}
+        if not isinstance(base, dict) or len(base) != 1:
+            raise ValueError("pairwise needs base: {one retriever name: its params}")
+        (b, p), = base.items()
+        return PairwiseTop2(index, build_retriever(b, index, p, neighbors, llm_client, graph), **params)
     raise ValueError(f"unknown retriever {name!r}; known: {', '.join(RETRIEVERS)}")
 
 
@@ -57,6 +75,8 @@ def build_learned(index: CorpusIndex, params: dict[str, Any], graph: Graph | Non
     from causal_assets.core.retrievers.learned import CausalRelevanceModel, LearnedRetriever
 
     params = dict(params)
+    if params.get("retriever") is not None:   # a ready retriever (the tuner's out-of-fold stand-in)
+        return params["retriever"]
     model = params.pop("model", None)
     path = params.pop("model_path", None)
     if model is None and path is None:

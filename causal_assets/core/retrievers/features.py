@@ -3,7 +3,9 @@
 and, where the corpus has one, its entity graph: no LLM call, so the model can score at query time.
 
 Candidates: the first stage is the z-score hybrid (`weight * z(dense) + (1 - weight) * z(bm25)`, z over the
-query's population: the whole corpus, or `within`), cut at `depth`. Features of a candidate, in `FEATURES` order:
+query's population: the whole corpus, or `within`), cut at `depth`; inside `within`, BM25 takes its statistics from
+the corpus or from the candidates alone (`within_stats`, see `similarity.py`). Features of a candidate, in
+`FEATURES` order:
 
 - bm25, bm25_z, bm25_rank, bm25_share   BM25 score, its z-score over the population, log1p of its rank among the
                                         candidates, score / best score of the population
@@ -12,7 +14,8 @@ query's population: the whole corpus, or `within`), cut at `depth`. Features of 
 - prf_dense, prf_dense_z                cosine with a pseudo-relevance-feedback query vector (Rocchio: the query
                                         vector + `prf_weight` x the mean of the `prf_docs` best first-stage
                                         documents, renormalised): documents like the best hits
-- title_bm25, title_bm25_z              BM25 of the query against the titles alone (a title field)
+- title_bm25, title_bm25_z              BM25 of the query against the titles alone (a title field); 0 on a
+                                        corpus without titles (CoSQA's functions): the title features are optional
 - term_coverage, title_coverage         share of the query's distinct analyzed terms in the document / title
 - entity_coverage                       share of the query's entities (rule-based spans + code identifiers)
                                         named in the title or text (word boundaries, case-insensitive)
@@ -24,6 +27,13 @@ query's population: the whole corpus, or `within`), cut at `depth`. Features of 
 - redundancy                            largest cosine with a candidate ranked above it by the first stage
                                         (a near-copy of a better document adds little)
 - kind_<k>                              one-hot chunk kind (`KINDS`; anything else is kind_other)
+- bridge_from_named, mentions_named,    per-question bridge features, over a query's own candidate set (`within`;
+  bridge_prior                          0 for whole-corpus search): the title links between candidates (a
+                                        candidate's text names another's title, `seal.compute_title_links`);
+                                        bridge_from_named = the best title_match of a candidate linking to this
+                                        one (the second hop of a question that names the first), mentions_named
+                                        = the best title_match of a candidate this one links to, bridge_prior =
+                                        the best first-stage z-score of a candidate linking to this one
 """
 from __future__ import annotations
 
@@ -39,14 +49,15 @@ from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.index.sparse import build_bm25
 from causal_assets.core.index.text import analyze
 from causal_assets.core.retrievers.entities import extract_query_entities
-from causal_assets.core.retrievers.seal import title_match_scores
-from causal_assets.core.retrievers.similarity import zscore
+from causal_assets.core.retrievers.seal import compute_title_links, title_match_scores
+from causal_assets.core.retrievers.similarity import _check_within_stats, sparse_scores, zscore
 
 KINDS = ("document", "paragraph", "module", "class", "function", "method", "text", "other")
 FEATURES = ("bm25", "bm25_z", "bm25_rank", "bm25_share", "dense", "dense_z", "dense_rank", "dense_gap",
             "prior", "prior_rank", "prf_dense", "prf_dense_z", "title_bm25", "title_bm25_z", "term_coverage",
             "title_coverage", "entity_coverage", "title_match", "graph_proximity", "doc_terms", "query_terms",
-            "redundancy", *(f"kind_{k}" for k in KINDS))
+            "redundancy", *(f"kind_{k}" for k in KINDS), "bridge_from_named", "mentions_named", "bridge_prior")
+BRIDGE_FEATURES = ("bridge_from_named", "mentions_named", "bridge_prior")
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.]*")
 
 
@@ -112,15 +123,20 @@ class FeatureExtractor:
 
     def __init__(self, index: CorpusIndex, graph: tuple[pd.DataFrame, pd.DataFrame] | None = None,
                  weight: float = 0.7, depth: int = 100, prf_weight: float = 0.7, prf_docs: int = 3,
-                 max_hops: int = 3, sparse: str = "bm25"):
+                 max_hops: int = 3, sparse: str = "bm25", within_stats: str = "corpus"):
         if index.embeddings is None:
             raise ValueError(f"corpus {index.corpus!r} was loaded without embeddings; the features need them")
         self.index, self.weight, self.depth, self.sparse = index, weight, depth, sparse
         self.prf_weight, self.prf_docs = prf_weight, prf_docs
+        _check_within_stats(within_stats)
+        self.within_stats = within_stats   # BM25 statistics over `within`: the corpus's or the candidates' own
         chunks = index.chunks
         self._titles = chunks["title"].fillna("").astype(str).tolist()
         self._texts = chunks["text"].fillna("").astype(str).tolist()
-        self._title_index = build_bm25([analyze(t, index.split_identifiers) for t in self._titles])
+        title_terms = [analyze(t, index.split_identifiers) for t in self._titles]
+        # Title features are optional: a corpus without titles (code search) has no title field to index (bm25s
+        # refuses an index without terms), and its title features are all 0.
+        self._title_index = build_bm25(title_terms) if any(title_terms) else None
         bm25 = index.sparse[sparse]
         self._doc_terms = np.log1p(np.diff(bm25.matrix.tocsr().indptr))
         kinds = chunks["kind"].astype(str).where(chunks["kind"].isin(KINDS), "other")
@@ -129,7 +145,7 @@ class FeatureExtractor:
 
     def settings(self) -> dict:
         return {"weight": self.weight, "depth": self.depth, "prf_weight": self.prf_weight,
-                "prf_docs": self.prf_docs, "sparse": self.sparse,
+                "prf_docs": self.prf_docs, "sparse": self.sparse, "within_stats": self.within_stats,
                 "max_hops": self.graph.max_hops if self.graph is not None else None}
 
     def candidates(self, query: str, query_vector: np.ndarray, within: list[str] | None = None) -> Candidates:
@@ -138,7 +154,8 @@ class FeatureExtractor:
             np.array([index.position[c] for c in dict.fromkeys(within) if c in index.position], dtype=np.int64)
         if len(pop) == 0:
             return Candidates(pop, pd.DataFrame(columns=list(FEATURES)))
-        s_all, d_all = index.scores(query, self.sparse)[pop], index.scores(query, "dense", query_vector)[pop]
+        s_all = sparse_scores(index, query, self.sparse, pop, self.within_stats if within is not None else "corpus")
+        d_all = index.scores(query, "dense", query_vector)[pop]
         s_z, d_z = zscore(s_all.astype(np.float64)), zscore(d_all.astype(np.float64))
         prior_all = self.weight * d_z + (1 - self.weight) * s_z
         order = np.lexsort((pop, -prior_all))[: self.depth]   # ties by chunk order, as CorpusIndex.top_k
@@ -149,7 +166,7 @@ class FeatureExtractor:
         prf_q = prf_q / (np.linalg.norm(prf_q) or 1.0)
         prf_all = emb[pop] @ prf_q
         terms = index.terms(query)
-        title_all = self._title_index.score(terms)[pop]
+        title_all = self._title_index.score(terms)[pop] if self._title_index is not None else np.zeros(len(pop))
         s, d = s_all[order], d_all[order]
         feats = {
             "bm25": s, "bm25_z": s_z[order], "bm25_rank": _log_rank(s), "bm25_share": s / (s_all.max() or 1.0),
@@ -159,21 +176,37 @@ class FeatureExtractor:
             "title_bm25": title_all[order], "title_bm25_z": zscore(title_all.astype(np.float64))[order],
             "term_coverage": self._coverage(index.sparse[self.sparse].matrix, self.index.sparse[self.sparse].vocab,
                                             terms, pos),
-            "title_coverage": self._coverage(self._title_index.matrix, self._title_index.vocab, terms, pos),
+            "title_coverage": self._coverage(self._title_index.matrix, self._title_index.vocab, terms, pos)
+            if self._title_index is not None else np.zeros(len(pos)),
         }
         entities = query_entities(query)
         titles = [self._titles[p] for p in pos]
         feats["entity_coverage"] = self._entity_coverage(entities, pos)
-        feats["title_match"] = title_match_scores(query, titles, entities)
+        feats["title_match"] = title_match_scores(query, titles, entities) if self._title_index is not None \
+            else np.zeros(len(pos))
         feats["graph_proximity"] = self.graph.proximity(entities, [str(index.ids[p]) for p in pos]) \
             if self.graph is not None else np.zeros(len(pos))
         feats["doc_terms"] = self._doc_terms[pos]
         feats["query_terms"] = np.full(len(pos), float(len(set(terms))))
         sims = emb[pos] @ emb[pos].T
         feats["redundancy"] = np.array([sims[i, :i].max() if i else 0.0 for i in range(len(pos))])
+        feats.update(self._bridges(pos, titles, feats["title_match"], zscore(prior_all[order]))
+                     if within is not None else {k: np.zeros(len(pos)) for k in BRIDGE_FEATURES})
         frame = pd.DataFrame(feats)
         frame[[f"kind_{k}" for k in KINDS]] = self._kind[pos]
         return Candidates(pos, frame[list(FEATURES)].astype(np.float64))
+
+    def _bridges(self, pos: np.ndarray, titles: list[str], title_match: np.ndarray,
+                 prior_z: np.ndarray) -> dict[str, np.ndarray]:
+        links = compute_title_links(titles, [self._texts[p] for p in pos])   # links[j]: candidates j's text names
+        n = len(pos)
+        from_named, mentions, from_prior = np.zeros(n), np.zeros(n), np.full(n, prior_z.min() if n else 0.0)
+        for j, targets in enumerate(links):
+            for i in targets:
+                from_named[i] = max(from_named[i], title_match[j])
+                from_prior[i] = max(from_prior[i], prior_z[j])
+                mentions[j] = max(mentions[j], title_match[i])
+        return {"bridge_from_named": from_named, "mentions_named": mentions, "bridge_prior": from_prior}
 
     @staticmethod
     def _coverage(matrix: sp.csc_matrix, vocab: dict[str, int], terms: list[str], pos: np.ndarray) -> np.ndarray:

@@ -17,6 +17,14 @@ For each question, over its candidate set (`within`, e.g. the 10 paragraphs of a
 
 The result is a full ranking of the candidate set: the held top-`k` first, the rest in prior-score order, so
 metrics at larger cutoffs still work. Everything is deterministic (ties by candidate order).
+
+Every heuristic's parameter is a field of `SealRetriever` and is searched on a benchmark's tune split by
+`tuned_retriever_configs` (`core/tuning/search.py`, space `entity_first`): the hybrid's `dense_weight` and BM25
+statistics (`within_stats`), the title bonus (`title_weight`), the title-match scale (`title_match`: the weights of
+`title_match_scores`), how strong a title match must be to count as naming an entity (`strong_title`), the bridge
+pair's weighting (`bridge_weight`), whether bridge repair runs at all (`bridge`), and the repair budget
+(`max_repairs`). The defaults are what the first version used (developed on HotpotQA's `train` half); the evaluation
+reports the untuned defaults beside the tuned configuration, and dev against test, as an overfitting gauge.
 """
 from __future__ import annotations
 
@@ -31,12 +39,16 @@ import numpy as np
 from causal_assets.core.index.search import CorpusIndex, Hit
 from causal_assets.core.retrievers.entities import STOPWORDS, extract_query_entities
 from causal_assets.core.retrievers.entity_first import EntityFirstRanker, normalise_entities
-from causal_assets.core.retrievers.similarity import zscore
+from causal_assets.core.retrievers.similarity import _check_within_stats, sparse_scores, zscore
 
 # Yes/no questions ("Are X and Y both ...?") open with an auxiliary verb; HotpotQA asks them of comparisons.
 _AUX = frozenset("are is was were do does did have has can could".split())
 _WORD = re.compile(r"\w+")
-STRONG_TITLE = 0.5  # title-match score from which a paragraph counts as named by the question
+STRONG_TITLE = 0.5  # default title-match score from which a paragraph counts as named by the question
+# The constants of `title_match_scores` (defaults): a title form other than the first (", Place"-less) found in the
+# question; a question entity covering the title's words; the title's content words in the question; the factor of a
+# lower-case match of a capitalised title, and of a match inside a longer title's match.
+TITLE_MATCH = {"alias": 0.9, "entity": 0.8, "words": 0.5, "lowercase": 0.5, "nested": 0.5}
 _DISAMBIGUATOR = re.compile(r"\s*\([^()]*\)\s*$")  # "Big Stone Gap (film)" -> "Big Stone Gap"
 
 
@@ -110,7 +122,8 @@ def compute_title_links(titles: Sequence[str], texts: Sequence[str]) -> list[lis
     return links
 
 
-def title_match_scores(question: str, titles: Sequence[str], entities: Sequence[str]) -> np.ndarray:
+def title_match_scores(question: str, titles: Sequence[str], entities: Sequence[str],
+                       weights: Mapping[str, float] | None = None) -> np.ndarray:
     """How strongly the question names each paragraph's title, in [0, 1].
 
     - 1.0: a title form occurs in the question (0.9 for the ", Place"-less form); halved when the question's
@@ -119,7 +132,10 @@ def title_match_scores(question: str, titles: Sequence[str], entities: Sequence[
     - else 0.8 * the share of the title's words that a question entity covers ("Tottenham Hotspur" in
       "Tottenham Hotspur F.C."), so a title that is mostly the entity beats "History of Tottenham Hotspur F.C.";
     - else 0.5 * the share of the title's content words found in the question.
+
+    `weights` overrides those constants (`TITLE_MATCH` keys).
     """
+    w = {**TITLE_MATCH, **(weights or {})}
     q_tokens = set(_WORD.findall(question.lower()))
     ent_patterns = [(e, _phrase(e)) for e in entities]
     spans: list[tuple[int, int] | None] = []
@@ -129,23 +145,23 @@ def title_match_scores(question: str, titles: Sequence[str], entities: Sequence[
         for rank, form in enumerate(title_forms(title)):
             m = _phrase(form).search(question)
             if m:
-                s = 1.0 if rank == 0 else 0.9
+                s = 1.0 if rank == 0 else w["alias"]
                 if m.group().islower() and not form.islower():
-                    s *= 0.5
+                    s *= w["lowercase"]
                 if s > best:
                     best, span = s, m.span()
             n = max(len(_WORD.findall(form)), 1)
             for e, p in ent_patterns:
                 if p.search(form):
-                    best = max(best, 0.8 * min(len(_WORD.findall(e)) / n, 1.0))
+                    best = max(best, w["entity"] * min(len(_WORD.findall(e)) / n, 1.0))
             toks = _content_tokens(form)
             if toks:
-                best = max(best, 0.5 * sum(t in q_tokens for t in toks) / len(toks))
+                best = max(best, w["words"] * sum(t in q_tokens for t in toks) / len(toks))
         scores[i] = best
         spans.append(span)
     for i, si in enumerate(spans):  # longest match wins
         if si and any(sj and sj != si and sj[0] <= si[0] and si[1] <= sj[1] for sj in spans):
-            scores[i] *= 0.5
+            scores[i] *= w["nested"]
     return scores
 
 
@@ -155,7 +171,8 @@ class SealRetriever:
 
     `title_links` maps a chunk id to the chunk ids whose titles it mentions; when None they are computed from
     each question's candidate set. `entity_extractor(question) -> list[str]` adds entities to the rule-based
-    ones. The weights were chosen on the HotpotQA `train` half only.
+    ones. The defaults are the first version's (HotpotQA `train` half); tuned values come from a benchmark's tune
+    split through `tuned_retriever_configs` (module docstring).
     """
     index: CorpusIndex
     k: int = 2
@@ -166,6 +183,10 @@ class SealRetriever:
     dense_weight: float = 0.5     # share of the dense z-score in the initial hybrid score
     title_weight: float = 2.0     # title-match bonus in the prior (a named title is worth ~2 std of relevance)
     bridge_weight: float = 0.3    # weight of the linked paragraph's own relevance when choosing a bridge pair
+    bridge: bool = True           # bridge repair (step 4) on non-comparison questions
+    strong_title: float = STRONG_TITLE   # title match from which a paragraph counts as named for an entity
+    title_match: Mapping[str, float] | None = None   # overrides of TITLE_MATCH
+    within_stats: str = "corpus"  # BM25 statistics of the initial hybrid: the corpus or the candidates
     last_traces: list[dict] = field(default_factory=list, repr=False)
 
     name = "entity_first"
@@ -175,6 +196,10 @@ class SealRetriever:
             raise ValueError(f"k must be >= 1, got {self.k}")
         if self.max_repairs < 0:
             raise ValueError(f"max_repairs must be >= 0, got {self.max_repairs}")
+        unknown = set(self.title_match or {}) - set(TITLE_MATCH)
+        if unknown:
+            raise ValueError(f"title_match: unknown keys {sorted(unknown)}; known: {sorted(TITLE_MATCH)}")
+        _check_within_stats(self.within_stats)
         self.ranker = EntityFirstRanker(self.replacement_threshold)
 
     # -- Retriever protocol ------------------------------------------------------------------------------
@@ -210,7 +235,7 @@ class SealRetriever:
 
         # 2. Initial retrieval: hybrid relevance + title-match bonus.
         rel = self._relevance(question, qv, pos)
-        title_match = title_match_scores(question, titles, entities)
+        title_match = title_match_scores(question, titles, entities, self.title_match)
         prior = rel + self.title_weight * title_match
         order = sorted(range(len(cand)), key=lambda i: (-prior[i], i))
         # Coverage is judged on what a paragraph is *about*, its title: distractors were picked for mentioning
@@ -227,7 +252,7 @@ class SealRetriever:
         targets = comparison_targets(question, entities) if comparison else entities
         # Only entities some paragraph is strongly named for (title match >= STRONG_TITLE) are filled: a weak
         # cover ("Queensland" in "University of Queensland bus station") is a distractor more often than not.
-        fillable = [e for e in targets if any(title_match[i] >= STRONG_TITLE
+        fillable = [e for e in targets if any(title_match[i] >= self.strong_title
                                               and self.ranker.compute_entity_coverage(c, [e])[0]
                                               for i, c in enumerate(chunks))]
         while trace["repairs"] < self.max_repairs:
@@ -246,7 +271,7 @@ class SealRetriever:
             trace["steps"].append({"kind": "entity", "missing": missing, "held": [c["id"] for c in held]})
 
         # 4. Bridge repair: spend the non-anchor slot on the paragraph the anchor's text links to.
-        if not comparison and budget >= 2 and trace["repairs"] < self.max_repairs:
+        if self.bridge and not comparison and budget >= 2 and trace["repairs"] < self.max_repairs:
             links = self._links(cand, titles, texts)
             index_of = {c: i for i, c in enumerate(cand)}
             best = None
@@ -293,7 +318,7 @@ class SealRetriever:
         return out
 
     def _relevance(self, question: str, qv: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        sparse = self.index.scores(question, "bm25")[pos]
+        sparse = sparse_scores(self.index, question, "bm25", pos, self.within_stats)
         dense = self.index.scores(question, "dense", qv)[pos] if self.index.embeddings is not None else 0 * sparse
         return self.dense_weight * zscore(dense) + (1 - self.dense_weight) * zscore(sparse)
 

@@ -9,15 +9,76 @@ every chunk is built: the candidates are the union of each method's top `shortli
 and exact dense scores are computed directly, and the z-score statistics over the whole corpus come without
 scoring every chunk (sparse: the sum and sum of squares the postings loop returns; dense: the mean vector and
 second-moment matrix of the chunk vectors). A chunk outside both shortlists is the only thing that can be missed.
+
+BM25 inside a query's candidate set (`within`, e.g. a HotpotQA question's own 10 paragraphs) takes its statistics
+(IDF, average length) from one of two populations, `within_stats`:
+
+- `corpus`: the whole corpus index (what the stored postings hold);
+- `candidates`: the candidates alone, one small BM25 index per query (`candidate_bm25`): a term that is rare in the
+  corpus but in every candidate (the question's topic, which the distractors were picked for) no longer dominates.
+
+Either is chosen on a tune split (`tuned_retriever_configs`, and the evaluation report for the baselines).
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
+from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.index.sparse import SparseTopK
+from causal_assets.core.index.sparse import BM25_B, BM25_K1, SparseTopK
+from causal_assets.core.index.text import analyze
+
+WITHIN_STATS = ("corpus", "candidates")
+
+
+def _check_within_stats(value: str) -> None:
+    if value not in WITHIN_STATS:
+        raise ValueError(f"within_stats must be one of {WITHIN_STATS}, got {value!r}")
+
+
+def _doc_terms(index: CorpusIndex, positions: np.ndarray) -> list[Counter]:
+    """Term counts of chunks (the analyzer and text the index was built with), memoised on the index."""
+    memo = index.__dict__.setdefault("_candidate_terms", {})
+    missing = [int(p) for p in positions if int(p) not in memo]
+    if missing:
+        texts = chunk_texts(index.chunks.iloc[missing])
+        for p, t in zip(missing, texts):
+            memo[p] = Counter(analyze(t, index.split_identifiers))
+    return [memo[int(p)] for p in positions]
+
+
+def candidate_bm25(index: CorpusIndex, query: str, positions: np.ndarray, k1: float = BM25_K1,
+                   b: float = BM25_B) -> np.ndarray:
+    """BM25 of `query` over the chunks at `positions` with statistics from those chunks alone (a small index of
+    the candidates): the Lucene variant bm25s builds the corpus index with, idf = ln(1 + (N - df + .5) / (df + .5)),
+    tf part = tf / (tf + k1 (1 - b + b dl / avgdl)); a repeated query term counts once per occurrence."""
+    docs = _doc_terms(index, np.asarray(positions))
+    n = len(docs)
+    out = np.zeros(n, dtype=np.float32)
+    if not n:
+        return out
+    lengths = np.array([sum(d.values()) for d in docs], dtype=np.float64)
+    avgdl = lengths.mean() or 1.0
+    norm = k1 * (1 - b + b * lengths / avgdl)
+    for term, qtf in Counter(index.terms(query)).items():
+        tf = np.array([d.get(term, 0) for d in docs], dtype=np.float64)
+        df = int((tf > 0).sum())
+        if df:
+            idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+            out += (qtf * idf * tf / (tf + norm)).astype(np.float32)
+    return out
+
+
+def sparse_scores(index: CorpusIndex, query: str, sparse: str, positions: np.ndarray,
+                  within_stats: str = "corpus") -> np.ndarray:
+    """Sparse scores of the chunks at `positions`: BM25 with `candidates` statistics computes them over those
+    chunks alone (module docstring); anything else reads the corpus index."""
+    if within_stats == "candidates" and sparse == "bm25":
+        return candidate_bm25(index, query, positions)
+    return index.scores(query, sparse)[positions]
 
 
 def zscore(x: np.ndarray) -> np.ndarray:
@@ -29,28 +90,43 @@ def zscore(x: np.ndarray) -> np.ndarray:
 class SimilarityRetriever:
     index: CorpusIndex
     method: str = "bm25"  # bm25 | tfidf | dense
+    within_stats: str = "corpus"   # BM25 inside `within`: corpus or candidates statistics (module docstring)
+
+    def __post_init__(self) -> None:
+        _check_within_stats(self.within_stats)
 
     @property
     def name(self) -> str:
         return self.method
 
     def retrieve_many(self, queries, k, within=None):
-        return self.index.search_many(queries, k, self.method, within)
+        if within is None or self.within_stats == "corpus" or self.method != "bm25":
+            return self.index.search_many(queries, k, self.method, within)
+        out = []
+        for q, w in zip(queries, within):
+            cand = np.array([self.index.position[c] for c in dict.fromkeys(w) if c in self.index.position],
+                            dtype=np.int64)
+            out.append(_top_hits(self.index, cand, candidate_bm25(self.index, q, cand).astype(np.float64), k))
+        return out
 
 
 def candidate_scores(index: CorpusIndex, query: str, qv: np.ndarray, sparse: str,
-                      within: list[str] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(candidate positions, sparse scores, dense scores) over `within` (None: the whole corpus)."""
-    cand = np.arange(len(index.ids)) if within is None else np.array([index.position[c] for c in within])
-    return cand, index.scores(query, sparse)[cand], index.scores(query, "dense", qv)[cand]
+                     within: list[str] | None, within_stats: str = "corpus") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(candidate positions, sparse scores, dense scores) over `within` (None: the whole corpus, where
+    `within_stats` has no effect)."""
+    if within is None:
+        cand = np.arange(len(index.ids))
+        return cand, index.scores(query, sparse), index.scores(query, "dense", qv)
+    cand = np.array([index.position[c] for c in within])
+    return cand, sparse_scores(index, query, sparse, cand, within_stats), index.scores(query, "dense", qv)[cand]
 
 
-def _fuse_many(index: CorpusIndex, queries, k, within, sparse: str, fuse) -> list[list[Hit]]:
+def _fuse_many(index: CorpusIndex, queries, k, within, sparse: str, fuse, within_stats: str = "corpus") -> list[list[Hit]]:
     """Top-k per query of `fuse(sparse_scores, dense_scores)` over each query's candidates."""
     vectors = index.embedder.encode_queries(queries)
     out = []
     for i, (q, qv) in enumerate(zip(queries, vectors)):
-        cand, s, d = candidate_scores(index, q, qv, sparse, within[i] if within else None)
+        cand, s, d = candidate_scores(index, q, qv, sparse, within[i] if within else None, within_stats)
         out.append(_hits(index, cand, fuse(s, d), k))
     return out
 
@@ -98,6 +174,10 @@ class HybridRetriever:
     weight: float = 0.5     # share of the dense score; chosen on a train split by the evaluation/tuning stages
     sparse: str = "bm25"
     shortlist: int = 100    # per method, at ANN scale only (see the module docstring)
+    within_stats: str = "corpus"
+
+    def __post_init__(self) -> None:
+        _check_within_stats(self.within_stats)
 
     @property
     def name(self) -> str:
@@ -107,7 +187,7 @@ class HybridRetriever:
         if at_scale(self.index, within):
             return self._retrieve_at_scale(queries, k)
         return _fuse_many(self.index, queries, k, within, self.sparse,
-                          lambda s, d: self.weight * zscore(d) + (1 - self.weight) * zscore(s))
+                          lambda s, d: self.weight * zscore(d) + (1 - self.weight) * zscore(s), self.within_stats)
 
     def _retrieve_at_scale(self, queries: list[str], k: int) -> list[list[Hit]]:
         index = self.index
@@ -136,6 +216,10 @@ class RRFRetriever:
     c: int = 60             # the constant of Cormack et al. (2009)
     depth: int = 100        # how many of each ranking take part
     sparse: str = "bm25"
+    within_stats: str = "corpus"
+
+    def __post_init__(self) -> None:
+        _check_within_stats(self.within_stats)
 
     @property
     def name(self) -> str:
@@ -144,7 +228,7 @@ class RRFRetriever:
     def retrieve_many(self, queries, k, within=None):
         if at_scale(self.index, within):
             return self._retrieve_at_scale(queries, k)
-        return _fuse_many(self.index, queries, k, within, self.sparse, self._fuse)
+        return _fuse_many(self.index, queries, k, within, self.sparse, self._fuse, self.within_stats)
 
     def _retrieve_at_scale(self, queries: list[str], k: int) -> list[list[Hit]]:
         """Both top-`depth` lists come straight from the whole-corpus searches: the same fusion, no score vectors."""

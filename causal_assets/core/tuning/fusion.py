@@ -12,14 +12,17 @@ from causal_assets.core.retrievers.similarity import candidate_scores, fusion_we
 
 
 def sweep_fusion_weight(index: CorpusIndex, bench: Benchmark, grid: list[float] | None = None,
-                        metric: str = "ndcg", k: int = 10, sparse: str = "bm25", depth: int = 100) -> pd.DataFrame:
-    """nDCG@10 (or `metric@k`) of `weight * z(dense) + (1 - weight) * z(sparse)` for each weight in `grid`."""
+                        metric: str = "ndcg", k: int = 10, sparse: str = "bm25", depth: int = 100,
+                        within_stats: str = "corpus") -> pd.DataFrame:
+    """nDCG@10 (or `metric@k`) of `weight * z(dense) + (1 - weight) * z(sparse)` for each weight in `grid`
+    (`within_stats`: BM25 statistics inside each query's candidate set, `similarity.py`)."""
     grid = grid or fusion_weight_grid()
     qids = bench.query_ids()
     vectors = index.embedder.encode_queries([bench.queries[q] for q in qids])
     parts = []
     for q, qv in zip(qids, vectors):
-        cand, s, d = candidate_scores(index, bench.queries[q], qv, sparse, bench.within[q] if bench.within else None)
+        cand, s, d = candidate_scores(index, bench.queries[q], qv, sparse, bench.within[q] if bench.within else None,
+                                      within_stats)
         parts.append((cand, zscore(s), zscore(d)))
     rows = []
     for w in grid:
@@ -30,7 +33,7 @@ def sweep_fusion_weight(index: CorpusIndex, bench: Benchmark, grid: list[float] 
             run[q] = {str(index.ids[cand[i]]): float(depth - r) for r, i in enumerate(top)}
         m = evaluate(bench.qrels, run, ks=(k,), map_k=k)
         rows.append({"weight": w, "value": float(m[(m.metric == metric) & (m.k == k)]["value"].iloc[0])})
-    return pd.DataFrame(rows).assign(metric=f"{metric}@{k}", split=bench.split)
+    return pd.DataFrame(rows).assign(metric=f"{metric}@{k}", split=bench.split, within_stats=within_stats)
 
 
 def best_weight(sweep: pd.DataFrame) -> float:
@@ -38,3 +41,19 @@ def best_weight(sweep: pd.DataFrame) -> float:
     best = sweep["value"].max()
     tied = sweep[np.isclose(sweep["value"], best)]
     return float(tied.iloc[(tied["weight"] - 0.5).abs().argsort().iloc[0]]["weight"])
+
+
+def choose_within_stats(index: CorpusIndex, bench: Benchmark, metric: str = "ndcg", k: int = 10,
+                        grid: list[float] | None = None) -> tuple[str, float, pd.DataFrame]:
+    """BM25 statistics (`corpus` | `candidates`) and hybrid weight for a benchmark whose queries rank their own
+    candidates, chosen together on `bench` (a tune split) by `metric@k` of the hybrid sweep; ties keep `corpus`
+    (then the weight closest to 0.5). Returns (within_stats, weight, both sweeps). Benchmarks without candidate
+    sets get `corpus` (the statistics are then the corpus's by definition)."""
+    from causal_assets.core.retrievers.similarity import WITHIN_STATS
+
+    stats = WITHIN_STATS if bench.within else ("corpus",)
+    sweeps = pd.concat([sweep_fusion_weight(index, bench, grid, metric, k, within_stats=st) for st in stats],
+                       ignore_index=True)
+    best = {st: sweeps[sweeps["within_stats"] == st]["value"].max() for st in stats}
+    choice = max(stats, key=lambda st: (best[st] > best["corpus"] + 1e-9, st == "corpus"))
+    return choice, best_weight(sweeps[sweeps["within_stats"] == choice]), sweeps

@@ -3,16 +3,23 @@
 `tune(index, bench, spec, ...)` searches, per retriever, a small documented space (`DEFAULT_SPACES`) and records
 every trial it scores:
 
-- **hybrid**: the fusion weight, swept over precomputed score vectors (`fusion.sweep_fusion_weight`).
-- **rrf**: the RRF constant `c`.
+- **hybrid**: the fusion weight, swept over precomputed score vectors (`fusion.sweep_fusion_weight`), and where
+  queries rank their own candidate sets, BM25's statistics (`within_stats`: corpus | candidates).
+- **rrf**: the RRF constant `c` (and `within_stats`).
 - **cascade**, **entity_first**, **causal**: coordinate search from the retriever's defaults: each pass tries
   every value of one parameter with the others held at the current best, keeps a change only when it improves
   the metric, and stops after `passes` passes or a pass without improvement. Every scored point is a trial;
   identical points are scored once. Ties keep the current point, so defaults win unless something beats them.
 - **learned**: the causal-relevance model's hyperparameters (`learned.PARAM_GRID`) and its training target
   (qrels, or the Monte Carlo labels' ΔP where the train split has them), chosen by grouped (by query) K-fold
-  cross-validation on the ranking metric. Its first stage uses the tuned hybrid weight. The winner is refit on
+  cross-validation on the ranking metric. Its first stage uses the tuned hybrid weight and BM25 statistics. The winner is refit on
   the whole train split and returned as a model to store.
+- **fusion**: weighted RRF of other tuned retrievers (`fusion_members`, default learned + entity_first) at their
+  tuned params; runs after them, searches `c` and the learned ranking's weight. Its learned member ranks each train
+  query with the CV fold model that held it out (`OutOfFoldLearned`), so its figure is out-of-fold as learned's is.
+- **pairwise**: the top 2 re-selected as the best pair (joint coverage of the question's entities, title links)
+  over the first tuned of `pairwise_base` (default fusion, learned, entity_first); the zero weights (the base
+  itself) are the start, so it changes nothing unless the pair terms gain on train.
 - **causal**: runs after learned, so `shortlist: learned` can use the model just trained.
 
 Only the queries of the `bench` passed in are ever scored, and `tune` refuses a split listed in `forbidden`
@@ -40,7 +47,7 @@ from causal_assets.core.evaluation.runner import named_metric, parse_metric, run
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
 
-TUNABLE = ("hybrid", "rrf", "cascade", "entity_first", "learned", "causal")
+TUNABLE = ("hybrid", "rrf", "cascade", "entity_first", "learned", "fusion", "pairwise", "causal")
 # entity_first ranks a fixed candidate set per question (HotpotQA's own paragraphs); it needs `within`.
 NEEDS_WITHIN = ("entity_first",)
 ORDER = {name: i for i, name in enumerate(TUNABLE)}   # hybrid first (learned uses its weight), causal last
@@ -48,7 +55,6 @@ ORDER = {name: i for i, name in enumerate(TUNABLE)}   # hybrid first (learned us
 # Search spaces: parameter (dotted path into the retriever's params) -> values. The first value is not special:
 # the search starts from the retriever's defaults (`DEFAULT_POINTS`).
 DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
-    "rrf": {"c": [5, 10, 20, 40, 60, 100]},
     "cascade": {
         "tfidf.initial_k": [50, 100, 200, 400],
         "embedding.similarity_top_k": [10, 20, 50, 100],
@@ -57,12 +63,25 @@ DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
         "graph.min_edge_weight": [0.1, 0.3, 0.6],
         "graph.score_decay_factor": [0.5, 0.8],
     },
+    "rrf": {"c": [5, 10, 20, 40, 60, 100], "within_stats": ["corpus", "candidates"]},
+    # Every heuristic of the entity-first retriever (seal.py): none is hand-set on an evaluation split.
     "entity_first": {
         "dense_weight": [0.3, 0.5, 0.7],
+        "within_stats": ["corpus", "candidates"],
         "title_weight": [0.0, 1.0, 2.0, 3.0],
+        "title_match": [{}, {"entity": 0.6, "words": 0.3}, {"entity": 1.0, "words": 0.7},
+                        {"lowercase": 1.0, "nested": 1.0}],
+        "strong_title": [0.3, 0.5, 0.7],
+        "bridge": [True, False],
         "bridge_weight": [0.0, 0.3, 0.6],
         "max_repairs": [0, 1, 3],
     },
+    # RRF of the other tuned retrievers (`fusion_members`, each at its tuned params): the constant and the weight of
+    # the learned model's ranking (the others weigh 1).
+    "fusion": {"c": [1, 2, 5, 10, 20, 60], "weights.learned": [0.5, 1.0, 1.5, 2.0]},
+    # The top 2 re-selected as a pair over a tuned base (`pairwise_base`); 0/0 weights are the base itself.
+    "pairwise": {"pool": [3, 4, 5], "coverage_weight": [0.0, 0.5, 1.0, 2.0], "link_weight": [0.0, 0.5, 1.0],
+                 "use_ranks": [False, True]},
     "causal": {
         "shortlist": ["hybrid", "learned"],
         "shortlist_size": [5, 8, 10],
@@ -81,10 +100,13 @@ DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
     },
 }
 DEFAULT_POINTS: dict[str, dict[str, Any]] = {
-    "rrf": {"c": 60},
+    "fusion": {"c": 60, "weights.learned": 1.0},
+    "pairwise": {"pool": 4, "coverage_weight": 0.0, "link_weight": 0.0, "use_ranks": False},
     "cascade": {"tfidf.initial_k": 100, "embedding.similarity_top_k": 20, "embedding.similarity_cutoff": 0.6,
                 "graph.max_hops": 2, "graph.min_edge_weight": 0.3, "graph.score_decay_factor": 0.8},
-    "entity_first": {"dense_weight": 0.5, "title_weight": 2.0, "bridge_weight": 0.3, "max_repairs": 3},
+    "rrf": {"c": 60, "within_stats": "corpus"},
+    "entity_first": {"dense_weight": 0.5, "within_stats": "corpus", "title_weight": 2.0, "title_match": {},
+                     "strong_title": 0.5, "bridge": True, "bridge_weight": 0.3, "max_repairs": 3},
     "causal": {"shortlist": "hybrid", "shortlist_size": 8, "graph_candidates": 3,
                "weights": DEFAULT_SPACES["causal"]["weights"][0], "max_hops": 4, "hop_decay": 0.8,
                "min_relevance": 0.1},
@@ -103,6 +125,11 @@ class TuningSpec(BaseModel):
     min_mc_questions: int = Field(10, ge=2)      # delta_p is tried only with this many labelled train questions
     max_queries: dict[str, int] = Field(default_factory=lambda: {"causal": 150})  # per retriever, seeded sample
     spaces: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)       # overrides DEFAULT_SPACES entries
+    fusion_members: list[str] = Field(default_factory=lambda: ["learned", "entity_first"])  # fused at their tuned params
+    # learned: the tune splits of these other benchmarks (their own indexes) join the training rows; the CV folds and
+    # the figure stay on this benchmark's own tune split, the extra questions are in every training fold.
+    learned_extra: list[str] = Field(default_factory=list)
+    pairwise_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "entity_first"])  # first tuned one
     seed: int = 0
 
     def resolved_retrievers(self, listed: list[str], has_within: bool) -> list[str]:
@@ -114,8 +141,10 @@ class TuningSpec(BaseModel):
         names = [n for n in dict.fromkeys(names) if has_within or n not in NEEDS_WITHIN]
         return sorted(names, key=ORDER.__getitem__)
 
-    def space(self, name: str) -> dict[str, list[Any]]:
-        return {**DEFAULT_SPACES.get(name, {}), **self.spaces.get(name, {})}
+    def space(self, name: str, has_within: bool = True) -> dict[str, list[Any]]:
+        """The search space of a retriever; `within_stats` only where queries rank their own candidate sets."""
+        space = {**DEFAULT_SPACES.get(name, {}), **self.spaces.get(name, {})}
+        return space if has_within else {k: v for k, v in space.items() if k != "within_stats"}
 
 
 @dataclass
@@ -236,12 +265,14 @@ def coordinate_search(space: dict[str, list[Any]], start: dict[str, Any], score:
 
 def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[str, dict[str, Any]],
          neighbors=None, graph=None, mc_labels: pd.DataFrame | None = None, forbidden: tuple[str, ...] = (),
-         log: Callable[[str], None] = lambda m: None) -> TuningResult:
+         log: Callable[[str], None] = lambda m: None,
+         extra_sources: Callable[[str], tuple | None] | None = None) -> TuningResult:
     """Search every retriever of `spec.resolved_retrievers(listed)` on `bench` (module docstring).
 
     `listed`: the benchmark's evaluation retrievers and their fixed params (kept under the tuned ones, e.g.
     entity_first's budget `k`). `mc_labels`: Monte Carlo labels; only rows of `bench`'s questions are used.
-    `forbidden`: split names that must never be tuned on (the eval splits)."""
+    `forbidden`: split names that must never be tuned on (the eval splits). `extra_sources(name)`: (index, tune-split
+    Benchmark, graph) of another benchmark named in `spec.learned_extra`, or None when it is not available."""
     if bench.split in forbidden:
         raise ValueError(f"refusing to tune on split {bench.split!r}: it is an evaluation split")
     metric, k = parse_metric(spec.metric)
@@ -249,6 +280,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     rows: list[dict[str, Any]] = []
     best: dict[str, dict[str, Any]] = {}
     models: dict[str, Any] = {}
+    out_of_fold: dict[str, Any] = {}
     scored_queries: set[str] = set()
 
     def record(name: str, points: list[tuple[dict[str, Any], float]], evaluation: str, queries: int,
@@ -285,21 +317,28 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     with cached_query_vectors(index):
         for name in names:
             t0 = time.perf_counter()
-            space = spec.space(name)
+            space = spec.space(name, bench.within is not None)
             given = flat(listed.get(name, {}), space)
             fixed = nested({k_: v for k_, v in given.items() if k_ not in space})
             if name == "hybrid":
                 from causal_assets.core.tuning.fusion import sweep_fusion_weight
 
-                sweep = sweep_fusion_weight(index, bench, metric=metric, k=k)
+                # With candidate sets, both BM25 statistics (corpus | candidates) are swept; ties keep corpus.
+                stats = ("corpus", "candidates") if bench.within is not None else ("corpus",)
+                sweep = pd.concat([sweep_fusion_weight(index, bench, metric=metric, k=k, within_stats=st)
+                                   for st in stats], ignore_index=True)
                 scored_queries |= set(bench.query_ids())
                 per = (time.perf_counter() - t0) / max(len(sweep), 1)
-                record(name, [({"weight": float(w)}, float(v)) for w, v in zip(sweep["weight"], sweep["value"])],
+                record(name, [({"weight": float(w), **({"within_stats": st} if bench.within is not None else {})},
+                               float(v)) for w, v, st in zip(sweep["weight"], sweep["value"], sweep["within_stats"])],
                        "train", len(bench.query_ids()), [per] * len(sweep), fixed)
                 continue
             if name == "learned":
-                weight = best.get("hybrid", {}).get("params", {}).get("weight", 0.7)
-                model, points, secs, queries = _tune_learned(index, bench, spec, graph, mc_labels, weight, log)
+                hybrid = best.get("hybrid", {}).get("params", {})
+                model, points, secs, queries, oof = _tune_learned(index, bench, spec, graph, mc_labels,
+                                                                  hybrid.get("weight", 0.7), log,
+                                                                  hybrid.get("within_stats", "corpus"), extra_sources)
+                out_of_fold["learned"] = oof
                 scored_queries |= set(bench.query_ids())
                 chosen = record(name, points, f"cv{spec.cv_folds}", queries, secs, fixed)
                 models[name] = model
@@ -307,6 +346,20 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 chosen["chosen"] = chosen["params"]
                 chosen["params"] = {**fixed, "depth": model.extractor_settings["depth"], "model_path": "@learned"}
                 continue
+            if name == "fusion":
+                members = [m for m in spec.fusion_members if m in best]
+                if len(members) < 2:
+                    log(f"fusion: needs two tuned members of {spec.fusion_members}, has {members}: skipped")
+                    continue
+                fixed = {**fixed, "members": {m: best[m]["params"] for m in members}}
+                space = {k_: v for k_, v in space.items()
+                         if not k_.startswith("weights.") or k_.split(".", 1)[1] in members}
+            if name == "pairwise":
+                base = next((b for b in spec.pairwise_base if b in best), None)
+                if base is None:
+                    log(f"pairwise: none of {spec.pairwise_base} was tuned: skipped")
+                    continue
+                fixed = {**fixed, "base": {base: best[base]["params"]}}
             sub = sample_queries(bench, spec.max_queries.get(name), spec.seed)
             scored_queries |= set(sub.query_ids())
             seconds: list[float] = []
@@ -314,6 +367,10 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
             def score(point: dict[str, Any], name=name, sub=sub, fixed=fixed) -> float:
                 t = time.perf_counter()
                 params = {**fixed, **nested(point)}
+                if name in ("fusion", "pairwise"):
+                    # The learned member ranks each train query with the fold model that never saw it, so the
+                    # train figure of a combination is as out-of-sample as learned's own (cross-validated) one.
+                    params = _with_models(params, out_of_fold)
                 if name == "causal" and params.get("shortlist") == "learned":
                     if "learned" not in models:
                         seconds.append(time.perf_counter() - t)
@@ -338,6 +395,31 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     return TuningResult(trials, best, models, sorted(scored_queries))
 
 
+def _with_models(params: Any, retrievers: dict[str, Any]) -> Any:
+    """`params` with every `{"model_path": "@learned"}` given the retriever built in this run instead."""
+    if not isinstance(params, dict):
+        return params
+    out = {k: _with_models(v, retrievers) for k, v in params.items()}
+    if out.get("model_path") == "@learned" and "learned" in retrievers:
+        out.pop("model_path")
+        out["retriever"] = retrievers["learned"]
+    return out
+
+
+class OutOfFoldLearned:
+    """The learned retriever over the tune split's own queries, each ranked by the model of the CV fold that
+    held it out (a query not in any fold - not a train query - by the first fold's model)."""
+
+    name = "learned"
+
+    def __init__(self, retrievers: list[Any], fold_of_text: dict[str, int]):
+        self.retrievers, self.fold_of_text = retrievers, fold_of_text
+
+    def retrieve_many(self, queries: list[str], k: int, within: list[list[str]] | None = None):
+        return [self.retrievers[self.fold_of_text.get(q, 0)].retrieve_many([q], k, [within[i]] if within else None)[0]
+                for i, q in enumerate(queries)]
+
+
 def labels_of(bench: Benchmark, mc_labels: pd.DataFrame | None) -> pd.DataFrame | None:
     """The Monte Carlo labels of `bench`'s own questions: labels are computed on a split (HotpotQA: `dev`) that
     also holds held-out questions, and those must not reach the tuner."""
@@ -347,7 +429,7 @@ def labels_of(bench: Benchmark, mc_labels: pd.DataFrame | None) -> pd.DataFrame 
 
 
 def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph, mc_labels, weight: float,
-                  log: Callable[[str], None]):
+                  log: Callable[[str], None], within_stats: str = "corpus", extra_sources=None):
     """Grouped-CV choice of target and hyperparameters, then the refit model. Returns (model, [(point, cv value)],
     seconds per trial, queries)."""
     from causal_assets.core.retrievers.features import FeatureExtractor
@@ -355,19 +437,37 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
         fit_model
 
     t0 = time.perf_counter()
-    extractor = FeatureExtractor(index, graph, weight=weight)
+    extractor = FeatureExtractor(index, graph, weight=weight, within_stats=within_stats)
     qids = bench.query_ids()
     table = candidate_table(extractor, {q: bench.queries[q] for q in qids},
                             index.embedder.encode_queries([bench.queries[q] for q in qids]), bench.within)
     log(f"learned: {len(table)} candidate rows for {len(qids)} train queries in {time.perf_counter() - t0:.1f}s "
-        f"(first stage: hybrid, weight {weight})")
+        f"(first stage: hybrid, weight {weight}, BM25 statistics {within_stats})")
+    extra_qrels: dict[str, dict[str, float]] = {}
+    extra_counts: dict[str, int] = {}
+    for other in spec.learned_extra:
+        source = extra_sources(other) if extra_sources is not None and other != bench.name else None
+        if source is None:
+            log(f"learned: extra training benchmark {other!r} not available: left out")
+            continue
+        x_index, x_bench, x_graph = source
+        x_ids = x_bench.query_ids()
+        key = {q: f"{other}:{q}" for q in x_ids}   # query ids of another benchmark, kept apart from ours
+        x_table = candidate_table(FeatureExtractor(x_index, x_graph, weight=weight, within_stats=within_stats),
+                                  {key[q]: x_bench.queries[q] for q in x_ids},
+                                  x_index.embedder.encode_queries([x_bench.queries[q] for q in x_ids]),
+                                  {key[q]: x_bench.within[q] for q in x_ids} if x_bench.within else None)
+        table = pd.concat([table, x_table], ignore_index=True)
+        extra_qrels.update({key[q]: x_bench.qrels[q] for q in x_ids})
+        extra_counts[f"{other}/{x_bench.split}"] = len(x_ids)
+        log(f"learned: + {len(x_ids)} questions of {other}/{x_bench.split} in every training fold")
     labels = labels_of(bench, mc_labels)
     targets = [t for t in spec.learned_targets
                if t == "qrels" or (t == "delta_p" and labels is not None
                                    and labels["question_id"].nunique() >= spec.min_mc_questions)]
     points, secs, tables = [], [], {}
     for target in targets:
-        tables[target] = attach_target(table, target, bench.qrels, labels)
+        tables[target] = attach_target(table, target, {**bench.qrels, **extra_qrels}, labels)
         for params in PARAM_GRID:
             t = time.perf_counter()
             value, _ = cross_validate(tables[target], target, params, bench.qrels, spec.metric, spec.cv_folds,
@@ -377,5 +477,17 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
             log(f"learned: target {target} {params}: cv {spec.metric} {value:.4f}")
     point, _ = max(points, key=lambda p: p[1])
     model = fit_model(tables[point["target"]], point["target"], point["hyperparameters"], extractor.settings(),
-                      {"benchmark": bench.name, "split": bench.split, "metric": spec.metric})
-    return model, points, secs, len(qids)
+                      {"benchmark": bench.name, "split": bench.split, "metric": spec.metric,
+                       "extra_train": extra_counts})
+    # The chosen point's fold models (the folds `cross_validate` used), for out-of-fold figures of combinations.
+    from causal_assets.core.retrievers.learned import LearnedRetriever, query_folds
+
+    chosen = tables[point["target"]]
+    judged = [q for q in chosen["query_id"].unique() if q in bench.qrels]
+    fold_models, fold_of_text = [], {}
+    for f, fold in enumerate(query_folds(judged, spec.cv_folds, spec.seed)):
+        held = chosen["query_id"].isin(fold).to_numpy()
+        fold_models.append(LearnedRetriever(index, fit_model(chosen[~held], point["target"], point["hyperparameters"],
+                                                             extractor.settings()), graph))
+        fold_of_text.update({bench.queries[q]: f for q in fold})
+    return model, points, secs, len(qids), OutOfFoldLearned(fold_models, fold_of_text)
