@@ -40,7 +40,9 @@ def test_causal_search_for_a_submitted_query(resources, tmp_path):
     assert mat.metadata["report"].value.startswith("#")
     import duckdb
 
-    with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
+from causal_assets.core.catalog import DuckDBCatalog
+
+    with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         assert con.execute("select count(*) from causal_search_runs").fetchone()[0] == 1
         assert con.execute("select count(*) from retrieval_results").fetchone()[0] == 10
 
