@@ -21,6 +21,8 @@ def quiet() -> None:
         os.environ.setdefault(name, value)
     warnings.simplefilter("ignore")
     logging.basicConfig(level=logging.ERROR)
+    for handler in logging.getLogger().handlers:  # libraries that set their own logger to DEBUG (bm25s) included
+        handler.setLevel(logging.ERROR)
 
 
 def say(message: str) -> None:

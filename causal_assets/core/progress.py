@@ -26,9 +26,9 @@ def duration(seconds: float) -> str:
 
 class Progress:
     def __init__(self, total: int, what: str, emit: Callable[[str], None] | None = None, every_s: float = 5.0,
-                 unit: str = "/s"):
+                 unit: str = "/s", started: float | None = None):
         self.total, self.what, self.emit, self.every_s, self.unit = total, what, emit, every_s, unit
-        self.t0 = time.monotonic()
+        self.t0 = time.monotonic() if started is None else started  # `started`: a time.monotonic() value
         self._last = -1e9
         self.lines: list[str] = []
 

@@ -68,10 +68,12 @@ def corpus_embeddings(context: AssetExecutionContext, config: EmbeddingConfig, s
     texts = chunk_texts(corpus_chunks)
     hashes = corpus_chunks["content_hash"].tolist()
     reporter: list[Progress] = []
+    started = time.monotonic()
 
     def progress(done: int, total: int) -> None:  # done/total, rate and ETA in the log (and on the CLI's terminal)
         if not reporter:
-            reporter.append(Progress(total, f"embedding {context.partition_key} chunks", context.log.info, every_s=10))
+            reporter.append(Progress(total, f"embedding {context.partition_key} chunks", context.log.info, every_s=10,
+                                     started=started))
         reporter[0].update(done)
 
     embedder = Embedder(config.model, config.batch_size)

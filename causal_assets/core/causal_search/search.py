@@ -29,6 +29,7 @@ from causal_assets.core.causal_search.context import (DEFAULT_K, DEFAULT_MAX_TOK
 from causal_assets.core.causal_search.inbox import query_id
 from causal_assets.core.causal_search.grounding import check_grounding, no_evidence_answer
 from causal_assets.core.causal_search.tokens import num_tokens, tokenizer_name
+from causal_assets.core.graph.store import CODE_KINDS
 from causal_assets.core.llm.errors import LLMInfrastructureError
 
 log = logging.getLogger(__name__)
@@ -174,9 +175,16 @@ class CausalSearchResult:
     grounding: dict = field(default_factory=dict)
 
     def sources(self) -> list[dict]:
-        """The text units the model was shown, in prompt order: {id, title, text}."""
-        return [{"id": u.get("id"), "title": u.get("title", ""), "text": u.get("text", "")}
-                for u in self.network_data.get("text_units") or []]
+        """The chunks the model was shown, in prompt order: {id, title, text}: the text units, then the code symbols
+        among the entities (a code graph's entity is a chunk; its text unit may not fit the budget)."""
+        out = [{"id": u.get("id"), "title": u.get("title", ""), "text": u.get("text", "")}
+               for u in self.network_data.get("text_units") or []]
+        seen = {s["id"] for s in out}
+        for e in self.network_data.get("entities") or []:
+            if e.get("type") in CODE_KINDS and e.get("id") not in seen:
+                seen.add(e.get("id"))
+                out.append({"id": e.get("id"), "title": e.get("entity", ""), "text": e.get("description", "")})
+        return out
 
     def metadata(self) -> dict:
         d = asdict(self)
