@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from dagster import DagsterInstance
-
 from causal_assets.cli import EXIT_POOL_BLOCKED
 from causal_assets.commands import needs, say
 from causal_assets.commands.build import build as build_assets
-from causal_assets.commands.build import ensure_built, execute, failure_line, interrupt_on_sigterm
+from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
 from causal_assets.commands.search import snippet
 from causal_assets.core.causal_search import inbox
 from causal_assets.core.causal_search.inbox import MAX_QUERY_CHARS
@@ -53,7 +51,7 @@ def ask(args) -> int:
     t_start = time.monotonic()
     ensure_built(args.base_path, args.corpus, needs.required(dense=True, entity_vectors=True), args.no_build,
                  why="ask", verbose=args.verbose)
-    instance = DagsterInstance.get()
+    instance = cli_instance()
     t0 = time.monotonic()
     free, holders = wait_for_slot(instance, LLM_POOL, args.wait, on_wait=lambda h: say(
         f"waiting up to {args.wait:.0f}s for a free {LLM_POOL!r} slot (held by {', '.join(x.describe() for x in h)})"))

@@ -11,13 +11,15 @@ CANCELED, frees its pool slots and exits 130. It also bounds the wait for an `ll
 """
 from __future__ import annotations
 
+import functools
 import os
+import select
 import signal
-import sys
 import threading
 import time
 
 from dagster import AssetKey, DagsterInstance
+from dagster._core.instance.ref import InstanceRef
 from dagster._core.utils import make_new_run_id
 from dagster._utils.interrupts import check_captured_interrupt
 
@@ -26,6 +28,7 @@ from causal_assets.commands import needs, say
 from causal_assets.core import progress
 from causal_assets.core.errors import CausalAssetsError
 from causal_assets.core.llm.server import stop_all
+from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.core.progress import duration
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.run_health import blocked_message, pool_holders, reap_dead_runs
@@ -43,6 +46,20 @@ class NotBuilt(CausalAssetsError):
 
 class RunFailed(CausalAssetsError):
     """A run the CLI started failed: one line naming the step and its error, and the run id."""
+
+
+# Runs the CLI executes keep their events in the instance, but not a capture of the process's stdout/stderr: that
+# capture pipes them through helper processes in the terminal's process group, which Ctrl-C kills mid-write.
+NO_COMPUTE_LOGS = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
+                                    "class": "NoOpComputeLogManager"}}
+
+
+@functools.lru_cache(maxsize=1)
+def cli_instance() -> DagsterInstance:
+    """The instance of $DAGSTER_HOME (default: the checkout's data/dagster_home, as in the README)."""
+    home = os.environ.get("DAGSTER_HOME") or str(PROJECT_ROOT / "data" / "dagster_home")
+    os.makedirs(home, exist_ok=True)
+    return DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=NO_COMPUTE_LOGS))
 
 
 def quiet_run_config(verbose: bool) -> dict:
@@ -63,34 +80,50 @@ class Supervisor:
         self.pool_wait_s = 0.0
         self._blocked_since: float | None = None
         self._next_pool_check = 0.0
+        # Every signal that reaches a Python-level handler also writes its number to this pipe, whichever handler
+        # Dagster has installed at that moment: inside a step it raises an exception into user code, which an
+        # import or a library may swallow, so the flag `check_captured_interrupt` reads is not enough.
+        self._wakeup_r, wakeup_w = os.pipe()
+        os.set_blocking(wakeup_w, False)
+        if threading.current_thread() is threading.main_thread():
+            signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
         threading.Thread(target=self._loop, name="causal-assets-supervisor", daemon=True).start()
 
-    def watch(self, run_id: str, pool: str | None = None, pool_wait_s: float = 0.0) -> None:
+    def watch(self, run_id: str | None, pool: str | None = None, pool_wait_s: float = 0.0) -> None:
         self.run_id, self.pool, self.pool_wait_s, self._blocked_since = run_id, pool, pool_wait_s, None
+
+    def _signalled(self) -> bool:
+        ready, _, _ = select.select([self._wakeup_r], [], [], self.poll_s)
+        if not ready:
+            return False
+        received = os.read(self._wakeup_r, 64)
+        return any(b in (signal.SIGINT, signal.SIGTERM) for b in received)
 
     def _loop(self) -> None:
         while True:
-            time.sleep(self.poll_s)
             try:
-                if self.run_id and check_captured_interrupt():
+                signalled = self._signalled()
+                if self.run_id and (signalled or check_captured_interrupt()):
                     self.cancel()
                 if self.run_id and self.pool and time.monotonic() >= self._next_pool_check:
                     self._next_pool_check = time.monotonic() + 1.0
                     self._check_pool()
             except Exception as e:  # never let the supervisor kill a healthy run
-                print(f"causal-assets: supervisor: {e}", file=sys.stderr, flush=True)
+                say(f"supervisor: {e}")
                 return
 
     def cancel(self) -> None:
-        run_id = self.run_id
-        pids = stop_all()
-        run = self.instance.get_run_by_id(run_id)
-        if run is not None and not run.is_finished:
-            self.instance.report_run_canceled(run, "Interrupted (Ctrl-C or SIGTERM) in causal-assets")
-        self.instance.event_log_storage.free_concurrency_slots_for_run(run_id)
-        server = f"; stopped the local LLM server (pid {', '.join(map(str, pids))})" if pids else ""
-        say(f"interrupted{server}; run {run_id} marked CANCELED")
-        os._exit(EXIT_INTERRUPTED)  # the main thread is inside Dagster's step execution
+        try:
+            run_id = self.run_id
+            pids = stop_all()
+            run = self.instance.get_run_by_id(run_id)
+            if run is not None and not run.is_finished:
+                self.instance.report_run_canceled(run, "Interrupted (Ctrl-C or SIGTERM) in causal-assets")
+            self.instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+            server = f"; stopped the local LLM server (pid {', '.join(map(str, pids))})" if pids else ""
+            say(f"interrupted{server}; run {run_id} marked CANCELED")
+        finally:
+            os._exit(EXIT_INTERRUPTED)  # the main thread is inside Dagster's step execution
 
     def _check_pool(self) -> None:
         storage = self.instance.event_log_storage
@@ -109,7 +142,7 @@ class Supervisor:
         if run is not None and not run.is_finished:
             self.instance.report_run_failed(run, f"causal-assets gave up waiting for a {self.pool!r} slot: {message}")
         storage.free_concurrency_slots_for_run(self.run_id)
-        print(f"causal-assets: {message}\nrun {self.run_id} marked FAILURE", file=sys.stderr, flush=True)
+        say(f"{message}\nrun {self.run_id} marked FAILURE")
         os._exit(EXIT_POOL_BLOCKED)
 
 
@@ -146,7 +179,7 @@ def execute(job_name: str, partition_key: str, assets: list[str] | None = None, 
     failed step)."""
     from causal_assets.definitions import defs  # the whole code location; only the commands that run jobs load it
 
-    instance = DagsterInstance.get()
+    instance = cli_instance()
     run_id = make_new_run_id()
     supervisor(instance).watch(run_id, pool, pool_wait_s)
     progress.terminal = None if verbose else (lambda line: say(line))
@@ -156,6 +189,7 @@ def execute(job_name: str, partition_key: str, assets: list[str] | None = None, 
             asset_selection=[AssetKey(a) for a in assets] if assets else None,
             run_config={**quiet_run_config(verbose), **(run_config or {})})
     finally:
+        supervisor(instance).watch(None)  # between runs an interrupt is a KeyboardInterrupt in the main thread
         progress.terminal = None
         # Dagster restores SIGTERM to the SIGINT handler it found, which is SIG_IGN when the shell started us in the
         # background: SIGTERM must keep working after a run.
