@@ -25,17 +25,11 @@ def quiet() -> None:
         handler.setLevel(logging.ERROR)
 
 
-# The terminal's stderr as it was when the command started: status lines must reach the user even while a run
-# redirects the process's own stdout/stderr, and after Ctrl-C killed whatever a run had attached to them.
-_terminal = os.fdopen(os.dup(2), "w", buffering=1, closefd=True)
-
-
 def say(message: str) -> None:
     """A status line for the user (stderr, so stdout stays the result)."""
     try:
-        _terminal.write(f"causal-assets: {message}\n")
-        _terminal.flush()
-    except (OSError, ValueError):
+        print(f"causal-assets: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # a closed or broken stderr must not stop an interrupt's clean-up
         pass
 
 

@@ -49,8 +49,6 @@ def ask(args) -> int:
         raise ValueError(f"--wait must be at least 0 seconds (got {args.wait})")
 
     t_start = time.monotonic()
-    ensure_built(args.base_path, args.corpus, needs.required(dense=True, entity_vectors=True), args.no_build,
-                 why="ask", verbose=args.verbose)
     instance = cli_instance()
     t0 = time.monotonic()
     free, holders = wait_for_slot(instance, LLM_POOL, args.wait, on_wait=lambda h: say(
@@ -58,6 +56,8 @@ def ask(args) -> int:
     if not free:
         say(blocked_message(LLM_POOL, holders, time.monotonic() - t0))
         return EXIT_POOL_BLOCKED
+    ensure_built(args.base_path, args.corpus, needs.required(dense=True, entity_vectors=True), args.no_build,
+                 why="ask", verbose=args.verbose)
     qid = inbox.submit(QUERIES_DIR, args.query, args.corpus, known_corpora=known)
     instance.add_dynamic_partitions(query_partitions.name, [qid])
     say(f"answering from corpus {args.corpus!r} with the local LLM (question {qid})")

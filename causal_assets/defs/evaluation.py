@@ -44,8 +44,8 @@ class EvaluationConfig(Config):
           AssetDep(TUNED), AssetDep("mc_labels")],
     # Eager: a new tuned configuration re-runs the evaluation; a benchmark never tuned does not block it.
     outs={
-        "evaluation_metrics": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="benchmark, split, truth (qrels: the benchmark's judgements; mc_labels: the Monte Carlo labels' YES documents graded by effect, on the labelled questions), retriever, metric, k, value"),
-        "evaluation_runs": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Top results per query and retriever."),
+        "evaluation_metrics": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Every retriever's metrics (nDCG, MAP, MRR, recall, precision, hit rate at several k) per benchmark split, against the benchmark's judgements (truth qrels) and against the Monte Carlo labels (truth mc_labels); the report with intervals and significance is in the metadata."),
+        "evaluation_runs": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Each retriever's ranked results per question (top 100)."),
         "evaluation_failures": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Why a query found no relevant document in the top 10, per query and retriever: vocabulary mismatch, too vague a query, a distractor sharing the keywords, or other (rules in the report)."),
         "evaluation_queries": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="The evaluated questions (benchmark, split, query_id, text), to join runs and failures to their text."),
         "evaluation_qrels": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="The benchmark's judgements of the evaluated questions (benchmark, split, query_id, chunk_id, relevance)."),

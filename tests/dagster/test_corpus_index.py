@@ -144,7 +144,7 @@ def test_cli_search(resources, capsys):
     hits = json.loads(capsys.readouterr().out)
     assert hits[0]["title"] == "Neil Peart" and len(hits) == 2
     assert main(["--base-path", base, "search", "x", "--corpus", "missing"]) == 2
-    assert "not materialized yet" in capsys.readouterr().err
+    assert "unknown corpus 'missing'" in capsys.readouterr().err
 
 
 def test_cli_search_with_cascade_and_entity_first(resources, capsys):
