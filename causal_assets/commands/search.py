@@ -75,6 +75,7 @@ def search(args) -> int:
         print(json.dumps([h.__dict__ for h in hits], indent=2))
         return 0
     for h in hits:
-        print(f"{h.rank:>3}  {h.score:8.4f}  {h.chunk_id}  [{h.kind}]")
+        title = f"  {h.title}" if h.title and h.title not in h.chunk_id else ""  # code: the title is the id
+        print(f"{h.rank:>3}  {h.score:8.4f}  {h.chunk_id}  [{h.kind}]{title}")
         print(f"{'':15}{snippet(index.text(h.chunk_id), h.chunk_id, h.title)}")
     return 0
