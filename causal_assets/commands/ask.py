@@ -80,7 +80,8 @@ def ask(args) -> int:
         print(f"\nSources (corpus {args.corpus!r}, {len(sources)} text units shown to the model):")
         for i, s in enumerate(sources[:SOURCES_SHOWN], 1):
             title, text = texts.get(s["chunk_id"], (s.get("title", ""), ""))
-            print(f"  {i}. {s['chunk_id']}  {snippet(text, s['chunk_id'], title, 90)}")
+            named = f"{title}: " if title and title not in s["chunk_id"] else ""
+            print(f"  {i}. {s['chunk_id']}  {named}{snippet(text, s['chunk_id'], title, 90)}")
         if len(sources) > SOURCES_SHOWN:
             print(f"  ... and {len(sources) - SOURCES_SHOWN} more in the report")
     else:

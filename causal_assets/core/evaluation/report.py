@@ -106,9 +106,10 @@ def label_summary(labels: pd.DataFrame) -> list[str]:
     counts = own["label"].value_counts()
     n = len(own)
     per_q = own.groupby("question_id")
+    estimator = (f", estimator `{', '.join(sorted(own['estimator'].astype(str).unique()))}`"
+                 if "estimator" in own else "")
     lines = ["## Monte Carlo labels", "",
-             f"- {own['question_id'].nunique()} questions, {n} judged (question, document) pairs, estimator "
-             f"`{', '.join(sorted(own['estimator'].astype(str).unique()))}`" if "estimator" in own else "",
+             f"- {own['question_id'].nunique()} questions, {n} judged (question, document) pairs{estimator}",
              "- labels: " + ", ".join(f"{lab} {int(counts.get(lab, 0))} ({counts.get(lab, 0) / max(n, 1):.0%})"
                                       for lab in ("YES", "NO", "UNCERTAIN")),
              f"- YES documents per question: median {per_q['label'].apply(lambda s: (s == 'YES').sum()).median():g}"]
@@ -120,7 +121,7 @@ def label_summary(labels: pd.DataFrame) -> list[str]:
             lines.append(f"- YES rate among the pool's seed documents (gold or their graph neighbours): "
                          f"{(seeds['label'] == 'YES').mean():.0%}; among the others: "
                          f"{(own[own['origin'] != 'seed']['label'] == 'YES').mean():.0%}")
-    return [ln for ln in lines if ln != ""] + [""]
+    return lines + [""]
 
 
 def failure_examples(failures: pd.DataFrame, queries: dict[str, dict[str, str]], retriever: str,
