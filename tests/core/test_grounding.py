@@ -84,3 +84,19 @@ def test_precomputed_entity_vectors_are_used():
 
     again = GraphContextBuilder(nodes, edges, frame, embed=refuse, embed_query=hash_embed, entity_vectors=vectors)
     assert np.allclose(again.entity_vectors, builder.entity_vectors)
+
+
+def test_entities_the_question_names_come_first():
+    rows = [("entity:counterparts", "Counterparts", "an album"), ("entity:canada", "Canada", "a country"),
+            ("entity:rush", "Rush", "a band")]
+    nodes = pd.DataFrame({"corpus": "c", "node_id": [r[0] for r in rows], "node_type": "entity",
+                          "name": [r[1] for r in rows], "chunk_id": "", "description": [r[2] for r in rows],
+                          "rank": 1, "community": -1, "attributes": "{}"})
+    edges = pd.DataFrame(columns=["corpus", "source", "target", "edge_type", "weight", "evidence"])
+
+    def canada_first(texts):  # an embedding that prefers the wrong entity
+        return np.asarray([[1.0, 0.0] if "Canad" in t else [0.0, 1.0] for t in texts], dtype=np.float32)
+
+    builder = GraphContextBuilder(nodes, edges, None, embed=canada_first)
+    entities, _ = builder.map_query_to_entities("Which Canadian band released the song Counterparts?", 2)
+    assert entities[0]["node_id"] == "entity:counterparts"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -185,6 +186,7 @@ class GraphContextBuilder:
         self._embed = embed
         self._embed_query = embed_query or embed
         self._entity_vectors: np.ndarray | None = None
+        self._names: dict[str, list[int]] | None = None
 
         ent = entity_nodes(nodes)
         self.entity_table = ent
@@ -237,13 +239,31 @@ class GraphContextBuilder:
             self._entity_vectors = _VECTOR_CACHE[key]
         return self._entity_vectors
 
+    def named_in(self, query: str) -> list[int]:
+        """Rows of the entities the query names literally (whole words, case-insensitive, names of 4+ characters),
+        longest name first: "Counterparts" in "Which band released the song Counterparts?"."""
+        if self._names is None:
+            self._names = {}
+            for i, name in enumerate(self.entity_table["name"].astype(str)):
+                key = " ".join(re.findall(r"\w+", name.casefold()))
+                if len(key) >= 4:
+                    self._names.setdefault(key, []).append(i)
+        words = re.findall(r"\w+", query.casefold())
+        found = []
+        for size in range(min(6, len(words)), 0, -1):
+            for start in range(len(words) - size + 1):
+                found += self._names.get(" ".join(words[start:start + size]), [])
+        return list(dict.fromkeys(found))
+
     def map_query_to_entities(self, query: str, n: int) -> tuple[list[dict], dict[str, float]]:
-        """The n entities most similar to the query (cosine), best first."""
+        """The n entities for the query, best first: those it names literally, then the most similar (cosine)."""
         if self.entity_table.empty or n <= 0:
             return [], {}
         q = np.asarray(self._embed_query([query]), dtype=np.float32)[0]
         sims = self.entity_vectors @ q
-        order = np.argsort(-sims, kind="stable")[:n]
+        named = self.named_in(query)
+        rest = [i for i in np.argsort(-sims, kind="stable") if i not in set(named)]
+        order = np.asarray((named + rest)[:n], dtype=int)
         rows = self.entity_table.iloc[order].to_dict("records")
         return rows, {r["node_id"]: float(sims[i]) for r, i in zip(rows, order)}
 
