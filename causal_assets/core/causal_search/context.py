@@ -240,18 +240,23 @@ class GraphContextBuilder:
         return self._entity_vectors
 
     def named_in(self, query: str) -> list[int]:
-        """Rows of the entities the query names literally (whole words, case-insensitive, names of 4+ characters),
-        longest name first: "Counterparts" in "Which band released the song Counterparts?"."""
+        """Rows of the entities the query names literally (whole words, names of 4+ characters; a one-word name only
+        where the query capitalises it), longest name first: "Counterparts" in "Which band released the song
+        Counterparts?"."""
         if self._names is None:
             self._names = {}
             for i, name in enumerate(self.entity_table["name"].astype(str)):
                 key = " ".join(re.findall(r"\w+", name.casefold()))
                 if len(key) >= 4:
                     self._names.setdefault(key, []).append(i)
-        words = re.findall(r"\w+", query.casefold())
+        tokens = re.findall(r"\w+", query)
+        words = [t.casefold() for t in tokens]
         found = []
         for size in range(min(6, len(words)), 0, -1):
             for start in range(len(words) - size + 1):
+                # one word names an entity only where the query writes it as a name ("Counterparts", not "rock")
+                if size == 1 and not (start > 0 and tokens[start][:1].isupper()):
+                    continue
                 found += self._names.get(" ".join(words[start:start + size]), [])
         return list(dict.fromkeys(found))
 
