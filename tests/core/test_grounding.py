@@ -43,6 +43,7 @@ def test_terms_not_in_the_evidence_are_flagged():
                          ["Counterparts is the fifteenth album by Canadian rock band Rush."])
     assert ok.grounded and ok.note() == ""
     assert "Rush" in distinctive_terms("It was Rush, in 1993.") and "1993" in distinctive_terms("in 1993.")
+    assert distinctive_terms("Dijkstra's algorithm") == ["Dijkstra"]
 
 
 def test_no_evidence_means_no_llm_call_and_a_plain_answer():

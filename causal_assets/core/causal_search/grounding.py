@@ -32,7 +32,7 @@ def no_evidence_answer(corpus: str) -> str:
 def distinctive_terms(text: str) -> list[str]:
     out = []
     for m in _DISTINCTIVE.finditer(text or ""):
-        term = m.group(0).strip(".,'-")
+        term = re.sub(r"['’]s$", "", m.group(0)).strip(".,'-")  # Dijkstra's -> Dijkstra
         if term and term not in _COMMON and term not in out and len(term) > 1:
             out.append(term)
     return out
