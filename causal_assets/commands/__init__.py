@@ -9,6 +9,8 @@ import os
 import sys
 import warnings
 
+from causal_assets.core.errors import CausalAssetsError
+
 MODULES = {"search": "search", "ask": "ask", "build": "ask", "catalog": "data", "sql": "data",
            "export_labels": "data"}
 
@@ -40,14 +42,13 @@ def run(args) -> int:
         module = importlib.import_module(f"causal_assets.commands.{MODULES[args.command]}")
         return getattr(module, args.command)(args)
     except KeyboardInterrupt:
+        # Only here: causal_assets.core.llm imports the openai client (seconds), which `search` never needs.
         from causal_assets.core.llm.server import stop_all
 
         stopped = stop_all()
         say("interrupted" + (f"; stopped the local LLM server (pid {', '.join(map(str, stopped))})" if stopped else ""))
         return 130
     except Exception as e:
-        from causal_assets.core.errors import CausalAssetsError
-
         if isinstance(e, FileNotFoundError):
             say(f"{e.filename or e}: not found")
             return 2

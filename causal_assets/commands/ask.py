@@ -15,6 +15,7 @@ from causal_assets.core.causal_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.corpus.registry import available_corpora
 from causal_assets.core.progress import duration
 from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.defs.search import QUERIES_DIR, query_partitions
 from causal_assets.run_health import LLM_POOL, blocked_message, wait_for_slot
 
 SOURCES_SHOWN = 5
@@ -35,8 +36,6 @@ def ask(args) -> int:
     """Submit the question and run retrieval + causal search for it now, in this process (the runs show up in the
     UI when DAGSTER_HOME is the one `dagster dev` uses). The LLM step needs a slot of the `llm` pool: slots held by
     dead runs are freed, and the wait for a slot is bounded by --wait (exit 3 with the holders named)."""
-    from causal_assets.defs.search import QUERIES_DIR, query_partitions
-
     interrupt_on_sigterm()
     # Refused before anything exists: no record, no partition, no run for a bad corpus or query.
     known = available_corpora()

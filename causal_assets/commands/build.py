@@ -26,6 +26,7 @@ from dagster._utils.interrupts import check_captured_interrupt
 from causal_assets.cli import EXIT_INTERRUPTED, EXIT_POOL_BLOCKED
 from causal_assets.commands import needs, say
 from causal_assets.core import progress
+from causal_assets.core.corpus.registry import available_corpora
 from causal_assets.core.errors import CausalAssetsError
 from causal_assets.core.llm.server import stop_all
 from causal_assets.core.paths import PROJECT_ROOT
@@ -222,8 +223,6 @@ def estimate_seconds(base, corpus: str, todo: list[str]) -> float | None:
 def ensure_built(base, corpus: str, wanted: list[str], no_build: bool, why: str, verbose: bool = False) -> None:
     """Materialize what is missing of `wanted` for `corpus` (saying what and about how long), or with `no_build`
     refuse in one line naming the command that builds it."""
-    from causal_assets.core.corpus.registry import available_corpora
-
     todo = needs.missing(base, corpus, wanted)
     if not todo:
         return

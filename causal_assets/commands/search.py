@@ -54,6 +54,8 @@ def search(args) -> int:
     if args.method in METHODS:
         hits = index.search(query, k=args.k, method=args.method)
     else:
+        # Only for the composite methods: the retrievers import scikit-learn, networkx and more (seconds), which a
+        # BM25 search must not pay.
         from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
         from causal_assets.core.retrievers.factory import build_retriever
 
