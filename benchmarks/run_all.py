@@ -39,11 +39,12 @@ SUITE = [
     ("mc_simulation", "mc_simulation.py", [], ["--scenarios", "30"], False),
     ("mc_cost", "mc_cost.py", [], [], True),
     ("scaling", "scaling.py", [], [], True),
+    ("cli_timings", "cli_timings.py", [], [], True),  # needs the default corpus built (README command 1)
     ("lineage_e2e", "lineage_e2e.py", [], None, False),  # None: not run with --quick
 ]
 TOPICS = [s[0] for s in SUITE]
 ORDER = ["embedding_throughput", "incremental_reindex", "query_latency", "scaling", "bm25_qps", "metrics_speed",
-         "mc_cost", "lineage_e2e"]
+         "mc_cost", "cli_timings", "lineage_e2e"]
 
 
 def run_suite(quick: bool, topics: list[str]) -> dict:

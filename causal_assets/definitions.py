@@ -35,19 +35,26 @@ def lineage_selection() -> AssetSelection:
 # The main job: the whole default lineage.
 default_lineage_job = define_asset_job("default_lineage_job", selection=lineage_selection(),
                                        description="Materialize the default lineage for one corpus partition.")
+# What `causal-assets search` / `ask` build for a corpus they find missing (`causal-assets build CORPUS`).
+corpus_build_job = define_asset_job("corpus_build_job", partitions_def=corpus_partitions,
+                                    selection=AssetSelection.assets("corpus_chunks", "corpus_embeddings",
+                                                                    "sparse_postings", "sparse_vocabulary",
+                                                                    "graph_nodes", "graph_edges",
+                                                                    "graph_entity_embeddings"),
+                                    description="Index one corpus and build its graph: what search and ask need.")
 evaluation_job = define_asset_job("evaluation_job", selection=AssetSelection.groups(evaluation.GROUP),
                                   description="Evaluate every configured retriever on one benchmark partition.")
 
 defs = Definitions(
     # Where steps run is configuration: CAUSAL_ASSETS_EXECUTOR=multiprocess (default) | in_process | k8s | docker.
     executor=executor_from_env(),
-    assets=[corpus.corpus_chunks, corpus.corpus_embeddings, corpus.sparse_index, graph.entity_graph,
+    assets=[corpus.corpus_chunks, corpus.corpus_embeddings, corpus.sparse_index, graph.entity_graph, graph.graph_entity_embeddings,
             labels.candidate_pools, labels.mc_trials, labels.mc_labels, labels.label_quality,
             tuning.tuned_retriever_configs,
             evaluation.evaluation_report,
             search.retrieval_results, search.causal_search, sharding.embedding_shards,
             label_shards.mc_trial_shards, export.labels_export],
-    jobs=[automation.corpus_index_job, automation.labels_and_evaluation_job, default_lineage_job, evaluation_job,
+    jobs=[automation.corpus_index_job, automation.labels_and_evaluation_job, default_lineage_job, corpus_build_job, evaluation_job,
           search.search_job, sharding.embedding_shards_job, label_shards.label_shards_job],
     schedules=[automation.nightly_labels_and_evaluation],
     sensors=[automation.corpus_change_sensor, automation.automation_sensor, search.queries_inbox_sensor],

@@ -12,7 +12,8 @@ from upath import UPath
 
 from causal_assets.core.benchmarks import BenchmarkSpec, benchmark_registry_path, load_benchmark_registry
 from causal_assets.core import orphan_guard
-from causal_assets.core.catalog import DuckDBCatalog, view_source
+from causal_assets.core.catalog import DuckDBCatalog
+from causal_assets.core.schemas import column_docs
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import CallBudget, LLMClient
 from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer
@@ -192,15 +193,18 @@ class ParquetIOManager(UPathIOManager):
         check_within(self._base_path, path)  # a partition key like '../../x' must not write outside the base
         write_parquet_atomic(obj, path)
         name = context.asset_key.path[-1]
+        docs = column_docs(name, obj.columns)
         metadata = {
             "dagster/row_count": len(obj),
-            "dagster/column_schema": TableSchema([TableColumn(str(c), str(t)) for c, t in obj.dtypes.items()]),
+            "dagster/column_schema": TableSchema([TableColumn(str(c), str(t), description=docs.get(str(c)))
+                                                  for c, t in obj.dtypes.items()]),
         }
         if self.catalog is not None:
             # An asset may also be exposed under other view names (definition metadata `duckdb_aliases`).
-            source = view_source(self._base_path, name, context.has_partition_key)
+            source = self.catalog.view_source(self._base_path, name, context.has_partition_key)
             aliases = (context.definition_metadata or {}).get("duckdb_aliases", [])
-            status = self.catalog.ensure_views({v: source for v in [name, *aliases]})
+            status = self.catalog.ensure_views({v: source for v in [name, *aliases]},
+                                               docs_for={v: name for v in aliases})
             metadata["duckdb_view"] = ", ".join(f"{v} ({s})" for v, s in status.items())
             if status[name] == "deferred":
                 context.log.warning(f"DuckDB catalog locked; view {name} will be created on the next refresh "

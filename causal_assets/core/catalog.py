@@ -12,16 +12,27 @@ fsspec filesystem (with the same storage options the IO manager writes with), so
 created and queried. A view's SQL names the URL; a reader must register the same filesystem, which is what
 `DuckDBCatalog.connect()` (and `causal-assets sql`) do. The plain `duckdb` CLI has no fsspec: it can only query
 views over local paths (or URLs its own extensions read). memory:// exists inside one process only.
+
+Local Parquet is named *relative to the catalog file's directory* (`parquet/corpus_chunks/*.parquet` for
+`data/causal_assets.duckdb`), so a moved or copied `data/` keeps reading its own files. DuckDB resolves relative
+paths against `file_search_path`, which every connection opened here sets to that directory (a plain
+`duckdb.connect` needs `config={"file_search_path": "data"}`, or to run from inside `data/`).
+
+Views also carry column comments (`core/schemas.py`) and expose `chunk_id` / `query_id` where a table stores
+`doc_id` / `question_id`, so every view joins on the same names.
 """
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from pathlib import Path
 
 import duckdb
 from upath import UPath
+
+from causal_assets.core.schemas import ID_ALIASES, column_docs
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +46,13 @@ def fsspec_filesystem(base: str | UPath):
     return None if base.protocol in LOCAL_PROTOCOLS else base.fs
 
 
-def view_source(base: str | UPath, asset: str, partitioned: bool) -> str:
+def view_source(base: str | UPath, asset: str, partitioned: bool, relative_to: str | Path | None = None) -> str:
+    """The view's SQL. With `relative_to` (the catalog's directory), a local path is written relative to it."""
     base = UPath(base)
     target = base / asset / "*.parquet" if partitioned else base / f"{asset}.parquet"
     location = str(target.path if target.protocol in LOCAL_PROTOCOLS else target)
+    if relative_to is not None and target.protocol in LOCAL_PROTOCOLS:
+        location = os.path.relpath(os.path.abspath(location), os.path.abspath(relative_to))
     return f"select * from read_parquet({quote_literal(location)}, union_by_name = true)"
 
 
@@ -75,6 +89,8 @@ def analysis_directories(base: str | UPath) -> list[str]:
 
 
 ANALYSIS_STATEMENTS = ("SELECT", "EXPLAIN")
+_CREATE_VIEW = re.compile(r'^CREATE VIEW (?:"(?:[^"]|"")*"|\S+) AS (.*)$', re.DOTALL | re.IGNORECASE)
+_PARQUET_PATH = re.compile(r"(read_parquet\()'((?:[^']|'')*)'", re.IGNORECASE)
 
 
 def check_analysis_sql(sql: str) -> None:
@@ -113,6 +129,14 @@ class DuckDBCatalog:
             protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
             self._filesystems[protocol] = fs
 
+    @property
+    def search_path(self) -> str:
+        """Where relative Parquet paths of the views resolve: the catalog file's directory."""
+        return str(self.path.parent.absolute())
+
+    def view_source(self, base: str | UPath, asset: str, partitioned: bool) -> str:
+        return view_source(base, asset, partitioned, relative_to=self.search_path)
+
     def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
         """A connection to the catalog with the fsspec filesystems registered (read-only by default: it takes
         no write lock, so runs can still refresh views while you query)."""
@@ -123,7 +147,8 @@ class DuckDBCatalog:
         delay = 0.05
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=read_only)
+                con = duckdb.connect(str(self.path), read_only=read_only,
+                                     config={"file_search_path": self.search_path})
                 try:
                     for fs in self._filesystems.values():
                         con.register_filesystem(fs)
@@ -144,10 +169,12 @@ class DuckDBCatalog:
         extension install or load (so no network through httpfs), no ATTACH; the settings are locked, so the
         query cannot lift them."""
         con = duckdb.connect(str(self.path), read_only=True,
-                             config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+                             config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                     "file_search_path": self.search_path})
         try:
             for fs in self._filesystems.values():
                 con.register_filesystem(fs)
+            self._absolute_temp_views(con)
             dirs = ", ".join(quote_literal(d) for d in analysis_directories(base))
             con.execute(f"SET allowed_directories = [{dirs}]")
             con.execute("SET enable_external_access = false")
@@ -157,14 +184,33 @@ class DuckDBCatalog:
             raise
         return con
 
+    def _absolute_temp_views(self, con) -> None:
+        """Shadow each view whose Parquet path is relative with a temporary view naming the absolute path: a
+        connection that may only read under the base path checks paths as written, before resolving them."""
+        views = con.execute("select view_name, sql from duckdb_views() where not internal and not temporary").fetchall()
+        for name, sql in views:
+            m = _CREATE_VIEW.match(sql.strip().rstrip(";"))
+            if not m:
+                continue
+            body = _PARQUET_PATH.sub(lambda p: self._absolute_literal(p), m.group(1))
+            if body != m.group(1):
+                con.execute(f"create or replace temp view {quote_ident(name)} as {body}")
+
+    def _absolute_literal(self, match: re.Match) -> str:
+        path = match.group(2).replace("''", "'")
+        if os.path.isabs(path) or "://" in path:
+            return match.group(0)
+        return match.group(1) + quote_literal(os.path.join(self.search_path, path))
+
     def existing_views(self) -> dict[str, str]:
         if not self.path.exists():
             return {}
         with self._connect(read_only=True) as con:
             return dict(con.execute("select view_name, sql from duckdb_views() where not internal").fetchall())
 
-    def ensure_views(self, views: dict[str, str]) -> dict[str, str]:
-        """Create or replace `name -> select` views that are missing or changed.
+    def ensure_views(self, views: dict[str, str], docs_for: dict[str, str] | None = None) -> dict[str, str]:
+        """Create or replace `name -> select` views that are missing or changed, with the id aliases and column
+        comments (`docs_for`: view -> the asset whose column descriptions it gets; default the view's own name).
 
         Returns {name: status} with status created | unchanged | deferred (catalog locked by another process).
         """
@@ -179,7 +225,7 @@ class DuckDBCatalog:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 with self._connect(read_only=False) as con:
                     for name, sql in todo.items():
-                        con.execute(f"create or replace view {quote_ident(name)} as {sql}")
+                        self._create_view(con, name, sql, (docs_for or {}).get(name, name))
             for name, sql in views.items():
                 self._known[name] = sql
                 status.setdefault(name, "created" if name in todo else "unchanged")
@@ -190,6 +236,20 @@ class DuckDBCatalog:
             for name in todo:
                 status[name] = "deferred"
         return status
+
+    @staticmethod
+    def _create_view(con, name: str, sql: str, asset: str) -> None:
+        view = quote_ident(name)
+        con.execute(f"create or replace view {view} as {sql}")
+        columns = [r[0] for r in con.execute("select column_name from duckdb_columns() where table_name = ? "
+                                             "and not internal", [name]).fetchall()]
+        extra = [f"{quote_ident(stored)} as {quote_ident(alias)}" for alias, stored in ID_ALIASES.items()
+                 if stored in columns and alias not in columns]
+        if extra:
+            con.execute(f"create or replace view {view} as select *, {', '.join(extra)} from ({sql})")
+            columns += [alias for alias, stored in ID_ALIASES.items() if stored in columns and alias not in columns]
+        for column, text in column_docs(asset, columns).items():
+            con.execute(f"comment on column {view}.{quote_ident(column)} is {quote_literal(text)}")
 
     def refresh_from_storage(self, base: str | UPath) -> dict[str, str]:
         """(Re)create views for every asset found under `base`: directories are partitioned assets.
@@ -214,5 +274,5 @@ class DuckDBCatalog:
                     log.warning("%s: not an asset name; no view created", entry)
                     skipped[name] = "skipped: not an asset name"
                     continue
-                views[name] = view_source(base, name, partitioned=partitioned)
+                views[name] = self.view_source(base, name, partitioned=partitioned)
         return {**skipped, **self.ensure_views(views)}

@@ -7,6 +7,7 @@ import time
 import pandas as pd
 from dagster import AssetExecutionContext, AssetOut, Config, MetadataValue, Output, asset, multi_asset
 
+from causal_assets.core.progress import Progress
 from causal_assets.core.checks import check_chunks, check_embeddings, check_sparse
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.registry import load_corpus
@@ -69,12 +70,14 @@ def corpus_embeddings(context: AssetExecutionContext, config: EmbeddingConfig, s
     """L2-normalised sentence embeddings of every chunk; only chunks whose content hash is new are encoded."""
     texts = chunk_texts(corpus_chunks)
     hashes = corpus_chunks["content_hash"].tolist()
-    last_log = [0.0]
+    reporter: list[Progress] = []
+    started = time.monotonic()
 
-    def progress(done: int, total: int) -> None:
-        if time.monotonic() - last_log[0] > 10 or done == total:
-            last_log[0] = time.monotonic()
-            context.log.info(f"embedded {done}/{total} new texts")
+    def progress(done: int, total: int) -> None:  # done/total, rate and ETA in the log (and on the CLI's terminal)
+        if not reporter:
+            reporter.append(Progress(total, f"embedding {context.partition_key} chunks", context.log.info, every_s=10,
+                                     started=started))
+        reporter[0].update(done)
 
     embedder = Embedder(config.model, config.batch_size)
     vectors, stats = embed_incremental(texts, hashes, embedder, EmbeddingCache(storage.cache_dir("embeddings"), config.model),

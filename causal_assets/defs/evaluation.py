@@ -2,16 +2,16 @@
 and a Markdown report with plots."""
 
 import pandas as pd
-from dagster import (AssetDep, AssetExecutionContext, AssetOut, Config, MetadataValue, Output,
-                     multi_asset)
+from dagster import (AssetDep, AssetExecutionContext, AssetOut, Config, MetadataValue, Output, TableColumn,
+                     TableRecord, TableSchema, multi_asset)
 
 from causal_assets.core.benchmarks import load_benchmark
 from causal_assets.core.checks import check_metrics, check_ranked_results
 from causal_assets.core.evaluation.failures import classify_failures
 from causal_assets.core.evaluation.metrics import warm_up
 from causal_assets.core.evaluation.report import headline_table, overfitting_gauge, write_report
-from causal_assets.core.evaluation.metrics import evaluate
-from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
+from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query
+from causal_assets.core.evaluation.runner import metric_value, parse_metric, run_benchmark, score_run
 from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
@@ -48,9 +48,11 @@ class EvaluationConfig(Config):
           AssetDep(TUNED), AssetDep("mc_labels")],
     # Eager: a new tuned configuration re-runs the evaluation; a benchmark never tuned does not block it.
     outs={
-        "evaluation_metrics": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="benchmark, split, truth (qrels: the benchmark's judgements; mc_labels: the Monte Carlo labels' YES documents graded by effect, on the labelled questions), retriever, metric, k, value"),
-        "evaluation_runs": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Top results per query and retriever."),
-        "evaluation_failures": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Failure bucket per query and retriever (seed 001 §5.5)."),
+        "evaluation_metrics": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Every retriever's metrics (nDCG, MAP, MRR, recall, precision, hit rate at several k) per benchmark split, against the benchmark's judgements (truth qrels) and against the Monte Carlo labels (truth mc_labels); the report with intervals and significance is in the metadata."),
+        "evaluation_runs": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Each retriever's ranked results per question (top 100)."),
+        "evaluation_failures": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Why a query found no relevant document in the top 10, per query and retriever: vocabulary mismatch, too vague a query, a distractor sharing the keywords, or other (rules in the report)."),
+        "evaluation_queries": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="The evaluated questions (benchmark, split, query_id, text), to join runs and failures to their text."),
+        "evaluation_qrels": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="The benchmark's judgements of the evaluated questions (benchmark, split, query_id, chunk_id, relevance)."),
     },
     check_specs=[spec("evaluation_metrics", "metrics_in_unit_range", "Every metric value is finite and in [0, 1]."),
                  spec("evaluation_runs", "runs_ranked", "Finite scores; ranks 1..n per (split, retriever, query); "
@@ -58,7 +60,8 @@ class EvaluationConfig(Config):
 )
 def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, storage: Storage,
                       benchmark_registry: BenchmarkRegistry, llm: LLM):
-    """Evaluate every configured retriever on the benchmark's eval splits; writes data/reports/<benchmark>.md."""
+    """Evaluate every configured retriever on the benchmark's evaluation splits: metrics, runs, failure buckets, the
+    questions and judgements, and a report (data/reports/<benchmark>.md) with intervals and significance."""
     spec = benchmark_registry.spec(context.partition_key)
     index = CorpusIndex.load(storage.base, spec.corpus)
     warm_up()
@@ -124,9 +127,21 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     mc_labels = read_parquet(labels_path) if labels_path.exists() else None
     label_truth_n = {}
 
-    metrics, runs, failures, timings = [], [], [], {}
+    primary = parse_metric(spec.tuning.get("metric") or "ndcg@10")
+    metrics, runs, failures, timings, per_query, questions, judgements = [], [], [], {}, [], [], []
+    queries_by_split: dict[str, dict[str, str]] = {}
+    n_candidates = None
     for split in spec.eval_splits:
         bench = load_benchmark(spec, split)
+        judged = [q for q, labels in bench.qrels.items() if any(v > 0 for v in labels.values())]
+        queries_by_split[split] = {q: bench.queries[q] for q in judged if q in bench.queries}
+        questions.append(pd.DataFrame({"split": split, "query_id": list(bench.queries),
+                                       "text": list(bench.queries.values())}))
+        judgements.append(pd.DataFrame([(split, q, d, float(v)) for q, labels in bench.qrels.items()
+                                        for d, v in labels.items()],
+                                       columns=["split", "query_id", "chunk_id", "relevance"]))
+        if bench.within:
+            n_candidates = max(n_candidates or 0, max(len(ids) for ids in bench.within.values()))
         overlap = len(tuned_on & set(bench.queries))
         if overlap:
             notes.append(f"`*_tuned` not scored on `{split}`: {overlap} of its queries are in the tune split")
@@ -144,6 +159,8 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
             rr = run_benchmark(retriever, bench, config.depth, name)
             timings[f"{split}/{name}"] = round(rr.seconds, 2)
             metrics.append(score_run(bench, rr).assign(split=split, truth="qrels"))
+            pq = evaluate_per_query(bench.qrels, rr.run, ks=(primary[1],), map_k=primary[1])
+            per_query.append(pq[(pq.metric == primary[0]) & (pq.k == primary[1])].assign(split=split, retriever=name))
             if by_labels:
                 metrics.append(evaluate(by_labels, rr.run, ks=(1, 2, 3, 5, 10, 20, 100))
                                .assign(retriever=name, split=split, truth="mc_labels"))
@@ -174,18 +191,45 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
                     f"`*_tuned` rows: the tuning figure on `{tuned.content['tune_split'] if tuned_version else '-'}` "
                     "(cross-validated for learned) in place of dev, which contains the tune half.", "",
                     gauge.to_markdown(index=False), ""]
-    markdown, path = write_report(spec.name, metrics_df, failures_df, notes, storage.reports_path, sections)
-    headline = headline_table(metrics_df)
+    queries_df = finish(questions, ["benchmark", "split", "query_id", "text"])
+    qrels_df = finish(judgements, ["benchmark", "split", "query_id", "chunk_id", "relevance"])
+    markdown, path = write_report(spec.name, metrics_df, failures_df, notes, storage.reports_path,
+                                  per_query=pd.concat(per_query, ignore_index=True) if per_query else None,
+                                  queries=queries_by_split, n_candidates=n_candidates, labels=mc_labels,
+                                  primary=primary, sections=sections)
+    n_queries = {s: len(q) for s, q in queries_by_split.items()}
+    headline = headline_table(metrics_df, n_candidates=n_candidates, n_queries=n_queries)
     yield Output(metrics_df, output_name="evaluation_metrics", metadata={
         "report": MetadataValue.md(markdown), "report_path": MetadataValue.path(str(path)),
-        "headline": MetadataValue.md(headline.to_markdown()), "fusion_weight": weight,
+        "headline": table_metadata(headline), "queries_per_split": MetadataValue.json(n_queries),
+        **({"headline_mc_labels": table_metadata(headline_table(metrics_df, "mc_labels", n_candidates=n_candidates))}
+           if (metrics_df["truth"] == "mc_labels").any() else {}),
+        "fusion_weight": weight,
         "tuned_config_version": tuned_version,
         "retrieval_seconds": MetadataValue.json(timings),
-        **{f"ndcg@10/{s}/{r}": float(v) for (s, r), v in headline["ndcg@10"].items()},
+        **{f"ndcg@10/{r['split']}/{r['retriever']}": float(r["ndcg@10"]) for r in headline.to_dict("records")
+           if "ndcg@10" in r},
     })
     yield Output(runs_df, output_name="evaluation_runs", metadata={"queries": int(runs_df["query_id"].nunique())})
     yield Output(failures_df, output_name="evaluation_failures",
                  metadata={"by_bucket": MetadataValue.json(failures_df.groupby(["retriever", "bucket"]).size()
                                                            .unstack(fill_value=0).to_dict(orient="index"))})
+    yield Output(queries_df, output_name="evaluation_queries", metadata={"queries": MetadataValue.json(
+        queries_df.groupby("split").size().to_dict())})
+    yield Output(qrels_df, output_name="evaluation_qrels", metadata={"judgements": len(qrels_df)})
     yield check_result("evaluation_metrics", "metrics_in_unit_range", check_metrics(metrics_df))
     yield check_result("evaluation_runs", "runs_ranked", check_ranked_results(runs_df, ["split", "retriever", "query_id"]))
+
+
+def table_metadata(table: pd.DataFrame) -> MetadataValue:
+    """A frame as Dagster table metadata (a table in the UI, not Markdown text)."""
+    kinds = {"i": "int", "f": "float", "b": "bool"}
+    schema = TableSchema([TableColumn(str(c), kinds.get(t.kind, "string")) for c, t in table.dtypes.items()])
+
+    def plain(v):
+        if hasattr(v, "item"):
+            v = v.item()
+        return None if isinstance(v, float) and v != v else v
+
+    return MetadataValue.table([TableRecord({str(k): plain(v) for k, v in r.items()}) for r in table.to_dict("records")],
+                               schema)

@@ -4,12 +4,16 @@ Louvain communities), stored as `graph_nodes` / `graph_edges` and loaded back as
 import time
 
 import pandas as pd
-from dagster import AutomationCondition, AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
+from dagster import (AutomationCondition, AssetExecutionContext, AssetOut, MetadataValue, Output, asset,
+                     multi_asset)
 
+from causal_assets.core.causal_search.entity_vectors import embed_entities
 from causal_assets.core.checks import check_graph
 from causal_assets.core.graph.store import build_graph, graph_stats, to_networkx
 from causal_assets.defs.checks import check_result, spec
+from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
 from causal_assets.defs.partitions import corpus_partitions
+from causal_assets.resources import Storage
 
 GROUP = "graph"
 
@@ -35,3 +39,19 @@ def entity_graph(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
     yield Output(edges, output_name="graph_edges", metadata={
         "edges": len(edges), "by_type": MetadataValue.json(edges["edge_type"].value_counts().to_dict())})
     yield check_result("graph_edges", "graph_consistent", check_graph(nodes, edges, corpus_chunks["chunk_id"]))
+
+
+@asset(partitions_def=corpus_partitions, group_name=GROUP, kinds={"sentence_transformers", "parquet"},
+       automation_condition=AutomationCondition.eager())
+def graph_entity_embeddings(context: AssetExecutionContext, storage: Storage, graph_nodes: pd.DataFrame) -> Output[pd.DataFrame]:
+    """One vector per graph entity (text entities, or code symbols), from `name: description`: what on-demand
+    causal search compares a question with. Built here, with progress in the log, rather than on the first
+    question; written to the embedding cache every few hundred texts, so a stopped build resumes where it was."""
+    t0 = time.perf_counter()
+    embedder = Embedder()
+    frame, stats = embed_entities(graph_nodes, embedder.encode, EmbeddingCache(storage.cache_dir("embeddings"), DEFAULT_MODEL),
+                                  f"{context.partition_key}_entities", emit=context.log.info)
+    seconds = round(time.perf_counter() - t0, 1)
+    return Output(frame.assign(corpus=context.partition_key), metadata={
+        **{k: v for k, v in stats.items() if k != "progress"}, "seconds": seconds, "model": DEFAULT_MODEL,
+        "progress": stats["progress"]})

@@ -1,4 +1,4 @@
-"""Stages 3-4: candidate pools and Monte Carlo relevance labels (seed 001).
+"""Stages 3-4: candidate pools and Monte Carlo relevance labels.
 
 `candidate_pools` mixes seeded, hard-negative and random candidates per question; `mc_trials` runs the blind
 solver on subsets (through the LLM resource, in the `llm` concurrency pool, with retries); `mc_labels`
@@ -42,7 +42,8 @@ class PoolsConfig(Config):
                          "question; every question has a pool, a question text and an answer.")])
 def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage: Storage,
                     benchmark_registry: BenchmarkRegistry):
-    """Per question: C_seed (benchmark metadata + graph neighbours) ∪ hard negatives (BM25/dense) ∪ C_random."""
+    """Per question, the documents the labels judge: its gold documents and their graph neighbours, hard negatives
+    (top BM25 and dense results that are not gold) and random documents, shuffled."""
     spec = benchmark_registry.spec(context.partition_key)
     index = CorpusIndex.load(storage.base, spec.corpus)
     split = spec.label_split

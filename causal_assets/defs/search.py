@@ -1,4 +1,4 @@
-"""On-demand retrieval and GraphRAG-style causal search (seed 004), one dynamic partition per submitted query.
+"""On-demand retrieval and GraphRAG-style causal search, one dynamic partition per submitted query.
 
 Submit a query with `causal-assets ask "..."`, by dropping a `.txt` file (first line = query; optional second line
 `corpus: NAME`) into `data/queries/inbox/` (the `queries_inbox_sensor` picks it up), or from the UI: add a partition to `queries`
@@ -17,10 +17,10 @@ from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Backo
 from causal_assets.core.causal_search import inbox
 from causal_assets.core.checks import check_ranked_results
 from causal_assets.core.causal_search.context import GraphContextBuilder
+from causal_assets.core.causal_search.entity_vectors import embed_entities
 from causal_assets.core.causal_search.search import CausalSearch, save_outputs
-from causal_assets.core.corpus.chunk import content_hash
 from causal_assets.core.errors import ConfigError
-from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
+from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
 from causal_assets.core.index.search import CHUNKS, CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.storage import asset_path, read_parquet
@@ -54,7 +54,8 @@ class SearchConfig(Config):
        check_specs=[spec("retrieval_results", "ranking_valid", "Finite scores, ranks 1..n, no chunk twice.",
                          blocking=False)])
 def retrieval_results(context: AssetExecutionContext, config: SearchConfig, storage: Storage):
-    """Plain retrieval for one submitted query with the configured retriever."""
+    """The configured retriever's top results for one submitted question (what `causal-assets ask` lists beside
+    the answer)."""
     record = inbox.load(config.queries_dir, context.partition_key, config.default_corpus)
     index = CorpusIndex.load(storage.base, record["corpus"])
     hits = build_retriever(config.retriever, index).retrieve_many([record["query"]], config.k)[0]
@@ -70,37 +71,50 @@ def retrieval_results(context: AssetExecutionContext, config: SearchConfig, stor
 @asset(partitions_def=query_partitions, group_name=GROUP, kinds={"openai", "parquet"}, pool="llm",
        retry_policy=RetryPolicy(max_retries=2, delay=10, backoff=Backoff.EXPONENTIAL),
        metadata={"duckdb_aliases": ["causal_search_runs"]},
-       deps=_deps(CHUNKS, "graph_nodes", "graph_edges"))
+       deps=_deps(CHUNKS, "graph_nodes", "graph_edges", "graph_entity_embeddings"))
 def causal_search(context: AssetExecutionContext, config: SearchConfig, storage: Storage, llm: LLM) -> Output[pd.DataFrame]:
-    """Seed 004's two LLM stages over the entity graph's budgeted context; writes the network data and the report."""
+    """Answer a submitted question from the corpus graph: the entities nearest the question, their relationships,
+    text units and communities (within a token budget) go to the LLM, which writes a causal analysis report and
+    then the answer. With no evidence in the graph the LLM is not asked; the answer says so. The grounding
+    check and the sources are stored with the answer."""
     record = inbox.load(config.queries_dir, context.partition_key, config.default_corpus)
     corpus = record["corpus"]
     nodes = read_parquet(asset_path(storage.base, "graph_nodes", corpus))
     edges = read_parquet(asset_path(storage.base, "graph_edges", corpus))
     chunks = read_parquet(asset_path(storage.base, CHUNKS, corpus))
     embedder = Embedder()
-    cache = EmbeddingCache(storage.cache_dir("embeddings"), DEFAULT_MODEL)
-
-    def embed(texts: list[str]):  # entity descriptions are embedded once, then served from the cache
-        return embed_incremental(texts, [content_hash(t) for t in texts], embedder, cache, f"{corpus}_entities")[0]
-
     t0 = time.perf_counter()
-    builder = GraphContextBuilder(nodes, edges, chunks, embed=embed, embed_query=embedder.encode_queries)
+    vectors_path = asset_path(storage.base, "graph_entity_embeddings", corpus)
+    if vectors_path.exists():
+        vectors = read_parquet(vectors_path)
+    else:  # built by the graph stage; an older graph without it is embedded here (resumable, with progress)
+        context.log.warning(f"graph_entity_embeddings/{corpus} is missing: embedding the entity descriptions now")
+        vectors, _ = embed_entities(nodes, embedder.encode, EmbeddingCache(storage.cache_dir("embeddings"), DEFAULT_MODEL),
+                                    f"{corpus}_entities", emit=context.log.info)
+    builder = GraphContextBuilder(nodes, edges, chunks, embed=embedder.encode, embed_query=embedder.encode_queries,
+                                  entity_vectors=dict(zip(vectors["node_id"], vectors["embedding"])))
     search = CausalSearch(llm.client, builder, response_type=config.response_type, max_tokens=config.max_tokens,
-                          n_ctx=config.n_ctx, network_max_tokens=config.network_max_tokens)
+                          n_ctx=config.n_ctx, network_max_tokens=config.network_max_tokens, corpus=corpus)
     result = search.search(record["query"])
     result.query_id = record["query_id"]  # the submitted id names the outputs and the partition
     paths = save_outputs(result, storage.reports_path / "causal_search")
     meta = result.metadata()
     seconds = round(time.perf_counter() - t0, 1)
+    sources = result.sources()
     row = {"query_id": record["query_id"], "query": record["query"], "corpus": corpus, "response": result.response,
+           "grounded": bool(result.grounding.get("grounded")), "grounding_note": result.grounding.get("note", ""),
+           "sources": json.dumps([{"chunk_id": x["id"], "title": x["title"]} for x in sources], ensure_ascii=False),
            "report_path": str(paths["report"]), "network_data_path": str(paths["network_data"]),
            "seconds": seconds, **{f"n_{k}": v for k, v in meta["counts"].items()},
            **{f"{stage}_{k}": getattr(u, k) for stage, u in result.usage.items()
               for k in ("prompt_tokens_api", "completion_tokens_api", "latency_s")}}
+    for stage in ("causal_discovery", "response_generation"):  # the same columns when the LLM was not asked
+        for k in ("prompt_tokens_api", "completion_tokens_api", "latency_s"):
+            row.setdefault(f"{stage}_{k}", None)
     return Output(pd.DataFrame([row]), metadata={
         "report": MetadataValue.md(Path(paths["report"]).read_text()), "seconds": seconds,
-        "counts": MetadataValue.json(meta["counts"]), "report_path": MetadataValue.path(str(paths["report"]))})
+        "counts": MetadataValue.json(meta["counts"]), "report_path": MetadataValue.path(str(paths["report"])),
+        "grounded": bool(result.grounding.get("grounded")), "sources": len(sources)})
 
 
 search_job = define_asset_job("search_job", selection=["retrieval_results", "causal_search"],

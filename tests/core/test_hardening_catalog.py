@@ -27,7 +27,7 @@ def test_directory_name_cannot_inject_sql_into_the_catalog(tmp_path):
     status = catalog.refresh_from_storage(base)
     assert status["corpus_chunks"] == "created"
     assert status[INJECTION].startswith("skipped")
-    with duckdb.connect(str(tmp_path / "catalog.duckdb"), read_only=True) as con:
+    with DuckDBCatalog(str(tmp_path / "catalog.duckdb")).connect() as con:
         assert con.execute("select count(*) from corpus_chunks").fetchone()[0] == 2   # the view was not dropped
         names = {r[0] for r in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
     assert names == {"corpus_chunks"}
@@ -39,7 +39,7 @@ def test_quoting_helpers_keep_hostile_names_inert(tmp_path):
     catalog = DuckDBCatalog(tmp_path / "catalog.duckdb")
     catalog.ensure_views({"corpus_chunks": view_source(base, "corpus_chunks", True),
                           INJECTION: "select 2 as two"})
-    with duckdb.connect(str(tmp_path / "catalog.duckdb"), read_only=True) as con:
+    with DuckDBCatalog(str(tmp_path / "catalog.duckdb")).connect() as con:
         assert con.execute("select count(*) from corpus_chunks").fetchone()[0] == 2
         assert con.execute(f"select two from {quote_ident(INJECTION)}").fetchone()[0] == 2
     with pytest.raises(ValueError):

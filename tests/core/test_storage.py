@@ -61,5 +61,5 @@ def test_view_refresh_with_concurrent_reader_is_deferred_not_failed(tmp_path):
     assert catalog.refresh_from_storage(tmp_path / "pq")["chunks"] == "created"
     # Views over globs see new partitions without a refresh.
     write_parquet_atomic(pd.DataFrame({"corpus": ["b"], "v": [2]}), asset_path(tmp_path / "pq", "chunks", "b"))
-    with duckdb.connect(str(tmp_path / "cat.duckdb"), read_only=True) as con:
+    with DuckDBCatalog(str(tmp_path / "cat.duckdb")).connect() as con:
         assert con.execute("select count(*), sum(v) from chunks").fetchone() == (2, 3)

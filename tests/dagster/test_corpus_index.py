@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import duckdb
+
+from causal_assets.core.catalog import DuckDBCatalog
 import pandas as pd
 import pytest
 import yaml
@@ -99,7 +101,7 @@ def test_scifact_index_incremental_and_searchable(resources, scifact_small):
     for method in ("bm25", "tfidf", "dense"):
         hits = index.search(target["title"], k=3, method=method)
         assert hits[0].chunk_id == target["_id"], method
-    with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
+    with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         assert con.execute("select count(*) from corpus_chunks where corpus = 'scifact'").fetchone()[0] == 120
         assert con.execute("select count(distinct chunk_id) from corpus_embeddings").fetchone()[0] == 120
 
@@ -129,7 +131,7 @@ def test_run_succeeds_while_a_user_holds_the_catalog(resources):
     from causal_assets.cli import main
 
     assert main(["--base-path", resources["storage"].base_path, "catalog", "--catalog-path", catalog]) == 0
-    with duckdb.connect(catalog, read_only=True) as con:
+    with DuckDBCatalog(catalog).connect() as con:
         assert con.execute("select count(*) from corpus_chunks").fetchone()[0] == 30
 
 
@@ -142,7 +144,7 @@ def test_cli_search(resources, capsys):
     hits = json.loads(capsys.readouterr().out)
     assert hits[0]["title"] == "Neil Peart" and len(hits) == 2
     assert main(["--base-path", base, "search", "x", "--corpus", "missing"]) == 2
-    assert "not materialized yet" in capsys.readouterr().err
+    assert "unknown corpus 'missing'" in capsys.readouterr().err
 
 
 def test_cli_search_with_cascade_and_entity_first(resources, capsys):

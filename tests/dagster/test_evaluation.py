@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import duckdb
+
+from causal_assets.core.catalog import DuckDBCatalog
 import pandas as pd
 from dagster import materialize
 
@@ -42,7 +44,7 @@ def test_evaluation_report_scifact_subset(resources):
     assert "chosen on `train`" in report and "data:image/png;base64," in report
     assert 0.0 <= mat.metadata["fusion_weight"].value <= 1.0
     assert (resources["storage"].reports_path / "scifact.md").exists()
-    with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
+    with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         rows = con.execute("select retriever, value from evaluation_metrics where benchmark = 'scifact' "
                            "and metric = 'ndcg' and k = 10").fetchall()
     assert len(rows) == 6

@@ -3,6 +3,8 @@ answer in-process, through the call cache)."""
 from __future__ import annotations
 
 import duckdb
+
+from causal_assets.core.catalog import DuckDBCatalog
 import pandas as pd
 import pytest
 import yaml
@@ -62,7 +64,7 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path):
                                                                  "evaluation_failures", "label_quality"],
                             run_config={"ops": {"evaluation_report": {"config": {"retrievers": ["bm25", "dense"]}}}})
     assert evaluated.success
-    with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
+    with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         truths = con.execute("select distinct truth from evaluation_metrics where benchmark = 'hotpotqa'").fetchall()
         quality = con.execute("select count(*) from label_quality where source = 'labels'").fetchone()[0]
     yes_questions = labels[(labels.label == "YES") & (labels.estimator == "regression")]["question_id"].nunique()

@@ -256,7 +256,7 @@ def test_two_runs_write_partitions_of_the_same_assets_concurrently(registry, tmp
     assert sum("created" in s for s in view_status) >= 3
     catalog = DuckDBCatalog(resources["storage"].catalog_path)
     assert set(catalog.existing_views()) == {"corpus_chunks", "sparse_postings", "sparse_vocabulary"}
-    with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
+    with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         assert dict(con.execute("select corpus, count(*) from corpus_chunks group by corpus").fetchall()) == \
             {"scifact": 120, "hotpotqa": 30}
         for view in ("sparse_postings", "sparse_vocabulary"):

@@ -38,9 +38,9 @@ def test_causal_search_for_a_submitted_query(resources, tmp_path):
     mat = [e.materialization for e in result.get_asset_materialization_events()
            if e.materialization.asset_key.path[-1] == "causal_search"][0]
     assert mat.metadata["report"].value.startswith("#")
-    import duckdb
+    from causal_assets.core.catalog import DuckDBCatalog
 
-    with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
+    with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         assert con.execute("select count(*) from causal_search_runs").fetchone()[0] == 1
         assert con.execute("select count(*) from retrieval_results").fetchone()[0] == 10
 

@@ -70,9 +70,9 @@ def test_second_local_root_as_path_and_as_file_url(resources, tmp_path, capsys):
     assert sorted(p.name for p in (root_a / "corpus_chunks").iterdir()) == ["hotpotqa.parquet"]
     assert sorted(p.name for p in (root_b / "corpus_chunks").iterdir()) == ["scifact.parquet"]
     # Each catalog sees only its own root (local views name the path, not the file:// URL, so duckdb reads them).
-    with duckdb.connect(storage_a.catalog_path, read_only=True) as con:
+    with DuckDBCatalog(storage_a.catalog_path).connect() as con:
         assert con.execute("select corpus, count(*) from corpus_chunks group by corpus").fetchall() == [("hotpotqa", 30)]
-    with duckdb.connect(storage_b.catalog_path, read_only=True) as con:
+    with DuckDBCatalog(storage_b.catalog_path).connect() as con:
         assert con.execute("select corpus, count(*) from corpus_chunks group by corpus").fetchall() == [("scifact", 120)]
         assert "file://" not in con.execute("select sql from duckdb_views() where view_name = 'corpus_chunks'").fetchone()[0]
     # The library and the CLI read from the file:// root too.

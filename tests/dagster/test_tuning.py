@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import duckdb
+
+from causal_assets.core.catalog import DuckDBCatalog
 import pandas as pd
 import pytest
 import yaml
@@ -61,7 +63,7 @@ def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
     assert (trials[trials.retriever == "learned"]["evaluation"] == "cv5").all()
     for _, t in trials[trials.best].iterrows():                        # the winner is the best trial it scored
         assert t["value"] == trials[trials.retriever == t["retriever"]]["value"].max()
-    with duckdb.connect(resources["storage"].catalog_path, read_only=True) as con:
+    with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         assert con.execute("select count(*) from tuned_retriever_configs where benchmark = 'scifact'"
                            ).fetchone()[0] == len(trials)
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
+from causal_assets.core.causal_search.entity_vectors import entity_nodes, entity_text, entity_texts
 from causal_assets.core.causal_search.tokens import num_tokens
 
 log = logging.getLogger(__name__)
@@ -165,13 +167,17 @@ class GraphContextBuilder:
     nodes/edges: the `graph.store` frames. chunks: the chunk frame (chunk_id, text) the graph was built
     from; without it a text unit's text is its chunk node's description. embed: texts -> L2-normalised
     vectors (default: the packaged MiniLM `Embedder`); entity vectors are computed once and cached.
+    entity_vectors: precomputed vectors by node id (the `graph_entity_embeddings` asset); entities missing from it
+    are embedded with `embed`. Entities are the text graph's entity nodes, or a code graph's symbols, whose own
+    chunk is their text unit.
     """
 
     def __init__(self, nodes: pd.DataFrame, edges: pd.DataFrame, chunks: pd.DataFrame | None = None,
                  embed: Callable[[list[str]], np.ndarray] | None = None, embed_query:
                  Callable[[list[str]], np.ndarray] | None = None, k: int = DEFAULT_K, s: int = DEFAULT_S,
-                 oversample_scaler: int = OVERSAMPLE_SCALER):
+                 oversample_scaler: int = OVERSAMPLE_SCALER, entity_vectors: dict[str, np.ndarray] | None = None):
         self.nodes, self.edges = nodes, edges
+        self._given_vectors = entity_vectors or {}
         self.k, self.s, self.oversample_scaler = k, s, oversample_scaler
         if embed is None:
             from causal_assets.core.index.dense import Embedder
@@ -180,14 +186,20 @@ class GraphContextBuilder:
         self._embed = embed
         self._embed_query = embed_query or embed
         self._entity_vectors: np.ndarray | None = None
+        self._names: dict[str, list[int]] | None = None
 
-        ent = nodes[nodes["node_type"] == "entity"]
-        self.entity_table = ent.reset_index(drop=True)
+        ent = entity_nodes(nodes)
+        self.entity_table = ent
         self._node = {r["node_id"]: r for r in nodes.to_dict("records")}
         self._entity_ids = set(ent["node_id"])
         text_of = dict(zip(chunks["chunk_id"], chunks["text"])) if chunks is not None else {}
         self._chunk_text = {r["node_id"]: text_of.get(r["chunk_id"], r["description"] or "")
                             for r in nodes[nodes["node_type"] == "chunk"].to_dict("records")}
+        # A code symbol's text unit is its own chunk (code graphs have no chunk nodes or mention edges).
+        self._own_unit = {r["node_id"]: r["chunk_id"] for r in ent.to_dict("records")
+                          if r["node_type"] != "entity" and r["chunk_id"]}
+        for nid, cid in self._own_unit.items():
+            self._chunk_text.setdefault(f"chunk:{cid}", text_of.get(cid, self._node[nid]["description"] or ""))
         self._n_tokens: dict[str, int] = {}
         # adjacency by edge type
         self._related: dict[str, list[dict]] = {}
@@ -204,17 +216,19 @@ class GraphContextBuilder:
                 self._related.setdefault(dst, []).append(r)
 
     # -- entity mapping ----------------------------------------------------------------------------
-    @staticmethod
-    def entity_text(name: str, description: str) -> str:
-        return f"{name}: {description}" if description else str(name)
+    entity_text = staticmethod(entity_text)
 
     @property
     def entity_vectors(self) -> np.ndarray:
         """Entity vectors, computed once per graph: cached on the builder and, process-wide, by the hash of
         the entity texts and the embedding function (a second builder over the same graph reuses them)."""
+        if self._entity_vectors is None and self._given_vectors and \
+                all(n in self._given_vectors for n in self.entity_table["node_id"]):
+            self._entity_vectors = np.stack([np.asarray(self._given_vectors[n], dtype=np.float32)
+                                             for n in self.entity_table["node_id"]]) \
+                if len(self.entity_table) else np.zeros((0, 0), np.float32)
         if self._entity_vectors is None:
-            texts = [self.entity_text(n, d) for n, d in zip(self.entity_table["name"],
-                                                             self.entity_table["description"])]
+            texts = entity_texts(self.entity_table)
             h = hashlib.sha256("\x1e".join(texts).encode("utf-8")).hexdigest()
             key = (h, getattr(self._embed, "__qualname__", repr(self._embed)),
                    getattr(getattr(self._embed, "__self__", None), "model_name", None))
@@ -225,13 +239,36 @@ class GraphContextBuilder:
             self._entity_vectors = _VECTOR_CACHE[key]
         return self._entity_vectors
 
+    def named_in(self, query: str) -> list[int]:
+        """Rows of the entities the query names literally (whole words, names of 4+ characters; a one-word name only
+        where the query capitalises it), longest name first: "Counterparts" in "Which band released the song
+        Counterparts?"."""
+        if self._names is None:
+            self._names = {}
+            for i, name in enumerate(self.entity_table["name"].astype(str)):
+                key = " ".join(re.findall(r"\w+", name.casefold()))
+                if len(key) >= 4:
+                    self._names.setdefault(key, []).append(i)
+        tokens = re.findall(r"\w+", query)
+        words = [t.casefold() for t in tokens]
+        found = []
+        for size in range(min(6, len(words)), 0, -1):
+            for start in range(len(words) - size + 1):
+                # one word names an entity only where the query writes it as a name ("Counterparts", not "rock")
+                if size == 1 and not (start > 0 and tokens[start][:1].isupper()):
+                    continue
+                found += self._names.get(" ".join(words[start:start + size]), [])
+        return list(dict.fromkeys(found))
+
     def map_query_to_entities(self, query: str, n: int) -> tuple[list[dict], dict[str, float]]:
-        """The n entities most similar to the query (cosine), best first."""
+        """The n entities for the query, best first: those it names literally, then the most similar (cosine)."""
         if self.entity_table.empty or n <= 0:
             return [], {}
         q = np.asarray(self._embed_query([query]), dtype=np.float32)[0]
         sims = self.entity_vectors @ q
-        order = np.argsort(-sims, kind="stable")[:n]
+        named = self.named_in(query)
+        rest = [i for i in np.argsort(-sims, kind="stable") if i not in set(named)]
+        order = np.asarray((named + rest)[:n], dtype=int)
         rows = self.entity_table.iloc[order].to_dict("records")
         return rows, {r["node_id"]: float(sims[i]) for r, i in zip(rows, order)}
 
@@ -269,14 +306,17 @@ class GraphContextBuilder:
 
         units, seen_u = [], set()
         for nid in selected:
-            for chunk_node, _w in sorted(self._mentioned_by.get(nid, ()), key=lambda t: -t[1]):
+            own = [(f"chunk:{self._own_unit[nid]}", 1.0)] if nid in self._own_unit else []
+            for chunk_node, _w in own + sorted(self._mentioned_by.get(nid, ()), key=lambda t: -t[1]):
                 if chunk_node in seen_u:
                     continue
                 seen_u.add(chunk_node)
-                cid = self._node.get(chunk_node, {}).get("chunk_id") or chunk_node
+                own_chunk = chunk_node.startswith("chunk:") and nid in self._own_unit and chunk_node == own[0][0]
+                cid = self._own_unit[nid] if own_chunk else \
+                    (self._node.get(chunk_node, {}).get("chunk_id") or chunk_node)
+                title = nid if own_chunk else self._node.get(chunk_node, {}).get("name", "")
                 units.append({"id": cid, "text": self._chunk_text.get(chunk_node, ""),
-                              "n_tokens": self._tokens_of_chunk(chunk_node),
-                              "title": self._node.get(chunk_node, {}).get("name", "")})
+                              "n_tokens": self._tokens_of_chunk(chunk_node), "title": title})
 
         comm_ids: dict[str, int] = {}
         for nid in selected:

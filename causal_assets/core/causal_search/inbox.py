@@ -7,6 +7,7 @@ The inbox (`read_inbox_file`): only regular files (no symlink, FIFO, device, dir
 `MAX_INBOX_BYTES`, checked before reading and opened without following links or blocking."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -16,13 +17,18 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from causal_assets.core.causal_search.search import query_id
 from causal_assets.core.errors import ConfigError
 
 MAX_QUERY_CHARS = 2000
 # An inbox file holds a question and an optional `corpus:` line: 16 KiB is far more than that needs.
 MAX_INBOX_BYTES = 16 * 1024
 _CORPUS_NAME = re.compile(r"^[a-z0-9_]{1,64}$")
+
+
+def query_id(query: str, now: float | None = None) -> str:
+    """First 8 hex of sha256(query) + "_" + unix time, e.g. "6c867dce_1755478569" (`submit` adds a random suffix)."""
+    now = time.time() if now is None else now
+    return f"{hashlib.sha256(query.encode('utf-8')).hexdigest()[:8]}_{int(now)}"
 
 
 def check_corpus(corpus: str, known: Iterable[str] | None = None) -> str:

@@ -26,7 +26,10 @@ from typing import Any, Sequence
 from causal_assets.core.causal_search.context import (DEFAULT_K, DEFAULT_MAX_TOKENS, DEFAULT_S, DEFAULT_SHARES,
                                                       OVERSAMPLE_SCALER, GraphContextBuilder,
                                                       network_data_for_prompt)
+from causal_assets.core.causal_search.inbox import query_id
+from causal_assets.core.causal_search.grounding import check_grounding, no_evidence_answer
 from causal_assets.core.causal_search.tokens import num_tokens, tokenizer_name
+from causal_assets.core.graph.store import CODE_KINDS
 from causal_assets.core.llm.errors import LLMInfrastructureError
 
 log = logging.getLogger(__name__)
@@ -141,12 +144,6 @@ def messages_tokens(messages: Sequence[dict]) -> int:
             + REPLY_PRIMER_TOKENS)
 
 
-def query_id(query: str, now: float | None = None) -> str:
-    """First 8 hex of sha256(query) + "_" + unix time, e.g. "6c867dce_1755478569"."""
-    now = time.time() if now is None else now
-    return f"{hashlib.sha256(query.encode('utf-8')).hexdigest()[:8]}_{int(now)}"
-
-
 @dataclass
 class StageUsage:
     prompt_tokens_api: int | None
@@ -174,6 +171,20 @@ class CausalSearchResult:
     usage: dict[str, StageUsage] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     tokenizer: str = ""
+    # grounded, evidence_items, terms, unsupported, note (see grounding.py)
+    grounding: dict = field(default_factory=dict)
+
+    def sources(self) -> list[dict]:
+        """The chunks the model was shown, in prompt order: {id, title, text}: the text units, then the code symbols
+        among the entities (a code graph's entity is a chunk; its text unit may not fit the budget)."""
+        out = [{"id": u.get("id"), "title": u.get("title", ""), "text": u.get("text", "")}
+               for u in self.network_data.get("text_units") or []]
+        seen = {s["id"] for s in out}
+        for e in self.network_data.get("entities") or []:
+            if e.get("type") in CODE_KINDS and e.get("id") not in seen:
+                seen.add(e.get("id"))
+                out.append({"id": e.get("id"), "title": e.get("entity", ""), "text": e.get("description", "")})
+        return out
 
     def metadata(self) -> dict:
         d = asdict(self)
@@ -200,10 +211,11 @@ class CausalSearch:
                  max_tokens: int = 1000, n_ctx: int = 12000, network_max_tokens: int = DEFAULT_MAX_TOKENS,
                  shares: Sequence[float] = DEFAULT_SHARES, k: int = DEFAULT_K, s: int = DEFAULT_S,
                  oversample_scaler: int = OVERSAMPLE_SCALER, report_max_tokens: int | None = None,
-                 answer_max_tokens: int | None = None, model_params: dict | None = None):
+                 answer_max_tokens: int | None = None, model_params: dict | None = None, corpus: str = ""):
         if max_tokens <= 0:
             raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
         self.client = client
+        self.corpus = corpus
         self.context_builder = context_builder
         self.response_type = response_type
         self.report_max_tokens = report_max_tokens or max_tokens
@@ -288,19 +300,35 @@ class CausalSearch:
         self.check_answer_budget(query)
         data, messages, prompt_tokens = self.budgeted_network_data(query)
         t1 = time.perf_counter()
-        report, u1 = self._stage(messages, self.report_max_tokens, prompt_tokens)
-        t2 = time.perf_counter()
-        m2 = self.summary_messages(query, report)
-        response, u2 = self._stage(m2, self.answer_max_tokens, messages_tokens(m2))
+        evidence = [serialize_evidence(r) for key in ("entities", "relationships", "text_units", "community_reports")
+                    for r in data.get(key) or []]
+        if not (data.get("entities") or data.get("text_units")):
+            # Nothing to ground an answer in: the model is not asked (it would answer from nothing).
+            report = response = no_evidence_answer(self.corpus or "?")
+            usage, t2 = {}, t1
+        else:
+            report, u1 = self._stage(messages, self.report_max_tokens, prompt_tokens)
+            t2 = time.perf_counter()
+            m2 = self.summary_messages(query, report)
+            response, u2 = self._stage(m2, self.answer_max_tokens, messages_tokens(m2))
+            usage = {"causal_discovery": u1, "response_generation": u2}
         t3 = time.perf_counter()
+        g = check_grounding(response, query, evidence)
+        grounding = {"grounded": g.grounded, "evidence_items": g.evidence_items, "terms": g.terms,
+                     "unsupported": g.unsupported, "note": g.note()}
         return CausalSearchResult(
             query=query, query_id=query_id(query, created), created_at=created, response=response,
             report=report, network_data=data, response_type=self.response_type,
             model=getattr(self.client, "model", None), n_ctx=self.n_ctx,
             network_max_tokens=data.get("network_max_tokens", self.network_max_tokens),
-            usage={"causal_discovery": u1, "response_generation": u2},
+            usage=usage,
             timings={"context_s": t1 - t0, "causal_discovery_s": t2 - t1, "response_generation_s": t3 - t2,
-                     "total_s": t3 - t0}, tokenizer=tokenizer_name())
+                     "total_s": t3 - t0}, tokenizer=tokenizer_name(), grounding=grounding)
+
+
+def serialize_evidence(record: dict) -> str:
+    """A network-data record's words, for the grounding check."""
+    return " ".join(str(v) for v in record.values() if isinstance(v, str))
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -331,7 +359,11 @@ def render_report(result: CausalSearchResult) -> str:
         f"- **Network data:** {counts['entities']} entities, {counts['relationships']} relationships, "
         f"{counts['text_units']} text units, {counts['community_reports']} community reports "
         f"({meta['nodes_requested']} nodes requested; budget {result.network_max_tokens} tokens)",
+        f"- **Grounding:** " + ("answer supported by the retrieved evidence" if result.grounding.get("grounded")
+                                 else result.grounding.get("note") or "not checked"),
         "", "## Final answer", "", result.response, "",
+        "## Sources", "", *([f"{i}. `{s['id']}` {s['title']}" for i, s in enumerate(result.sources(), 1)]
+                            or ["(none)"]), "",
         "## Causal analysis report", "", result.report, "",
         "## Query metadata", "", "```json", json.dumps(meta, indent=2, default=str), "```", ""])
 

@@ -8,11 +8,25 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Callable
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
+
+
+@contextmanager
+def _stderr_silenced():
+    """File descriptor 2 pointed at /dev/null for the block (C libraries write there directly)."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 @lru_cache(maxsize=1)
@@ -22,7 +36,8 @@ def _llama_counter() -> Callable[[str], int] | None:
 
         from causal_assets.core.llm.server import default_model_path
 
-        vocab = llama_cpp.Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
+        with _stderr_silenced():  # llama.cpp prints context warnings from C even with verbose=False
+            vocab = llama_cpp.Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
     except Exception as e:  # noqa: BLE001 - any failure means "use the fallback"
         log.info("GGUF vocabulary unavailable (%s); falling back to the MiniLM tokenizer", e)
         return None

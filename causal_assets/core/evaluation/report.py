@@ -1,4 +1,7 @@
-"""The Markdown evaluation report: metric tables, failure buckets with their rules, metric@K plots."""
+"""The Markdown evaluation report: the number of queries, headline metrics that fit the benchmark (no recall@k with k
+at or above the candidates a query has), 95% intervals and paired significance against the best baseline, the
+Monte Carlo label summary, metric@K plots (one style per retriever family), failure buckets with their rules and
+examples of each."""
 from __future__ import annotations
 
 import base64
@@ -12,20 +15,52 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from causal_assets.core.evaluation.failures import BUCKET_RULES
+from causal_assets.core.evaluation.significance import BASELINES, compare_to_baseline, format_comparison
 
-HEADLINE = [("ndcg", 10), ("mrr", 10), ("map", 10), ("recall", 10), ("hit_rate", 1), ("hit_rate", 5),
-            ("precision", 2), ("recall", 100)]
+HEADLINE = [("ndcg", 10), ("mrr", 10), ("map", 10), ("recall", 2), ("recall", 5), ("recall", 10), ("hit_rate", 1),
+            ("hit_rate", 5), ("precision", 2), ("recall", 100)]
+# At or above the number of candidates a query has, recall and hit rate are 1 by construction.
+SATURATING = ("recall", "hit_rate")
+FAILURE_EXAMPLES = 3
+
+# Retriever families: one line style and marker per family, one colour per retriever; tuned variants dashed.
+FAMILIES = {"bm25": "lexical", "tfidf": "lexical", "dense": "dense", "hybrid": "fusion", "rrf": "fusion",
+            "cascade": "graph", "entity_first": "graph", "pairwise": "graph", "fusion": "fusion", "causal": "causal",
+            "learned": "learned"}
+FAMILY_STYLE = {"lexical": ("-", "o"), "dense": ("-", "s"), "fusion": ("-.", "D"), "graph": (":", "^"),
+                "causal": ("-", "P"), "learned": ("-", "*"), "other": ("-", "x")}
 
 
-def headline_table(metrics: pd.DataFrame, truth: str = "qrels") -> pd.DataFrame:
-    """Headline metrics per (split, retriever) against one truth (`qrels` or `mc_labels`)."""
+def family(retriever: str) -> str:
+    return FAMILIES.get(retriever.removesuffix("_tuned"), "other")
+
+
+def headline_columns(n_candidates: int | None) -> list[tuple[str, int]]:
+    """The headline metrics that mean something when each query ranks `n_candidates` documents (None: the whole
+    corpus, assumed larger than every k)."""
+    if n_candidates is None:
+        return list(HEADLINE)
+    return [(m, k) for m, k in HEADLINE
+            if k <= n_candidates and not (m in SATURATING and k >= n_candidates)]
+
+
+def headline_table(metrics: pd.DataFrame, truth: str = "qrels", n_candidates: int | None = None,
+                   n_queries: dict[str, int] | None = None) -> pd.DataFrame:
+    """Headline metrics per (split, retriever) against one truth (`qrels` or `mc_labels`): plain columns `split`,
+    `retriever` (and `n`, the queries scored, when given), then one column per metric."""
     if "truth" in metrics:
         metrics = metrics[metrics["truth"] == truth]
-    rows = {}
+    rows = []
     for (split, retriever), group in metrics.groupby(["split", "retriever"], sort=False):
-        values = {f"{m}@{k}": group[(group.metric == m) & (group.k == k)]["value"] for m, k in HEADLINE}
-        rows[(split, retriever)] = {name: round(float(v.iloc[0]), 4) for name, v in values.items() if len(v)}
-    return pd.DataFrame.from_dict(rows, orient="index").rename_axis(["split", "retriever"])
+        row = {"split": split, "retriever": retriever}
+        if n_queries is not None:
+            row["n"] = n_queries.get(split)
+        for m, k in headline_columns(n_candidates):
+            v = group[(group.metric == m) & (group.k == k)]["value"]
+            if len(v):
+                row[f"{m}@{k}"] = round(float(v.iloc[0]), 4)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def overfitting_gauge(metrics: pd.DataFrame, metric: str, tuned_train: dict[str, float] | None = None,
@@ -50,18 +85,29 @@ def overfitting_gauge(metrics: pd.DataFrame, metric: str, tuned_train: dict[str,
     return pd.DataFrame(rows).round(4)
 
 
-def curves_png(metrics: pd.DataFrame, split: str, title: str) -> bytes:
+def curves_png(metrics: pd.DataFrame, split: str, title: str, n_candidates: int | None = None) -> bytes:
     data = metrics[metrics["split"] == split]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    if n_candidates is not None:
+        data = data[data.k <= n_candidates]
+    retrievers = list(dict.fromkeys(data["retriever"]))
+    colours = plt.get_cmap("tab20").colors
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for ax, metric in zip(axes, ("ndcg", "recall", "precision")):
-        for retriever, g in data[(data.metric == metric) & (data.k > 0)].groupby("retriever", sort=False):
-            g = g.sort_values("k")
-            ax.plot(g["k"], g["value"], marker="o", label=retriever)
+        for i, retriever in enumerate(retrievers):
+            g = data[(data.metric == metric) & (data.k > 0) & (data.retriever == retriever)].sort_values("k")
+            if g.empty:
+                continue
+            style, marker = FAMILY_STYLE[family(retriever)]
+            tuned = retriever.endswith("_tuned")
+            ax.plot(g["k"], g["value"], linestyle="--" if tuned else style, marker=marker, markersize=5,
+                    color=colours[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20], linewidth=1.4,
+                    markerfacecolor="none" if tuned else None, label=f"{retriever} ({family(retriever)})")
         ax.set_xscale("log")
         ax.set_xlabel("K")
         ax.set_title(f"{metric}@K")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.suptitle(title)
     return _png(fig)
 
@@ -69,27 +115,93 @@ def curves_png(metrics: pd.DataFrame, split: str, title: str) -> bytes:
 def _png(fig) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
 
 
+def label_summary(labels: pd.DataFrame) -> list[str]:
+    """Markdown lines summarising the Monte Carlo labels (the labels' own estimator, not the naive comparison)."""
+    if labels is None or labels.empty:
+        return []
+    own = labels[labels["estimator"] != "naive"] if "estimator" in labels and (labels["estimator"] != "naive").any() \
+        else labels
+    counts = own["label"].value_counts()
+    n = len(own)
+    per_q = own.groupby("question_id")
+    estimator = (f", estimator `{', '.join(sorted(own['estimator'].astype(str).unique()))}`"
+                 if "estimator" in own else "")
+    lines = ["## Monte Carlo labels", "",
+             f"- {own['question_id'].nunique()} questions, {n} judged (question, document) pairs{estimator}",
+             "- labels: " + ", ".join(f"{lab} {int(counts.get(lab, 0))} ({counts.get(lab, 0) / max(n, 1):.0%})"
+                                      for lab in ("YES", "NO", "UNCERTAIN")),
+             f"- YES documents per question: median {per_q['label'].apply(lambda s: (s == 'YES').sum()).median():g}"]
+    if "trials_used" in own:
+        lines.append(f"- solver trials per question: median {per_q['trials_used'].max().median():g}")
+    if "origin" in own:
+        seeds = own[own["origin"] == "seed"]
+        if len(seeds):
+            lines.append(f"- YES rate among the pool's seed documents (gold or their graph neighbours): "
+                         f"{(seeds['label'] == 'YES').mean():.0%}; among the others: "
+                         f"{(own[own['origin'] != 'seed']['label'] == 'YES').mean():.0%}")
+    return lines + [""]
+
+
+def failure_examples(failures: pd.DataFrame, queries: dict[str, dict[str, str]], retriever: str,
+                     per_bucket: int = FAILURE_EXAMPLES) -> list[str]:
+    """A few failed queries of `retriever` per bucket, with their text and why they landed there."""
+    rows = failures[failures["retriever"] == retriever]
+    if rows.empty:
+        return []
+    lines = [f"Examples (retriever `{retriever}`, up to {per_bucket} per bucket):", ""]
+    for bucket, group in rows.groupby("bucket", sort=True):
+        lines.append(f"- **{bucket}**")
+        for r in group.head(per_bucket).to_dict("records"):
+            text = queries.get(r["split"], {}).get(r["query_id"], "")
+            text = (text[:140] + "…") if len(text) > 140 else text
+            detail = str(r.get("detail") or "")[:160]
+            lines.append(f"  - `{r['query_id']}` ({r['split']}) “{text}” — {detail}")
+    return lines + [""]
+
+
 def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, notes: list[str],
-                 out_dir: Path, sections: list[str] | None = None) -> tuple[str, Path]:
-    """Write `<out_dir>/<benchmark>.md` and its plots; returns (markdown with inline images, path). `sections`:
-    extra Markdown lines placed after the headline table (e.g. the overfitting gauge)."""
+                 out_dir: Path, per_query: pd.DataFrame | None = None, queries: dict[str, dict[str, str]] | None = None,
+                 n_candidates: int | None = None, labels: pd.DataFrame | None = None,
+                 primary: tuple[str, int] = ("ndcg", 10), sections: list[str] | None = None) -> tuple[str, Path]:
+    """Write `<out_dir>/<benchmark>.md` and its plots; returns (markdown with inline images, path).
+
+    per_query: split, retriever, query_id, value of the `primary` metric (for intervals and significance);
+    queries: split -> query id -> text (failure examples); n_candidates: documents each query ranks (a fixed
+    pool such as HotpotQA's 10 paragraphs), None for the whole corpus; labels: `mc_labels` for their summary;
+    sections: extra Markdown lines placed after the headline table (e.g. the overfitting gauge)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    lines = [f"# Evaluation report: {benchmark}", "", *[f"- {n}" for n in notes], "",
-             "## Headline metrics (truth: the benchmark's judgements)", "", headline_table(metrics).to_markdown(), "",
+    queries = queries or {}
+    n_queries = {s: len(q) for s, q in queries.items()} or None
+    metric_name = f"{primary[0]}@{primary[1]}"
+    qrels_metrics = metrics[metrics["truth"] == "qrels"] if "truth" in metrics else metrics
+    scope = f"each query ranks its own {n_candidates} candidates" if n_candidates else "each query ranks the whole corpus"
+    lines = [f"# Evaluation report: {benchmark}", "", *[f"- {n}" for n in notes],
+             "- queries scored per split: " + (", ".join(f"`{s}` {n}" for s, n in n_queries.items()) if n_queries else "?")
+             + f"; {scope}" + ("" if n_candidates is None else
+                               " (recall and hit rate at k ≥ that number are 1 by construction and left out)"), "",
+             "## Headline metrics (truth: the benchmark's judgements)", "",
+             headline_table(metrics, n_candidates=n_candidates, n_queries=n_queries).to_markdown(index=False), "",
              *(sections or [])]
+    if per_query is not None and len(per_query):
+        lines += [f"## {metric_name}: 95% intervals and significance against the best baseline", "",
+                  "Intervals: bootstrap over queries (2,000 resamples). Δ: paired difference to the best of the "
+                  f"baselines ({', '.join(BASELINES)}) on the same queries; p: Fisher's paired randomization test "
+                  "(ranx, 10,000 permutations); * p < 0.05.", ""]
+        for split, group in per_query.groupby("split", sort=False):
+            table = format_comparison(compare_to_baseline(group), metric_name)
+            lines += [f"### `{split}`", "", table.to_markdown(index=False), ""]
     if "truth" in metrics and (metrics["truth"] == "mc_labels").any():
         lines += ["## Against the Monte Carlo labels (documents that measurably helped the solver)", "",
-                  headline_table(metrics, "mc_labels").to_markdown(), ""]
+                  headline_table(metrics, "mc_labels", n_candidates=n_candidates).to_markdown(index=False), ""]
+    lines += label_summary(labels)
     inline = list(lines)
-    if "truth" in metrics:
-        metrics = metrics[metrics["truth"] == "qrels"]
-    for split in metrics["split"].unique():
-        png = curves_png(metrics, split, f"{benchmark} / {split}")
+    for split in qrels_metrics["split"].unique():
+        png = curves_png(qrels_metrics, split, f"{benchmark} / {split}", n_candidates)
         path = out_dir / f"{benchmark}_{split}_curves.png"
         path.write_bytes(png)
         lines += [f"![{split} curves]({path.name})", ""]
@@ -97,14 +209,25 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
     fail = ["## Failure buckets (queries with no relevant document in the top 10)", ""]
     if len(failures):
         counts = failures.pivot_table(index=["split", "retriever"], columns="bucket", values="query_id",
-                                      aggfunc="count", fill_value=0)
-        fail += [counts.to_markdown(), ""]
+                                      aggfunc="count", fill_value=0).reset_index()
+        counts.columns.name = None
+        fail += [counts.to_markdown(index=False), ""]
+        best = _best(qrels_metrics, primary)
+        if best is not None:
+            fail += failure_examples(failures, queries, best)
     fail += ["Rules, tried in this order:", ""] + [f"- **{b}**: {r}" for b, r in BUCKET_RULES.items()] + [""]
     lines += fail
     inline += fail
     path = out_dir / f"{benchmark}.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return "\n".join(inline), path
+
+
+def _best(metrics: pd.DataFrame, primary: tuple[str, int]) -> str | None:
+    m = metrics[(metrics.metric == primary[0]) & (metrics.k == primary[1])]
+    if m.empty:
+        return None
+    return str(m.groupby("retriever")["value"].mean().idxmax())
 
 
 def quality_png(summaries: dict[str, dict], title: str) -> bytes:

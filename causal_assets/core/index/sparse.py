@@ -17,7 +17,6 @@ import numba
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 BM25_K1, BM25_B = 1.2, 0.75  # Lucene defaults; SciFact test nDCG@10 0.679 with them (shared/data README)
 
@@ -314,6 +313,9 @@ def build_bm25(tokens: list[list[str]], k1: float = BM25_K1, b: float = BM25_B) 
 
 
 def build_tfidf(tokens: list[list[str]]) -> SparseIndex:
+    # Index build only: scikit-learn takes ~1.5 s to import, which a query (`causal-assets search`) must not pay.
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     vec = TfidfVectorizer(analyzer=lambda toks: toks, sublinear_tf=True, norm="l2", dtype=np.float32)
     matrix = vec.fit_transform(tokens).tocsc()
     return SparseIndex("tfidf", dict(vec.vocabulary_), matrix, vec.idf_.astype(np.float32))

@@ -51,6 +51,20 @@ def default_model_path() -> Path:
     return Path(preferred[0] if preferred else found[0])
 
 
+_RUNNING: "weakref.WeakSet[LocalLlamaServer]" = weakref.WeakSet()
+
+
+def stop_all() -> list[int]:
+    """Stop every server this process started and has not stopped (an interrupted `causal-assets ask`: the run
+    is abandoned in the middle of a step, so the LLM resource's teardown never runs). Returns their pids."""
+    pids = []
+    for server in list(_RUNNING):
+        if server.pid is not None:
+            pids.append(server.pid)
+        server.stop()
+    return pids
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -153,6 +167,7 @@ class LocalLlamaServer:
                                       stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         # reap the process group even if the caller forgets stop() (GC or interpreter exit)
         self._finalizer = weakref.finalize(self, _kill_group, self._proc, self.stop_grace_s)
+        _RUNNING.add(self)
         log.info("started llama server pid=%s on %s (log %s)", self._proc.pid, self.base_url, self.log_path)
         try:
             self._wait_ready(t0)
@@ -184,6 +199,7 @@ class LocalLlamaServer:
     def stop(self) -> None:
         """Kill the server's process group (SIGTERM, then SIGKILL). Idempotent."""
         proc, self._proc = self._proc, None
+        _RUNNING.discard(self)
         if proc is not None:
             _kill_group(proc, self.stop_grace_s)
             log.info("stopped llama server pid=%s (exit %s)", proc.pid, proc.returncode)

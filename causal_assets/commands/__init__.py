@@ -1,0 +1,58 @@
+"""The `causal-assets` commands. `causal_assets.cli` parses the arguments and imports only the module of the
+command it runs: `search` (index only, no Dagster), `ask` and `build` (Dagster runs), `data` (catalog, SQL, labels
+export). Each module has `run(args) -> exit code`; errors a user can act on become one line on stderr."""
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import warnings
+
+from causal_assets.core.errors import CausalAssetsError
+
+MODULES = {"search": "search", "ask": "ask", "build": "ask", "catalog": "data", "sql": "data",
+           "export_labels": "data"}
+
+
+def quiet() -> None:
+    """No progress bars, library warnings or INFO chatter on the terminal (`--verbose` keeps them). Must run before
+    torch / transformers / tqdm are imported: they read these variables at import."""
+    for name, value in {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
+                        "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}.items():
+        os.environ.setdefault(name, value)
+    warnings.simplefilter("ignore")
+    logging.basicConfig(level=logging.ERROR)
+    for handler in logging.getLogger().handlers:  # libraries that set their own logger to DEBUG (bm25s) included
+        handler.setLevel(logging.ERROR)
+
+
+def say(message: str) -> None:
+    """A status line for the user (stderr, so stdout stays the result)."""
+    try:
+        print(f"causal-assets: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # a closed or broken stderr must not stop an interrupt's clean-up
+        pass
+
+
+def run(args) -> int:
+    if not args.verbose:
+        quiet()
+    try:
+        module = importlib.import_module(f"causal_assets.commands.{MODULES[args.command]}")
+        return getattr(module, args.command)(args)
+    except KeyboardInterrupt:
+        # Only here: causal_assets.core.llm imports the openai client (seconds), which `search` never needs.
+        from causal_assets.core.llm.server import stop_all
+
+        stopped = stop_all()
+        say("interrupted" + (f"; stopped the local LLM server (pid {', '.join(map(str, stopped))})" if stopped else ""))
+        return 130
+    except Exception as e:
+        if isinstance(e, FileNotFoundError):
+            say(f"{e.filename or e}: not found")
+            return 2
+        if isinstance(e, (CausalAssetsError, ValueError)) and not args.verbose:
+            say(str(e))
+            return 2
+        raise

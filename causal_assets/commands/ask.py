@@ -1,0 +1,89 @@
+"""`causal-assets ask` (a question answered from a corpus graph by the local LLM, with its sources) and
+`causal-assets build` (what search and ask need for a corpus)."""
+from __future__ import annotations
+
+import json
+import time
+
+from causal_assets.cli import EXIT_POOL_BLOCKED
+from causal_assets.commands import needs, say
+from causal_assets.commands.build import build as build_assets
+from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
+from causal_assets.commands.search import snippet
+from causal_assets.core.causal_search import inbox
+from causal_assets.core.causal_search.inbox import MAX_QUERY_CHARS
+from causal_assets.core.corpus.registry import available_corpora
+from causal_assets.core.progress import duration
+from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.defs.search import QUERIES_DIR, query_partitions
+from causal_assets.run_health import LLM_POOL, blocked_message, wait_for_slot
+
+SOURCES_SHOWN = 5
+
+
+def build(args) -> int:
+    inbox.check_corpus(args.corpus, available_corpora())
+    wanted = needs.required(dense=True, graph=not args.index_only, entity_vectors=not args.index_only)
+    todo = needs.missing(args.base_path, args.corpus, wanted)
+    if not todo:
+        say(f"corpus {args.corpus!r} is already built ({', '.join(wanted)})")
+        return 0
+    build_assets(args.base_path, args.corpus, todo, args.verbose)
+    return 0
+
+
+def ask(args) -> int:
+    """Submit the question and run retrieval + causal search for it now, in this process (the runs show up in the
+    UI when DAGSTER_HOME is the one `dagster dev` uses). The LLM step needs a slot of the `llm` pool: slots held by
+    dead runs are freed, and the wait for a slot is bounded by --wait (exit 3 with the holders named)."""
+    interrupt_on_sigterm()
+    # Refused before anything exists: no record, no partition, no run for a bad corpus or query.
+    known = available_corpora()
+    inbox.check_corpus(args.corpus, known)
+    if not " ".join(args.query.split()):
+        raise ValueError("query is empty")
+    if len(args.query) > MAX_QUERY_CHARS:
+        raise ValueError(f"query is {len(args.query)} characters; the limit is {MAX_QUERY_CHARS}")
+    if args.wait < 0:
+        raise ValueError(f"--wait must be at least 0 seconds (got {args.wait})")
+
+    t_start = time.monotonic()
+    instance = cli_instance()
+    t0 = time.monotonic()
+    free, holders = wait_for_slot(instance, LLM_POOL, args.wait, on_wait=lambda h: say(
+        f"waiting up to {args.wait:.0f}s for a free {LLM_POOL!r} slot (held by {', '.join(x.describe() for x in h)})"))
+    if not free:
+        say(blocked_message(LLM_POOL, holders, time.monotonic() - t0))
+        return EXIT_POOL_BLOCKED
+    ensure_built(args.base_path, args.corpus, needs.required(dense=True, entity_vectors=True), args.no_build,
+                 why="ask", verbose=args.verbose)
+    qid = inbox.submit(QUERIES_DIR, args.query, args.corpus, known_corpora=known)
+    instance.add_dynamic_partitions(query_partitions.name, [qid])
+    say(f"answering from corpus {args.corpus!r} with the local LLM (question {qid})")
+    result = execute("search_job", qid, verbose=args.verbose, pool=LLM_POOL,
+                     pool_wait_s=max(args.wait - (time.monotonic() - t0), 0.0))
+    if not result.success:
+        say(f"answering failed: {failure_line(result)} (run {result.run_id}; `--verbose` shows the log)")
+        return 1
+    row = read_parquet(asset_path(args.base_path, "causal_search", qid)).iloc[0]
+    print(row["response"])
+    note = row.get("grounding_note") or ""
+    if note and note != "no evidence retrieved":  # (with no evidence the answer itself says so)
+        print(f"\n[ungrounded: {note}]")
+    sources = json.loads(row.get("sources") or "[]")
+    texts = {}
+    chunks_path = asset_path(args.base_path, "corpus_chunks", args.corpus)
+    if sources:
+        chunks = read_parquet(chunks_path, columns=["chunk_id", "title", "text"])
+        texts = dict(zip(chunks["chunk_id"], zip(chunks["title"], chunks["text"])))
+        print(f"\nSources (corpus {args.corpus!r}, {len(sources)} text units shown to the model):")
+        for i, s in enumerate(sources[:SOURCES_SHOWN], 1):
+            title, text = texts.get(s["chunk_id"], (s.get("title", ""), ""))
+            named = f"{title}: " if title and title not in s["chunk_id"] else ""
+            print(f"  {i}. {s['chunk_id']}  {named}{snippet(text, s['chunk_id'], title, 90)}")
+        if len(sources) > SOURCES_SHOWN:
+            print(f"  ... and {len(sources) - SOURCES_SHOWN} more in the report")
+    else:
+        print(f"\nSources: none (no evidence in corpus {args.corpus!r})")
+    print(f"\nquestion id {qid}; report: {row['report_path']} ({duration(time.monotonic() - t_start)})")
+    return 0

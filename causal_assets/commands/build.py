@@ -1,0 +1,263 @@
+"""Dagster runs started by the CLI: building what `search` / `ask` need, and the supervision every such run gets.
+
+Runs execute in this process (`execute_in_process`) on the instance of $DAGSTER_HOME, so they show up in the UI.
+Their Dagster log goes to the instance only (the terminal gets it with `--verbose`); progress lines of long steps
+(embedding) still reach the terminal through `core.progress`.
+
+While a run executes, Dagster only records SIGINT/SIGTERM (it checks for them between events, and a step may run
+for minutes without one). `Supervisor` is a thread that notices the recorded interrupt within a fraction of a
+second and ends the process cleanly: it stops the local LLM server this process started, marks the run
+CANCELED, frees its pool slots and exits 130. It also bounds the wait for an `llm` pool slot (`--wait`).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import select
+import signal
+import threading
+import time
+
+from dagster import AssetKey, DagsterInstance
+from dagster._core.instance.ref import InstanceRef
+from dagster._core.utils import make_new_run_id
+from dagster._utils.interrupts import check_captured_interrupt
+
+from causal_assets.cli import EXIT_INTERRUPTED, EXIT_POOL_BLOCKED
+from causal_assets.commands import needs, say
+from causal_assets.core import progress
+from causal_assets.core.corpus.registry import available_corpora
+from causal_assets.core.errors import CausalAssetsError
+from causal_assets.core.llm.server import stop_all
+from causal_assets.core.paths import PROJECT_ROOT
+from causal_assets.core.progress import duration
+from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.run_health import blocked_message, pool_holders, reap_dead_runs
+
+BUILD_JOB = "corpus_build_job"
+# Rough rates on 2 CPU cores (README "Scaling"): what the "about N min" of a build is computed from.
+CHUNKS_PER_S = 20.0
+ENTITIES_PER_S = 150.0
+ENTITIES_PER_TEXT_CHUNK = 7.5  # HotpotQA: 14,596 entities from 2,000 paragraphs
+
+
+class NotBuilt(CausalAssetsError):
+    """What a command needs is not materialized and `--no-build` was given."""
+
+
+class RunFailed(CausalAssetsError):
+    """A run the CLI started failed: one line naming the step and its error, and the run id."""
+
+
+# Runs the CLI executes keep their events in the instance, but not a capture of the process's stdout/stderr: that
+# capture pipes them through helper processes in the terminal's process group, which Ctrl-C kills mid-write.
+NO_COMPUTE_LOGS = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
+                                    "class": "NoOpComputeLogManager"}}
+
+
+@functools.lru_cache(maxsize=1)
+def cli_instance() -> DagsterInstance:
+    """The instance of $DAGSTER_HOME (default: the checkout's data/dagster_home, as in the README)."""
+    home = os.environ.get("DAGSTER_HOME") or str(PROJECT_ROOT / "data" / "dagster_home")
+    os.makedirs(home, exist_ok=True)
+    return DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=NO_COMPUTE_LOGS))
+
+
+def quiet_run_config(verbose: bool) -> dict:
+    return {} if verbose else {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+def build_command(corpus: str, index_only: bool = False) -> str:
+    return f"causal-assets build {corpus}" + (" --index-only" if index_only else "")
+
+
+class Supervisor:
+    """Ends the process cleanly on Ctrl-C / SIGTERM during a run, and bounds the wait for a pool slot."""
+
+    def __init__(self, instance: DagsterInstance, poll_s: float = 0.2):
+        self.instance, self.poll_s = instance, poll_s
+        self.run_id: str | None = None
+        self.pool: str | None = None
+        self.pool_wait_s = 0.0
+        self._blocked_since: float | None = None
+        self._next_pool_check = 0.0
+        # Every signal that reaches a Python-level handler also writes its number to this pipe, whichever handler
+        # Dagster has installed at that moment: inside a step it raises an exception into user code, which an
+        # import or a library may swallow, so the flag `check_captured_interrupt` reads is not enough.
+        self._wakeup_r, wakeup_w = os.pipe()
+        os.set_blocking(wakeup_w, False)
+        if threading.current_thread() is threading.main_thread():
+            signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
+        threading.Thread(target=self._loop, name="causal-assets-supervisor", daemon=True).start()
+
+    def watch(self, run_id: str | None, pool: str | None = None, pool_wait_s: float = 0.0) -> None:
+        self.run_id, self.pool, self.pool_wait_s, self._blocked_since = run_id, pool, pool_wait_s, None
+
+    def _signalled(self) -> bool:
+        ready, _, _ = select.select([self._wakeup_r], [], [], self.poll_s)
+        if not ready:
+            return False
+        received = os.read(self._wakeup_r, 64)
+        return any(b in (signal.SIGINT, signal.SIGTERM) for b in received)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                signalled = self._signalled()
+                if self.run_id and (signalled or check_captured_interrupt()):
+                    self.cancel()
+                if self.run_id and self.pool and time.monotonic() >= self._next_pool_check:
+                    self._next_pool_check = time.monotonic() + 1.0
+                    self._check_pool()
+            except Exception as e:  # never let the supervisor kill a healthy run
+                say(f"supervisor: {e}")
+                return
+
+    def cancel(self) -> None:
+        try:
+            run_id = self.run_id
+            pids = stop_all()
+            run = self.instance.get_run_by_id(run_id)
+            if run is not None and not run.is_finished:
+                self.instance.report_run_canceled(run, "Interrupted (Ctrl-C or SIGTERM) in causal-assets")
+            self.instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+            server = f"; stopped the local LLM server (pid {', '.join(map(str, pids))})" if pids else ""
+            say(f"interrupted{server}; run {run_id} marked CANCELED")
+        finally:
+            os._exit(EXIT_INTERRUPTED)  # the main thread is inside Dagster's step execution
+
+    def _check_pool(self) -> None:
+        storage = self.instance.event_log_storage
+        pending = [p for p in storage.get_concurrency_info(self.pool).pending_steps
+                   if p.run_id == self.run_id and p.assigned_timestamp is None]
+        if not pending:
+            self._blocked_since = None
+            return
+        self._blocked_since = self._blocked_since or time.monotonic()
+        reap_dead_runs(self.instance, self.pool)
+        waited = time.monotonic() - self._blocked_since
+        if waited < self.pool_wait_s:
+            return
+        run = self.instance.get_run_by_id(self.run_id)
+        message = blocked_message(self.pool, pool_holders(self.instance, self.pool), waited)
+        if run is not None and not run.is_finished:
+            self.instance.report_run_failed(run, f"causal-assets gave up waiting for a {self.pool!r} slot: {message}")
+        storage.free_concurrency_slots_for_run(self.run_id)
+        say(f"{message}\nrun {self.run_id} marked FAILURE")
+        os._exit(EXIT_POOL_BLOCKED)
+
+
+_supervisor: Supervisor | None = None
+
+
+def supervisor(instance: DagsterInstance) -> Supervisor:
+    global _supervisor
+    if _supervisor is None:
+        _supervisor = Supervisor(instance)
+    return _supervisor
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM behaves like Ctrl-C (KeyboardInterrupt outside a run; recorded and handled by the supervisor inside)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def failure_line(result) -> str:
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+            err = event.step_failure_data.error
+            while err.cause is not None and err.message.startswith("Error occurred while executing"):
+                err = err.cause
+            first = (err.message or "").strip().splitlines()
+            return f"step {event.step_key} failed: {first[-1] if first else err.cls_name}"
+    return "the run failed"
+
+
+def execute(job_name: str, partition_key: str, assets: list[str] | None = None, verbose: bool = False,
+            pool: str | None = None, pool_wait_s: float = 0.0, run_config: dict | None = None):
+    """Execute a job of the Definitions in this process, supervised; returns the result (never raises for a
+    failed step)."""
+    from causal_assets.definitions import defs  # the whole code location; only the commands that run jobs load it
+
+    instance = cli_instance()
+    run_id = make_new_run_id()
+    supervisor(instance).watch(run_id, pool, pool_wait_s)
+    progress.terminal = None if verbose else (lambda line: say(line))
+    try:
+        return defs.resolve_job_def(job_name).execute_in_process(
+            partition_key=partition_key, instance=instance, run_id=run_id, raise_on_error=False,
+            asset_selection=[AssetKey(a) for a in assets] if assets else None,
+            run_config={**quiet_run_config(verbose), **(run_config or {})})
+    finally:
+        supervisor(instance).watch(None)  # between runs an interrupt is a KeyboardInterrupt in the main thread
+        progress.terminal = None
+        # Dagster restores SIGTERM to the SIGINT handler it found, which is SIG_IGN when the shell started us in the
+        # background: SIGTERM must keep working after a run.
+        interrupt_on_sigterm()
+
+
+def estimate_seconds(base, corpus: str, todo: list[str]) -> float | None:
+    chunks_path = asset_path(base, "corpus_chunks", corpus)
+    if not chunks_path.exists():
+        return None
+    chunks = read_parquet(chunks_path, columns=["kind"])
+    n = len(chunks)
+    code = bool(chunks["kind"].isin(["function", "method", "class", "module"]).mean() > 0.5)
+    seconds = 0.0
+    if "corpus_embeddings" in todo:
+        seconds += n / CHUNKS_PER_S
+    if "sparse_postings" in todo:
+        seconds += 5 + n * 0.002
+    if "graph_nodes" in todo:
+        seconds += 10 + n * 0.01
+    if "graph_entity_embeddings" in todo:
+        nodes_path = asset_path(base, "graph_nodes", corpus)
+        entities = len(read_parquet(nodes_path, columns=["node_id"])) if nodes_path.exists() else \
+            n * (1.0 if code else ENTITIES_PER_TEXT_CHUNK)  # not built yet: a typical ratio
+        seconds += entities / ENTITIES_PER_S
+    # The rates are for idle cores; other work on the machine slows this build about in proportion.
+    return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+def ensure_built(base, corpus: str, wanted: list[str], no_build: bool, why: str, verbose: bool = False) -> None:
+    """Materialize what is missing of `wanted` for `corpus` (saying what and about how long), or with `no_build`
+    refuse in one line naming the command that builds it."""
+    todo = needs.missing(base, corpus, wanted)
+    if not todo:
+        return
+    known = available_corpora()
+    if corpus not in known:
+        raise CausalAssetsError(f"unknown corpus {corpus!r}; known corpora: {', '.join(known)}")
+    index_only = not any(a.startswith("graph") for a in todo)
+    command = build_command(corpus, index_only)
+    if no_build:
+        raise NotBuilt(f"corpus {corpus!r} is not built for {why} (missing: {', '.join(todo)}); run `{command}`")
+    build(base, corpus, todo, verbose, reason=why)
+
+
+def build(base, corpus: str, todo: list[str], verbose: bool, reason: str = "") -> float:
+    """Materialize `todo` for `corpus` in one or two supervised runs. Returns the seconds taken."""
+    t0 = time.monotonic()
+    interrupt_on_sigterm()
+    if "corpus_chunks" in todo:  # first, so the estimate can count the chunks
+        say(f"corpus {corpus!r}: reading and chunking its source" + (f" (needed by {reason})" if reason else ""))
+        _run(corpus, ["corpus_chunks"], verbose)
+        todo = [a for a in todo if a != "corpus_chunks"]
+    if todo:
+        seconds = estimate_seconds(base, corpus, todo)
+        load = os.getloadavg()[0]
+        about = (f"about {duration(seconds)} at the current load {load:.1f}" if seconds is not None
+                 else "a few minutes")
+        say(f"corpus {corpus!r}: building {', '.join(todo)} ({about}; once, then kept in the data directory)")
+        _run(corpus, todo, verbose)
+    took = time.monotonic() - t0
+    say(f"corpus {corpus!r}: built in {duration(took)}")
+    return took
+
+
+def _run(corpus: str, assets: list[str], verbose: bool) -> None:
+    result = execute(BUILD_JOB, corpus, assets, verbose)
+    if not result.success:
+        raise RunFailed(f"building {', '.join(assets)} for corpus {corpus!r}: {failure_line(result)} "
+                        f"(run {result.run_id}; `--verbose` shows the log)")

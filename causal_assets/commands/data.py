@@ -1,0 +1,63 @@
+"""`causal-assets catalog`, `sql` (the SQL shell over the DuckDB catalog) and `export-labels`."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import duckdb
+
+from causal_assets.cli import _default
+from causal_assets.commands import say
+from causal_assets.core.benchmarks import load_benchmark_registry
+from causal_assets.core.catalog import DuckDBCatalog, check_analysis_sql
+from causal_assets.core.export import DatasetCard, agreement_with_seeds, pick_estimator
+from causal_assets.core.export import export_labels as export
+from causal_assets.core.storage import asset_path, read_parquet, safe_name
+
+
+def catalog(args) -> int:
+    status = DuckDBCatalog(args.catalog_path, lock_timeout_s=10).refresh_from_storage(args.base_path)
+    for name, s in sorted(status.items()):
+        print(f"{name}: {s}")
+    return 1 if "deferred" in status.values() else 0
+
+
+def sql(args) -> int:
+    """Query the catalog read-only, with the base path's fsspec filesystem registered (needed for views over URLs
+    DuckDB cannot read itself). Only queries (SELECT/EXPLAIN) run, and DuckDB may read nothing but the Parquet
+    under the base path: no file writes, no other files, no extensions (README "Security model")."""
+    check_analysis_sql(args.query)
+    if not Path(args.catalog_path).exists():
+        say(f"{args.catalog_path}: no catalog yet; it is created by the first materialization, or run "
+            "`causal-assets catalog`")
+        return 2
+    cat = DuckDBCatalog(args.catalog_path, lock_timeout_s=10, base=args.base_path)
+    try:
+        with cat.connect_for_analysis(args.base_path) as con:
+            print(con.sql(args.query).df().to_string(index=False))
+    except duckdb.Error as e:
+        say(f"sql: {str(e).splitlines()[0]}")
+        return 2
+    return 0
+
+
+def export_labels(args) -> int:
+    """The labels_export asset without Dagster: mc_labels + candidate_pools of a benchmark from the Parquet base."""
+    safe_name(args.benchmark, "benchmark")
+    labels = read_parquet(asset_path(args.base_path, "mc_labels", args.benchmark))
+    pools = read_parquet(asset_path(args.base_path, "candidate_pools", args.benchmark))
+    specs = load_benchmark_registry()
+    mc = dict(specs[args.benchmark].monte_carlo or {}) if args.benchmark in specs else {}
+    split = specs[args.benchmark].label_split if args.benchmark in specs else "labels"
+    estimator = pick_estimator(labels, args.estimator)
+    budgets = {k: v for k, v in {"solver calls per question (configured)": mc.get("budget"),
+                                 "label threshold": mc.get("threshold"),
+                                 "questions labelled": int(labels["question_id"].nunique())}.items() if v is not None}
+    card = DatasetCard(benchmark=args.benchmark, split=split, solver=args.solver, estimator=estimator,
+                       budgets=budgets, quality=agreement_with_seeds(labels, estimator))
+    reports = _default("CAUSAL_ASSETS_REPORTS", "data/reports")  # as causal_assets.resources.DEFAULT_REPORTS
+    out = args.out or str(Path(reports).parent / "datasets" / args.benchmark)
+    result = export(labels, pools, out, card, estimator=estimator, hf=not args.no_hf)
+    print(f"{result.judgements} judgements ({result.questions} questions, {result.documents} documents, "
+          f"grades {result.by_grade}, estimator {result.estimator}) -> {result.path}")
+    return 0

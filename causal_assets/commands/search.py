@@ -1,0 +1,83 @@
+"""`causal-assets search`: a query against a corpus index, with no Dagster import on the way (BM25 in ~1 s)."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+from causal_assets.commands import needs, say
+from causal_assets.core.causal_search.inbox import MAX_QUERY_CHARS
+from causal_assets.core.index.search import METHODS, CorpusIndex
+from causal_assets.core.storage import safe_name
+
+SNIPPET_CHARS = 110
+# What each method needs besides the chunks and the sparse index.
+NEEDS_DENSE = {"dense", "hybrid", "rrf", "cascade", "causal", "learned", "entity_first"}  # all but bm25, tfidf
+NEEDS_GRAPH = {"cascade", "entity_first", "causal", "learned"}
+
+
+def snippet(text: str, chunk_id: str, title: str, width: int = SNIPPET_CHARS) -> str:
+    """The start of a chunk's text without what the other columns already show (its title or id on the first line)
+    and without decorator lines: the words a reader needs to judge the hit."""
+    lines = [ln.strip() for ln in (text or "").splitlines()]
+    names = {s for s in (chunk_id, title, chunk_id.rsplit(".", 1)[-1], title.rsplit(".", 1)[-1]) if s}
+    lines = [ln for ln in lines if ln and ln not in names and not ln.startswith("@")]
+    flat = re.sub(r"\s+", " ", " ".join(lines)).strip()
+    for name in sorted(names, key=len, reverse=True):
+        if flat.startswith(name + " "):
+            flat = flat[len(name) + 1:]
+    return flat if len(flat) <= width else flat[:width - 1].rstrip() + "…"
+
+
+def search(args) -> int:
+    query = sys.stdin.read() if args.query == "-" else args.query
+    if not query.strip():
+        raise ValueError("query is empty")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ValueError(f"query is {len(query)} characters; the limit is {MAX_QUERY_CHARS}")
+    if args.k < 1:
+        raise ValueError(f"-k must be at least 1 (got {args.k})")
+    safe_name(args.corpus, "corpus")
+    try:
+        params = json.loads(args.params)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--params is not valid JSON ({e})") from None
+
+    wanted = needs.required(dense=args.method in NEEDS_DENSE, graph=args.method in NEEDS_GRAPH)
+    if needs.missing(args.base_path, args.corpus, wanted):
+        # Building runs Dagster, whose import alone takes seconds: only imported when something is missing.
+        from causal_assets.commands.build import ensure_built
+
+        ensure_built(args.base_path, args.corpus, wanted, no_build=args.no_build,
+                     why=f"search --method {args.method}", verbose=args.verbose)
+    index = CorpusIndex.load(args.base_path, args.corpus, dense=args.method in NEEDS_DENSE)
+    if args.method in METHODS:
+        hits = index.search(query, k=args.k, method=args.method)
+    else:
+        # Only for the composite methods: the retrievers import scikit-learn, networkx and more (seconds), which a
+        # BM25 search must not pay.
+        from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
+        from causal_assets.core.retrievers.factory import build_retriever
+
+        graph = load_graph(args.base_path, args.corpus) if args.method in ("causal", "learned") else None
+        retriever = build_retriever(args.method, index, params, load_chunk_neighbors(args.base_path, args.corpus),
+                                    graph=graph)
+        hits = retriever.retrieve_many([query], args.k)[0]
+    if args.method in ("bm25", "tfidf"):
+        hits = [h for h in hits if h.score > 0]  # a zero score is no match, not a result
+        if not hits:
+            terms = index.terms(query)
+            why = (f"no chunk of corpus {args.corpus!r} contains any of the query's index terms {terms[:20]}" if terms
+                   else "the query has no index terms (only stopwords, punctuation or symbols)")
+            say(f"{why}; nothing for {args.method} to match (try --method dense)")
+            if args.json:
+                print("[]")
+            return 1
+    if args.json:
+        print(json.dumps([h.__dict__ for h in hits], indent=2))
+        return 0
+    for h in hits:
+        title = f"  {h.title}" if h.title and h.title not in h.chunk_id else ""  # code: the title is the id
+        print(f"{h.rank:>3}  {h.score:8.4f}  {h.chunk_id}  [{h.kind}]{title}")
+        print(f"{'':15}{snippet(index.text(h.chunk_id), h.chunk_id, h.title)}")
+    return 0

@@ -1,0 +1,96 @@
+"""What each stored column means: shown in the Dagster UI (each asset's column schema) and as column comments of the
+DuckDB catalog's views (`select column_name, comment from duckdb_columns() where table_name = 'mc_labels'`).
+
+Ids: a corpus document is a chunk, `chunk_id` everywhere; tables that store it as `doc_id` (evaluation runs, pools,
+labels) get a `chunk_id` column in their view too. A question is `query_id`; tables storing `question_id` (pools,
+trials, labels) get `query_id` in their view, so any two views join on `chunk_id` and `query_id`.
+"""
+from __future__ import annotations
+
+# The name every view exposes -> the name some tables store.
+ID_ALIASES = {"chunk_id": "doc_id", "query_id": "question_id"}
+
+COMMON = {
+    "corpus": "Corpus partition the row belongs to (a name from the corpus registry).",
+    "benchmark": "Benchmark partition the row belongs to (a name from the benchmark registry).",
+    "chunk_id": "Id of a corpus chunk (a document, paragraph or code symbol); joins corpus_chunks.chunk_id.",
+    "doc_id": "Id of a corpus chunk, as this table stores it (the same value as chunk_id).",
+    "chunk_idx": "Row number of the chunk in its corpus (0-based), the position used by the sparse and dense index.",
+    "query_id": "Id of a question: a benchmark query id, or a submitted question's id (hash_time_random).",
+    "question_id": "Id of a benchmark question, as this table stores it (the same value as query_id).",
+    "question": "The question text.",
+    "query": "The question or query text.",
+    "split": "Benchmark split (dev, train, test) the question belongs to.",
+    "retriever": "Retriever name; `<name>_tuned` is the tuned configuration of that retriever.",
+    "rank": "Rank in the result list, 1 = best.",
+    "score": "Retrieval score (higher is better; scale depends on the retriever).",
+    "title": "Title of the chunk (paragraph title, or the code symbol's full name).",
+    "text": "Text of the chunk as indexed.",
+    "kind": "Kind of chunk: paragraph, document, module, class, function, method or file.",
+    "content_hash": "SHA-256 of the text: what the embedding cache is keyed by.",
+    "embedding": "L2-normalised MiniLM vector (384 floats).",
+    "model": "Embedding or language model that produced the row.",
+    "weight": "Weight: a BM25/TF-IDF term weight, or an edge's occurrence count.",
+    "method": "Sparse scoring method: bm25 or tfidf.",
+    "term_id": "Id of an index term; joins sparse_vocabulary.term_id (same corpus and method).",
+    "build_id": "Id of the index build; postings and vocabulary of one build share it.",
+    "label": "Monte Carlo label: YES (the document measurably helps answer), NO or UNCERTAIN.",
+    "effect": "Estimated effect of including the document on the solver's outcome (nats for likelihood outcomes).",
+    "ci_low": "Lower end of the effect's confidence interval.",
+    "ci_high": "Upper end of the effect's confidence interval.",
+    "origin": "Why the document is in the candidate pool: seed (gold or its graph neighbour), hard negative, random.",
+    "metric": "Metric name (ndcg, map, mrr, recall, precision, hit_rate).",
+    "k": "Cut-off of the metric (metric@k).",
+    "value": "Metric value, in [0, 1].",
+    "truth": "What the metric is measured against: qrels (the benchmark's judgements) or mc_labels.",
+    "bucket": "Failure bucket: vocabulary_mismatch, specificity_gap, distractor_overlap or other.",
+    "relevance": "Relevance grade of the judgement (0 = not relevant).",
+    "response": "The answer given to the user.",
+}
+
+PER_ASSET = {
+    "corpus_chunks": {"source": "Where the chunk was read from (package, file or dataset).",
+                      "path": "File path of the chunk's source, when it has one.",
+                      "start_line": "First source line of a code chunk.", "end_line": "Last source line.",
+                      "metadata": "JSON with loader-specific fields (e.g. HotpotQA's supporting flag).",
+                      "index_options": "JSON: how the corpus is analysed (e.g. split_identifiers)."},
+    "sparse_vocabulary": {"term": "The index term (stemmed; identifiers split for code corpora).",
+                          "df": "Number of chunks containing the term.", "idf": "Inverse document frequency."},
+    "graph_nodes": {"node_id": "Node id: a code symbol's full name, or chunk:/entity:/community: + key.",
+                    "node_type": "module, class, function, method, external, chunk, entity or community.",
+                    "name": "Display name of the node.", "description": "Docstring line, signature or extracted description.",
+                    "rank": "Degree of the node (entities: number of co-mentioned entities).",
+                    "community": "Louvain community id, -1 when none.",
+                    "attributes": "JSON with kind-specific fields (module, path, lines, signature)."},
+    "graph_edges": {"source": "node_id of the edge's source.", "target": "node_id of the edge's target.",
+                    "edge_type": "defines, imports, calls, inherits, references, mentions, related, title_mention, in_community.",
+                    "evidence": "The source line or sentence the edge was read from."},
+    "graph_entity_embeddings": {"node_id": "The entity's node id (graph_nodes.node_id)."},
+    "evaluation_runs": {"score": "The retriever's score for the document."},
+    "evaluation_failures": {"rule": "The bucket's rule, as printed in the report.",
+                            "detail": "Why this query landed in its bucket (terms, overlaps)."},
+    "evaluation_queries": {"text": "The question text."},
+    "evaluation_qrels": {"relevance": "Relevance grade from the benchmark's judgements (qrels)."},
+    "mc_labels": {"outcome": "What a trial measured: qa_likelihood, likelihood or success.",
+                  "delta_p": "Difference of success rates with and without the document (success outcomes).",
+                  "trials_used": "Solver trials the label is estimated from.",
+                  "estimator": "regression, adaptive or naive (the simple rule on the same trials).",
+                  "base_outcome": "Mean outcome over trials.", "mean_outcome": "Mean outcome with the document."},
+    "candidate_pools": {"answer": "The gold answer.", "aliases": "Accepted answer spellings (JSON).",
+                        "position": "Position of the document in the shuffled pool."},
+    "causal_search": {"grounded": "True when the answer's distinctive terms are found in the evidence shown to the model.",
+                      "grounding_note": "Why the answer is not grounded (terms not found in the evidence), or empty.",
+                      "sources": "JSON list of the text units (chunk_id, title) the model was shown.",
+                      "report_path": "Markdown report of the question.", "seconds": "Wall time of the step."},
+}
+
+
+def column_docs(asset: str, columns) -> dict[str, str]:
+    """Descriptions of `columns` of `asset` (those we have one for)."""
+    own = PER_ASSET.get(asset, {})
+    out = {}
+    for c in columns:
+        text = own.get(c) or COMMON.get(c)
+        if text:
+            out[str(c)] = text
+    return out
