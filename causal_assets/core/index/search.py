@@ -18,7 +18,7 @@ from upath import UPath
 
 from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k
 from causal_assets.core.index.build import check_sparse_build
-from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder
+from causal_assets.core.index.dense import DEFAULT_BACKEND, DEFAULT_MODEL, Embedder
 from causal_assets.core.index.exact import INT8_SCAN_MIN, Int8Scan, single_thread_blas, top_positions
 from causal_assets.core.index.sparse import SparseIndex
 from causal_assets.core.index.text import analyze
@@ -79,8 +79,7 @@ class CorpusIndex:
             backend = str(emb["backend"].iloc[0]) if "backend" in emb else "torch"
         split = bool(json.loads(chunks["index_options"].iloc[0]).get("split_identifiers", False)) \
             if "index_options" in chunks else False
-        return cls(corpus, chunks, sparse, embeddings, split, Embedder(model, backend=backend or "torch")
-                   if dense else Embedder(model))
+        return cls(corpus, chunks, sparse, embeddings, split, Embedder(model, backend=backend or DEFAULT_BACKEND))
 
     def terms(self, query: str) -> list[str]:
         return analyze(query, self.split_identifiers)
@@ -166,12 +165,6 @@ class CorpusIndex:
             positions[i] = top_positions(all_scores, k)
             scores[i] = all_scores[positions[i]]
         return positions, scores
-
-    @staticmethod
-    def _top_positions(scores: np.ndarray, k: int) -> np.ndarray:
-        k = min(k, len(scores))
-        part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-        return part[np.lexsort((part, -scores[part]))]
 
     def top_k(self, scores: np.ndarray, k: int, within: list[str] | None = None) -> list[Hit]:
         if within is not None:
