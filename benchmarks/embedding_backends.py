@@ -4,7 +4,7 @@
 
 Every SciFact abstract (5,183; `--quick`: a 512-text sample, no nDCG) is embedded by fp32 PyTorch (the reference:
 what the index stage ran before backends existed, with its default torch threads) and by each candidate backend
-(its default threads: the cores free when it loads). The texts are cut into blocks of 256 and the backends take
+(its default threads: every core, no spin-waiting). The texts are cut into blocks of 256 and the backends take
 turns block by block, the first one alternating, so a change of machine load hits all of them; a backend's
 throughput is its texts over its summed seconds, and the figure is the ratio of the throughputs (= the ratio of the
 summed seconds over the same texts). Then the 300 test queries are embedded by each backend and searched exactly
@@ -29,7 +29,7 @@ from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
 from causal_assets.core.evaluation.metrics import evaluate
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.build import build_sparse, chunk_texts
-from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, free_cores
+from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
 
@@ -49,7 +49,6 @@ def run(quick: bool, backends: list[str], timed: int | None = None,
     if quick:
         sample = np.sort(np.random.default_rng(0).choice(len(texts), 512, replace=False))
     names = [REFERENCE, *backends]
-    threads_at_load = free_cores()
     embedders = {b: Embedder(DEFAULT_MODEL, 64, b) for b in names}
     load_s = {}
     for b, e in embedders.items():  # load (and for ONNX export once, cached) and warm up, untimed
@@ -100,7 +99,6 @@ def run(quick: bool, backends: list[str], timed: int | None = None,
             print(f"untimed rest, {b}: {untimed[b]}", flush=True)
     details: dict = {
         "texts": int(n), "block": BLOCK, "reference": REFERENCE, "backends": backends, "model": DEFAULT_MODEL,
-        "free_cores_at_load": threads_at_load,
         "threads": {b: (embedders[b].model.threads if b != "torch" else _torch_threads()) for b in names},
         "load_and_warmup_s": load_s, "seconds": {b: round(s, 2) for b, s in seconds.items()},
         "cpu_seconds": {b: round(s, 2) for b, s in cpu_seconds.items()},

@@ -60,7 +60,7 @@ class EmbeddingConfig(Config):
     # torch (fp32 PyTorch), onnx (fp32 ONNX Runtime) or onnx-int8; default $CAUSAL_ASSETS_EMBEDDING_BACKEND or the
     # measured default (README, Performance). Part of the cache key: vectors of different backends never mix.
     backend: str = DEFAULT_EMBEDDING_BACKEND
-    threads: int = 0            # ONNX backends: intra-op threads, 0 = the cores free when the step starts
+    threads: int = 0            # ONNX backends: intra-op threads, 0 = every core (threads do not spin-wait)
     models_dir: str = DEFAULT_MODELS_DIR  # where the ONNX export is cached (by model hash)
 
     def embedder(self) -> Embedder:

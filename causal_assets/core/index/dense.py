@@ -33,7 +33,7 @@ FEW_QUERIES = 8     # query batches up to this size are encoded on one thread (s
 # and run by ONNX Runtime in fp32 or with int8 weights (see onnx_backend.py). The default was chosen by
 # measurement (benchmarks/embedding_backends.py: throughput and SciFact dense nDCG@10 against torch, one run).
 BACKENDS = ("torch", "onnx", "onnx-int8")
-DEFAULT_BACKEND = "torch"
+DEFAULT_BACKEND = "onnx-int8"
 DEFAULT_MODELS_DIR = PROJECT_ROOT / "data" / "models"  # where ONNX exports are cached (resources.py may override)
 
 DEVICE_ENV = "CAUSAL_ASSETS_EMBEDDING_DEVICE"  # e.g. cuda on a GPU worker (deploy/k8s/executor.yaml); default cpu
@@ -47,17 +47,6 @@ def check_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"embedding backend {backend!r}: expected one of {BACKENDS}")
     return backend
-
-
-def free_cores(total: int | None = None) -> int:
-    """Cores not busy with other work right now (1-minute load average), at least 1 (as the LLM threads are
-    sized): on a shared machine more threads than free cores wait on each other."""
-    total = total or os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        return total
-    return max(1, min(total, int(round(total - load + 0.5))))
 
 
 def model_dir(name: str = DEFAULT_MODEL) -> str:
@@ -87,13 +76,17 @@ def load_backend(name: str, backend: str, models_dir: str | None = None, threads
         return load_model(name)
     from causal_assets.core.index.onnx_backend import onnx_encoder
 
+    # 0 = every core: ONNX Runtime's threads do not spin-wait here (onnx_backend.py), so on a busy machine a second
+    # thread costs little, and it doubles the rate whenever a core is free (sized to the free cores at load time
+    # instead, the backend was stuck on one thread while the load fell: embedding_backends.json, 1.45x wall vs 2.04x
+    # per CPU-second).
     return onnx_encoder(model_dir(name), str(models_dir or DEFAULT_MODELS_DIR),
-                        "int8" if backend == "onnx-int8" else "fp32", threads or free_cores())
+                        "int8" if backend == "onnx-int8" else "fp32", threads or os.cpu_count() or 1)
 
 
 class Embedder:
     """Encodes chunks and queries with one model on one backend. `threads` (ONNX backends): intra-op threads
-    for batches, 0 = the cores free when the model is first loaded."""
+    for batches, 0 = every core (a few queries always run on one thread)."""
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, backend: str = DEFAULT_BACKEND,
                  models_dir: str | None = None, threads: int = 0):
