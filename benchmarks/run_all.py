@@ -34,6 +34,8 @@ SUITE = [
     ("metrics_speed", "metrics_speed.py", [], [], True),
     ("bm25_qps", "bm25_qps.py", [], [], True),
     ("embedding_throughput", "embedding_throughput.py", [], [], True),
+    ("embedding_backends", "embedding_backends.py", [], [], True),
+    ("dense_latency", "dense_latency.py", [], [], True),
     ("query_latency", "query_latency.py", [], [], True),
     ("incremental_reindex", "incremental_reindex.py", [], [], True),
     ("mc_simulation", "mc_simulation.py", [], ["--scenarios", "30"], False),
@@ -43,8 +45,8 @@ SUITE = [
     ("lineage_e2e", "lineage_e2e.py", [], None, False),  # None: not run with --quick
 ]
 TOPICS = [s[0] for s in SUITE]
-ORDER = ["embedding_throughput", "incremental_reindex", "query_latency", "scaling", "bm25_qps", "metrics_speed",
-         "mc_cost", "cli_timings", "lineage_e2e"]
+ORDER = ["embedding_throughput", "embedding_backends", "dense_latency", "incremental_reindex", "query_latency",
+         "scaling", "bm25_qps", "metrics_speed", "mc_cost", "cli_timings", "lineage_e2e"]
 
 
 def run_suite(quick: bool, topics: list[str]) -> dict:

@@ -20,6 +20,7 @@ from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer
 from causal_assets.core.llm.scoring import EndpointScorer, Scorer, free_cores
 from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.corpus.registry import CorpusSpec, load_corpus_registry, registry_path
+from causal_assets.core.index.dense import DEFAULT_BACKEND
 from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.core.storage import check_within, read_parquet, write_parquet_atomic
 
@@ -28,6 +29,8 @@ DEFAULT_CATALOG = os.environ.get("CAUSAL_ASSETS_CATALOG", str(PROJECT_ROOT / "da
 DEFAULT_REPORTS = os.environ.get("CAUSAL_ASSETS_REPORTS", str(PROJECT_ROOT / "data" / "reports"))
 DEFAULT_LLM_CACHE = os.environ.get("CAUSAL_ASSETS_LLM_CACHE", str(PROJECT_ROOT / "data" / "llm_calls.sqlite"))
 DEFAULT_MODELS_DIR = os.environ.get("CAUSAL_ASSETS_MODELS_DIR", str(PROJECT_ROOT / "data" / "models"))
+# corpus_embeddings / embedding_shards: torch (fp32 PyTorch), onnx (fp32 ONNX Runtime) or onnx-int8
+DEFAULT_EMBEDDING_BACKEND = os.environ.get("CAUSAL_ASSETS_EMBEDDING_BACKEND") or DEFAULT_BACKEND
 DEFAULT_SOLVER_MODEL = os.environ.get("CAUSAL_ASSETS_SOLVER", DEFAULT_SOLVER)
 LOCAL_MODEL_ALIAS = "smollm2-135m-instruct"
 

@@ -1,9 +1,13 @@
-"""Progress of long work (embedding thousands of texts): done/total, rate and ETA, as one line per report.
+"""Progress of long work (embedding thousands of texts): done/total, rate and ETA, one line per report.
 
-`Progress(total, what, emit)` calls `emit(line)` at most every `every_s` seconds (and always at the end); an
-asset passes `context.log.info`, so the lines land in the run's event log and the UI. `causal-assets` also shows
-them on the terminal: it sets `terminal` (a callable) for the runs it executes in its own process, so a user
-sees e.g. `embedding entity descriptions: 4,096/14,596 (28%), 93/s, about 1 min 53 s left`.
+The core has no Dagster: an asset passes `context.log.info` (any `Callable[[str], None]`), so the lines land in the
+run's event log and the UI. `causal-assets` also shows them on the terminal: it sets `terminal` (a callable) for
+the runs it executes in its own process, so a user sees e.g.
+`embedding entity descriptions: 4,096/14,596 (28%), 93/s, about 1 min 53 s left`.
+
+* `Progress(total, what, emit)`: `update(done)` reports at most every `every_s` seconds (and always at the end);
+* `ProgressLog(log, what)`: a `(done, total)` callback for code that reports through callbacks (the embedding
+  loop); the first report after `first_s`, then at most every `interval_s`, and always at the end.
 """
 from __future__ import annotations
 
@@ -55,3 +59,42 @@ class Progress:
         for sink in (self.emit, terminal):
             if sink is not None:
                 sink(text)
+
+
+class ProgressLog:
+    """`reporter(done, total)`: logs "<what>: done/total <unit> (pct), rate <unit>/s, ETA ..." now and then."""
+
+    def __init__(self, log: Callable[[str], None], what: str, unit: str = "items", interval_s: float = 15.0,
+                 first_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
+        self.log, self.what, self.unit = log, what, unit
+        self.interval_s, self.first_s, self.clock = interval_s, first_s, clock
+        self.start = clock()
+        self.last: float | None = None
+        self.reports = 0
+
+    def message(self, done: int, total: int, elapsed: float) -> str:
+        rate = done / elapsed if elapsed > 0 else 0.0
+        pct = f" ({100 * done / total:.0f}%)" if total else ""
+        if done >= total:
+            return f"{self.what}: {done}/{total} {self.unit} done in {duration(elapsed)}, {rate:.1f} {self.unit}/s"
+        eta = duration((total - done) / rate) if rate > 0 else "unknown"
+        return f"{self.what}: {done}/{total} {self.unit}{pct}, {rate:.1f} {self.unit}/s, ETA {eta}"
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        due = now - self.start >= self.first_s if self.last is None else now - self.last >= self.interval_s
+        if done >= total or due:
+            self.last = now
+            self.reports += 1
+            text = self.message(done, total, now - self.start)
+            for sink in (self.log, terminal):
+                if sink is not None:
+                    sink(text)
+
+
+def chain(*callbacks: Callable[[int, int], None] | None) -> Callable[[int, int], None] | None:
+    """One (done, total) callback calling every given one (None ones left out); None when there are none."""
+    live = [c for c in callbacks if c is not None]
+    if not live:
+        return None
+    return lambda done, total: [c(done, total) for c in live] and None

@@ -7,7 +7,6 @@ import time
 import pandas as pd
 from dagster import AssetExecutionContext, AssetOut, Config, MetadataValue, Output, asset, multi_asset
 
-from causal_assets.core.progress import Progress
 from causal_assets.core.checks import check_chunks, check_embeddings, check_sparse
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.registry import load_corpus
@@ -16,7 +15,8 @@ from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_fra
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import corpus_partitions
-from causal_assets.resources import CorpusRegistry, Storage
+from causal_assets.resources import (DEFAULT_EMBEDDING_BACKEND, DEFAULT_MODELS_DIR, CorpusRegistry,
+                                     Storage)
 
 GROUP = "corpus_index"
 
@@ -60,6 +60,14 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
 class EmbeddingConfig(Config):
     model: str = DEFAULT_MODEL  # the packaged all-MiniLM-L6-v2, or a local model directory
     batch_size: int = 64
+    # torch (fp32 PyTorch), onnx (fp32 ONNX Runtime) or onnx-int8; default $CAUSAL_ASSETS_EMBEDDING_BACKEND or the
+    # measured default (README, Performance). Part of the cache key: vectors of different backends never mix.
+    backend: str = DEFAULT_EMBEDDING_BACKEND
+    threads: int = 0            # ONNX backends: intra-op threads, 0 = every core (threads do not spin-wait)
+    models_dir: str = DEFAULT_MODELS_DIR  # where the ONNX export is cached (by model hash)
+
+    def embedder(self) -> Embedder:
+        return Embedder(self.model, self.batch_size, self.backend, self.models_dir, self.threads)
 
 
 @asset(partitions_def=corpus_partitions, group_name=GROUP, kinds={"pytorch", "parquet"},
@@ -70,24 +78,17 @@ def corpus_embeddings(context: AssetExecutionContext, config: EmbeddingConfig, s
     """L2-normalised sentence embeddings of every chunk; only chunks whose content hash is new are encoded."""
     texts = chunk_texts(corpus_chunks)
     hashes = corpus_chunks["content_hash"].tolist()
-    reporter: list[Progress] = []
-    started = time.monotonic()
-
-    def progress(done: int, total: int) -> None:  # done/total, rate and ETA in the log (and on the CLI's terminal)
-        if not reporter:
-            reporter.append(Progress(total, f"embedding {context.partition_key} chunks", context.log.info, every_s=10,
-                                     started=started))
-        reporter[0].update(done)
-
-    embedder = Embedder(config.model, config.batch_size)
-    vectors, stats = embed_incremental(texts, hashes, embedder, EmbeddingCache(storage.cache_dir("embeddings"), config.model),
-                                       context.partition_key, progress)
+    embedder = config.embedder()
+    # texts done / total, rate and ETA in the step's log every 15 s
+    vectors, stats = embed_incremental(texts, hashes, embedder,
+                                       EmbeddingCache.for_embedder(storage.cache_dir("embeddings"), embedder),
+                                       context.partition_key, log=context.log.info)
     frame = pd.DataFrame({"corpus": context.partition_key, "chunk_id": corpus_chunks["chunk_id"],
                           "chunk_idx": corpus_chunks["chunk_idx"], "content_hash": hashes,
-                          "model": config.model, "embedding": list(vectors)})
+                          "model": config.model, "backend": config.backend, "embedding": list(vectors)})
     context.log.info(f"embeddings: {stats}")
     yield Output(frame, metadata={
-        "model": config.model, "dimension": int(vectors.shape[1]), "chunks": stats["chunks"],
+        "model": config.model, "backend": config.backend, "dimension": int(vectors.shape[1]), "chunks": stats["chunks"],
         "newly_embedded": stats["embedded"], "cache_hits": stats["cache_hits"],
         "embed_seconds": round(stats["embed_s"], 3), "total_seconds": round(stats["total_s"], 3),
         "texts_per_second": round(stats["embedded"] / stats["embed_s"], 1) if stats["embedded"] else 0.0,

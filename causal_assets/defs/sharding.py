@@ -19,7 +19,7 @@ from dagster import (AssetExecutionContext, AssetIn, BetaWarning, MaterializeRes
                      MultiToSingleDimensionPartitionMapping, StaticPartitionsDefinition, asset, define_asset_job)
 
 from causal_assets.core.index.build import chunk_texts
-from causal_assets.core.index.dense import Embedder, EmbeddingCache, embed_incremental
+from causal_assets.core.index.dense import EmbeddingCache, embed_incremental
 from causal_assets.defs.corpus import EmbeddingConfig
 from causal_assets.defs.partitions import corpus_partitions
 from causal_assets.core.env import positive_int
@@ -60,9 +60,10 @@ def embedding_shards(context: AssetExecutionContext, config: EmbeddingConfig, st
     t0 = time.perf_counter()
     mine = corpus_chunks[[shard_of(h, SHARDS) == shard for h in corpus_chunks["content_hash"]]]
     texts, hashes = chunk_texts(mine), mine["content_hash"].tolist()
-    cache = EmbeddingCache(storage.cache_dir("embeddings"), config.model)
-    _, stats = embed_incremental(texts, hashes, Embedder(config.model, config.batch_size), cache,
-                                 shard_cache_name(corpus, shard, SHARDS))
+    embedder = config.embedder()
+    cache = EmbeddingCache.for_embedder(storage.cache_dir("embeddings"), embedder)
+    _, stats = embed_incremental(texts, hashes, embedder, cache, shard_cache_name(corpus, shard, SHARDS),
+                                 log=context.log.info)
     context.log.info(f"{corpus} shard {shard}/{SHARDS}: {len(mine)} of {len(corpus_chunks)} chunks, {stats}")
     return MaterializeResult(metadata={
         "corpus": corpus, "shard": shard, "shards": SHARDS, "chunks": len(mine), "corpus_chunks": len(corpus_chunks),

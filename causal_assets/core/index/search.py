@@ -16,15 +16,17 @@ import numpy as np
 import pandas as pd
 from upath import UPath
 
-from causal_assets.core.index.ann import AnnConfig, AnnIndex
+from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k
 from causal_assets.core.index.build import check_sparse_build
-from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder
+from causal_assets.core.index.dense import DEFAULT_BACKEND, DEFAULT_MODEL, Embedder
+from causal_assets.core.index.exact import INT8_SCAN_MIN, Int8Scan, single_thread_blas, top_positions
 from causal_assets.core.index.sparse import SparseIndex
 from causal_assets.core.index.text import analyze
 from causal_assets.core.storage import asset_path, read_parquet
 
 METHODS = ("bm25", "tfidf", "dense")
 MOMENTS_BLOCK = 65_536  # chunk vectors per float64 block when computing the dense score moments
+FEW_QUERIES = 4         # exact dense search of up to this many queries goes query by query (see dense_top_k)
 
 # Asset names of the corpus index; the storage layout is <base>/<asset>/<corpus>.parquet.
 CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY = "corpus_chunks", "corpus_embeddings", "sparse_postings", "sparse_vocabulary"
@@ -58,6 +60,7 @@ class CorpusIndex:
         self.kinds = self.chunks["kind"].astype(str).to_numpy()
         self._hit_fields = (self.chunks["chunk_id"].astype(str).tolist(), self.titles.tolist(), self.kinds.tolist())
         self._ann: AnnIndex | None = None
+        self._scan: Int8Scan | None = None
         self._dense_moments: tuple[np.ndarray, np.ndarray] | None = None
 
     @classmethod
@@ -67,14 +70,16 @@ class CorpusIndex:
         vocab = read_parquet(asset_path(base, VOCABULARY, corpus))
         check_sparse_build(postings, vocab, corpus, len(chunks))
         sparse = {m: SparseIndex.from_frames(m, postings, vocab, len(chunks)) for m in vocab["method"].unique()}
-        embeddings, model = None, DEFAULT_MODEL
+        embeddings, model, backend = None, DEFAULT_MODEL, None
         if dense:
             emb = read_parquet(asset_path(base, EMBEDDINGS, corpus)).sort_values("chunk_idx")
             embeddings = np.stack(emb["embedding"].to_numpy()).astype(np.float32)
             model = emb["model"].iloc[0]
+            # Queries are embedded by the backend that embedded the chunks (tables from before backends: torch).
+            backend = str(emb["backend"].iloc[0]) if "backend" in emb else "torch"
         split = bool(json.loads(chunks["index_options"].iloc[0]).get("split_identifiers", False)) \
             if "index_options" in chunks else False
-        return cls(corpus, chunks, sparse, embeddings, split, Embedder(model))
+        return cls(corpus, chunks, sparse, embeddings, split, Embedder(model, backend=backend or DEFAULT_BACKEND))
 
     def terms(self, query: str) -> list[str]:
         return analyze(query, self.split_identifiers)
@@ -87,7 +92,8 @@ class CorpusIndex:
             if self.embeddings is None:
                 raise ValueError(f"corpus {self.corpus!r} was loaded without embeddings")
             qv = query_vector if query_vector is not None else self.embedder.encode_queries([query])[0]
-            return self.embeddings @ qv
+            with single_thread_blas():  # one product: waking BLAS threads costs more than it saves
+                return self.embeddings @ qv
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
 
     @property
@@ -120,25 +126,45 @@ class CorpusIndex:
         pairs = [(p, s) for p, s in zip(np.asarray(positions).tolist(), np.asarray(scores).tolist()) if p >= 0]
         return [Hit(ids[p], s, r, titles[p], kinds[p]) for r, (p, s) in enumerate(pairs, 1)]
 
+    @property
+    def scan(self) -> Int8Scan | None:
+        """The int8 scan index behind exact single-query search (built on first use, from `INT8_SCAN_MIN` chunks)."""
+        if self.embeddings is None or len(self.ids) < INT8_SCAN_MIN:
+            return None
+        if self._scan is None:
+            self._scan = Int8Scan(self.embeddings)
+        return self._scan
+
     def dense_top_k(self, query_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Whole-corpus dense top k per query vector: (positions, cosines), each (queries, k); approximate when
-        the corpus has an ANN index, exact otherwise (ties by chunk position)."""
+        the corpus has an ANN index, exact otherwise (ties by chunk position).
+
+        Exact search takes one of two paths with the same results: a few queries go one by one (the certified
+        int8 scan from `INT8_SCAN_MIN` chunks, else one float product on one BLAS thread); more queries go
+        through blocked matrix products on every BLAS thread (`exact_top_k`)."""
         if self.ann is not None:
             return self.ann.search(query_vectors, k)
         k = min(k, len(self.ids))
-        queries = np.atleast_2d(query_vectors)
+        queries = np.ascontiguousarray(np.atleast_2d(query_vectors), dtype=np.float32)
+        if len(queries) > FEW_QUERIES:
+            positions = exact_top_k(self.embeddings, queries, k)
+            return positions, np.einsum("qkd,qd->qk", self.embeddings[positions], queries)
+        return self.dense_top_k_single(queries, k)
+
+    def dense_top_k_single(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The one-query-at-a-time exact path of `dense_top_k` (public for the latency benchmark and tests)."""
+        k = min(k, len(self.ids))
         positions, scores = np.zeros((len(queries), k), np.int64), np.zeros((len(queries), k), np.float32)
+        scan = self.scan
         for i, qv in enumerate(queries):
-            all_scores = self.embeddings @ qv
-            positions[i] = self._top_positions(all_scores, k)
+            if scan is not None:
+                positions[i], scores[i] = scan.top_k(qv, k)
+                continue
+            with single_thread_blas():
+                all_scores = self.embeddings @ qv
+            positions[i] = top_positions(all_scores, k)
             scores[i] = all_scores[positions[i]]
         return positions, scores
-
-    @staticmethod
-    def _top_positions(scores: np.ndarray, k: int) -> np.ndarray:
-        k = min(k, len(scores))
-        part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-        return part[np.lexsort((part, -scores[part]))]
 
     def top_k(self, scores: np.ndarray, k: int, within: list[str] | None = None) -> list[Hit]:
         if within is not None:
