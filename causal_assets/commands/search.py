@@ -12,8 +12,8 @@ from causal_assets.core.storage import safe_name
 
 SNIPPET_CHARS = 110
 # What each method needs besides the chunks and the sparse index.
-NEEDS_DENSE = {"dense", "hybrid", "rrf", "cascade", "causal", "learned", "entity_first"}  # all but bm25, tfidf
-NEEDS_GRAPH = {"cascade", "entity_first", "causal", "learned"}
+NEEDS_DENSE = {"dense", "hybrid", "rrf", "cascade", "causal", "learned", "entity_first", "fusion", "pairwise"}
+NEEDS_GRAPH = {"cascade", "entity_first", "causal", "learned", "fusion", "pairwise"}  # fusion/pairwise: any member
 
 
 def snippet(text: str, chunk_id: str, title: str, width: int = SNIPPET_CHARS) -> str:
@@ -59,7 +59,8 @@ def search(args) -> int:
         from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
         from causal_assets.core.retrievers.factory import build_retriever
 
-        graph = load_graph(args.base_path, args.corpus) if args.method in ("causal", "learned") else None
+        graph = load_graph(args.base_path, args.corpus) if args.method in ("causal", "learned", "fusion", "pairwise") \
+            else None
         retriever = build_retriever(args.method, index, params, load_chunk_neighbors(args.base_path, args.corpus),
                                     graph=graph)
         hits = retriever.retrieve_many([query], args.k)[0]
