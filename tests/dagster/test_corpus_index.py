@@ -17,6 +17,7 @@ from dagster import DagsterInstance, Definitions, materialize
 
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
+from causal_assets.defs.graph import entity_graph
 from tests.core.test_storage import _hold_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,6 +152,10 @@ def test_cli_search_with_cascade_and_entity_first(resources, capsys):
     from causal_assets.cli import main
 
     _materialize(resources, "hotpotqa")
+    # cascade and entity_first read the entity graph: built here with the test's registry (the CLI would build it
+    # with the shipped one)
+    assert materialize([*ASSETS, entity_graph], resources=resources, partition_key="hotpotqa",
+                       selection=["graph_nodes", "graph_edges"]).success
     base = resources["storage"].base_path
     for retriever in ("cascade", "entity_first", "hybrid"):
         assert main(["--base-path", base, "search", "Which Canadian rock band released a song called Counterparts?",

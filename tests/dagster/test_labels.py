@@ -61,7 +61,8 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path):
     # compared with the benchmark's gold by label_quality.
     evaluated = materialize(upstream + stage + [evaluation_report, label_quality], resources=resources,
                             partition_key="hotpotqa", selection=["evaluation_metrics", "evaluation_runs",
-                                                                 "evaluation_failures", "label_quality"],
+                                                                 "evaluation_failures", "evaluation_queries",
+                                                                 "evaluation_qrels", "label_quality"],
                             run_config={"ops": {"evaluation_report": {"config": {"retrievers": ["bm25", "dense"]}}}})
     assert evaluated.success
     with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
