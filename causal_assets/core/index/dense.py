@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from upath import UPath
 
+from causal_assets.core.index.onnx_backend import onnx_encoder
 from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.core.progress import ProgressLog, chain
 from causal_assets.core.storage import read_parquet, write_parquet_atomic
@@ -74,8 +75,6 @@ def load_backend(name: str, backend: str, models_dir: str | None = None, threads
     check_backend(backend)
     if backend == "torch":
         return load_model(name)
-    from causal_assets.core.index.onnx_backend import onnx_encoder
-
     # 0 = every core: ONNX Runtime's threads do not spin-wait here (onnx_backend.py), so on a busy machine a second
     # thread costs little, and it doubles the rate whenever a core is free (sized to the free cores at load time
     # instead, the backend was stuck on one thread while the load fell: embedding_backends.json, 1.45x wall vs 2.04x

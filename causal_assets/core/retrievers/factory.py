@@ -7,6 +7,7 @@ import pandas as pd
 
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.base import Retriever
+from causal_assets.core.retrievers.fusion import FusionRetriever, PairwiseTop2
 from causal_assets.core.retrievers.similarity import HybridRetriever, RRFRetriever, SimilarityRetriever
 
 BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")
@@ -53,16 +54,12 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
     if name == "causal":
         return build_causal(index, params, neighbors, llm_client, graph)
     if name == "fusion":
-        from causal_assets.core.retrievers.fusion import FusionRetriever
-
         members = params.pop("members", None) or {}
         if not isinstance(members, dict) or not members:
             raise ValueError("fusion needs members: {retriever name: its params}")
         built = [(m, build_retriever(m, index, p, neighbors, llm_client, graph)) for m, p in members.items()]
         return FusionRetriever(index, built, **params)
     if name == "pairwise":
-        from causal_assets.core.retrievers.fusion import PairwiseTop2
-
         base = params.pop("base", None) or {}
         if not isinstance(base, dict) or len(base) != 1:
             raise ValueError("pairwise needs base: {one retriever name: its params}")

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from causal_assets.core.index.search import CorpusIndex, Hit
+from causal_assets.core.retrievers.entities import extract_query_entities
+from causal_assets.core.retrievers.entity_first import EntityFirstRanker
+from causal_assets.core.retrievers.seal import compute_title_links
+from causal_assets.core.retrievers.similarity import zscore
 
 
 class FusionRetriever:
@@ -67,13 +73,6 @@ class PairwiseTop2:
         self.coverage_weight, self.link_weight, self.use_ranks = coverage_weight, link_weight, use_ranks
 
     def retrieve_many(self, queries: list[str], k: int, within: list[list[str]] | None = None) -> list[list[Hit]]:
-        import numpy as np
-
-        from causal_assets.core.retrievers.entities import extract_query_entities
-        from causal_assets.core.retrievers.entity_first import EntityFirstRanker
-        from causal_assets.core.retrievers.seal import compute_title_links
-        from causal_assets.core.retrievers.similarity import zscore
-
         ranker = EntityFirstRanker()
         out = []
         for q, hits in zip(queries, self.base.retrieve_many(queries, max(k, self.pool), within)):

@@ -8,7 +8,7 @@ import pandas as pd
 from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.evaluation.metrics import evaluate
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.retrievers.similarity import candidate_scores, fusion_weight_grid, zscore
+from causal_assets.core.retrievers.similarity import WITHIN_STATS, candidate_scores, fusion_weight_grid, zscore
 
 
 def sweep_fusion_weight(index: CorpusIndex, bench: Benchmark, grid: list[float] | None = None,
@@ -49,8 +49,6 @@ def choose_within_stats(index: CorpusIndex, bench: Benchmark, metric: str = "ndc
     candidates, chosen together on `bench` (a tune split) by `metric@k` of the hybrid sweep; ties keep `corpus`
     (then the weight closest to 0.5). Returns (within_stats, weight, both sweeps). Benchmarks without candidate
     sets get `corpus` (the statistics are then the corpus's by definition)."""
-    from causal_assets.core.retrievers.similarity import WITHIN_STATS
-
     stats = WITHIN_STATS if bench.within else ("corpus",)
     sweeps = pd.concat([sweep_fusion_weight(index, bench, grid, metric, k, within_stats=st) for st in stats],
                        ignore_index=True)

@@ -46,6 +46,9 @@ from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.evaluation.runner import named_metric, parse_metric, run_benchmark
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.core.retrievers.features import FeatureExtractor
+from causal_assets.core.retrievers.learned import (PARAM_GRID, LearnedRetriever, attach_target, candidate_table,
+                                                   cross_validate, fit_model, query_folds)
 
 TUNABLE = ("hybrid", "rrf", "cascade", "entity_first", "learned", "fusion", "pairwise", "causal")
 # entity_first ranks a fixed candidate set per question (HotpotQA's own paragraphs); it needs `within`.
@@ -432,10 +435,6 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
                   log: Callable[[str], None], within_stats: str = "corpus", extra_sources=None):
     """Grouped-CV choice of target and hyperparameters, then the refit model. Returns (model, [(point, cv value)],
     seconds per trial, queries)."""
-    from causal_assets.core.retrievers.features import FeatureExtractor
-    from causal_assets.core.retrievers.learned import PARAM_GRID, attach_target, candidate_table, cross_validate, \
-        fit_model
-
     t0 = time.perf_counter()
     extractor = FeatureExtractor(index, graph, weight=weight, within_stats=within_stats)
     qids = bench.query_ids()
@@ -480,8 +479,6 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
                       {"benchmark": bench.name, "split": bench.split, "metric": spec.metric,
                        "extra_train": extra_counts})
     # The chosen point's fold models (the folds `cross_validate` used), for out-of-fold figures of combinations.
-    from causal_assets.core.retrievers.learned import LearnedRetriever, query_folds
-
     chosen = tables[point["target"]]
     judged = [q for q in chosen["query_id"].unique() if q in bench.qrels]
     fold_models, fold_of_text = [], {}
