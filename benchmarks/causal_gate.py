@@ -17,6 +17,7 @@ with the best similarity retriever on the same N questions.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -56,6 +57,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", type=Path, default=PARQUET, help="Parquet base with the hotpotqa index and graph")
     ap.add_argument("--tuned", type=Path, default=OUT_DIR / "tuned", help="store of tuned_retrievers.py")
+    ap.add_argument("--version", help="tuned configuration version (default: the one tuned_retrievers.py recorded "
+                                      "in tuned_retrievers_hotpotqa.json)")
     ap.add_argument("--llm-questions", type=int, default=0, help="also run the LLM answer model on N questions")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     args = ap.parse_args()
@@ -64,7 +67,10 @@ def main() -> None:
     spec = load_benchmark_registry()["hotpotqa"]
     index = CorpusIndex.load(args.base, spec.corpus)
     graph, neighbors = load_graph(args.base, spec.corpus), load_chunk_neighbors(args.base, spec.corpus)
-    tuned = load_tuned(args.tuned, "hotpotqa")
+    recorded = args.out / "tuned_retrievers_hotpotqa.json"
+    version = args.version or (json.loads(recorded.read_text())["details"]["config_version"]
+                               if recorded.exists() else None)
+    tuned = load_tuned(args.tuned, "hotpotqa", version) if version else None
     if tuned is None or tuned.content["index"] != index_fingerprint(index):
         raise SystemExit("run benchmarks/tuned_retrievers.py --benchmark hotpotqa on this index first")
     test = load_benchmark(spec, "test")

@@ -71,7 +71,10 @@ def main() -> None:
                    for m, k in SHOWN if m != "all_gold" and len(g[(g.metric == m) & (g.k == k)])}
             row["all_gold@2"] = round(gold2.get(retriever, float("nan")), 4)
             table[retriever] = row
-        tuned = load_tuned(args.reports / "tuned", name)
+        # The version the tuned_retriever_configs materialization recorded (its config_version column).
+        trials_path = asset_path(args.base, "tuned_retriever_configs", name)
+        versions = read_parquet(trials_path)["config_version"].dropna().unique() if trials_path.exists() else []
+        tuned = load_tuned(args.reports / "tuned", name, str(versions[0])) if len(versions) else None
         selected = f"{tuned.selected}_tuned" if tuned is not None and tuned.selected else None
         verdict = []
         for m, k, target in targets:

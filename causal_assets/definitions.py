@@ -26,7 +26,7 @@ def lineage_selection() -> AssetSelection:
     benchmark stages."""
     corpus_stages = AssetSelection.groups(corpus.GROUP, graph.GROUP)
     if set(corpus_partitions.get_partition_keys()) == set(benchmark_partitions.get_partition_keys()):
-        return corpus_stages | AssetSelection.groups(labels.GROUP, evaluation.GROUP)
+        return corpus_stages | AssetSelection.groups(labels.GROUP, tuning.GROUP, evaluation.GROUP)
     warnings.warn("corpus and benchmark partitions differ: default_lineage_job covers the corpus stages only "
                   "(run labels_and_evaluation_job for the benchmark stages)")
     return corpus_stages
@@ -42,8 +42,8 @@ corpus_build_job = define_asset_job("corpus_build_job", partitions_def=corpus_pa
                                                                     "graph_nodes", "graph_edges",
                                                                     "graph_entity_embeddings"),
                                     description="Index one corpus and build its graph: what search and ask need.")
-evaluation_job = define_asset_job("evaluation_job", selection=AssetSelection.groups(evaluation.GROUP),
-                                  description="Evaluate every configured retriever on one benchmark partition.")
+evaluation_job = define_asset_job("evaluation_job", selection=AssetSelection.groups(tuning.GROUP, evaluation.GROUP),
+                                  description="Tune and evaluate the retrievers of one benchmark partition.")
 
 defs = Definitions(
     # Where steps run is configuration: CAUSAL_ASSETS_EXECUTOR=multiprocess (default) | in_process | k8s | docker.

@@ -8,13 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from causal_assets.core.corpus.beir import load_beir_qrels, load_beir_queries
+from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
+from causal_assets.core.corpus.registry import CorpusSpec, load_corpus, load_corpus_registry
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.metrics import Qrels
+from causal_assets.core.mining import mine_examples, mine_questions
 from causal_assets.core.paths import REGISTRY_DIR, expand
 from causal_assets.core.yaml_registry import load_entries
 
@@ -180,7 +184,9 @@ def hash_half(key: str) -> str:
     return "train" if int(hashlib.sha256(key.encode()).hexdigest(), 16) % 2 == 0 else "test"
 
 
-def load_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
+def load_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
+    """`spec`'s queries, judgements and candidate sets of `split`. `chunks`: the corpus's materialized chunk table
+    (`corpus_chunks`), which benchmarks mined from the corpus read; without it they chunk the corpus's source."""
     if split not in spec.splits:
         raise CorpusError(f"benchmark {spec.name!r}: unknown split {split!r} (splits: {spec.splits})")
     if spec.loader == "beir":
@@ -210,21 +216,22 @@ def load_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
     if spec.loader == "multihop":
         return multihop_benchmark(spec, split)
     if spec.loader == "python_package_api":
-        return mined_benchmark(spec, split)
+        return mined_benchmark(spec, split, chunks)
     if spec.loader == "python_package_examples":
-        return mined_examples_benchmark(spec, split)
+        return mined_examples_benchmark(spec, split, chunks)
     raise CorpusError(f"benchmark {spec.name!r}: loader {spec.loader!r} is not implemented yet")
 
 
-def mined_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
-    """Questions mined from the corpus's package; gold = the target chunk (graded 1.0)."""
-    from causal_assets.core.corpus.chunk import chunks_to_frame
-    from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
-    from causal_assets.core.mining import mine_questions
+def _chunk_table(corpus: CorpusSpec, chunks: pd.DataFrame | None) -> pd.DataFrame:
+    """The corpus's chunk table: the materialized one when given, else its source chunked here (scripts and tests
+    that have no index)."""
+    return chunks if chunks is not None else chunks_to_frame(load_corpus(corpus)[0])
 
+
+def mined_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
+    """Questions mined from the corpus's package; gold = the target chunk (graded 1.0)."""
     corpus = load_corpus_registry()[spec.corpus]
-    chunks, _ = load_corpus(corpus)
-    questions = mine_questions(chunks_to_frame(chunks), corpus.package, spec.options.get("max_questions"))
+    questions = mine_questions(_chunk_table(corpus, chunks), corpus.package, spec.options.get("max_questions"))
     if split != "dev":
         questions = [q for q in questions if hash_half(q.question_id) == split]
     return Benchmark(spec.name, split, {q.question_id: q.question for q in questions},
@@ -233,20 +240,15 @@ def mined_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
                      aliases={q.question_id: list(q.aliases) for q in questions})
 
 
-def mined_examples_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
+def mined_examples_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
     """Code questions mined from the docstring examples of the corpus's package: the solver writes the call, the
     `pytest` validator runs it in the sandbox after the example's setup and compares the output with the
     example's; gold document = the function's chunk."""
-    from causal_assets.core.corpus.chunk import chunks_to_frame
-    from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
-    from causal_assets.core.mining import mine_examples
-
     corpus = load_corpus_registry()[spec.corpus]
     if corpus.loader != "python_package":
         raise CorpusError(f"benchmark {spec.name!r}: loader python_package_examples needs a python_package corpus, "
                           f"corpus {spec.corpus!r} is {corpus.loader!r}")
-    chunks, _ = load_corpus(corpus)
-    examples = mine_examples(chunks_to_frame(chunks), corpus.package, spec.options.get("max_questions"),
+    examples = mine_examples(_chunk_table(corpus, chunks), corpus.package, spec.options.get("max_questions"),
                              alias=spec.options.get("alias", "nx"))
     if split != "dev":
         examples = [q for q in examples if hash_half(q.question_id) == split]

@@ -18,14 +18,14 @@ from dagster import (AssetSelection, AutomationConditionSensorDefinition, Defaul
 
 from causal_assets.core.corpus.fingerprint import source_fingerprint
 from causal_assets.core.corpus.registry import load_corpus_registry
-from causal_assets.defs import corpus, evaluation, labels
+from causal_assets.defs import corpus, evaluation, labels, tuning
 from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
 
 corpus_index_job = define_asset_job("corpus_index_job", selection=AssetSelection.groups(corpus.GROUP),
                                     partitions_def=corpus_partitions,
                                     description="Chunk, embed and sparse-index one corpus partition.")
 labels_and_evaluation_job = define_asset_job(
-    "labels_and_evaluation_job", selection=AssetSelection.groups(labels.GROUP, evaluation.GROUP),
+    "labels_and_evaluation_job", selection=AssetSelection.groups(labels.GROUP, tuning.GROUP, evaluation.GROUP),
     partitions_def=benchmark_partitions, description="Top up Monte Carlo labels and re-evaluate one benchmark.")
 
 

@@ -19,7 +19,7 @@ from dagster import (AssetExecutionContext, AssetIn, Backoff, BetaWarning, Mater
                      StaticPartitionsDefinition, asset, define_asset_job)
 
 from causal_assets.core.labeling.shards import shard_questions, shard_slice
-from causal_assets.defs.labels import MonteCarloConfig, mc_config, run_trials
+from causal_assets.defs.labels import MonteCarloConfig, mc_config, trials_of
 from causal_assets.defs.partitions import benchmark_partitions
 from causal_assets.core.env import positive_int
 from causal_assets.resources import LLM, BenchmarkRegistry
@@ -51,7 +51,8 @@ def mc_trial_shards(context: AssetExecutionContext, config: MonteCarloConfig, ll
     mine = shard_questions(question_ids, shard, LABEL_SHARDS)
     start, stop = shard_slice(len(question_ids), shard, LABEL_SHARDS)
     cfg = mc_config(spec.monte_carlo, config)
-    trials, calls, stopped, seconds = run_trials(context, spec, cfg, llm, candidate_pools, mine)
+    run = trials_of(context, spec, cfg, llm, candidate_pools, mine)
+    trials, calls, stopped, seconds = run.trials, run.calls, run.stopped, run.seconds
     ok = calls[calls["status"] == "ok"]
     return MaterializeResult(metadata={
         "benchmark": spec.name, "shard": shard, "shards": LABEL_SHARDS,

@@ -7,24 +7,21 @@ rule side by side) and writes `retrieval_dataset.yaml` in seed 001's schema.
 """
 import base64
 import json
-import time
 
 import pandas as pd
 import yaml
-from dagster import (AssetCheckSpec, AssetDep, AssetExecutionContext, AssetOut, Backoff, Config, Failure,
+from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Backoff, Config, Failure,
                      MetadataValue, Output, RetryPolicy, asset, multi_asset)
 
-from causal_assets.core.benchmarks import load_benchmark
+from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_labels, check_pools, check_trials_from_ok_calls
-from causal_assets.core.graph.store import load_chunk_neighbors
-from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.labeling.pools import PoolConfig, build_pools
 from causal_assets.core.labeling.quality import label_quality_rows, per_question_from_tables, quality_table, summarize
 from causal_assets.core.evaluation.report import quality_png
-from causal_assets.core.labeling.runner import MCConfig, label_question, label_table
-from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver
+from causal_assets.core.labeling.runner import MCConfig, label_table
+from causal_assets.core.labeling.trials import TrialRun, run_trials
 from causal_assets.defs.checks import check_result, spec
-from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
+from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
 from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
 GROUP = "labels"
@@ -36,8 +33,7 @@ class PoolsConfig(Config):
 
 
 @asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet"},
-       deps=[AssetDep(a, partition_mapping=benchmark_corpus_mapping)
-             for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")],
+       deps=CORPUS_ARTIFACTS,
        check_specs=[spec("candidate_pools", "pools_valid", "Every candidate exists in the corpus, once per "
                          "question; every question has a pool, a question text and an answer.")])
 def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage: Storage,
@@ -45,21 +41,20 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
     """Per question, the documents the labels judge: its gold documents and their graph neighbours, hard negatives
     (top BM25 and dense results that are not gold) and random documents, shuffled."""
     spec = benchmark_registry.spec(context.partition_key)
-    index = CorpusIndex.load(storage.base, spec.corpus)
+    artifacts = CorpusArtifacts(storage.base, spec.corpus)
     split = spec.label_split
-    bench = load_benchmark(spec, split)
+    bench = artifacts.benchmark(spec, split)
     limit = config.max_questions or spec.monte_carlo.get("max_questions", 20)
     qids = bench.query_ids()[:limit]
-    neighbors = load_chunk_neighbors(storage.base, spec.corpus)
     pool_cfg = PoolConfig(**{**spec.pooling, **({"size": config.size} if config.size else {})})
-    pools = build_pools(index, bench, qids, pool_cfg, neighbors)
+    pools = build_pools(artifacts.index, bench, qids, pool_cfg, artifacts.neighbors)
     pools["aliases"] = pools["aliases"].map(json.dumps)
     yield Output(pools, metadata={
         "questions": len(qids), "split": split, "pool_size": pool_cfg.size,
         "by_origin": MetadataValue.json(pools["origin"].value_counts().to_dict()),
         "seed_recall": float(pools.groupby("question_id")["origin"].apply(lambda o: (o == "seed").any()).mean()),
     })
-    yield check_result("candidate_pools", "pools_valid", check_pools(pools, index.ids))
+    yield check_result("candidate_pools", "pools_valid", check_pools(pools, artifacts.index.ids))
 
 
 class MonteCarloConfig(Config):
@@ -80,43 +75,15 @@ def mc_config(spec_mc: dict, config: MonteCarloConfig) -> MCConfig:
     return MCConfig(**{**base, **overrides})
 
 
-TRIAL_COLUMNS = ["question_id", "trial", "subset", "n_docs", "loglik", "loglik_question", "success", "score",
-                 "answer", "call_key", "cached"]
-CALL_COLUMNS = ["question_id", "kind", "status", "error", "detail", "subset", "cached", "latency_s", "prompt_tokens",
-                "completion_tokens", "call_key"]
-
-
-def run_trials(context: AssetExecutionContext, spec, cfg: MCConfig, llm: LLM, pools: pd.DataFrame,
-               question_ids: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, str, float]:
-    """Label the questions of `pools` (or only `question_ids`): (trials, calls, stop reason, seconds)."""
-    solver = BlindSolver(llm.client, spec.validator) if cfg.generates else None
-    scorer = LikelihoodSolver(llm.scorer(spec.monte_carlo.get("solver")), spec.validator) if cfg.scores else None
-    trials, calls, stopped = [], [], ""
-    t0 = time.perf_counter()
-    wanted = set(question_ids) if question_ids is not None else None
-    todo = [(qid, pool) for qid, pool in pools.groupby("question_id", sort=False) if wanted is None or qid in wanted]
-    for n, (qid, pool) in enumerate(todo, 1):
-        pool = pool.sort_values("position")
-        first = pool.iloc[0]
-        outcome = label_question(qid, first["question"], first["answer"],
-                                 list(zip(pool["doc_id"], pool["title"], pool["text"])),
-                                 solver, cfg, json.loads(first["aliases"]), scorer=scorer)
-        trials += outcome.trials
-        calls += outcome.calls
-        elapsed = time.perf_counter() - t0
-        context.log.info(f"{qid}: {len(outcome.trials)} trials, YES: {outcome.result.yes()} | question {n}/"
-                         f"{len(todo)}, {elapsed / n:.1f} s per question, ETA {elapsed / n * (len(todo) - n):.0f} s")
-        if outcome.stopped:
-            stopped = outcome.stopped
-            context.log.warning(f"LLM budget exceeded at question {qid}: stopping, partial trials kept")
-            break
-    trials_df = pd.DataFrame(trials, columns=TRIAL_COLUMNS).assign(
-        benchmark=spec.name, estimator=cfg.estimator, outcome=cfg.outcome,
-        solver=llm.solver_name(spec.monte_carlo.get("solver"), cfg.outcome))
-    trials_df[["loglik", "loglik_question"]] = trials_df[["loglik", "loglik_question"]].astype(float)
-    trials_df["success"] = trials_df["success"].astype("boolean")
-    calls_df = pd.DataFrame(calls, columns=CALL_COLUMNS).assign(benchmark=spec.name)
-    return trials_df, calls_df, stopped, time.perf_counter() - t0
+def trials_of(context: AssetExecutionContext, spec, cfg: MCConfig, llm: LLM, pools: pd.DataFrame,
+              question_ids: list[str] | None = None) -> TrialRun:
+    """`run_trials` with this step's LLM: the client (and the local server) only for outcomes that generate, the
+    scorer only for outcomes that score."""
+    local = spec.monte_carlo.get("solver")
+    return run_trials(pools, cfg, spec.name, spec.validator, llm.solver_name(local, cfg.outcome),
+                      client=llm.client if cfg.generates else None,
+                      scorer=llm.scorer(local) if cfg.scores else None,
+                      question_ids=question_ids, log=context.log.info, warn=context.log.warning)
 
 
 @multi_asset(
@@ -135,7 +102,8 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     """Blind-solver trials on random context subsets. Errored calls are journalled, never counted as trials."""
     spec = benchmark_registry.spec(context.partition_key)
     cfg = mc_config(spec.monte_carlo, config)
-    trials_df, calls_df, stopped, seconds = run_trials(context, spec, cfg, llm, candidate_pools)
+    run = trials_of(context, spec, cfg, llm, candidate_pools)
+    trials_df, calls_df, stopped, seconds = run.trials, run.calls, run.stopped, run.seconds
     ok = calls_df[calls_df["status"] == "ok"]
     n_questions = int(trials_df["question_id"].nunique())
     yield Output(trials_df, output_name="mc_trials", metadata={
@@ -198,7 +166,7 @@ def label_quality(context: AssetExecutionContext, config: MonteCarloConfig, stor
     heuristic "the document contains the answer string" on the same candidates."""
     spec = benchmark_registry.spec(context.partition_key)
     cfg = mc_config(spec.monte_carlo, config)
-    bench = load_benchmark(spec, spec.label_split)
+    bench = CorpusArtifacts(storage.base, spec.corpus).benchmark(spec, spec.label_split)
     frames, summaries = [], {}
     for estimator in sorted(mc_labels["estimator"].unique()) if len(mc_labels) else []:
         summary = summarize(label_quality_rows(per_question_from_tables(mc_labels, candidate_pools, bench.qrels,

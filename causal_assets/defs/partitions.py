@@ -1,8 +1,9 @@
 """Partition definitions shared by the stage modules."""
-from dagster import StaticPartitionMapping, StaticPartitionsDefinition
+from dagster import AssetDep, StaticPartitionMapping, StaticPartitionsDefinition
 
 from causal_assets.core.benchmarks import available_benchmarks, load_benchmark_registry
 from causal_assets.core.corpus.registry import available_corpora
+from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY
 
 # One partition per registered corpus whose data is present; `default` is always there.
 corpus_partitions = StaticPartitionsDefinition(available_corpora())
@@ -33,3 +34,8 @@ def benchmark_corpus_partition_mapping(b2c: dict[str, str]) -> StaticPartitionMa
 
 # Benchmark-partitioned stages read the index and graph of the benchmark's corpus.
 benchmark_corpus_mapping = benchmark_corpus_partition_mapping(benchmark_to_corpus())
+
+# What pools, tuning and evaluation read of their benchmark's corpus (core.artifacts.CorpusArtifacts): its index
+# and its graph.
+CORPUS_ARTIFACTS = [AssetDep(a, partition_mapping=benchmark_corpus_mapping)
+                    for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")]

@@ -1,26 +1,29 @@
 """Stage 5, tuning: `tuned_retriever_configs` searches the parameters of the tunable retrievers (hybrid, RRF,
 cascade, entity-first, causal, learned) on a benchmark's tune split only, records every trial as a Parquet
 table (DuckDB view `tuned_retriever_configs`), and stores the winning configuration versioned by content hash
-(YAML + model files under `<reports>/tuned/<benchmark>/`, see `core/tuning/store.py`). The evaluation report
-depends on it and evaluates each tuned retriever as `<name>_tuned` on the held-out eval splits.
+(YAML + model files under `<reports>/tuned/<benchmark>/`, see `core/tuning/store.py`). The version is the
+materialization's data version and `config_version` metadata: the evaluation evaluates exactly that version, each
+tuned retriever as `<name>_tuned` on the held-out eval splits, and takes its configured baselines' BM25
+statistics and hybrid weight from it (each parameter is chosen here, once).
 """
-import pandas as pd
-from dagster import (AssetDep, AssetExecutionContext, AssetSelection, AutomationCondition, Config,
-                     MetadataValue, Output, asset)
+import warnings
 
-from causal_assets.core.benchmarks import load_benchmark
+import pandas as pd
+from dagster import (AssetDep, AssetExecutionContext, AssetSelection, AutomationCondition, BetaWarning, Config,
+                     DataVersion, MetadataValue, Output, asset)
+
+from causal_assets.core.artifacts import CorpusArtifacts
+from causal_assets.core.benchmarks import load_benchmark_registry
 from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
-from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
-from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.core.tuning.search import TuningSpec, tune
+from causal_assets.core.tuning.search import TuningSpec, sample_queries, tune
 from causal_assets.core.tuning.store import index_fingerprint, save_tuned
 from causal_assets.defs.checks import check_result, spec
-from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
+from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
 from causal_assets.resources import BenchmarkRegistry, Storage
 
-GROUP = "evaluation"   # tuned with the evaluation: the jobs that evaluate a benchmark also re-tune it
+GROUP = "tuning"
 TUNED = "tuned_retriever_configs"
 
 
@@ -38,9 +41,7 @@ class TuningConfig(Config):
 
 @asset(
     partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet"},
-    deps=[*(AssetDep(a, partition_mapping=benchmark_corpus_mapping)
-            for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")),
-          AssetDep("mc_labels")],
+    deps=[*CORPUS_ARTIFACTS, AssetDep("mc_labels")],
     automation_condition=eager_tolerating_missing("mc_labels"),
     description="Every tuning trial (retriever, params, train metric); the winner is stored versioned under "
                 "reports/tuned/<benchmark>/ and evaluated on the held-out split by evaluation_metrics.",
@@ -59,33 +60,27 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         return
     tuning = TuningSpec.model_validate({**spec.tuning, **({"retrievers": config.retrievers}
                                                           if config.retrievers is not None else {})})
-    bench = load_benchmark(spec, spec.tune_split)
-    if config.max_queries:
-        from causal_assets.core.tuning.search import sample_queries
-
-        bench = sample_queries(bench, config.max_queries, tuning.seed)
-    index = CorpusIndex.load(storage.base, spec.corpus)
-    graph = load_graph(storage.base, spec.corpus)
-    neighbors = load_chunk_neighbors(storage.base, spec.corpus)
+    artifacts = CorpusArtifacts(storage.base, spec.corpus)
+    bench = sample_queries(artifacts.benchmark(spec, spec.tune_split), config.max_queries, tuning.seed)
+    index, graph = artifacts.index, artifacts.graph
     labels_path = asset_path(storage.base, "mc_labels", spec.name)
     mc_labels = read_parquet(labels_path) if labels_path.exists() else None
+    registry = load_benchmark_registry(benchmark_registry.path)
 
     def extra_source(name: str):
         """Another benchmark's tune split and index, for the learned model's extra training rows (never its eval
         splits); None when it is not registered, has no tune split or its index is not materialized."""
-        from causal_assets.core.benchmarks import load_benchmark_registry
-
-        other = load_benchmark_registry(benchmark_registry.path).get(name)
+        other = registry.get(name)
         if other is None or not other.tune_split or not other.available():
             return None
         try:
-            return (CorpusIndex.load(storage.base, other.corpus), load_benchmark(other, other.tune_split),
-                    load_graph(storage.base, other.corpus))
+            theirs = CorpusArtifacts(storage.base, other.corpus)
+            return theirs.index, theirs.benchmark(other, other.tune_split), theirs.graph
         except (OSError, ValueError, CorpusError) as e:
             context.log.warning(f"learned_extra {name!r}: index of corpus {other.corpus!r} not loadable ({e})")
             return None
 
-    result = tune(index, bench, tuning, spec.retrievers, neighbors, graph, mc_labels,
+    result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, mc_labels,
                   forbidden=tuple(spec.eval_splits), log=context.log.info, extra_sources=extra_source)
     content = {"benchmark": spec.name, "corpus": spec.corpus, "tune_split": spec.tune_split,
                "metric": tuning.metric, "index": index_fingerprint(index), "graph": graph is not None,
@@ -94,11 +89,17 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     trials = result.trials.assign(benchmark=spec.name, split=bench.split, config_version=stored.version)
     trials = trials[["benchmark", "split", *[c for c in trials.columns if c not in ("benchmark", "split")]]]
     best = {n: round(b["value"], 4) for n, b in result.best.items()}
-    yield Output(trials, metadata={
+    metadata = {
         "tuned": True, "config_version": stored.version, "config_path": MetadataValue.path(str(stored.path)),
         "selected": result.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
         "metric": tuning.metric, "best_by_retriever": MetadataValue.json(best),
         "mc_labels": "used" if mc_labels is not None else "absent",
         "config": MetadataValue.md("```yaml\n" + stored.path.read_text() + "```"),
-    })
+    }
+    # The version is also the asset's data version (a beta parameter in dagster 1.13), so the UI shows the
+    # evaluation stale when a tuning produced another configuration.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)
+        output = Output(trials, data_version=DataVersion(stored.version), metadata=metadata)
+    yield output
     yield check_result(TUNED, "tuned_on_train_only", check_tuning_trials(trials, spec.eval_splits))

@@ -239,7 +239,7 @@ def test_fusion_of_tuned_retrievers_is_tuned_stored_and_rebuilt(tmp_path):
     assert params["members"]["hybrid"] == result.best["hybrid"]["params"]
     stored = save_tuned(tmp_path, "toy", {"benchmark": "toy", "tune_split": "train", "metric": "precision@1",
                                           "selected": "fusion", "retrievers": result.best}, result.models)
-    fusion = build_retriever("fusion", index, load_tuned(tmp_path, "toy").params("fusion"))
+    fusion = build_retriever("fusion", index, load_tuned(tmp_path, "toy", stored.version).params("fusion"))
     assert stored.version and [h.chunk_id for h in fusion.retrieve_many(["paris river"], 2, [["a", "b"]])[0]] \
         == ["b", "a"]
     with pytest.raises(ValueError, match="members"):

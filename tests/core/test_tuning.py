@@ -91,10 +91,12 @@ def test_store_versions_by_content(tmp_path):
     assert save_tuned(tmp_path, "b", content(0.7), {"learned": model}).version == first.version  # same content
     second = save_tuned(tmp_path, "b", content(0.6), {"learned": model})
     assert second.version != first.version and (tmp_path / "b" / f"{first.version}.yaml").exists()
-    current = load_tuned(tmp_path, "b")
+    assert not (tmp_path / "b" / "current.yaml").exists()   # no pointer: the asset's materialization names the version
+    current = load_tuned(tmp_path, "b", second.version)
     assert current.version == second.version and current.params("hybrid") == {"weight": 0.6}
     learned = current.params("learned")["model_path"]
     assert learned.startswith(str(tmp_path)) and learned.endswith(".joblib")
     assert current.params("causal")["shortlist_params"]["model_path"] == learned
     assert load_tuned(tmp_path, "b", first.version).params("hybrid") == {"weight": 0.7}
-    assert load_tuned(tmp_path, "never_tuned") is None
+    with pytest.raises(FileNotFoundError, match="never_tuned"):
+        load_tuned(tmp_path, "never_tuned", first.version)

@@ -41,8 +41,9 @@ def test_evaluation_report_scifact_subset(resources):
     mat = [e.materialization for e in result.get_asset_materialization_events()
            if e.materialization.asset_key.path[-1] == "evaluation_metrics"][0]
     report = mat.metadata["report"].value
-    assert "chosen on `train`" in report and "data:image/png;base64," in report
-    assert 0.0 <= mat.metadata["fusion_weight"].value <= 1.0
+    # Never tuned: the configured hybrid keeps the default weight and says why (parameters are chosen by tuning).
+    assert "hybrid fusion weight 0.5: no tuned hybrid" in report and "data:image/png;base64," in report
+    assert mat.metadata["fusion_weight"].value == 0.5 and mat.metadata["tuned_config_version"].value == ""
     assert (resources["storage"].reports_path / "scifact.md").exists()
     with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         rows = con.execute("select retriever, value from evaluation_metrics where benchmark = 'scifact' "

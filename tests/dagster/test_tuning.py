@@ -17,7 +17,7 @@ from dagster import (AssetKey, AssetMaterialization, AssetSelection, DagsterInst
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.index.dense import Embedder
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.tuning.store import content_hash, load_tuned
+from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
 from causal_assets.defs.evaluation import evaluation_report
 from causal_assets.defs.tuning import tuned_retriever_configs
@@ -31,7 +31,9 @@ def _events(result, asset):
 
 
 def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
-    assert materialize(INDEX, resources=resources, partition_key="scifact").success
+    # One instance for every run: the evaluation finds the tuned version in the tuning's recorded materialization.
+    instance = DagsterInstance.ephemeral()
+    assert materialize(INDEX, resources=resources, partition_key="scifact", instance=instance).success
     spec = load_benchmark_registry(resources["benchmark_registry"].path)["scifact"]
     train, test = load_benchmark(spec, "train"), load_benchmark(spec, "test")
     assert train.query_ids() and test.query_ids()
@@ -43,7 +45,7 @@ def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
     monkeypatch.setattr(CorpusIndex, "terms", lambda self, q: (seen.append(q), terms(self, q))[1])
     monkeypatch.setattr(Embedder, "encode_queries", lambda self, qs: (seen.extend(qs), encode(self, qs))[1])
     result = materialize([tuned_retriever_configs, *INDEX], resources=resources, partition_key="scifact",
-                         selection=[tuned_retriever_configs])
+                         selection=[tuned_retriever_configs], instance=instance)
     assert result.success
     [check] = result.get_asset_check_evaluations()
     assert check.check_name == "tuned_on_train_only" and check.passed, check.metadata
@@ -82,12 +84,12 @@ def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
 
     # An unchanged tuning outcome keeps its version; an edited configuration is refused.
     again = materialize([tuned_retriever_configs, *INDEX], resources=resources, partition_key="scifact",
-                        selection=[tuned_retriever_configs])
+                        selection=[tuned_retriever_configs], instance=instance)
     assert _events(again, "tuned_retriever_configs")[0].metadata["config_version"].value == version
-    assert load_tuned(tuned_dir.parent, "scifact").version == version
+    assert load_tuned(tuned_dir.parent, "scifact", version).version == version
 
     evaluated = materialize([evaluation_report, tuned_retriever_configs, *INDEX], resources=resources,
-                            partition_key="scifact", selection=[evaluation_report])
+                            partition_key="scifact", selection=[evaluation_report], instance=instance)
     assert evaluated.success
     metrics = pd.read_parquet(f"{base}/evaluation_metrics/scifact.parquet")
     names = set(metrics["retriever"])
@@ -103,7 +105,55 @@ def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
     edited = tuned_dir / f"{version}.yaml"
     edited.write_text(edited.read_text().replace("tune_split: train", "tune_split: test"))
     with pytest.raises(ValueError, match="does not match its version"):
-        load_tuned(tuned_dir.parent, "scifact")
+        load_tuned(tuned_dir.parent, "scifact", version)
+
+
+def _tuning_run_config(retrievers: list[str]) -> dict:
+    return {"ops": {"tuned_retriever_configs": {"config": {"retrievers": retrievers}}}}
+
+
+def test_evaluation_reads_the_tuned_version_its_upstream_materialization_recorded(resources, monkeypatch):
+    """Two tunings of one benchmark: the evaluation of the first run evaluates the first version even though the
+    second tuning finished while that run was between its tuning and its evaluation; an evaluation on its own
+    follows the latest recorded tuning; configuration files no materialization recorded (a tuning that crashed
+    after writing them) are never evaluated."""
+    instance = DagsterInstance.ephemeral()
+    assert materialize(INDEX, resources=resources, partition_key="scifact", instance=instance).success
+    everything = [evaluation_report, tuned_retriever_configs, *INDEX]
+    second: list = []
+
+    def tune_again_meanwhile():
+        # Runs when the first run's evaluation step starts: a second tuning (other retrievers) materializes.
+        if not second:
+            second.append(materialize(everything, resources=resources, partition_key="scifact", instance=instance,
+                                      selection=[tuned_retriever_configs],
+                                      run_config=_tuning_run_config(["hybrid", "rrf"])))
+
+    monkeypatch.setattr("causal_assets.defs.evaluation.warm_up", tune_again_meanwhile)
+    first = materialize(everything, resources=resources, partition_key="scifact", instance=instance,
+                        selection=[tuned_retriever_configs, evaluation_report],
+                        run_config=_tuning_run_config(["hybrid"]))
+    assert first.success and second and second[0].success
+    v1 = _events(first, "tuned_retriever_configs")[0].metadata["config_version"].value
+    v2 = _events(second[0], "tuned_retriever_configs")[0].metadata["config_version"].value
+    assert v1 != v2
+    evaluated_first = _events(first, "evaluation_metrics")[0].metadata
+    assert evaluated_first["tuned_config_version"].value == v1
+    evaluated = set(pd.read_parquet(f"{resources['storage'].base_path}/evaluation_metrics/scifact.parquet")["retriever"])
+    assert "hybrid_tuned" in evaluated and "rrf_tuned" not in evaluated     # v1 tuned the hybrid only
+    monkeypatch.undo()
+
+    # An evaluation run on its own follows the latest recorded tuning ...
+    alone = materialize(everything, resources=resources, partition_key="scifact", instance=instance,
+                        selection=[evaluation_report])
+    assert _events(alone, "evaluation_metrics")[0].metadata["tuned_config_version"].value == v2
+    # ... and files that no materialization recorded change nothing.
+    tuned_root = resources["storage"].reports_path / "tuned"
+    stray = save_tuned(tuned_root, "scifact", {**load_tuned(tuned_root, "scifact", v1).content, "selected": None}, {})
+    assert stray.version not in (v1, v2)
+    again = materialize(everything, resources=resources, partition_key="scifact", instance=instance,
+                        selection=[evaluation_report])
+    assert _events(again, "evaluation_metrics")[0].metadata["tuned_config_version"].value == v2
 
 
 def test_a_new_tuned_config_re_triggers_the_evaluation():

@@ -4,7 +4,11 @@ Layout under `root` (the storage resource's `reports/tuned`):
 
     <benchmark>/<version>.yaml             the configuration (content below), never overwritten
     <benchmark>/models/<name>-<sha>.joblib a trained model it names (learned), by content hash
-    <benchmark>/current.yaml               {version, file}: what the evaluation picks up
+
+There is no "current" pointer: which version is in force is what the `tuned_retriever_configs` materialization
+recorded (its `config_version` metadata and data version, and the `config_version` column of its trials), so the
+evaluation reads exactly the configuration its upstream materialization produced, and a tuning that crashed after
+writing its files changes nothing downstream.
 
 `version` = the first 12 hex digits of the SHA-256 of the canonical JSON of the content, which names every model by
 its own content hash: the same tuning outcome always gets the same version, a changed parameter or model a new one.
@@ -30,12 +34,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import joblib
 import yaml
 
 from causal_assets.core.index.search import CorpusIndex
-
-CURRENT = "current.yaml"
-
 
 def index_fingerprint(index: CorpusIndex) -> dict[str, Any]:
     ids = hashlib.sha256("\n".join(map(str, index.ids)).encode()).hexdigest()[:12]
@@ -93,9 +95,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def save_tuned(root: str | Path, benchmark: str, content: dict[str, Any], models: dict[str, Any]) -> TunedConfig:
-    """Write the models and the configuration (module docstring) and point `current.yaml` at it."""
-    import joblib
-
+    """Write the models and the configuration (module docstring); the returned version names it."""
     folder = Path(root) / benchmark
     content = json.loads(json.dumps(content, default=str))   # plain types only, as YAML will read them back
     for name, model in models.items():
@@ -114,19 +114,15 @@ def save_tuned(root: str | Path, benchmark: str, content: dict[str, Any], models
         doc = {"version": version, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "content": content}
         _write_atomic(path, yaml.safe_dump(doc, sort_keys=False).encode())
-    _write_atomic(folder / CURRENT, yaml.safe_dump({"version": version, "file": path.name}).encode())
     return TunedConfig(version, content, path)
 
 
-def load_tuned(root: str | Path, benchmark: str, version: str | None = None) -> TunedConfig | None:
-    """The current (or the given) configuration of `benchmark`, or None when it was never tuned."""
-    folder = Path(root) / benchmark
-    if version is None:
-        pointer = folder / CURRENT
-        if not pointer.exists():
-            return None
-        version = yaml.safe_load(pointer.read_text())["version"]
-    path = folder / f"{version}.yaml"
+def load_tuned(root: str | Path, benchmark: str, version: str) -> TunedConfig:
+    """Version `version` of `benchmark`'s tuned configuration (a missing or edited file is an error)."""
+    path = Path(root) / benchmark / f"{version}.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: tuned configuration {version} of {benchmark!r} not found (re-materialize "
+                                f"tuned_retriever_configs)")
     doc = yaml.safe_load(path.read_text())
     if content_hash(doc["content"]) != version:
         raise ValueError(f"{path}: content does not match its version {version} (edited by hand?)")

@@ -1,0 +1,201 @@
+"""The evaluation of one benchmark: which retrievers run with which parameters (the plan), every run scored
+against the benchmark's judgements and against the Monte Carlo labels, failure buckets, and the report's notes.
+
+Parameters are chosen in one place, `tuned_retriever_configs`: the configured baselines (bm25, hybrid, rrf) take
+the BM25 statistics and the hybrid weight its hybrid search chose on the tune split, and the tuned retrievers
+run as `<name>_tuned`. A tuned retriever is scored only on eval splits that share no question with the split it
+was tuned on (HotpotQA's `dev` holds its `train` half).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+from causal_assets.core.artifacts import CorpusArtifacts
+from causal_assets.core.benchmarks import BenchmarkSpec
+from causal_assets.core.evaluation.failures import classify_failures
+from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query
+from causal_assets.core.evaluation.report import overfitting_gauge
+from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
+from causal_assets.core.evaluation.truth import label_qrels
+from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.core.tuning.store import TunedConfig
+
+FAILURE_K = 10
+LABEL_KS = (1, 2, 3, 5, 10, 20, 100)
+DEFAULT_WEIGHT, DEFAULT_WITHIN_STATS = 0.5, "corpus"
+WITHIN_STATS_BASELINES = ("bm25", "hybrid", "rrf")   # the configured retrievers the BM25 statistics apply to
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    label: str                 # the retriever's row in the report: `hybrid`, `hybrid_tuned`
+    kind: str                  # the retriever factory's name
+    params: dict[str, Any]
+
+    @property
+    def tuned(self) -> bool:
+        return self.label.endswith("_tuned")
+
+
+@dataclass
+class EvaluationPlan:
+    runs: list[PlannedRun]
+    tuned: TunedConfig | None           # the tuned configuration evaluated (None: none, or tuned on another index)
+    weight: float                        # the hybrid's dense share used by the configured hybrid
+    within_stats: str                    # BM25 statistics of the configured bm25/hybrid/rrf
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_evaluation(configured: dict[str, dict[str, Any]], tuned: TunedConfig | None, fingerprint: dict[str, Any],
+                    corpus: str, tune_split: str | None, weight: float | None = None,
+                    within_stats: str | None = None) -> EvaluationPlan:
+    """The runs of an evaluation: each configured retriever, then each retriever of `tuned` as `<name>_tuned`.
+    `fingerprint`: the index evaluated on (a configuration tuned on another index is not evaluated). `weight` /
+    `within_stats`: explicit choices for the configured baselines; None takes the tuned hybrid's."""
+    notes: list[str] = []
+    if tuned is not None and tuned.content.get("index") != fingerprint:
+        notes.append(f"tuned config `{tuned.version}` was tuned on another index of `{corpus}`: not evaluated "
+                     f"(re-materialize tuned_retriever_configs)")
+        tuned = None
+    chosen = tuned.params("hybrid") if tuned is not None and "hybrid" in tuned.retrievers else {}
+    where = f"by tuned_retriever_configs on `{tuned.content['tune_split']}`" if chosen else ""
+    if weight is not None:
+        notes.append(f"hybrid fusion weight {weight} (configured)")
+    elif "weight" in chosen:
+        weight = float(chosen["weight"])
+        notes.append(f"hybrid fusion weight {weight} (dense share), chosen {where} ({tuned.content['metric']} "
+                     f"{tuned.retrievers['hybrid']['value']:.4f} there)")
+    else:
+        weight = DEFAULT_WEIGHT
+        notes.append(f"hybrid fusion weight {weight}: " + ("no tuned hybrid for this index" if tune_split else
+                     "this benchmark has no tune split, and eval splits are never tuned on"))
+    if within_stats is not None:
+        notes.append(f"BM25 inside each question's candidates uses `{within_stats}` statistics (configured)")
+    elif "within_stats" in chosen:
+        within_stats = str(chosen["within_stats"])
+        notes.append(f"BM25 inside each question's candidates uses `{within_stats}` statistics (bm25, hybrid, rrf), "
+                     f"chosen {where}")
+    else:
+        within_stats = DEFAULT_WITHIN_STATS
+
+    def baseline(name: str, params: dict[str, Any]) -> dict[str, Any]:
+        params = {"weight": weight, **params} if name == "hybrid" else dict(params)
+        if name in WITHIN_STATS_BASELINES and within_stats != DEFAULT_WITHIN_STATS:
+            params = {"within_stats": within_stats, **params}
+        return params
+
+    runs = [PlannedRun(n, n, baseline(n, p)) for n, p in configured.items()]
+    if tuned is not None:
+        runs += [PlannedRun(f"{n}_tuned", n, tuned.params(n)) for n in tuned.retrievers]
+        figures = ", ".join(f"{n} {b['value']:.4f} ({b['evaluation']})" for n, b in tuned.retrievers.items())
+        notes.append(f"`*_tuned`: tuned config `{tuned.version}`, searched on `{tuned.content['tune_split']}` only "
+                     f"by {tuned.content['metric']} ({figures}); selected there: `{tuned.selected}_tuned`")
+    return EvaluationPlan(runs, tuned, weight, within_stats, notes)
+
+
+@dataclass
+class EvaluationResult:
+    metrics: pd.DataFrame        # benchmark, split, truth, retriever, metric, k, value
+    runs: pd.DataFrame           # benchmark, split, retriever, query_id, doc_id, rank, score
+    failures: pd.DataFrame       # benchmark, split, retriever, query_id, bucket, ... (misses only)
+    queries: pd.DataFrame        # benchmark, split, query_id, text
+    qrels: pd.DataFrame          # benchmark, split, query_id, chunk_id, relevance
+    per_query: pd.DataFrame | None   # the primary metric per (split, retriever, query), for significance
+    judged: dict[str, dict[str, str]]   # split -> {query id: text} of the judged queries
+    notes: list[str]
+    sections: list[str]          # extra Markdown sections of the report (the overfitting gauge)
+    seconds: dict[str, float]    # "<split>/<retriever>" -> retrieval seconds
+    n_candidates: int | None     # the largest per-question candidate set (None: whole-corpus ranking)
+
+
+def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: EvaluationPlan,
+                  mc_labels: pd.DataFrame | None, primary: tuple[str, int], depth: int = 100,
+                  llm_client: Callable[[], Any] | None = None,
+                  log: Callable[[str], None] = lambda m: None) -> EvaluationResult:
+    """Run `plan` on every eval split of `spec`. `llm_client()` is asked for only by LLM-backed options
+    (`llm_entities`, `answer_model: llm`), so an evaluation without them starts no LLM server."""
+    index = artifacts.index
+    notes = [f"corpus `{spec.corpus}`: {len(index.ids)} chunks; runs kept to depth {depth}", *plan.notes]
+    tuned = plan.tuned
+    # The graph frames feed the learned model's graph feature and the causal chains. A tuned retriever gets them
+    # only if it was tuned with them (a model trained without the graph feature must not see it switched on).
+    graph = artifacts.graph if any(r.kind in ("learned", "causal") for r in plan.runs) else None
+    tuned_graph = graph if tuned is not None and tuned.content.get("graph") else None
+    tuned_on = set(artifacts.benchmark(spec, tuned.content["tune_split"]).queries) if tuned is not None else set()
+
+    metrics, runs, failures, per_query, questions, judgements = [], [], [], [], [], []
+    seconds: dict[str, float] = {}
+    judged_by_split: dict[str, dict[str, str]] = {}
+    label_questions: dict[str, int] = {}
+    n_candidates = None
+    for split in spec.eval_splits:
+        bench = artifacts.benchmark(spec, split)
+        judged = [q for q, labels in bench.qrels.items() if any(v > 0 for v in labels.values())]
+        judged_by_split[split] = {q: bench.queries[q] for q in judged if q in bench.queries}
+        questions.append(pd.DataFrame({"split": split, "query_id": list(bench.queries),
+                                       "text": list(bench.queries.values())}))
+        judgements.append(pd.DataFrame([(split, q, d, float(v)) for q, labels in bench.qrels.items()
+                                        for d, v in labels.items()],
+                                       columns=["split", "query_id", "chunk_id", "relevance"]))
+        if bench.within:
+            n_candidates = max(n_candidates or 0, max(len(ids) for ids in bench.within.values()))
+        overlap = len(tuned_on & set(bench.queries))
+        if overlap:
+            notes.append(f"`*_tuned` not scored on `{split}`: {overlap} of its queries are in the tune split")
+        by_labels = label_qrels(mc_labels, bench.queries)
+        label_questions[split] = len(by_labels)
+        doc_texts = {c: index.text(c) for c in index.ids} if not bench.within else \
+            {c: index.text(c) for ids in bench.within.values() for c in ids}
+        for run in plan.runs:
+            if overlap and run.tuned:
+                continue
+            uses_llm = bool(run.params.get("llm_entities")) or run.params.get("answer_model") == "llm"
+            retriever = build_retriever(run.kind, index, run.params, artifacts.neighbors,
+                                        llm_client() if uses_llm and llm_client else None,
+                                        tuned_graph if run.tuned else graph)
+            rr = run_benchmark(retriever, bench, depth, run.label)
+            seconds[f"{split}/{run.label}"] = round(rr.seconds, 2)
+            metrics.append(score_run(bench, rr).assign(split=split, truth="qrels"))
+            pq = evaluate_per_query(bench.qrels, rr.run, ks=(primary[1],), map_k=primary[1])
+            per_query.append(pq[(pq.metric == primary[0]) & (pq.k == primary[1])]
+                             .assign(split=split, retriever=run.label))
+            if by_labels:
+                metrics.append(evaluate(by_labels, rr.run, ks=LABEL_KS)
+                               .assign(retriever=run.label, split=split, truth="mc_labels"))
+            runs.append(rr.frame.assign(split=split, retriever=run.label))
+            failures.append(classify_failures(bench.queries, bench.qrels, rr.run, doc_texts, FAILURE_K, index.terms)
+                            .assign(split=split, retriever=run.label))
+            log(f"{split}/{run.label}: nDCG@10 {metric_value(metrics[-1], 'ndcg', 10):.4f} in {rr.seconds:.1f}s")
+
+    def finish(frames: list[pd.DataFrame], first: list[str]) -> pd.DataFrame:
+        df = pd.concat(frames, ignore_index=True).assign(benchmark=spec.name)
+        return df[first + [c for c in df.columns if c not in first]]
+
+    if label_questions:
+        notes.append("truth `mc_labels`: the Monte Carlo labels' YES documents, graded by their effect, on the "
+                     "labelled questions of each split (" + ", ".join(f"{s}: {n}" for s, n in label_questions.items())
+                     + " questions with a YES label)")
+    metrics_df = finish(metrics, ["benchmark", "split", "truth", "retriever", "metric", "k", "value"])
+    failures_df = finish(failures, ["benchmark", "split", "retriever", "query_id", "bucket"])
+    sections: list[str] = []
+    if {"dev", "test"} <= set(metrics_df["split"]):
+        # Overfitting gauge: the shared dev sample (which holds the tune half) against the held-out test half.
+        train = {f"{n}_tuned": b["value"] for n, b in tuned.retrievers.items()} if tuned is not None else {}
+        gauge = overfitting_gauge(metrics_df, tuned.content["metric"] if tuned is not None else "map@10", train,
+                                  ("precision@2",) if n_candidates else ())
+        sections = ["## Overfitting gauge (shared dev vs held-out test half)", "",
+                    f"`*_tuned` rows: the tuning figure on `{tuned.content['tune_split'] if tuned else '-'}` "
+                    "(cross-validated for learned) in place of dev, which contains the tune half.", "",
+                    gauge.to_markdown(index=False), ""]
+    return EvaluationResult(
+        metrics=metrics_df,
+        runs=finish(runs, ["benchmark", "split", "retriever", "query_id", "doc_id", "rank", "score"]),
+        failures=failures_df[failures_df["bucket"] != "none"],
+        queries=finish(questions, ["benchmark", "split", "query_id", "text"]),
+        qrels=finish(judgements, ["benchmark", "split", "query_id", "chunk_id", "relevance"]),
+        per_query=pd.concat(per_query, ignore_index=True) if per_query else None,
+        judged=judged_by_split, notes=notes, sections=sections, seconds=seconds, n_candidates=n_candidates)
+

@@ -1,0 +1,76 @@
+"""Monte Carlo trials for the questions of a candidate-pool table: each question's pool goes to
+`runner.label_question`, and its trials and calls become rows of the `mc_trials` and `solver_calls` tables.
+
+Shared by the whole-benchmark labelling and by its question-range shards, which pay the same calls into the call
+cache; the Dagster layer only supplies the solver endpoints and a logger.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+from causal_assets.core.labeling.runner import MCConfig, label_question
+from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver
+from causal_assets.core.llm.client import LLMClient
+from causal_assets.core.llm.scoring import Scorer
+
+TRIAL_COLUMNS = ["question_id", "trial", "subset", "n_docs", "loglik", "loglik_question", "success", "score",
+                 "answer", "call_key", "cached"]
+CALL_COLUMNS = ["question_id", "kind", "status", "error", "detail", "subset", "cached", "latency_s", "prompt_tokens",
+                "completion_tokens", "call_key"]
+
+
+@dataclass
+class TrialRun:
+    trials: pd.DataFrame   # TRIAL_COLUMNS + benchmark, estimator, outcome, solver
+    calls: pd.DataFrame    # CALL_COLUMNS + benchmark
+    stopped: str           # "" when every question was labelled, else why the run stopped (the LLM budget)
+    seconds: float
+
+    @property
+    def questions(self) -> int:
+        return int(self.trials["question_id"].nunique())
+
+
+def run_trials(pools: pd.DataFrame, cfg: MCConfig, benchmark: str, validator: str, solver_name: str,
+               client: LLMClient | None = None, scorer: Scorer | None = None,
+               question_ids: list[str] | None = None, log: Callable[[str], None] = lambda m: None,
+               warn: Callable[[str], None] | None = None) -> TrialRun:
+    """Label the questions of `pools` (only `question_ids` when given), in pool order. `client` answers
+    (outcomes that generate), `scorer` scores likelihoods (outcomes that score); each is needed only by the
+    outcome that uses it. Stops at the first question that exceeds the LLM budget, keeping what was done."""
+    if cfg.generates and client is None:
+        raise ValueError(f"outcome {cfg.outcome!r} generates answers: a client is needed")
+    if cfg.scores and scorer is None:
+        raise ValueError(f"outcome {cfg.outcome!r} scores likelihoods: a scorer is needed")
+    solver = BlindSolver(client, validator) if cfg.generates else None
+    likelihood = LikelihoodSolver(scorer, validator) if cfg.scores else None
+    trials, calls, stopped = [], [], ""
+    t0 = time.perf_counter()
+    wanted = set(question_ids) if question_ids is not None else None
+    todo = [(qid, pool) for qid, pool in pools.groupby("question_id", sort=False) if wanted is None or qid in wanted]
+    for n, (qid, pool) in enumerate(todo, 1):
+        pool = pool.sort_values("position")
+        first = pool.iloc[0]
+        outcome = label_question(qid, first["question"], first["answer"],
+                                 list(zip(pool["doc_id"], pool["title"], pool["text"])),
+                                 solver, cfg, json.loads(first["aliases"]), scorer=likelihood)
+        trials += outcome.trials
+        calls += outcome.calls
+        elapsed = time.perf_counter() - t0
+        log(f"{qid}: {len(outcome.trials)} trials, YES: {outcome.result.yes()} | question {n}/{len(todo)}, "
+            f"{elapsed / n:.1f} s per question, ETA {elapsed / n * (len(todo) - n):.0f} s")
+        if outcome.stopped:
+            stopped = outcome.stopped
+            (warn or log)(f"LLM budget exceeded at question {qid}: stopping, partial trials kept")
+            break
+    trials_df = pd.DataFrame(trials, columns=TRIAL_COLUMNS).assign(
+        benchmark=benchmark, estimator=cfg.estimator, outcome=cfg.outcome, solver=solver_name)
+    trials_df[["loglik", "loglik_question"]] = trials_df[["loglik", "loglik_question"]].astype(float)
+    trials_df["success"] = trials_df["success"].astype("boolean")
+    calls_df = pd.DataFrame(calls, columns=CALL_COLUMNS).assign(benchmark=benchmark)
+    return TrialRun(trials_df, calls_df, stopped, time.perf_counter() - t0)
