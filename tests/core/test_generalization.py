@@ -142,22 +142,22 @@ def test_within_stats_both_ways():
 
 def test_within_stats_is_chosen_on_the_tune_split():
     from causal_assets.core.benchmarks import Benchmark
-    from causal_assets.core.tuning.fusion import choose_within_stats
     from causal_assets.core.tuning.search import TuningSpec, tune
 
     index = _toy_index(lean=0)   # dense prefers a: only candidate statistics put b first, at a low dense weight
     bench = Benchmark("toy", "train", {"q1": "paris river", "q2": "river paris"},
                       {"q1": {"b": 1.0}, "q2": {"b": 1.0}}, {"q1": ["a", "b"], "q2": ["a", "b"]})
-    stats, _, sweeps = choose_within_stats(index, bench)
-    assert stats == "candidates" and set(sweeps["within_stats"]) == {"corpus", "candidates"}
-    flipped = Benchmark("toy", "train", bench.queries, {"q1": {"a": 1.0}, "q2": {"a": 1.0}}, bench.within)
-    assert choose_within_stats(index, flipped)[0] == "corpus"
-    # without candidate sets there is nothing to choose
-    assert choose_within_stats(index, Benchmark("toy", "train", bench.queries, bench.qrels))[0] == "corpus"
-    result = tune(index, bench, TuningSpec(retrievers=["hybrid"], metric="precision@1"), {})
+    spec = TuningSpec(retrievers=["hybrid"], metric="precision@1")
+    result = tune(index, bench, spec, {})
     assert result.best["hybrid"]["params"]["within_stats"] == "candidates"
     trials = result.trials[result.trials.retriever == "hybrid"]
     assert {json.loads(p)["within_stats"] for p in trials["params"]} == {"corpus", "candidates"}
+    # gold = a, which corpus statistics rank first: corpus wins
+    flipped = Benchmark("toy", "train", bench.queries, {"q1": {"a": 1.0}, "q2": {"a": 1.0}}, bench.within)
+    assert tune(index, flipped, spec, {}).best["hybrid"]["params"]["within_stats"] == "corpus"
+    # without candidate sets there is nothing to choose
+    plain = tune(index, Benchmark("toy", "train", bench.queries, bench.qrels), spec, {})
+    assert "within_stats" not in plain.best["hybrid"]["params"]
 
 
 # -- entity-first heuristics are tunable fields -------------------------------------------------------------------

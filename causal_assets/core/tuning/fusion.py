@@ -8,7 +8,7 @@ import pandas as pd
 from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.evaluation.metrics import evaluate
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.retrievers.similarity import WITHIN_STATS, candidate_scores, fusion_weight_grid, zscore
+from causal_assets.core.retrievers.similarity import candidate_scores, fusion_weight_grid, zscore
 
 
 def sweep_fusion_weight(index: CorpusIndex, bench: Benchmark, grid: list[float] | None = None,
@@ -42,16 +42,3 @@ def best_weight(sweep: pd.DataFrame) -> float:
     tied = sweep[np.isclose(sweep["value"], best)]
     return float(tied.iloc[(tied["weight"] - 0.5).abs().argsort().iloc[0]]["weight"])
 
-
-def choose_within_stats(index: CorpusIndex, bench: Benchmark, metric: str = "ndcg", k: int = 10,
-                        grid: list[float] | None = None) -> tuple[str, float, pd.DataFrame]:
-    """BM25 statistics (`corpus` | `candidates`) and hybrid weight for a benchmark whose queries rank their own
-    candidates, chosen together on `bench` (a tune split) by `metric@k` of the hybrid sweep; ties keep `corpus`
-    (then the weight closest to 0.5). Returns (within_stats, weight, both sweeps). Benchmarks without candidate
-    sets get `corpus` (the statistics are then the corpus's by definition)."""
-    stats = WITHIN_STATS if bench.within else ("corpus",)
-    sweeps = pd.concat([sweep_fusion_weight(index, bench, grid, metric, k, within_stats=st) for st in stats],
-                       ignore_index=True)
-    best = {st: sweeps[sweeps["within_stats"] == st]["value"].max() for st in stats}
-    choice = max(stats, key=lambda st: (best[st] > best["corpus"] + 1e-9, st == "corpus"))
-    return choice, best_weight(sweeps[sweeps["within_stats"] == choice]), sweeps
