@@ -1,0 +1,49 @@
+"""The README's lineage diagram names every asset of the code location and no asset that does not exist, and
+each arrow between two assets is an edge of the asset graph (an upstream asset, directly or through the corpus
+artifacts node)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from causal_assets.definitions import defs
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _diagram() -> str:
+    text = README.read_text()
+    start = text.index("```mermaid\nflowchart LR")
+    return text[start:text.index("```\n", start + 10)]
+
+
+def test_readme_lineage_diagram_names_exactly_the_assets():
+    graph = defs.resolve_asset_graph()
+    assets = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    named = set(re.findall(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+", _diagram())) - {"one_partition", "per_corpus"}
+    groups = {graph.get(k).group_name for k in graph.get_all_asset_keys()}
+    assert assets <= named, f"assets missing from the README diagram: {sorted(assets - named)}"
+    unknown = named - assets - groups - {"retrieval_dataset", "config_version", "mc_labels"}
+    assert not unknown, f"names in the README diagram that are not assets or groups: {sorted(unknown)}"
+
+
+def test_readme_lineage_arrows_are_asset_graph_edges():
+    graph = defs.resolve_asset_graph()
+    parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
+               for k in graph.get_all_asset_keys()}
+    names = {}   # mermaid node id -> the asset names its label holds
+    for node, label in re.findall(r"\b([A-Z]{1,2})(?:\[|\{\{)\"?([^\]}\"]+)", _diagram()):
+        names.setdefault(node, set()).update(re.findall(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+", label))
+    arrows = 0
+    for line in _diagram().splitlines():
+        hops = re.split(r"\s*--(?:\s*\"[^\"]*\"\s*--)?>\s*", line.strip())
+        for left, right in zip(hops, hops[1:]):
+            ids = lambda side: [re.match(r"[A-Z]{1,2}", part.strip()).group(0) for part in side.split("&")]
+            if "CA" in ids(left):
+                continue   # the corpus artifacts node stands for the index and graph tables
+            sources = set().union(*(names.get(i, set()) for i in ids(left)))
+            for target in set().union(*(names.get(i, set()) for i in ids(right))) & set(parents):
+                arrows += 1
+                assert sources & parents[target], (f"README arrow {left} --> {right}: none of {sorted(sources)} "
+                                                   f"is upstream of {target}")
+    assert arrows >= 15
