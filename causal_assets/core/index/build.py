@@ -9,7 +9,7 @@ import pandas as pd
 
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.sparse import SparseIndex, build_bm25, build_tfidf
-from causal_assets.core.index.text import analyze
+from causal_assets.core.text.analyzer import analyze
 
 
 def chunk_texts(chunks: pd.DataFrame) -> list[str]:

@@ -21,8 +21,8 @@ from causal_assets.core.index.build import check_sparse_build
 from causal_assets.core.index.dense import DEFAULT_BACKEND, DEFAULT_MODEL, Embedder
 from causal_assets.core.index.exact import INT8_SCAN_MIN, Int8Scan, single_thread_blas, top_positions
 from causal_assets.core.index.sparse import SparseIndex
-from causal_assets.core.index.text import analyze
 from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.text.analyzer import analyze
 
 METHODS = ("bm25", "tfidf", "dense")
 MOMENTS_BLOCK = 65_536  # chunk vectors per float64 block when computing the dense score moments

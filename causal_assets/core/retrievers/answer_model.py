@@ -38,9 +38,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
-from causal_assets.core.index.text import analyze
-from causal_assets.core.labeling.validators import normalize_answer
-from causal_assets.core.retrievers.entities import STOPWORDS as _ENTITY_STOPWORDS
+from causal_assets.core.text.analyzer import analyze
+from causal_assets.core.text.answers import normalize_answer
+from causal_assets.core.text.entities import STOPWORDS as _ENTITY_STOPWORDS
 
 UNKNOWN = ""  # the normalised "no answer" outcome
 

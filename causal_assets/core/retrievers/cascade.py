@@ -64,7 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from causal_assets.core.index.dense import DEFAULT_MODEL
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.index.text import analyze
+from causal_assets.core.text.analyzer import analyze
 
 Neighbors = Callable[[str], Iterable[tuple[str, str, float]]]
 

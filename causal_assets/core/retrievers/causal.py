@@ -9,7 +9,7 @@ Per candidate document D (query Q, answer A, answer model M, see `answer_model.p
   with_doc_and_all; redundancy = mutualInformation - informationGain; uniqueContribution = informationGain;
   entropyReduction = base - with_doc_and_all.
 * **CounterfactualImpact**: the answer with the whole candidate context C vs. without D (C \\ {D}).
-  Similarity of two answers = token F1 of their normalised forms (HotpotQA `token_f1`).
+  Similarity of two answers = token F1 of their normalised forms (HotpotQA's token F1, `text.answers`).
   - wouldChangeAnswer: the answer without D differs, F1(answer(C), answer(C\\D)) < 0.9 (the seed's rule);
   - changeProb = 1 - s, s = E_{a~M(C\\D)}[F1(a, answer(C))] / E_{a~M(C)}[F1(a, answer(C))] clipped to [0, 1]:
     the relative loss of probability that the model still gives the current answer once D is removed
@@ -75,12 +75,12 @@ import networkx as nx
 import pandas as pd
 
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.index.text import analyze
-from causal_assets.core.labeling.validators import normalize_answer, token_f1
 from causal_assets.core.retrievers.answer_model import (  # noqa: F401  (re-exported)
     UNKNOWN, AnswerModel, ContextDoc, LexicalAnswerModel, LLMAnswerModel, entropy_bits, is_causal_query,
     query_terms)
-from causal_assets.core.retrievers.entities import extract_entities
+from causal_assets.core.text.analyzer import analyze
+from causal_assets.core.text.answers import f1_precision_recall, normalize_answer
+from causal_assets.core.text.entities import extract_entities
 
 Relationship = Literal["answers", "defines", "implements", "calls", "modifies", "constrains", "contextualizes"]
 RELATIONSHIPS = ("answers", "defines", "implements", "calls", "modifies", "constrains", "contextualizes")
@@ -783,4 +783,4 @@ def _f1(a: str, b: str) -> float:
         return 1.0
     if not na or not nb:
         return 0.0
-    return float(token_f1(a, b).score)
+    return float(f1_precision_recall(a, b)[0])

@@ -47,10 +47,11 @@ from scipy.sparse.csgraph import dijkstra
 
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.index.sparse import build_bm25
-from causal_assets.core.index.text import analyze
-from causal_assets.core.retrievers.entities import extract_query_entities
 from causal_assets.core.retrievers.seal import compute_title_links, title_match_scores
 from causal_assets.core.retrievers.similarity import _check_within_stats, sparse_scores, zscore
+from causal_assets.core.text.analyzer import analyze
+from causal_assets.core.text.entities import extract_query_entities
+from causal_assets.core.text.titles import entity_key
 
 KINDS = ("document", "paragraph", "module", "class", "function", "method", "text", "other")
 FEATURES = ("bm25", "bm25_z", "bm25_rank", "bm25_share", "dense", "dense_z", "dense_rank", "dense_gap",
@@ -73,8 +74,6 @@ class GraphProximity:
     `graph_edges`) as one undirected sparse adjacency, so a query costs one multi-source BFS in C."""
 
     def __init__(self, nodes: pd.DataFrame, edges: pd.DataFrame, max_hops: int = 3):
-        from causal_assets.core.graph.text_graph import entity_key
-
         self.max_hops = max_hops
         keep = nodes[nodes["node_type"] != "community"].reset_index(drop=True)
         self._pos = {n: i for i, n in enumerate(keep["node_id"])}

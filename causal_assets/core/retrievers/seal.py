@@ -37,9 +37,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.retrievers.entities import STOPWORDS, extract_query_entities
 from causal_assets.core.retrievers.entity_first import EntityFirstRanker, normalise_entities
 from causal_assets.core.retrievers.similarity import _check_within_stats, sparse_scores, zscore
+from causal_assets.core.text.entities import STOPWORDS, extract_query_entities
 
 # Yes/no questions ("Are X and Y both ...?") open with an auxiliary verb; HotpotQA asks them of comparisons.
 _AUX = frozenset("are is was were do does did have has can could".split())
