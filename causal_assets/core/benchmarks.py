@@ -16,6 +16,7 @@ from causal_assets.core.corpus.multihop import load_multihop
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.metrics import Qrels
 from causal_assets.core.paths import REGISTRY_DIR, expand
+from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.yaml_registry import load_entries
 
 
@@ -80,7 +81,7 @@ class BenchmarkSpec(BaseModel):
         "bm25": {}, "tfidf": {}, "dense": {}, "hybrid": {}, "rrf": {}, "cascade": {}})
     pooling: dict[str, Any] = Field(default_factory=dict)
     monte_carlo: dict[str, Any] = Field(default_factory=dict)
-    # tuned_retriever_configs: which retrievers to tune, the metric, search-space overrides (core/tuning/search.py).
+    # tuned_retriever_configs: which retrievers to tune, the metric, search-space overrides (core/tuning/spec.py).
     tuning: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("pooling")
@@ -108,8 +109,6 @@ class BenchmarkSpec(BaseModel):
 
     @model_validator(mode="after")
     def _tuning_valid(self) -> "BenchmarkSpec":
-        from causal_assets.core.tuning.search import TuningSpec
-
         TuningSpec.model_validate(self.tuning)
         return self
 

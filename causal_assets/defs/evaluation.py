@@ -9,20 +9,21 @@ from causal_assets.core.benchmarks import load_benchmark
 from causal_assets.core.checks import check_metrics, check_ranked_results
 from causal_assets.core.evaluation.failures import classify_failures
 from causal_assets.core.evaluation.metrics import warm_up
-from causal_assets.core.evaluation.report import headline_table, overfitting_gauge, write_report
 from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query
-from causal_assets.core.evaluation.runner import metric_value, parse_metric, run_benchmark, score_run
+from causal_assets.core.evaluation.metrics import parse_metric
+from causal_assets.core.evaluation.report import headline_table, overfitting_gauge, write_report
+from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.evaluation.truth import label_qrels
+from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
-from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
 from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.core.tuning import best_weight
+from causal_assets.core.tuning.fusion import best_weight
 from causal_assets.core.tuning.fusion import choose_within_stats
 from causal_assets.core.tuning.store import index_fingerprint, load_tuned
-from causal_assets.defs.tuning import TUNED, eager_tolerating_missing
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
+from causal_assets.defs.tuning import TUNED, eager_tolerating_missing
 from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
 GROUP = "evaluation"

@@ -14,7 +14,8 @@ from causal_assets.core.errors import CorpusError
 from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
 from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.core.tuning.search import TuningSpec, tune
+from causal_assets.core.tuning.search import tune
+from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import index_fingerprint, save_tuned
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions

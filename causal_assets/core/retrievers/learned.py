@@ -36,8 +36,7 @@ import numpy as np
 import pandas as pd
 from upath import UPath
 
-from causal_assets.core.evaluation.metrics import Qrels
-from causal_assets.core.evaluation.runner import named_metric
+from causal_assets.core.evaluation.metrics import Qrels, named_metric
 from causal_assets.core.index.search import CorpusIndex, Hit
 from causal_assets.core.retrievers.features import FEATURES, FeatureExtractor
 
