@@ -14,7 +14,7 @@ import pytest
 
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.folder import load_folder
-from causal_assets.core.graph.store import build_graph
+from causal_assets.core.graph.build import build_graph
 from causal_assets.core.index.build import build_index
 from causal_assets.core.index.search import Hit
 from causal_assets.core.retrievers.base import Retriever

@@ -18,7 +18,7 @@ from causal_assets.core.causal_search.search import (CausalSearch, ContextBudget
 from causal_assets.core.causal_search.tokens import num_tokens
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
-from causal_assets.core.graph.store import build_graph
+from causal_assets.core.graph.build import build_graph
 from causal_assets.core.llm.client import LLMResult
 
 from tests.conftest import HOTPOT, require

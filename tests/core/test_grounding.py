@@ -8,7 +8,7 @@ import pandas as pd
 from causal_assets.core.causal_search.context import GraphContextBuilder
 from causal_assets.core.causal_search.grounding import check_grounding, distinctive_terms
 from causal_assets.core.causal_search.search import CausalSearch, render_report
-from causal_assets.core.graph.store import build_graph
+from causal_assets.core.graph.build import build_graph
 from causal_assets.core.llm.client import LLMResult
 from tests.core.test_causal_search import hash_embed
 

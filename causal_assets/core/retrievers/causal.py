@@ -18,7 +18,7 @@ Per candidate document D (query Q, answer A, answer model M, see `answer_model.p
   - changeType: complete_change (answer changes, F1 <= 0.2), partial_change (changes, 0.2 < F1 < 0.9),
     confidence_change (same answer, changeProb >= 0.1), no_change;
   - changeSeverity from changeProb: critical >= 0.75, significant >= 0.4, minor >= 0.1, else negligible.
-* **Causal chain** from the query to D over the entity/dependency graph (`graph.store.build_graph` frames,
+* **Causal chain** from the query to D over the entity/dependency graph (`graph.build.build_graph` frames,
   `to_networkx`): entry nodes are graph nodes named by a query entity (`extract_entities` spans and code
   identifiers), else the nodes whose own text covers the most query terms (>= 80% of the best). The chain
   is the strongest of the (first 50) hop-shortest paths (undirected, community nodes excluded, at most `max_hops`
@@ -74,6 +74,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import networkx as nx
 import pandas as pd
 
+from causal_assets.core.graph.store import chunk_neighbors, to_networkx
 from causal_assets.core.index.search import CorpusIndex, Hit
 from causal_assets.core.retrievers.answer_model import (  # noqa: F401  (re-exported)
     UNKNOWN, AnswerModel, ContextDoc, LexicalAnswerModel, LLMAnswerModel, entropy_bits, is_causal_query,
@@ -370,7 +371,6 @@ class CausalRetriever:
         raise TypeError("shortlist must be None, a CascadeRetriever or a callable (query, n, within) -> [Hit]")
 
     def _prepare_graph(self, nodes: pd.DataFrame, edges: pd.DataFrame) -> None:
-        from causal_assets.core.graph.store import chunk_neighbors, to_networkx
         M = to_networkx(nodes, edges)
         G = nx.Graph()
         for n, a in M.nodes(data=True):
