@@ -164,7 +164,7 @@ def test_within_stats_is_chosen_on_the_tune_split():
 # -- entity-first heuristics are tunable fields -------------------------------------------------------------------
 
 def test_every_entity_first_search_value_is_a_valid_field():
-    from causal_assets.core.retrievers.seal import SealRetriever
+    from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
     from causal_assets.core.tuning.search import nested
     from causal_assets.core.tuning.spec import DEFAULT_POINTS, DEFAULT_SPACES
 
@@ -173,9 +173,9 @@ def test_every_entity_first_search_value_is_a_valid_field():
     assert set(DEFAULT_POINTS["entity_first"]) == set(space)
     for key, values in space.items():
         for v in values:
-            SealRetriever(index, **nested({**DEFAULT_POINTS["entity_first"], key: v}))
+            EntityFirstRetriever(index, **nested({**DEFAULT_POINTS["entity_first"], key: v}))
     with pytest.raises(ValueError, match="title_match"):
-        SealRetriever(index, title_match={"alais": 0.9})
+        EntityFirstRetriever(index, title_match={"alais": 0.9})
 
 
 def test_overfitting_gauge_rows():

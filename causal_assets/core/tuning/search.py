@@ -10,7 +10,7 @@ every trial it scores:
   every value of one parameter with the others held at the current best, keeps a change only when it improves
   the metric, and stops after `passes` passes or a pass without improvement. Every scored point is a trial;
   identical points are scored once. Ties keep the current point, so defaults win unless something beats them.
-- **learned**: the causal-relevance model's hyperparameters (`learned.PARAM_GRID`) and its training target
+- **learned**: the causal-relevance model's hyperparameters (`learned.retriever.PARAM_GRID`) and its training target
   (qrels, or the Monte Carlo labels' ΔP where the train split has them), chosen by grouped (by query) K-fold
   cross-validation on the ranking metric. Its first stage uses the tuned hybrid weight and BM25 statistics. The winner is refit on
   the whole train split and returned as a model to store.
@@ -45,10 +45,10 @@ from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.evaluation.metrics import named_metric, parse_metric
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.retrievers.causal import CausalRetrievalOptions
+from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions
 from causal_assets.core.retrievers.factory import build_retriever
-from causal_assets.core.retrievers.features import FeatureExtractor
-from causal_assets.core.retrievers.learned import (PARAM_GRID, LearnedRetriever, attach_target, candidate_table,
+from causal_assets.core.retrievers.learned.features import FeatureExtractor
+from causal_assets.core.retrievers.learned.retriever import (PARAM_GRID, LearnedRetriever, attach_target, candidate_table,
                                                    cross_validate, fit_model, query_folds)
 from causal_assets.core.tuning.fusion import sweep_fusion_weight
 from causal_assets.core.tuning.spec import DEFAULT_POINTS, ORDER, TuningSpec

@@ -24,7 +24,7 @@ DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
         "graph.score_decay_factor": [0.5, 0.8],
     },
     "rrf": {"c": [5, 10, 20, 40, 60, 100], "within_stats": ["corpus", "candidates"]},
-    # Every heuristic of the entity-first retriever (seal.py): none is hand-set on an evaluation split.
+    # Every heuristic of the entity-first retriever (retrievers/entity_first/retriever.py): none is hand-set on an evaluation split.
     "entity_first": {
         "dense_weight": [0.3, 0.5, 0.7],
         "within_stats": ["corpus", "candidates"],

@@ -38,7 +38,7 @@ from upath import UPath
 
 from causal_assets.core.evaluation.metrics import Qrels, named_metric
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.retrievers.features import FEATURES, FeatureExtractor
+from causal_assets.core.retrievers.learned.features import FEATURES, FeatureExtractor
 
 TARGETS = ("qrels", "delta_p")
 # Hyperparameter candidates, chosen among by grouped CV. The first suits tens of thousands of rows (SciFact
