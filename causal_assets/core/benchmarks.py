@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -11,10 +12,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from causal_assets.core.corpus.beir import load_beir_qrels, load_beir_queries
+from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
+from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.metrics import Qrels
+from causal_assets.core.mining import mine_examples, mine_questions
 from causal_assets.core.paths import REGISTRY_DIR, expand
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.yaml_registry import load_entries
@@ -68,7 +72,7 @@ class BenchmarkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9_]+$")
-    loader: Literal["beir", "hotpotqa", "multihop", "python_package_api", "python_package_examples", "jsonl"]
+    loader: Literal["beir", "hotpotqa", "multihop", "python_package_api", "python_package_examples"]
     corpus: str
     path: str | None = None
     splits: list[str] = Field(min_length=1)
@@ -142,7 +146,7 @@ class BenchmarkSpec(BaseModel):
 
     @model_validator(mode="after")
     def _path_needed(self) -> "BenchmarkSpec":
-        if self.loader in ("beir", "hotpotqa", "multihop", "jsonl") and not self.path:
+        if self.loader in ("beir", "hotpotqa", "multihop") and not self.path:
             raise ValueError(f"loader {self.loader} needs 'path'")
         return self
 
@@ -212,15 +216,11 @@ def load_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
         return mined_benchmark(spec, split)
     if spec.loader == "python_package_examples":
         return mined_examples_benchmark(spec, split)
-    raise CorpusError(f"benchmark {spec.name!r}: loader {spec.loader!r} is not implemented yet")
+    raise CorpusError(f"benchmark {spec.name!r}: unknown loader {spec.loader!r}")
 
 
 def mined_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
     """Questions mined from the corpus's package; gold = the target chunk (graded 1.0)."""
-    from causal_assets.core.corpus.chunk import chunks_to_frame
-    from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
-    from causal_assets.core.mining import mine_questions
-
     corpus = load_corpus_registry()[spec.corpus]
     chunks, _ = load_corpus(corpus)
     questions = mine_questions(chunks_to_frame(chunks), corpus.package, spec.options.get("max_questions"))
@@ -236,10 +236,6 @@ def mined_examples_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
     """Code questions mined from the docstring examples of the corpus's package: the solver writes the call, the
     `pytest` validator runs it in the sandbox after the example's setup and compares the output with the
     example's; gold document = the function's chunk."""
-    from causal_assets.core.corpus.chunk import chunks_to_frame
-    from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
-    from causal_assets.core.mining import mine_examples
-
     corpus = load_corpus_registry()[spec.corpus]
     if corpus.loader != "python_package":
         raise CorpusError(f"benchmark {spec.name!r}: loader python_package_examples needs a python_package corpus, "
@@ -258,8 +254,6 @@ def multihop_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
     """HotpotQA / 2Wiki / MuSiQue questions, each ranking its own paragraphs (`load_multihop`, the same ids as the
     corpus loader's); gold = the reader's supporting paragraphs (MuSiQue: `is_supporting`, never the title).
     `train`/`test` halve the questions by a stable hash of their id; `dev` is all of them."""
-    import warnings
-
     with warnings.catch_warnings():   # the corpus asset reports skipped records; the benchmark does not repeat it
         warnings.simplefilter("ignore")
         chunks, data, _ = load_multihop(spec.resolved_path, spec.corpus, strict=bool(spec.options.get("strict", False)))

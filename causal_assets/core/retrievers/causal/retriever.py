@@ -73,6 +73,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import networkx as nx
 import pandas as pd
+from networkx.algorithms.shortest_paths.generic import _build_paths_from_predecessors
 
 from causal_assets.core.graph.store import chunk_neighbors, to_networkx
 from causal_assets.core.index.search import CorpusIndex, Hit
@@ -436,8 +437,6 @@ class CausalRetriever:
             pred = self._pred_cache[key] = nx.predecessor(self._G, entry, cutoff=max_hops)
         if target not in pred:
             return []
-        from networkx.algorithms.shortest_paths.generic import _build_paths_from_predecessors
-
         return list(itertools.islice(_build_paths_from_predecessors({entry}, target, pred), MAX_PATHS))
 
     def _links(self, query: str, path: list[str], match: float, matched: str, decay: float
