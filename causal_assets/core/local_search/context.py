@@ -26,9 +26,9 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.causal_search.entity_vectors import entity_nodes, entity_text, entity_texts
-from causal_assets.core.causal_search.tokens import num_tokens
 from causal_assets.core.index.dense import Embedder
+from causal_assets.core.local_search.entity_vectors import entity_nodes, entity_text, entity_texts
+from causal_assets.core.local_search.tokens import num_tokens
 
 log = logging.getLogger(__name__)
 
