@@ -25,7 +25,7 @@ from causal_assets.core.yaml_registry import load_entries
 
 
 class PoolingSpec(BaseModel):
-    """`pooling:` of a benchmark (the fields of `labeling.pools.PoolConfig`); unknown keys are refused."""
+    """`pooling:` of a benchmark (the fields of `labeling.pools.PoolParams`); unknown keys are refused."""
     model_config = ConfigDict(extra="forbid")
 
     size: int = Field(default=10, ge=1)
