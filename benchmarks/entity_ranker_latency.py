@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from causal_assets.core.retrievers.entity_first import EntityFirstRanker  # noqa: E402
+from causal_assets.core.retrievers.entity_first.ranker import EntityFirstRanker  # noqa: E402
 
 REPEATS, ROUNDS = 100, 7
 

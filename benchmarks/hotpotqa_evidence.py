@@ -24,9 +24,9 @@ from causal_assets.core.evaluation.metrics import evaluate  # noqa: E402
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark  # noqa: E402
 from causal_assets.core.index.build import build_index  # noqa: E402
 from causal_assets.core.index.dense import DEFAULT_MODEL, EmbeddingCache  # noqa: E402
-from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
 from causal_assets.core.paths import shared_data_dir  # noqa: E402
-from causal_assets.core.retrievers.seal import SealRetriever  # noqa: E402
+from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever  # noqa: E402
+from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
 
 DATA = shared_data_dir() / "hotpotqa" / "hotpot_dev_distractor_200.jsonl"
 SPLITS = ("train", "test", "dev")
@@ -50,7 +50,7 @@ def main() -> None:
                         cache=EmbeddingCache(ROOT / "data" / "parquet" / "cache" / "embeddings", DEFAULT_MODEL))
     spec = load_benchmark_registry()["hotpotqa"].model_copy(update={"path": str(DATA)})
     retrievers = {name: build_retriever(name, index) for name in ("bm25", "dense", "hybrid")}
-    retrievers["entity_first"] = SealRetriever(index, k=2, max_repairs=3)
+    retrievers["entity_first"] = EntityFirstRetriever(index, k=2, max_repairs=3)
     results: dict = {}
     for split in SPLITS:
         bench = load_benchmark(spec, split)

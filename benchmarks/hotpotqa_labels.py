@@ -30,8 +30,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from causal_assets.core.labeling.validators import _contains, normalize_answer  # noqa: E402
+from causal_assets.core.labeling.validators import _contains  # noqa: E402
 from causal_assets.core.paths import shared_data_dir  # noqa: E402
+from causal_assets.core.text.answers import normalize_answer  # noqa: E402
 
 PARTITION = "hotpotqa"
 

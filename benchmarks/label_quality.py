@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from causal_assets.core.benchmarks import hash_half  # noqa: E402
 from causal_assets.core.corpus.multihop import read_multihop  # noqa: E402
 from causal_assets.core.labeling.quality import label_quality_rows, summarize  # noqa: E402
-from causal_assets.core.labeling.runner import MCConfig, estimate, label_question  # noqa: E402
+from causal_assets.core.labeling.runner import LabelingParams, estimate, label_question  # noqa: E402
 from causal_assets.core.labeling.solver import LikelihoodSolver  # noqa: E402
 from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
@@ -61,21 +61,21 @@ def main() -> None:
     ap.add_argument("--outcome", default="likelihood", choices=["likelihood", "qa_likelihood"])
     ap.add_argument("--budget", type=int, default=32)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--threshold-nats", type=float, default=MCConfig.threshold_nats)
-    ap.add_argument("--question-weight", type=float, default=MCConfig.question_weight,
+    ap.add_argument("--threshold-nats", type=float, default=LabelingParams.threshold_nats)
+    ap.add_argument("--question-weight", type=float, default=LabelingParams.question_weight,
                     help="weight of the question's own log-likelihood in the qa_likelihood outcome")
     ap.add_argument("--max-doc-chars", type=int, default=0, help="cut each paragraph (0 = whole paragraph)")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0 = the cores free now)")
     ap.add_argument("--cache", type=Path, default=ROOT / "data" / "benchmarks" / "label_quality_calls.sqlite")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--alpha", type=float, default=MCConfig.alpha, help="1 - confidence of the label intervals")
+    ap.add_argument("--alpha", type=float, default=LabelingParams.alpha, help="1 - confidence of the label intervals")
     ap.add_argument("--reanalyze", type=Path, nargs="+", default=None,
                     help="re-estimate labels from previous JSONs' trials (no LLM; per_question entries are merged)")
     args = ap.parse_args()
     out = args.out or ROOT / "data" / "benchmarks" / f"label_quality_{args.dataset}_{args.solver}.json"
-    cfg = MCConfig(estimator=args.estimator, outcome=args.outcome, budget=args.budget, batch=args.batch,
-                   threshold_nats=args.threshold_nats, alpha=args.alpha,
-                   question_weight=args.question_weight)
+    cfg = LabelingParams(estimator=args.estimator, outcome=args.outcome, budget=args.budget, batch=args.batch,
+                         threshold_nats=args.threshold_nats, alpha=args.alpha,
+                         question_weight=args.question_weight)
 
     data = read_multihop(shared_data_dir() / DATASETS[args.dataset])
     questions = [q for q in data.questions if args.split == "all" or hash_half(q.question_id) == args.split]

@@ -94,7 +94,7 @@ class SourceTerms:
     the words, and the title is analysed apart from the text (they are joined by a newline)."""
 
     def __init__(self, source: SourceChunks, split_identifiers: bool = False):
-        from causal_assets.core.index.text import analyze
+        from causal_assets.core.text.analyzer import analyze
 
         self.title_terms = [analyze(t, split_identifiers) for t in source.titles]
         self.terms, self.offsets = [], []  # flat terms of the text; offsets[w] = terms before word w

@@ -26,7 +26,8 @@ from causal_assets.core.graph.store import load_chunk_neighbors, load_graph  # n
 from causal_assets.core.index.search import CorpusIndex  # noqa: E402
 from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
 from causal_assets.core.storage import asset_path, read_parquet  # noqa: E402
-from causal_assets.core.tuning.search import TuningSpec, tune  # noqa: E402
+from causal_assets.core.tuning.search import tune  # noqa: E402
+from causal_assets.core.tuning.spec import TuningSpec  # noqa: E402
 from causal_assets.core.tuning.store import index_fingerprint, save_tuned  # noqa: E402
 
 BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")

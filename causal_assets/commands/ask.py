@@ -10,9 +10,9 @@ from causal_assets.commands import needs, say
 from causal_assets.commands.build import build as build_assets
 from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
 from causal_assets.commands.search import snippet
-from causal_assets.core.causal_search import inbox
-from causal_assets.core.causal_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.corpus.registry import available_corpora
+from causal_assets.core.local_search import inbox
+from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.progress import duration
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.defs.search import QUERIES_DIR, query_partitions

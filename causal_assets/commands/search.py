@@ -6,8 +6,8 @@ import re
 import sys
 
 from causal_assets.commands import needs, say
-from causal_assets.core.causal_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.index.search import METHODS, CorpusIndex
+from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.storage import safe_name
 
 SNIPPET_CHARS = 110

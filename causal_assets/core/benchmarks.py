@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -20,11 +21,12 @@ from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.metrics import Qrels
 from causal_assets.core.mining import mine_examples, mine_questions
 from causal_assets.core.paths import REGISTRY_DIR, expand
+from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.yaml_registry import load_entries
 
 
 class PoolingSpec(BaseModel):
-    """`pooling:` of a benchmark (the fields of `labeling.pools.PoolConfig`); unknown keys are refused."""
+    """`pooling:` of a benchmark (the fields of `labeling.pools.PoolParams`); unknown keys are refused."""
     model_config = ConfigDict(extra="forbid")
 
     size: int = Field(default=10, ge=1)
@@ -71,7 +73,7 @@ class BenchmarkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9_]+$")
-    loader: Literal["beir", "hotpotqa", "multihop", "python_package_api", "python_package_examples", "jsonl"]
+    loader: Literal["beir", "hotpotqa", "multihop", "python_package_api", "python_package_examples"]
     corpus: str
     path: str | None = None
     splits: list[str] = Field(min_length=1)
@@ -84,7 +86,7 @@ class BenchmarkSpec(BaseModel):
         "bm25": {}, "tfidf": {}, "dense": {}, "hybrid": {}, "rrf": {}, "cascade": {}})
     pooling: dict[str, Any] = Field(default_factory=dict)
     monte_carlo: dict[str, Any] = Field(default_factory=dict)
-    # tuned_retriever_configs: which retrievers to tune, the metric, search-space overrides (core/tuning/search.py).
+    # tuned_retriever_configs: which retrievers to tune, the metric, search-space overrides (core/tuning/spec.py).
     tuning: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("pooling")
@@ -112,8 +114,6 @@ class BenchmarkSpec(BaseModel):
 
     @model_validator(mode="after")
     def _tuning_valid(self) -> "BenchmarkSpec":
-        from causal_assets.core.tuning.search import TuningSpec
-
         TuningSpec.model_validate(self.tuning)
         return self
 
@@ -147,7 +147,7 @@ class BenchmarkSpec(BaseModel):
 
     @model_validator(mode="after")
     def _path_needed(self) -> "BenchmarkSpec":
-        if self.loader in ("beir", "hotpotqa", "multihop", "jsonl") and not self.path:
+        if self.loader in ("beir", "hotpotqa", "multihop") and not self.path:
             raise ValueError(f"loader {self.loader} needs 'path'")
         return self
 
@@ -219,7 +219,7 @@ def load_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None 
         return mined_benchmark(spec, split, chunks)
     if spec.loader == "python_package_examples":
         return mined_examples_benchmark(spec, split, chunks)
-    raise CorpusError(f"benchmark {spec.name!r}: loader {spec.loader!r} is not implemented yet")
+    raise CorpusError(f"benchmark {spec.name!r}: unknown loader {spec.loader!r}")
 
 
 def _chunk_table(corpus: CorpusSpec, chunks: pd.DataFrame | None) -> pd.DataFrame:
@@ -261,8 +261,6 @@ def multihop_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
     """HotpotQA / 2Wiki / MuSiQue questions, each ranking its own paragraphs (`load_multihop`, the same ids as the
     corpus loader's); gold = the reader's supporting paragraphs (MuSiQue: `is_supporting`, never the title).
     `train`/`test` halve the questions by a stable hash of their id; `dev` is all of them."""
-    import warnings
-
     with warnings.catch_warnings():   # the corpus asset reports skipped records; the benchmark does not repeat it
         warnings.simplefilter("ignore")
         chunks, data, _ = load_multihop(spec.resolved_path, spec.corpus, strict=bool(spec.options.get("strict", False)))

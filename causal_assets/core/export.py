@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
+import yaml
 
 # Effect size at or above which a YES label is graded 2 ("strongly helps"), per outcome the effect is measured on:
 # 'success' -> ΔP, a difference of success probabilities in [-1, 1]; 'likelihood' -> a difference of the gold
@@ -206,8 +207,6 @@ def card_markdown(card: DatasetCard, qrels: pd.DataFrame, queries: pd.DataFrame,
 
 
 def _yaml(obj: Any) -> str:
-    import yaml
-
     return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True)
 
 
@@ -247,7 +246,7 @@ def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.P
         files = ["beir/corpus.jsonl", "beir/queries.jsonl", f"beir/qrels/{card.split}.tsv", "qrels.trec",
                  "labels.jsonl", "data/labels.parquet", "data/queries.parquet", "data/corpus.parquet", "README.md"]
         if hf:
-            import datasets
+            import datasets  # optional heavy dependency (Hugging Face datasets): only for the hf/ export
 
             dd = datasets.DatasetDict({name: datasets.Dataset.from_pandas(frame, preserve_index=False)
                                        for name, frame in tables.items()})

@@ -8,8 +8,10 @@ Validation is by FQN match, accepting the public re-exports (`networkx.shortest_
 """
 from __future__ import annotations
 
+import doctest
 import hashlib
 import importlib
+import inspect
 import json
 import re
 from dataclasses import dataclass, field
@@ -120,9 +122,6 @@ def _resolve(fqn: str):
 def example_for(fqn: str, public: str, package: str, alias: str) -> dict | None:
     """The first docstring example of `fqn` that calls it as `<alias>.<public name>(...)` (optionally inside
     print), with a short, stable expected output and only output-free one-line statements before it."""
-    import doctest
-    import inspect
-
     try:
         doc = inspect.getdoc(_resolve(fqn)) or ""
         examples = doctest.DocTestParser().get_examples(doc)

@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import os
 import threading
+from multiprocessing.connection import wait
 
 log = logging.getLogger(__name__)
 EXIT_CODE = 70
@@ -32,8 +33,6 @@ def install() -> bool:
     sentinel = parent.sentinel
 
     def watch() -> None:
-        from multiprocessing.connection import wait
-
         wait([sentinel])  # ready when the parent process is gone
         log.error("parent process %s died; exiting step process %s so it writes nothing more", parent.pid,
                   os.getpid())

@@ -9,7 +9,7 @@ from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_metrics, check_ranked_results
 from causal_assets.core.evaluation.metrics import warm_up
 from causal_assets.core.evaluation.report import headline_table, write_report
-from causal_assets.core.evaluation.runner import parse_metric
+from causal_assets.core.evaluation.metrics import parse_metric
 from causal_assets.core.evaluation.suite import evaluate_plan, plan_evaluation
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.store import index_fingerprint, load_tuned

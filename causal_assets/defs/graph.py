@@ -7,11 +7,12 @@ import pandas as pd
 from dagster import (AutomationCondition, AssetExecutionContext, AssetOut, MetadataValue, Output, asset,
                      multi_asset)
 
-from causal_assets.core.causal_search.entity_vectors import embed_entities
 from causal_assets.core.checks import check_graph
-from causal_assets.core.graph.store import build_graph, graph_stats, to_networkx
-from causal_assets.defs.checks import check_result, spec
+from causal_assets.core.graph.build import build_graph
+from causal_assets.core.graph.store import graph_stats, to_networkx
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
+from causal_assets.core.local_search.entity_vectors import embed_entities
+from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import corpus_partitions
 from causal_assets.resources import Storage
 

@@ -15,10 +15,10 @@ from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Backoff, C
 
 from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_labels, check_pools, check_trials_from_ok_calls
-from causal_assets.core.labeling.pools import PoolConfig, build_pools
+from causal_assets.core.labeling.pools import PoolParams, build_pools
 from causal_assets.core.labeling.quality import label_quality_rows, per_question_from_tables, quality_table, summarize
 from causal_assets.core.evaluation.report import quality_png
-from causal_assets.core.labeling.runner import MCConfig, label_table
+from causal_assets.core.labeling.runner import LabelingParams, label_table
 from causal_assets.core.labeling.trials import TrialRun, run_trials
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
@@ -46,7 +46,7 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
     bench = artifacts.benchmark(spec, split)
     limit = config.max_questions or spec.monte_carlo.get("max_questions", 20)
     qids = bench.query_ids()[:limit]
-    pool_cfg = PoolConfig(**{**spec.pooling, **({"size": config.size} if config.size else {})})
+    pool_cfg = PoolParams(**{**spec.pooling, **({"size": config.size} if config.size else {})})
     pools = build_pools(artifacts.index, bench, qids, pool_cfg, artifacts.neighbors)
     pools["aliases"] = pools["aliases"].map(json.dumps)
     yield Output(pools, metadata={
@@ -59,23 +59,23 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
 
 class MonteCarloConfig(Config):
     estimator: str | None = None   # adaptive | regression | naive (default: the benchmark's monte_carlo.estimator)
-    outcome: str | None = None     # qa_likelihood | likelihood | success | both (default: the benchmark's, else MCConfig's)
+    outcome: str | None = None     # qa_likelihood | likelihood | success | both (default: the benchmark's, else LabelingParams')
     budget: int | None = None      # solver calls per question
     threshold: float | None = None
     threshold_nats: float | None = None
     question_weight: float | None = None
 
 
-def mc_config(spec_mc: dict, config: MonteCarloConfig) -> MCConfig:
-    base = {k: v for k, v in spec_mc.items() if k in MCConfig.__dataclass_fields__}
+def mc_config(spec_mc: dict, config: MonteCarloConfig) -> LabelingParams:
+    base = {k: v for k, v in spec_mc.items() if k in LabelingParams.__dataclass_fields__}
     overrides = {k: v for k, v in {"estimator": config.estimator, "outcome": config.outcome, "budget": config.budget,
                                    "threshold": config.threshold, "threshold_nats": config.threshold_nats,
                                    "question_weight": config.question_weight}.items()
                  if v is not None}
-    return MCConfig(**{**base, **overrides})
+    return LabelingParams(**{**base, **overrides})
 
 
-def trials_of(context: AssetExecutionContext, spec, cfg: MCConfig, llm: LLM, pools: pd.DataFrame,
+def trials_of(context: AssetExecutionContext, spec, cfg: LabelingParams, llm: LLM, pools: pd.DataFrame,
               question_ids: list[str] | None = None) -> TrialRun:
     """`run_trials` with this step's LLM: the client (and the local server) only for outcomes that generate, the
     scorer only for outcomes that score."""

@@ -14,17 +14,17 @@ from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Backo
                      DynamicPartitionsDefinition, MetadataValue, Output, RetryPolicy, RunRequest, SensorEvaluationContext,
                      SensorResult, asset, define_asset_job, sensor)
 
-from causal_assets.core.causal_search import inbox
 from causal_assets.core.checks import check_ranked_results
-from causal_assets.core.causal_search.context import GraphContextBuilder
-from causal_assets.core.causal_search.entity_vectors import embed_entities
-from causal_assets.core.causal_search.search import CausalSearch, save_outputs
 from causal_assets.core.errors import ConfigError
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
 from causal_assets.core.index.search import CHUNKS, CorpusIndex
+from causal_assets.core.local_search import inbox
+from causal_assets.core.local_search.context import GraphContextBuilder
+from causal_assets.core.local_search.entity_vectors import embed_entities
+from causal_assets.core.local_search.search import LocalSearch, save_outputs
+from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.resources import LLM, Storage
 
@@ -93,8 +93,8 @@ def causal_search(context: AssetExecutionContext, config: SearchConfig, storage:
                                     f"{corpus}_entities", emit=context.log.info)
     builder = GraphContextBuilder(nodes, edges, chunks, embed=embedder.encode, embed_query=embedder.encode_queries,
                                   entity_vectors=dict(zip(vectors["node_id"], vectors["embedding"])))
-    search = CausalSearch(llm.client, builder, response_type=config.response_type, max_tokens=config.max_tokens,
-                          n_ctx=config.n_ctx, network_max_tokens=config.network_max_tokens, corpus=corpus)
+    search = LocalSearch(llm.client, builder, response_type=config.response_type, max_tokens=config.max_tokens,
+                         n_ctx=config.n_ctx, network_max_tokens=config.network_max_tokens, corpus=corpus)
     result = search.search(record["query"])
     result.query_id = record["query_id"]  # the submitted id names the outputs and the partition
     paths = save_outputs(result, storage.reports_path / "causal_search")

@@ -17,7 +17,8 @@ from causal_assets.core.benchmarks import load_benchmark_registry
 from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.core.tuning.search import TuningSpec, sample_queries, tune
+from causal_assets.core.tuning.search import sample_queries, tune
+from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import index_fingerprint, save_tuned
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions

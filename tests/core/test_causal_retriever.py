@@ -14,13 +14,15 @@ import pytest
 
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.folder import load_folder
-from causal_assets.core.graph.store import build_graph
+from causal_assets.core.graph.build import build_graph
 from causal_assets.core.index.build import build_index
 from causal_assets.core.index.search import Hit
 from causal_assets.core.retrievers.base import Retriever
-from causal_assets.core.retrievers.causal import (
-    RELATIONSHIPS, CausalRetrievalOptions, CausalRetriever, ContextDoc, LexicalAnswerModel, LLMAnswerModel,
-    detect_causes, role_of)
+from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel, LLMAnswerModel
+from causal_assets.core.retrievers.causal.causes import detect_causes
+from causal_assets.core.retrievers.causal.documents import ContextDoc
+from causal_assets.core.retrievers.causal.retriever import (RELATIONSHIPS, CausalRetrievalOptions, CausalRetriever,
+                                                            role_of)
 
 BUG_QUERY = "Why does calculateTotal return NaN?"
 CLICK_QUERY = "What happens when user clicks Submit?"

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from causal_assets.core.causal_search.context import (GraphContextBuilder, format_network_data,
-                                                      nodes_requested, record_tokens)
-from causal_assets.core.causal_search.search import (CausalSearch, ContextBudgetError, EmptyResponseError,
-                                                     extract_content, query_id, save_outputs)
-from causal_assets.core.causal_search.tokens import num_tokens
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
-from causal_assets.core.graph.store import build_graph
+from causal_assets.core.graph.build import build_graph
 from causal_assets.core.llm.client import LLMResult
+from causal_assets.core.local_search.context import (GraphContextBuilder, format_network_data,
+                                                      nodes_requested, record_tokens)
+from causal_assets.core.local_search.search import (LocalSearch, ContextBudgetError, EmptyResponseError,
+                                                     extract_content, query_id, save_outputs)
+from causal_assets.core.local_search.tokens import num_tokens
 
 from tests.conftest import HOTPOT, require
 
@@ -160,7 +160,7 @@ def test_budget_shrinks_to_fit_context_and_query_reaches_stage_1(graph20, tmp_pa
     b = GraphContextBuilder(nodes, edges, frame, embed=hash_embed)
     q = questions[0].question
     client = FakeClient(["assistant: ```markdown\n## 1. Introduction\nreport\n```", "The answer."])
-    cs = CausalSearch(client, b, max_tokens=256, n_ctx=2048, network_max_tokens=8000)
+    cs = LocalSearch(client, b, max_tokens=256, n_ctx=2048, network_max_tokens=8000)
     res = cs.search(q, now=1755478569)
     assert res.network_max_tokens < 8000
     assert res.usage["causal_discovery"].prompt_tokens_counted + 256 <= 2048
@@ -171,9 +171,9 @@ def test_budget_shrinks_to_fit_context_and_query_reaches_stage_1(graph20, tmp_pa
     assert res.report == "## 1. Introduction\nreport" and res.response == "The answer."
     assert res.query_id == hashlib.sha256(q.encode()).hexdigest()[:8] + "_1755478569"
     with pytest.raises(ContextBudgetError):
-        CausalSearch(FakeClient([]), b, max_tokens=256, n_ctx=300).search(q)
+        LocalSearch(FakeClient([]), b, max_tokens=256, n_ctx=300).search(q)
     with pytest.raises(EmptyResponseError):
-        CausalSearch(FakeClient(["assistant:\n```\n```"]), b, max_tokens=64, n_ctx=2048).search(q)
+        LocalSearch(FakeClient(["assistant:\n```\n```"]), b, max_tokens=64, n_ctx=2048).search(q)
 
 
 def test_extract_content_and_query_id():
@@ -204,7 +204,7 @@ def test_end_to_end_local_server(tmp_path_factory, tmp_path):
     embed_s = time.perf_counter() - t0
     with LocalLlamaServer(n_threads=1, n_ctx=4096) as srv:
         client = LLMClient(srv.base_url, srv.alias, timeout_s=120, max_retries=1)
-        cs = CausalSearch(client, builder, max_tokens=128, n_ctx=4096, network_max_tokens=800)
+        cs = LocalSearch(client, builder, max_tokens=128, n_ctx=4096, network_max_tokens=800)
         t0 = time.perf_counter()
         res = cs.search(questions[0].question)
         wall = time.perf_counter() - t0

@@ -9,7 +9,7 @@ from causal_assets.core.checks import (check_chunks, check_embeddings, check_gra
                                        check_ranked_results, check_sparse)
 from causal_assets.core.corpus.beir import load_beir_corpus
 from causal_assets.core.corpus.chunk import chunks_to_frame
-from causal_assets.core.graph.store import build_graph
+from causal_assets.core.graph.build import build_graph
 from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
 from causal_assets.core.index.dense import Embedder
 

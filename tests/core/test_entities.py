@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from causal_assets.core.retrievers.entities import extract_entities, extract_query_entities
+from causal_assets.core.text.entities import extract_entities, extract_query_entities
 
 from tests.conftest import HOTPOT, require
 

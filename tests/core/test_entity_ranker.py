@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from causal_assets.core.retrievers.entity_first import EntityFirstRanker
+from causal_assets.core.retrievers.entity_first.ranker import EntityFirstRanker
 
 ranker = EntityFirstRanker()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from causal_assets.core.causal_search.entity_vectors import embed_entities, entity_nodes
 from causal_assets.core.index.dense import EmbeddingCache
+from causal_assets.core.local_search.entity_vectors import embed_entities, entity_nodes
 from causal_assets.core.progress import Progress, duration
 from tests.core.test_causal_search import hash_embed
 

@@ -142,7 +142,8 @@ def test_within_stats_both_ways():
 
 def test_within_stats_is_chosen_on_the_tune_split():
     from causal_assets.core.benchmarks import Benchmark
-    from causal_assets.core.tuning.search import TuningSpec, tune
+    from causal_assets.core.tuning.search import tune
+    from causal_assets.core.tuning.spec import TuningSpec
 
     index = _toy_index(lean=0)   # dense prefers a: only candidate statistics put b first, at a low dense weight
     bench = Benchmark("toy", "train", {"q1": "paris river", "q2": "river paris"},
@@ -163,17 +164,18 @@ def test_within_stats_is_chosen_on_the_tune_split():
 # -- entity-first heuristics are tunable fields -------------------------------------------------------------------
 
 def test_every_entity_first_search_value_is_a_valid_field():
-    from causal_assets.core.retrievers.seal import SealRetriever
-    from causal_assets.core.tuning.search import DEFAULT_POINTS, DEFAULT_SPACES, nested
+    from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
+    from causal_assets.core.tuning.search import nested
+    from causal_assets.core.tuning.spec import DEFAULT_POINTS, DEFAULT_SPACES
 
     index = _toy_index()
     space = DEFAULT_SPACES["entity_first"]
     assert set(DEFAULT_POINTS["entity_first"]) == set(space)
     for key, values in space.items():
         for v in values:
-            SealRetriever(index, **nested({**DEFAULT_POINTS["entity_first"], key: v}))
+            EntityFirstRetriever(index, **nested({**DEFAULT_POINTS["entity_first"], key: v}))
     with pytest.raises(ValueError, match="title_match"):
-        SealRetriever(index, title_match={"alais": 0.9})
+        EntityFirstRetriever(index, title_match={"alais": 0.9})
 
 
 def test_overfitting_gauge_rows():
@@ -199,7 +201,8 @@ def test_a_corpus_without_titles_through_the_learned_model_and_the_causal_retrie
     from causal_assets.core.corpus.beir import load_beir_corpus, load_beir_qrels, load_beir_queries
     from causal_assets.core.index.build import build_index
     from causal_assets.core.retrievers.factory import build_retriever
-    from causal_assets.core.tuning.search import TuningSpec, tune
+    from causal_assets.core.tuning.search import tune
+    from causal_assets.core.tuning.spec import TuningSpec
 
     folder = require(COSQA)
     queries = load_beir_queries(folder)
@@ -225,7 +228,8 @@ def test_a_corpus_without_titles_through_the_learned_model_and_the_causal_retrie
 def test_fusion_of_tuned_retrievers_is_tuned_stored_and_rebuilt(tmp_path):
     from causal_assets.core.benchmarks import Benchmark
     from causal_assets.core.retrievers.factory import build_retriever
-    from causal_assets.core.tuning.search import TuningSpec, tune
+    from causal_assets.core.tuning.search import tune
+    from causal_assets.core.tuning.spec import TuningSpec
     from causal_assets.core.tuning.store import load_tuned, save_tuned
 
     index = _toy_index(lean=0)
@@ -252,7 +256,8 @@ def test_fusion_of_tuned_retrievers_is_tuned_stored_and_rebuilt(tmp_path):
 
 def test_learned_trains_on_other_benchmarks_tune_splits_but_is_scored_on_its_own():
     from causal_assets.core.benchmarks import Benchmark
-    from causal_assets.core.tuning.search import TuningSpec, tune
+    from causal_assets.core.tuning.search import tune
+    from causal_assets.core.tuning.spec import TuningSpec
 
     index = _toy_index(lean=0)
     within = {"q1": ["a", "b"], "q2": ["a", "b"], "q3": ["a", "b"]}

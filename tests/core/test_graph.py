@@ -12,10 +12,11 @@ import pytest
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.python_package import load_python_package
+from causal_assets.core.graph.build import build_graph
 from causal_assets.core.graph.code_graph import build_code_graph, resolve_relative
-from causal_assets.core.graph.store import (EDGE_COLUMNS, NODE_COLUMNS, build_graph, chunk_neighbors,
-                                            graph_stats, to_networkx)
-from causal_assets.core.graph.text_graph import TitleMatcher, build_text_graph, entity_key
+from causal_assets.core.graph.store import EDGE_COLUMNS, NODE_COLUMNS, chunk_neighbors, graph_stats, to_networkx
+from causal_assets.core.graph.text_graph import build_text_graph
+from causal_assets.core.text.titles import TitleMatcher, entity_key
 
 SP = "networkx.algorithms.shortest_paths"
 from tests.conftest import HOTPOT, require

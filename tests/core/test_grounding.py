@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.causal_search.context import GraphContextBuilder
-from causal_assets.core.causal_search.grounding import check_grounding, distinctive_terms
-from causal_assets.core.causal_search.search import CausalSearch, render_report
-from causal_assets.core.graph.store import build_graph
+from causal_assets.core.graph.build import build_graph
 from causal_assets.core.llm.client import LLMResult
+from causal_assets.core.local_search.context import GraphContextBuilder
+from causal_assets.core.local_search.grounding import check_grounding, distinctive_terms
+from causal_assets.core.local_search.search import LocalSearch, render_report
 from tests.core.test_causal_search import hash_embed
 
 
@@ -52,7 +52,7 @@ def test_no_evidence_means_no_llm_call_and_a_plain_answer():
     edges = pd.DataFrame(columns=["corpus", "source", "target", "edge_type", "weight", "evidence"])
     client = CountingClient([])
     builder = GraphContextBuilder(nodes, edges, None, embed=hash_embed)
-    result = CausalSearch(client, builder, max_tokens=64, n_ctx=2048, corpus="mydocs").search("Who wrote it?")
+    result = LocalSearch(client, builder, max_tokens=64, n_ctx=2048, corpus="mydocs").search("Who wrote it?")
     assert client.calls == 0
     assert result.response.startswith("No evidence in corpus 'mydocs'")
     assert result.grounding["evidence_items"] == 0 and not result.grounding["grounded"]
@@ -70,8 +70,8 @@ def test_code_graph_symbols_are_entities_with_their_own_chunk_as_text_unit():
     some = next(iter(units.values()))
     assert some["text"] == frame.set_index("chunk_id").loc[some["id"], "text"]
     client = CountingClient(["## 1. Introduction\nreport", "bidirectional_shortest_path computes it."])
-    result = CausalSearch(client, builder, max_tokens=64, n_ctx=2048, network_max_tokens=600,
-                          corpus="default").search("Which function finds a shortest path from both ends?")
+    result = LocalSearch(client, builder, max_tokens=64, n_ctx=2048, network_max_tokens=600,
+                         corpus="default").search("Which function finds a shortest path from both ends?")
     assert client.calls == 2 and result.sources() and result.grounding["evidence_items"] > 0
 
 

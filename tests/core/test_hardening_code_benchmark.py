@@ -16,7 +16,7 @@ from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registr
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.python_package import load_python_package
 from causal_assets.core.errors import ConfigError
-from causal_assets.core.labeling.runner import MCConfig, label_question
+from causal_assets.core.labeling.runner import LabelingParams, label_question
 from causal_assets.core.labeling.sandbox import bwrap_available
 from causal_assets.core.labeling.solver import BlindSolver
 from causal_assets.core.labeling.validators import extract_expression, validate
@@ -135,7 +135,7 @@ def test_monte_carlo_labels_a_code_question_through_the_sandbox(mined, tmp_path)
     with _Solver() as server:
         client = LLMClient(server.url, "fake-model", cache=CallCache(tmp_path / "c.sqlite"), max_retries=0)
         out = label_question(q.question_id, q.question, q.gold, pool, BlindSolver(client, "pytest"),
-                             MCConfig(estimator="adaptive", outcome="success", budget=24, batch=8, threshold=0.1))
+                             LabelingParams(estimator="adaptive", outcome="success", budget=24, batch=8, threshold=0.1))
     labels = out.result.labels()
     assert labels[q.target_chunk_id] == "YES", labels
     assert all(labels[c] != "YES" for c in others)

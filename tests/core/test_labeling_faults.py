@@ -14,7 +14,7 @@ import pytest
 
 from causal_assets.core.benchmarks import load_benchmark_registry
 from causal_assets.core.errors import ConfigError
-from causal_assets.core.labeling.runner import MCConfig, label_question
+from causal_assets.core.labeling.runner import LabelingParams, label_question
 from causal_assets.core.labeling.solver import BlindSolver
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import LLMClient
@@ -24,7 +24,7 @@ from tests.core.test_llm import FakeOpenAI
 QUESTION = "Which island did the expedition finally reach?"
 POOL = [(f"d{i}", f"Doc {i}", f"An unrelated note number {i} about weather.") for i in range(5)] + \
        [("gold", "Log", "The expedition finally reached Zanzibar after ninety days.")]
-CONFIG = MCConfig(estimator="adaptive", outcome="success", budget=24, batch=8, threshold=0.1)
+CONFIG = LabelingParams(estimator="adaptive", outcome="success", budget=24, batch=8, threshold=0.1)
 
 
 def _client(url, cache_path, **kw):
@@ -59,7 +59,7 @@ def test_persistent_outage_fails_the_question_without_recording_trials(tmp_path)
 
 WORKER = textwrap.dedent("""
     import sys
-    from causal_assets.core.labeling.runner import MCConfig, label_question
+    from causal_assets.core.labeling.runner import LabelingParams, label_question
     from causal_assets.core.labeling.solver import BlindSolver
     from causal_assets.core.llm.cache import CallCache
     from causal_assets.core.llm.client import LLMClient

@@ -16,7 +16,7 @@ from causal_assets.core.corpus.multihop import read_multihop
 from causal_assets.core.checks import check_labels
 from causal_assets.core.labeling.design import balanced_design
 from causal_assets.core.labeling.estimators import YES, AdaptiveLabeler, regression
-from causal_assets.core.labeling.runner import MCConfig, label_question, label_table
+from causal_assets.core.labeling.runner import LabelingParams, label_question, label_table
 from causal_assets.core.labeling.solver import LikelihoodSolver, answer_continuations, solver_prompt
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.models import local_model_path, local_scorer
@@ -114,7 +114,7 @@ def test_endpoint_without_prompt_logprobs_raises_the_documented_error(tmp_path):
 def test_rerun_is_served_entirely_from_the_cache(tmp_path, models_dir, hotpot_question):
     q = hotpot_question
     pool = [(f"{q.question_id}/{i}", p.title, p.text[:200]) for i, p in enumerate(q.paragraphs[:6])]
-    cfg = MCConfig(estimator="regression", outcome="likelihood", budget=8)
+    cfg = LabelingParams(estimator="regression", outcome="likelihood", budget=8)
     cache = CallCache(tmp_path / "c.db")
     first = label_question(q.question_id, q.question, q.answer, pool,
                            LikelihoodSolver(local_scorer("gemma3-270m", cache, models_dir, n_threads=2), "answer_f1"), cfg)
@@ -161,8 +161,8 @@ def test_label_table_and_check_on_likelihood_trials():
     x = balanced_design(3, 16, rng)
     trials = pd.DataFrame({"question_id": "q", "subset": [[d for d, keep in zip("abc", row) if keep] for row in x],
                            "loglik": -5 + 3.0 * x[:, 0] + rng.normal(0, 0.2, 16), "success": pd.NA})
-    labels, pairs = label_table(pools, trials, MCConfig(estimator="regression", outcome="likelihood", alpha=0.05,
-                                                        threshold_nats=0.5))
+    labels, pairs = label_table(pools, trials, LabelingParams(estimator="regression", outcome="likelihood",
+                                                              alpha=0.05, threshold_nats=0.5))
     main = labels[labels.estimator == "regression"].set_index("doc_id")
     assert main.loc["a", "label"] == "YES" and main.loc["a", "effect"] > 2.5 and main["delta_p"].isna().all()
     assert pairs[0]["candidates"][0]["empirical_relevance"] in ("YES", "NO", "UNCERTAIN")
@@ -184,8 +184,8 @@ def test_question_weight_scales_the_question_part_of_qa_likelihood(weight, expec
     trials = pd.DataFrame({"question_id": "q", "subset": [[d for d, keep in zip("abc", row) if keep] for row in x],
                            "loglik": -5 + 4.0 * x[:, 0] + rng.normal(0, 0.1, 16),
                            "loglik_question": -60 + 8.0 * x[:, 1] + rng.normal(0, 0.1, 16), "success": pd.NA})
-    cfg = MCConfig(estimator="regression", outcome="qa_likelihood", alpha=0.05, threshold_nats=2.0,
-                   question_weight=weight)
+    cfg = LabelingParams(estimator="regression", outcome="qa_likelihood", alpha=0.05, threshold_nats=2.0,
+                         question_weight=weight)
     labels, _ = label_table(pools, trials, cfg)
     main = labels[labels.estimator == "regression"].set_index("doc_id")
     assert main.loc["a", "label"] == "YES"

@@ -4,7 +4,7 @@ from __future__ import annotations
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import LLMClient
 from causal_assets.core.llm.server import LocalLlamaServer
-from causal_assets.core.retrievers.llm_entities import LLMEntityExtractor
+from causal_assets.core.retrievers.entity_first.llm_entities import LLMEntityExtractor
 
 
 def test_llm_entities_are_grounded_in_the_question(tmp_path):

@@ -1,4 +1,4 @@
-"""SealRetriever on a handful of real HotpotQA distractor questions (all from the `train` half).
+"""EntityFirstRetriever on a handful of real HotpotQA distractor questions (all from the `train` half).
 
 Skipped when the shared HotpotQA file is missing (a failure under CI). The index is built in memory over these questions'
 paragraphs only, without the embedding cache (a few dozen paragraphs embed in seconds, and a test must not
@@ -43,10 +43,10 @@ def setup():
 
 
 def _run(setup, qids, **kw):
-    from causal_assets.core.retrievers.seal import SealRetriever
+    from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
 
     index, qs = setup
-    r = SealRetriever(index, **kw)
+    r = EntityFirstRetriever(index, **kw)
     hits = r.retrieve_many([qs[q].question for q in qids], 10, [list(qs[q].paragraph_ids) for q in qids])
     return r, hits
 

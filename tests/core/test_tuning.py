@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.tuning.search import (TuningSpec, coordinate_search, flat, labels_of, nested, sample_queries,
-                                              tune)
+from causal_assets.core.tuning.search import coordinate_search, flat, labels_of, nested, sample_queries, tune
+from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
 
 

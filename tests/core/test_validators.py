@@ -11,10 +11,10 @@ from causal_assets.core.labeling.validators import (
     answer_f1,
     exact_match,
     fqn_match,
-    normalize_answer,
     token_f1,
     validate,
 )
+from causal_assets.core.text.answers import normalize_answer
 
 NX_GOLD = "networkx.algorithms.shortest_paths.generic.shortest_path"
 NX_ALIAS = "networkx.shortest_path"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 from dagster import DagsterInstance, build_sensor_context, materialize
 
-from causal_assets.core.causal_search import inbox
+from causal_assets.core.local_search import inbox
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
 from causal_assets.defs.graph import entity_graph
 from causal_assets.defs.search import causal_search, query_partitions, retrieval_results

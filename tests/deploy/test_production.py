@@ -334,7 +334,7 @@ def wait_run(d: dict, run_id: str, statuses=("SUCCESS", "FAILURE", "CANCELED"), 
 def test_killed_run_worker_frees_llm_slot_and_rerun_succeeds(deployment):
     from dagster_graphql import DagsterGraphQLClient
 
-    from causal_assets.core.causal_search import inbox
+    from causal_assets.core.local_search import inbox
 
     d = deployment
     timings = {"postgres_up_s": round(d["pg_s"], 1), "deployment_up_s": round(d["startup_s"], 1)}

@@ -9,6 +9,7 @@ skipped and counted in the report: one bad file should not stop a corpus of thou
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import stat
@@ -191,5 +192,4 @@ def _line_starts(text: str) -> list[int]:
 
 
 def _line_of(starts: list[int], offset: int) -> int:
-    import bisect
     return bisect.bisect_right(starts, offset)

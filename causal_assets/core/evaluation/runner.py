@@ -43,18 +43,3 @@ def score_run(bench: Benchmark, rr: RetrieverRun, ks=(1, 2, 3, 5, 10, 20, 100)) 
 def metric_value(metrics: pd.DataFrame, metric: str, k: int) -> float:
     row = metrics[(metrics["metric"] == metric) & (metrics["k"] == k)]
     return float(row["value"].iloc[0])
-
-
-def parse_metric(name: str) -> tuple[str, int]:
-    """'ndcg@10' -> ('ndcg', 10)."""
-    metric, _, k = name.partition("@")
-    if not metric or not k.isdigit():
-        raise ValueError(f"metric {name!r}: expected name@k, e.g. ndcg@10 or map@10")
-    return metric, int(k)
-
-
-def named_metric(qrels, run, name: str) -> float:
-    """One metric of a run, by name ('ndcg@10', 'map@10', ...), averaged over the judged queries."""
-    metric, k = parse_metric(name)
-    m = evaluate(qrels, run, ks=(k,), map_k=k)
-    return float(m[(m.metric == metric) & (m.k == k)]["value"].iloc[0])

@@ -1,8 +1,9 @@
 """The common graph schema (`graph_nodes`, `graph_edges`), conversion to networkx, statistics, and the
 chunk-to-chunk neighbourhood that the cascade retriever's graph expansion walks.
 
-Both graph builders (code: `code_graph.build_code_graph`, text: `text_graph.build_text_graph`) return
-frames in this schema, so storage and retrieval never need to know which kind of corpus a graph came from.
+Both graph builders (code: `code_graph.build_code_graph`, text: `text_graph.build_text_graph`, chosen by
+`build.build_graph`) return frames in this schema, so storage and retrieval never need to know which kind of corpus
+a graph came from.
 
 graph_nodes: corpus, node_id, node_type, name, chunk_id, description, rank, community, attributes
     node_id     unique within a corpus (code: the FQN; text: "chunk:<chunk_id>", "entity:<key>", "community:<n>")
@@ -23,6 +24,8 @@ from typing import Callable
 
 import networkx as nx
 import pandas as pd
+
+from causal_assets.core.storage import asset_path, read_parquet
 
 NODE_COLUMNS = ["corpus", "node_id", "node_type", "name", "chunk_id", "description", "rank", "community",
                 "attributes"]
@@ -70,26 +73,6 @@ def with_degree_rank(nodes: pd.DataFrame, edges: pd.DataFrame) -> pd.DataFrame:
     nodes = nodes.copy()
     nodes["rank"] = nodes["rank"].where(nodes["rank"] > 0, degree).astype("int64")
     return nodes
-
-
-def is_code_corpus(chunks: pd.DataFrame) -> bool:
-    """Code when the chunks come from a Python package or are module/class/function/method chunks."""
-    if chunks.empty:
-        return False
-    return bool((chunks["source"] == "python_package").any() or chunks["kind"].isin(CODE_KINDS).all())
-
-
-def build_graph(chunks: pd.DataFrame, kind: str = "auto") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The graph of a chunk frame: `kind` is "code", "text" or "auto" (decided by `is_code_corpus`)."""
-    if kind == "auto":
-        kind = "code" if is_code_corpus(chunks) else "text"
-    if kind == "code":
-        from causal_assets.core.graph.code_graph import build_code_graph
-        return build_code_graph(chunks)
-    if kind == "text":
-        from causal_assets.core.graph.text_graph import build_text_graph
-        return build_text_graph(chunks)
-    raise ValueError(f"build_graph: kind must be 'code', 'text' or 'auto', got {kind!r}")
 
 
 def to_networkx(nodes: pd.DataFrame, edges: pd.DataFrame) -> nx.MultiDiGraph:
@@ -181,8 +164,6 @@ def chunk_neighbors(nodes: pd.DataFrame, edges: pd.DataFrame, max_entity_chunks:
 def load_chunk_neighbors(base, corpus: str, **kw) -> Callable[[str], list[tuple[str, str, float]]] | None:
     """`chunk_neighbors` of a materialized graph (`<base>/graph_nodes|graph_edges/<corpus>.parquet`), or None when
     the corpus has no graph yet: graph stages then simply do not expand."""
-    from causal_assets.core.storage import asset_path, read_parquet
-
     nodes = asset_path(base, "graph_nodes", corpus)
     if not nodes.exists():
         return None
@@ -191,8 +172,6 @@ def load_chunk_neighbors(base, corpus: str, **kw) -> Callable[[str], list[tuple[
 
 def load_graph(base, corpus: str) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     """The materialized (graph_nodes, graph_edges) frames of a corpus, or None when it has no graph yet."""
-    from causal_assets.core.storage import asset_path, read_parquet
-
     nodes = asset_path(base, "graph_nodes", corpus)
     if not nodes.exists():
         return None

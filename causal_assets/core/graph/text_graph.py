@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from collections import Counter, defaultdict
 
 import networkx as nx
@@ -40,30 +39,16 @@ import pandas as pd
 from networkx.algorithms.community import louvain_communities
 
 from causal_assets.core.graph.store import edges_frame, nodes_frame
-from causal_assets.core.retrievers.entities import DEMONYMS, STOPWORDS, extract_entities
+from causal_assets.core.text.entities import DEMONYMS, extract_entities
+from causal_assets.core.text.titles import TitleMatcher, entity_key, title_entity
 
 TITLED_KINDS = frozenset({"paragraph", "document"})
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"“'(\[A-Z0-9])|\n\s*\n")
-_WORD = re.compile(r"\w+")
-_DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
-_POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
 MAX_DESCRIPTION_CHARS = 300
 
 
 def split_sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.split(text or "") if s and s.strip()]
-
-
-def entity_key(name: str) -> str:
-    """Normalised entity key: NFKC, case-folded word tokens, no trailing possessive."""
-    s = unicodedata.normalize("NFKC", name).strip()
-    s = _POSSESSIVE.sub("", s)
-    return " ".join(_WORD.findall(s.casefold()))
-
-
-def title_entity(title: str) -> str:
-    """The entity a title names: "Rush (band)" -> "Rush"."""
-    return _DISAMBIGUATION.sub("", title or "").strip()
 
 
 # Date words and nationality/compass descriptors: every biography has them, so as entities they only make hubs.
@@ -81,30 +66,6 @@ def _keep(name: str) -> bool:
 
 def _short(text: str) -> str:
     return text if len(text) <= MAX_DESCRIPTION_CHARS else text[:MAX_DESCRIPTION_CHARS - 1].rstrip() + "…"
-
-
-class TitleMatcher:
-    """Finds which titles a sentence mentions, via an index of titles by their first (case-folded) token."""
-
-    def __init__(self, titles: list[tuple[str, str]]):  # (chunk_id, title)
-        self.by_first: dict[str, list[tuple[tuple[str, ...], bool, str]]] = defaultdict(list)
-        for cid, title in titles:
-            name = title_entity(title)
-            toks = tuple(t.casefold() for t in _WORD.findall(name))
-            if not toks or (len(toks) == 1 and (len(toks[0]) < 3 or toks[0] in STOPWORDS)):
-                continue  # "A", "It": would match everywhere
-            self.by_first[toks[0]].append((toks, name[:1].isupper(), cid))
-
-    def find(self, sentence: str) -> set[str]:
-        """Chunk ids whose title appears in `sentence` as a whole-token sequence."""
-        matches = list(_WORD.finditer(sentence))
-        toks = [m.group().casefold() for m in matches]
-        found: set[str] = set()
-        for i, tok in enumerate(toks):
-            for ttoks, capital, cid in self.by_first.get(tok, ()):
-                if tuple(toks[i:i + len(ttoks)]) == ttoks and (not capital or matches[i].group()[:1].isupper()):
-                    found.add(cid)
-        return found
 
 
 def build_text_graph(chunks: pd.DataFrame, min_community_size: int = 2, max_entities_per_chunk: int = 40,

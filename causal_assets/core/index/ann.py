@@ -94,7 +94,7 @@ class AnnIndex:
               calibration: np.ndarray | None = None) -> "AnnIndex":
         """Train, add and calibrate. `calibration`: query vectors to calibrate nprobe on (default: pseudo-queries
         from the corpus)."""
-        import faiss
+        import faiss  # optional heavy dependency: only large corpora build an ANN index
 
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         n, dim = vectors.shape

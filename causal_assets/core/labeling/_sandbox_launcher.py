@@ -59,7 +59,7 @@ def worker(cfg: dict) -> None:
     sys.path[:0] = [cfg["task_dir"]]
     module, import_error = None, None
     try:
-        import importlib
+        import importlib  # one script, two processes: each side imports only what it needs
 
         module = importlib.import_module(cfg["module"])
     except BaseException as e:  # the answer's fault: every call reports it
@@ -117,7 +117,7 @@ class RemoteError(Exception):
 
 class _Remote:
     def __init__(self, cfg: dict):
-        import subprocess
+        import subprocess  # one script, two processes: each side imports only what it needs
 
         self.proc = subprocess.Popen(
             [sys.executable, "-I", cfg["launcher"], "worker", cfg["worker_config"]],
@@ -199,7 +199,7 @@ def _raise(msg: dict):
 
 
 def _proxy_module(name: str, remote: _Remote):
-    import types
+    import types  # one script, two processes: each side imports only what it needs
 
     mod = types.ModuleType(name)
 
@@ -231,7 +231,7 @@ def _proxy_module(name: str, remote: _Remote):
 
 
 def _grade_pytest(cfg: dict, remote: _Remote) -> dict:
-    import pytest
+    import pytest  # the grader only: the worker (the answer's process) never loads pytest
 
     sys.modules[cfg["module"]] = _proxy_module(cfg["module"], remote)
     results: dict[str, str] = {}
@@ -259,7 +259,7 @@ def _grade_pytest(cfg: dict, remote: _Remote) -> dict:
 def _grade_examples(cfg: dict, remote: _Remote) -> dict:
     """Doctest examples (from the answer's docstrings, or given by the benchmark), each executed by the worker and
     checked here with doctest's OutputChecker."""
-    import doctest
+    import doctest  # one script, two processes: each side imports only what it needs
 
     checker = doctest.OutputChecker()
     flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

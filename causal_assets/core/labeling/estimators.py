@@ -98,10 +98,6 @@ class LabelingResult:
     def uncertain(self) -> list:
         return [d.doc for d in self.docs if d.label == UNCERTAIN]
 
-    def to_records(self) -> list[dict]:
-        return [dict(doc=d.doc, delta_p=d.delta_p, ci_low=d.ci_low, ci_high=d.ci_high, trials_used=d.trials_used,
-                     label=d.label, marginal_delta_p=d.marginal_delta_p, context=list(d.context)) for d in self.docs]
-
 
 def label_from_ci(ci_low: float, ci_high: float, threshold: float) -> str:
     if ci_low > threshold:

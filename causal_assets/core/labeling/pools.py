@@ -21,7 +21,9 @@ POOL_COLUMNS = ["benchmark", "question_id", "question", "answer", "aliases", "do
 
 
 @dataclass(frozen=True)
-class PoolConfig:
+class PoolParams:
+    """How a question's candidate pool is drawn: a benchmark's `pooling:` section."""
+
     size: int = 10                 # candidates per question
     max_seed_neighbors: int = 2    # graph neighbours of the seeds added to C_seed
     hard_negatives: int = 4        # top BM25/dense non-seed hits
@@ -29,11 +31,11 @@ class PoolConfig:
     seed: int = 0
 
 
-def _rng(config: PoolConfig, qid: str) -> random.Random:
+def _rng(config: PoolParams, qid: str) -> random.Random:
     return random.Random(f"{config.seed}:{qid}")  # per-question: pools do not change when others are added
 
 
-def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolConfig,
+def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParams,
                neighbors: Callable[[str], list[tuple[str, str, float]]] | None = None) -> list[tuple[str, str]]:
     """[(doc_id, origin)] for one question, shuffled."""
     rng = _rng(config, qid)
@@ -63,7 +65,7 @@ def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolConfi
     return items
 
 
-def build_pools(index: CorpusIndex, bench: Benchmark, question_ids: list[str], config: PoolConfig,
+def build_pools(index: CorpusIndex, bench: Benchmark, question_ids: list[str], config: PoolParams,
                 neighbors=None) -> pd.DataFrame:
     rows = []
     for qid in question_ids:

@@ -1,6 +1,6 @@
 """The Monte Carlo labelling loop for one question: propose subsets, run the blind solver, record.
 
-Outcomes (``MCConfig.outcome``): ``likelihood`` (the gold answer's log-probability given the subset, by teacher
+Outcomes (``LabelingParams.outcome``): ``likelihood`` (the gold answer's log-probability given the subset, by teacher
 forcing: graded, one prompt evaluation per trial), ``success`` (greedy answer validated pass/fail) or ``both``
 (labels from the likelihood, the seed's ΔP from the pass/fail trials reported beside them).
 
@@ -30,7 +30,9 @@ ESTIMATORS = ("adaptive", "regression", "naive")
 
 
 @dataclass(frozen=True)
-class MCConfig:
+class LabelingParams:
+    """The Monte Carlo labelling's parameters: a benchmark's `monte_carlo:` section, overridden per run."""
+
     # Defaults chosen by measurement (benchmarks/label_quality.py, Gemma-3-270M, HotpotQA *train* half only):
     # the answer's likelihood alone ranks gold paragraphs at ROC AUC 0.74 (64 train questions); adding the
     # question's own likelihood given the subset finds the first-hop paragraphs that do not hold the answer
@@ -91,7 +93,7 @@ def _error_call(question_id: str, members: list[str], res: BaseException, kind: 
 
 
 def label_question(question_id: str, question: str, gold: str | list[str], pool: list[tuple[str, str, str]],
-                   solver: BlindSolver | LikelihoodSolver | None, config: MCConfig,
+                   solver: BlindSolver | LikelihoodSolver | None, config: LabelingParams,
                    aliases: list[str] | None = None, scorer: LikelihoodSolver | None = None) -> QuestionOutcome:
     """pool: [(doc_id, title, text)]. Returns the trials, every call (ok or errored) and the labels.
 
@@ -183,7 +185,7 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
     return out
 
 
-def trial_outcome(trial: dict, outcome: str, question_weight: float = MCConfig.question_weight) -> float:
+def trial_outcome(trial: dict, outcome: str, question_weight: float = LabelingParams.question_weight) -> float:
     """A trial's outcome: pass/fail, the answer's log-likelihood, or that plus the weighted question's."""
     if outcome == "success":
         return float(trial["success"])
@@ -192,11 +194,12 @@ def trial_outcome(trial: dict, outcome: str, question_weight: float = MCConfig.q
     return float(trial["loglik"])
 
 
-def outcome_vector(trials: list[dict], outcome: str, question_weight: float = MCConfig.question_weight) -> np.ndarray:
+def outcome_vector(trials: list[dict], outcome: str,
+                   question_weight: float = LabelingParams.question_weight) -> np.ndarray:
     return np.array([trial_outcome(t, outcome, question_weight) for t in trials], dtype=float)
 
 
-def estimate(trials: list[dict], doc_ids: list[str], config: MCConfig, estimator: str | None = None,
+def estimate(trials: list[dict], doc_ids: list[str], config: LabelingParams, estimator: str | None = None,
              outcome: str | None = None) -> LabelingResult:
     """Labels from recorded trials (no LLM): the same function the mc_labels asset re-applies.
 
@@ -225,7 +228,7 @@ def _rows(result: LabelingResult, qid: str, estimator: str, outcome: str, delta_
                  mean_outcome=float(result.success_rate)) for e in result.docs]
 
 
-def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: MCConfig) -> tuple[pd.DataFrame, list[dict]]:
+def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParams) -> tuple[pd.DataFrame, list[dict]]:
     """The labels of every question with trials (no LLM call), as rows and as seed 001's dataset pairs.
 
     Rows for the configured estimator, plus the seed's naive rule on the same trials for comparison. ``effect``

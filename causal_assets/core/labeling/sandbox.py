@@ -39,6 +39,7 @@ import doctest
 import functools
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -128,8 +129,6 @@ def _python_roots() -> list[str]:
 
 def _preexec(nofile: int, fsize_mb: int):
     def apply() -> None:  # in the child between fork and exec of bwrap (root): limits every sandboxed process gets
-        import resource
-
         for which, value in ((resource.RLIMIT_NOFILE, nofile), (resource.RLIMIT_FSIZE, fsize_mb << 20),
                              (resource.RLIMIT_CORE, 0)):
             soft, hard = resource.getrlimit(which)

@@ -13,7 +13,7 @@ from typing import Callable
 
 import pandas as pd
 
-from causal_assets.core.labeling.runner import MCConfig, label_question
+from causal_assets.core.labeling.runner import LabelingParams, label_question
 from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver
 from causal_assets.core.llm.client import LLMClient
 from causal_assets.core.llm.scoring import Scorer
@@ -36,7 +36,7 @@ class TrialRun:
         return int(self.trials["question_id"].nunique())
 
 
-def run_trials(pools: pd.DataFrame, cfg: MCConfig, benchmark: str, validator: str, solver_name: str,
+def run_trials(pools: pd.DataFrame, cfg: LabelingParams, benchmark: str, validator: str, solver_name: str,
                client: LLMClient | None = None, scorer: Scorer | None = None,
                question_ids: list[str] | None = None, log: Callable[[str], None] = lambda m: None,
                warn: Callable[[str], None] | None = None) -> TrialRun:

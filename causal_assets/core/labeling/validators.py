@@ -39,19 +39,19 @@ Code-symbol answers
 """
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
-import string
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from causal_assets.core.errors import CausalAssetsError, ConfigError
+from causal_assets.core.labeling.sandbox import check_examples
+from causal_assets.core.text.answers import f1_precision_recall, normalize_answer
 
 __all__ = [
     "Validation",
-    "normalize_answer",
     "exact_match",
     "token_f1",
     "answer_containment",
@@ -100,37 +100,6 @@ def _best(results: Iterable[Validation]) -> Validation:
 
 
 # --------------------------------------------------------------------------------------------------- HotpotQA
-_PUNCT = set(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_SPECIAL = ("yes", "no", "noanswer")
-
-
-def normalize_answer(s: str) -> str:
-    """HotpotQA's official normalisation: lower, remove punctuation, remove articles, fix whitespace."""
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in _PUNCT)
-    s = _ARTICLES.sub(" ", s)
-    return " ".join(s.split())
-
-
-def _f1_prec_rec(prediction: str, ground_truth: str) -> tuple[float, float, float]:
-    """``f1_score`` of hotpot_evaluate_v1.py, returning (f1, precision, recall)."""
-    norm_pred = normalize_answer(prediction)
-    norm_gold = normalize_answer(ground_truth)
-    zero = (0.0, 0.0, 0.0)
-    if norm_pred in _SPECIAL and norm_pred != norm_gold:
-        return zero
-    if norm_gold in _SPECIAL and norm_pred != norm_gold:
-        return zero
-    pred_tokens = norm_pred.split()
-    gold_tokens = norm_gold.split()
-    num_same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
-    if num_same == 0:
-        return zero
-    precision = num_same / len(pred_tokens)
-    recall = num_same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall), precision, recall
-
 
 def exact_match(prediction: str, gold: Gold) -> Validation:
     def one(g: str) -> Validation:
@@ -144,7 +113,7 @@ def token_f1(prediction: str, gold: Gold, threshold: float = 0.5) -> Validation:
     """Official HotpotQA token F1 (score); passes when F1 >= ``threshold``."""
 
     def one(g: str) -> Validation:
-        f1, p, r = _f1_prec_rec(prediction, g)
+        f1, p, r = f1_precision_recall(prediction, g)
         return Validation(f1 >= threshold and f1 > 0, f1, f"token F1={f1:.3f} (P={p:.3f}, R={r:.3f}) vs {g!r}")
 
     return _best(one(g) for g in _golds(gold))
@@ -298,8 +267,6 @@ def extract_expression(prediction: str) -> str | None:
     """The one Python expression of an answer: a fenced block, else a backticked span, else the first non-empty
     line; a leading `>>> ` and a trailing `.` dropped. None unless it parses as a single expression (parsed
     here with `ast` only, never run)."""
-    import ast
-
     text = prediction or ""
     m = _FENCE.search(text)
     candidates = [m.group(1)] if m else []
@@ -324,8 +291,6 @@ def extract_expression(prediction: str) -> str | None:
 
 @functools.lru_cache(maxsize=4096)
 def _run_example(expr: str, gold: str, timeout_s: float) -> tuple[bool, str]:
-    from causal_assets.core.labeling.sandbox import check_examples
-
     spec = json.loads(gold)
     call = expr
     if spec.get("print") and not expr.startswith("print("):

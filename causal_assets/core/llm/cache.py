@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_calls (
@@ -51,8 +52,6 @@ def normalize_endpoint(url: str | None) -> str | None:
     credentials or query string."""
     if not url:
         return None
-    from urllib.parse import urlsplit
-
     u = urlsplit(url.strip())
     host = (u.hostname or "").lower()
     port = f":{u.port}" if u.port else ""

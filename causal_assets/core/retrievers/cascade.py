@@ -60,11 +60,12 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from causal_assets.core.index.dense import DEFAULT_MODEL
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.index.text import analyze
+from causal_assets.core.text.analyzer import analyze
 
 Neighbors = Callable[[str], Iterable[tuple[str, str, float]]]
 
@@ -144,7 +145,6 @@ class RetrievalConfig(_Section):
         path.parent.mkdir(parents=True, exist_ok=True)
         data = self.model_dump(mode="json")
         if path.suffix in (".yaml", ".yml"):
-            import yaml
             path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         else:
             path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -155,7 +155,6 @@ class RetrievalConfig(_Section):
         path = _config_file(Path(path), for_writing=False)
         text = path.read_text(encoding="utf-8")
         if path.suffix in (".yaml", ".yml"):
-            import yaml
             data = yaml.safe_load(text) or {}
         else:
             data = json.loads(text)

@@ -7,7 +7,13 @@ import pandas as pd
 
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.base import Retriever
+from causal_assets.core.retrievers.cascade import CascadeRetriever, RetrievalConfig
+from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel, LLMAnswerModel
+from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions, CausalRetriever
+from causal_assets.core.retrievers.entity_first.llm_entities import LLMEntityExtractor
+from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
 from causal_assets.core.retrievers.fusion import FusionRetriever, PairwiseTop2
+from causal_assets.core.retrievers.learned.retriever import CausalRelevanceModel, LearnedRetriever
 from causal_assets.core.retrievers.similarity import HybridRetriever, RRFRetriever, SimilarityRetriever
 
 BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")
@@ -21,7 +27,7 @@ Graph = tuple[pd.DataFrame, pd.DataFrame]
 def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None = None,
                     neighbors: Neighbors | None = None, llm_client=None, graph: Graph | None = None) -> Retriever:
     """`params`: the retriever's own settings (hybrid: weight; cascade: a RetrievalConfig dict; entity_first:
-    SealRetriever keyword arguments, plus `llm_entities: true` for the LLM-backed query entity extractor;
+    EntityFirstRetriever keyword arguments, plus `llm_entities: true` for the LLM-backed query entity extractor;
     learned: `model_path` (or a fitted `model`) and optional `depth`; causal: see `build_causal`; fusion:
     `members` {name: params}, `c`, `weights` {name: weight}, `depth` (weighted RRF of the members' rankings);
     pairwise: `base` {name: params}, `pool`, `coverage_weight`, `link_weight`, `use_ranks` (top-2 as a pair)).
@@ -36,19 +42,13 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
     if name == "rrf":
         return RRFRetriever(index, **params)
     if name == "cascade":
-        from causal_assets.core.retrievers.cascade import CascadeRetriever, RetrievalConfig
-
         return CascadeRetriever(index, RetrievalConfig.model_validate(params), neighbors)
     if name == "entity_first":
-        from causal_assets.core.retrievers.seal import SealRetriever
-
         if params.pop("llm_entities", False):
-            from causal_assets.core.retrievers.llm_entities import LLMEntityExtractor
-
             if llm_client is None:
                 raise ValueError("entity_first with llm_entities: true needs an LLM client")
             params["entity_extractor"] = LLMEntityExtractor(llm_client)
-        return SealRetriever(index, **params)
+        return EntityFirstRetriever(index, **params)
     if name == "learned":
         return build_learned(index, params, graph)
     if name == "causal":
@@ -69,8 +69,6 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
 
 
 def build_learned(index: CorpusIndex, params: dict[str, Any], graph: Graph | None = None):
-    from causal_assets.core.retrievers.learned import CausalRelevanceModel, LearnedRetriever
-
     params = dict(params)
     if params.get("retriever") is not None:   # a ready retriever (the tuner's out-of-fold stand-in)
         return params["retriever"]
@@ -90,9 +88,6 @@ def build_causal(index: CorpusIndex, params: dict[str, Any], neighbors: Neighbor
       `answer_model_params`: LexicalAnswerModel / LLMAnswerModel keyword arguments;
     - every other key is a `CausalRetrievalOptions` field (shortlist_size, graph_candidates, weights, mode,
       max_hops, hop_decay, min_relevance, diversity_threshold, include_explanations)."""
-    from causal_assets.core.retrievers.causal import (CausalRetrievalOptions, CausalRetriever, LexicalAnswerModel,
-                                                      LLMAnswerModel)
-
     params = dict(params)
     kind = params.pop("shortlist", "hybrid")
     shortlist_params = dict(params.pop("shortlist_params", None) or {})

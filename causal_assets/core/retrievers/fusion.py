@@ -14,10 +14,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.retrievers.entities import extract_query_entities
-from causal_assets.core.retrievers.entity_first import EntityFirstRanker
-from causal_assets.core.retrievers.seal import compute_title_links
+from causal_assets.core.retrievers.entity_first.ranker import EntityFirstRanker
+from causal_assets.core.retrievers.entity_first.retriever import compute_title_links
 from causal_assets.core.retrievers.similarity import zscore
+from causal_assets.core.text.entities import extract_query_entities
 
 
 class FusionRetriever:

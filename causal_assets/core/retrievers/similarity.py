@@ -29,7 +29,7 @@ import numpy as np
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.search import CorpusIndex, Hit
 from causal_assets.core.index.sparse import BM25_B, BM25_K1, SparseTopK
-from causal_assets.core.index.text import analyze
+from causal_assets.core.text.analyzer import analyze
 
 WITHIN_STATS = ("corpus", "candidates")
 

@@ -1,5 +1,5 @@
 """Query-time features of (query, candidate document) pairs: the input of the learned causal-relevance model
-(`learned.py`). Every feature comes from the corpus index (BM25 postings, dense vectors, titles, chunk kinds)
+(`retriever.py`). Every feature comes from the corpus index (BM25 postings, dense vectors, titles, chunk kinds)
 and, where the corpus has one, its entity graph: no LLM call, so the model can score at query time.
 
 Candidates: the first stage is the z-score hybrid (`weight * z(dense) + (1 - weight) * z(bm25)`, z over the
@@ -19,7 +19,7 @@ the corpus or from the candidates alone (`within_stats`, see `similarity.py`). F
 - term_coverage, title_coverage         share of the query's distinct analyzed terms in the document / title
 - entity_coverage                       share of the query's entities (rule-based spans + code identifiers)
                                         named in the title or text (word boundaries, case-insensitive)
-- title_match                           how strongly the question names the title (`seal.title_match_scores`)
+- title_match                           how strongly the question names the title (`entity_first.retriever.title_match_scores`)
 - graph_proximity                       1 / hops from the nodes of the query's entities to the document's node in
                                         the entity/dependency graph (undirected, community nodes left out, at
                                         most `max_hops`); 0 when unreachable or when the corpus has no graph
@@ -29,7 +29,7 @@ the corpus or from the candidates alone (`within_stats`, see `similarity.py`). F
 - kind_<k>                              one-hot chunk kind (`KINDS`; anything else is kind_other)
 - bridge_from_named, mentions_named,    per-question bridge features, over a query's own candidate set (`within`;
   bridge_prior                          0 for whole-corpus search): the title links between candidates (a
-                                        candidate's text names another's title, `seal.compute_title_links`);
+                                        candidate's text names another's title, `entity_first.retriever.compute_title_links`);
                                         bridge_from_named = the best title_match of a candidate linking to this
                                         one (the second hop of a question that names the first), mentions_named
                                         = the best title_match of a candidate this one links to, bridge_prior =
@@ -47,10 +47,11 @@ from scipy.sparse.csgraph import dijkstra
 
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.index.sparse import build_bm25
-from causal_assets.core.index.text import analyze
-from causal_assets.core.retrievers.entities import extract_query_entities
-from causal_assets.core.retrievers.seal import compute_title_links, title_match_scores
+from causal_assets.core.retrievers.entity_first.retriever import compute_title_links, title_match_scores
 from causal_assets.core.retrievers.similarity import _check_within_stats, sparse_scores, zscore
+from causal_assets.core.text.analyzer import analyze
+from causal_assets.core.text.entities import extract_query_entities
+from causal_assets.core.text.titles import entity_key
 
 KINDS = ("document", "paragraph", "module", "class", "function", "method", "text", "other")
 FEATURES = ("bm25", "bm25_z", "bm25_rank", "bm25_share", "dense", "dense_z", "dense_rank", "dense_gap",
@@ -73,8 +74,6 @@ class GraphProximity:
     `graph_edges`) as one undirected sparse adjacency, so a query costs one multi-source BFS in C."""
 
     def __init__(self, nodes: pd.DataFrame, edges: pd.DataFrame, max_hops: int = 3):
-        from causal_assets.core.graph.text_graph import entity_key
-
         self.max_hops = max_hops
         keep = nodes[nodes["node_type"] != "community"].reset_index(drop=True)
         self._pos = {n: i for i, n in enumerate(keep["node_id"])}

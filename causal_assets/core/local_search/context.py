@@ -26,8 +26,9 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.causal_search.entity_vectors import entity_nodes, entity_text, entity_texts
-from causal_assets.core.causal_search.tokens import num_tokens
+from causal_assets.core.index.dense import Embedder
+from causal_assets.core.local_search.entity_vectors import entity_nodes, entity_text, entity_texts
+from causal_assets.core.local_search.tokens import num_tokens
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,6 @@ class GraphContextBuilder:
         self._given_vectors = entity_vectors or {}
         self.k, self.s, self.oversample_scaler = k, s, oversample_scaler
         if embed is None:
-            from causal_assets.core.index.dense import Embedder
             emb = Embedder()
             embed, embed_query = emb.encode, emb.encode_queries
         self._embed = embed

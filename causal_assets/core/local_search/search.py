@@ -23,14 +23,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from causal_assets.core.causal_search.context import (DEFAULT_K, DEFAULT_MAX_TOKENS, DEFAULT_S, DEFAULT_SHARES,
-                                                      OVERSAMPLE_SCALER, GraphContextBuilder,
-                                                      network_data_for_prompt)
-from causal_assets.core.causal_search.inbox import query_id
-from causal_assets.core.causal_search.grounding import check_grounding, no_evidence_answer
-from causal_assets.core.causal_search.tokens import num_tokens, tokenizer_name
 from causal_assets.core.graph.store import CODE_KINDS
 from causal_assets.core.llm.errors import LLMInfrastructureError
+from causal_assets.core.local_search.context import (DEFAULT_K, DEFAULT_MAX_TOKENS, DEFAULT_S, DEFAULT_SHARES,
+                                                      OVERSAMPLE_SCALER, GraphContextBuilder,
+                                                      network_data_for_prompt)
+from causal_assets.core.local_search.grounding import check_grounding, no_evidence_answer
+from causal_assets.core.local_search.inbox import query_id
+from causal_assets.core.local_search.tokens import num_tokens, tokenizer_name
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class StageUsage:
 
 
 @dataclass
-class CausalSearchResult:
+class LocalSearchResult:
     query: str
     query_id: str
     created_at: float
@@ -197,7 +197,7 @@ class CausalSearchResult:
         return d
 
 
-class CausalSearch:
+class LocalSearch:
     """`search(query)` runs the 6 steps of seed 004 (nodes -> context -> budgeted network data -> report ->
     answer; `save_outputs` writes the files).
 
@@ -292,7 +292,7 @@ class CausalSearch:
                            getattr(res, "finish_reason", None), bool(getattr(res, "cached", False)))
         return text, usage
 
-    def search(self, query: str, now: float | None = None) -> CausalSearchResult:
+    def search(self, query: str, now: float | None = None) -> LocalSearchResult:
         if not query or not query.strip():
             raise ValueError("empty query")
         created = time.time() if now is None else now
@@ -316,7 +316,7 @@ class CausalSearch:
         g = check_grounding(response, query, evidence)
         grounding = {"grounded": g.grounded, "evidence_items": g.evidence_items, "terms": g.terms,
                      "unsupported": g.unsupported, "note": g.note()}
-        return CausalSearchResult(
+        return LocalSearchResult(
             query=query, query_id=query_id(query, created), created_at=created, response=response,
             report=report, network_data=data, response_type=self.response_type,
             model=getattr(self.client, "model", None), n_ctx=self.n_ctx,
@@ -348,7 +348,7 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def render_report(result: CausalSearchResult) -> str:
+def render_report(result: LocalSearchResult) -> str:
     meta = result.metadata()
     counts = meta["counts"]
     return "\n".join([
@@ -368,7 +368,7 @@ def render_report(result: CausalSearchResult) -> str:
         "## Query metadata", "", "```json", json.dumps(meta, indent=2, default=str), "```", ""])
 
 
-def save_outputs(result: CausalSearchResult, out_dir: str | os.PathLike) -> dict[str, Path]:
+def save_outputs(result: LocalSearchResult, out_dir: str | os.PathLike) -> dict[str, Path]:
     """Write `causal_search_network_data_{id}.json` and `causal_search_report_{id}.md` atomically."""
     out = Path(out_dir)
     data_path = out / f"causal_search_network_data_{result.query_id}.json"

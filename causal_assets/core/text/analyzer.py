@@ -53,7 +53,3 @@ def analyze(text: str, split_identifiers: bool = False) -> list[str]:
     for token in TOKEN.findall(text):
         out += terms(token)
     return out
-
-
-def make_analyzer(split_identifiers: bool):
-    return lambda text: analyze(text, split_identifiers)

@@ -22,7 +22,7 @@ articles). Entropy is the Shannon entropy in bits of the cluster frequencies (at
 the LLM and not a reader model; it is an extractive model: its candidate answers are the lines/sentences of
 the context documents; a candidate's support is the share of the query's content terms it contains (plus
 half the share its whole document contains), and, for causal ("why ... / ... fails / NaN / error") queries,
-a bonus when one of the documented cause rules (`causal_assets.core.retrievers.causal.detect_causes`) fires
+a bonus when one of the documented cause rules (`causes.detect_causes`) fires
 on that line given the whole context. Candidates are clustered by `normalize_answer`; a cluster's weight is
 `exp(beta * best support) - 1` (the *best* evidence, not the sum: repeating the same statement in a second
 document is no new information). An "unknown" outcome of weight 1 stands for the `unknown_answers` answers
@@ -35,28 +35,15 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
-from causal_assets.core.index.text import analyze
-from causal_assets.core.labeling.validators import normalize_answer
-from causal_assets.core.retrievers.entities import STOPWORDS as _ENTITY_STOPWORDS
+from causal_assets.core.retrievers.causal.causes import detect_causes
+from causal_assets.core.retrievers.causal.documents import ContextDoc
+from causal_assets.core.text.analyzer import analyze
+from causal_assets.core.text.answers import normalize_answer
+from causal_assets.core.text.entities import STOPWORDS as _ENTITY_STOPWORDS
 
 UNKNOWN = ""  # the normalised "no answer" outcome
-
-
-@dataclass(frozen=True)
-class ContextDoc:
-    """A document as an answer model sees it."""
-    chunk_id: str
-    text: str
-    title: str = ""
-    path: str = ""
-    start_line: int = 0
-
-    @property
-    def label(self) -> str:
-        return self.path or self.title or self.chunk_id
 
 
 @runtime_checkable
@@ -107,7 +94,7 @@ def candidate_units(doc: ContextDoc) -> list[tuple[int, str]]:
 class LexicalAnswerModel:
     """Extractive, deterministic offline stand-in (weak; see the module docstring). `cause_detector(docs)`
     returns the set of (chunk_id, line text) pairs where a cause rule fires; by default the rules of
-    `causal.detect_causes`."""
+    `causes.detect_causes`."""
 
     def __init__(self, beta: float = 3.0, unknown_answers: int = 64, cause_bonus: float = 1.0,
                  cause_detector: Callable[[Sequence[ContextDoc]], set[tuple[str, str]]] | None = None):
@@ -120,8 +107,6 @@ class LexicalAnswerModel:
 
     def _detector(self):
         if self._cause_detector is None:
-            from causal_assets.core.retrievers.causal import detect_causes
-
             def default(docs):
                 return {(f.chunk_id, f.code) for f in detect_causes(docs)}
             self._cause_detector = default

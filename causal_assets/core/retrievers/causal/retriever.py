@@ -9,7 +9,7 @@ Per candidate document D (query Q, answer A, answer model M, see `answer_model.p
   with_doc_and_all; redundancy = mutualInformation - informationGain; uniqueContribution = informationGain;
   entropyReduction = base - with_doc_and_all.
 * **CounterfactualImpact**: the answer with the whole candidate context C vs. without D (C \\ {D}).
-  Similarity of two answers = token F1 of their normalised forms (HotpotQA `token_f1`).
+  Similarity of two answers = token F1 of their normalised forms (HotpotQA's token F1, `text.answers`).
   - wouldChangeAnswer: the answer without D differs, F1(answer(C), answer(C\\D)) < 0.9 (the seed's rule);
   - changeProb = 1 - s, s = E_{a~M(C\\D)}[F1(a, answer(C))] / E_{a~M(C)}[F1(a, answer(C))] clipped to [0, 1]:
     the relative loss of probability that the model still gives the current answer once D is removed
@@ -18,7 +18,7 @@ Per candidate document D (query Q, answer A, answer model M, see `answer_model.p
   - changeType: complete_change (answer changes, F1 <= 0.2), partial_change (changes, 0.2 < F1 < 0.9),
     confidence_change (same answer, changeProb >= 0.1), no_change;
   - changeSeverity from changeProb: critical >= 0.75, significant >= 0.4, minor >= 0.1, else negligible.
-* **Causal chain** from the query to D over the entity/dependency graph (`graph.store.build_graph` frames,
+* **Causal chain** from the query to D over the entity/dependency graph (`graph.build.build_graph` frames,
   `to_networkx`): entry nodes are graph nodes named by a query entity (`extract_entities` spans and code
   identifiers), else the nodes whose own text covers the most query terms (>= 80% of the best). The chain
   is the strongest of the (first 50) hop-shortest paths (undirected, community nodes excluded, at most `max_hops`
@@ -33,7 +33,7 @@ Per candidate document D (query Q, answer A, answer model M, see `answer_model.p
   relationship (`RELATIONSHIP_PRIOR`) x edge weight clipped to [0, 1] x `hop_decay` ** (link index +
   entity hops folded into it); the chain's strength is the product of its links' undecayed strengths x
   `hop_decay` ** (hops - 1). Evidence = the graph edge's evidence (source line or sentence).
-* **Cause findings** (`detect_causes`): documented rules that read the evidence for a cause in code; the
+* **Cause findings** (`causes.detect_causes`): documented rules that read the evidence for a cause in code; the
   explanation is derived from them. Rule "missing type conversion": a name declared string-typed in any
   context document (TypeScript `x: string` / `x: string | number`, Python `x: str`, or assigned from a
   DOM/input source: `.value`, `.textContent`, `.innerText`, `.dataset.*`, `input(`, `prompt(`) is used as
@@ -73,14 +73,16 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import networkx as nx
 import pandas as pd
+from networkx.algorithms.shortest_paths.generic import _build_paths_from_predecessors
 
+from causal_assets.core.graph.store import chunk_neighbors, to_networkx
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.index.text import analyze
-from causal_assets.core.labeling.validators import normalize_answer, token_f1
-from causal_assets.core.retrievers.answer_model import (  # noqa: F401  (re-exported)
-    UNKNOWN, AnswerModel, ContextDoc, LexicalAnswerModel, LLMAnswerModel, entropy_bits, is_causal_query,
-    query_terms)
-from causal_assets.core.retrievers.entities import extract_entities
+from causal_assets.core.retrievers.causal.answer_model import AnswerModel, is_causal_query, query_terms
+from causal_assets.core.retrievers.causal.causes import CauseFinding, detect_causes
+from causal_assets.core.retrievers.causal.documents import ContextDoc
+from causal_assets.core.text.analyzer import analyze
+from causal_assets.core.text.answers import f1_precision_recall, normalize_answer
+from causal_assets.core.text.entities import extract_entities
 
 Relationship = Literal["answers", "defines", "implements", "calls", "modifies", "constrains", "contextualizes"]
 RELATIONSHIPS = ("answers", "defines", "implements", "calls", "modifies", "constrains", "contextualizes")
@@ -139,17 +141,6 @@ class CausalChainLink:
     relationship: str
     strength: float
     evidence: str
-
-
-@dataclass(frozen=True)
-class CauseFinding:
-    kind: str              # e.g. "missing type conversion"
-    chunk_id: str
-    location: str          # path:line
-    line: int
-    code: str
-    detail: str
-    confidence: float
 
 
 @dataclass
@@ -248,67 +239,6 @@ class CausalRetrievalOptions:
         return self
 
 
-# --- Cause rules ----------------------------------------------------------------------------------------------
-
-_STRING_DECL = [
-    (re.compile(r"\b(\w+)\??\s*:\s*(?:[\w\[\]<> ]+\|\s*)*string\b"), "declared `{}` as string"),      # TS
-    (re.compile(r"\b(\w+)\s*:\s*(?:Optional\[str\]|str\b)"), "annotated `{}` as str"),                 # Python
-    (re.compile(r"\b(\w+)\s*=\s*[\w.\[\]'\"]*\.(?:value|textContent|innerText|dataset\.\w+)\b"),
-     "assigned `{}` from a DOM text value"),
-    (re.compile(r"\b(\w+)\s*=\s*(?:input|prompt)\("), "assigned `{}` from user input"),
-]
-_CONVERSIONS = re.compile(r"(?:parseFloat|parseInt|Number|float|int|Decimal|toNumber)\s*\(\s*$")
-_OPERAND = r"((?:[A-Za-z_]\w*\.)*{name})\b(?!\s*\()"
-_COMMENT = re.compile(r"^\s*(?://|#|\*|/\*)")
-
-
-def _string_typed(docs: Sequence[ContextDoc]) -> dict[str, tuple[str, str]]:
-    """name -> (how it is string-typed, chunk id declaring it)."""
-    out: dict[str, tuple[str, str]] = {}
-    for d in docs:
-        for line in d.text.split("\n"):
-            if _COMMENT.match(line):
-                continue
-            for rx, how in _STRING_DECL:
-                for m in rx.finditer(line):
-                    name = m.group(1)
-                    if name not in out and not name[0].isdigit():
-                        out[name] = (how.format(line.strip()[:80]) if "{}" in how else how, d.chunk_id)
-    return out
-
-
-def detect_causes(docs: Sequence[ContextDoc]) -> list[CauseFinding]:
-    """Cause findings in `docs` (the rule is documented in the module docstring), in document/line order."""
-    typed = _string_typed(docs)
-    findings: list[CauseFinding] = []
-    if not typed:
-        return findings
-    for d in docs:
-        for i, line in enumerate(d.text.split("\n")):
-            if _COMMENT.match(line) or not re.search(r"[*/%-]", line):
-                continue
-            for name, (how, decl) in typed.items():
-                for m in re.finditer(_OPERAND.format(name=re.escape(name)), line):
-                    before, after = line[:m.start()], line[m.end():]
-                    if re.search(r"(?:\w+|\))\s*:\s*$", before) or re.match(r"\s*:", after):
-                        continue  # a declaration, not a use
-                    arith = re.match(r"\s*[*/%-](?![-=>])", after) or re.search(r"(?<![-=<])[*/%-]\s*$", before) \
-                        or ((re.match(r"\s*\+", after) or re.search(r"\+\s*$", before)) and re.search(r"[*/%]", line))
-                    if not arith or _CONVERSIONS.search(before):
-                        continue
-                    lineno = d.start_line + i if d.start_line else i + 1
-                    operand = m.group(1)
-                    findings.append(CauseFinding(
-                        kind="missing type conversion", chunk_id=d.chunk_id,
-                        location=f"{d.path or d.chunk_id}:{lineno}", line=lineno, code=line.strip(),
-                        detail=(f"missing type conversion: `{operand}` is string-typed ({how} in {decl}) and is "
-                                f"used in arithmetic without parseFloat/parseInt/Number conversion; string "
-                                f"arithmetic yields NaN (or concatenates)"),
-                        confidence=0.9))
-                    break
-    return findings
-
-
 # --- Relationship of a document to a name ---------------------------------------------------------------------
 
 def role_of(text: str, name: str) -> str:
@@ -370,7 +300,6 @@ class CausalRetriever:
         raise TypeError("shortlist must be None, a CascadeRetriever or a callable (query, n, within) -> [Hit]")
 
     def _prepare_graph(self, nodes: pd.DataFrame, edges: pd.DataFrame) -> None:
-        from causal_assets.core.graph.store import chunk_neighbors, to_networkx
         M = to_networkx(nodes, edges)
         G = nx.Graph()
         for n, a in M.nodes(data=True):
@@ -508,8 +437,6 @@ class CausalRetriever:
             pred = self._pred_cache[key] = nx.predecessor(self._G, entry, cutoff=max_hops)
         if target not in pred:
             return []
-        from networkx.algorithms.shortest_paths.generic import _build_paths_from_predecessors
-
         return list(itertools.islice(_build_paths_from_predecessors({entry}, target, pred), MAX_PATHS))
 
     def _links(self, query: str, path: list[str], match: float, matched: str, decay: float
@@ -783,4 +710,4 @@ def _f1(a: str, b: str) -> float:
         return 1.0
     if not na or not nb:
         return 0.0
-    return float(token_f1(a, b).score)
+    return float(f1_precision_recall(a, b)[0])

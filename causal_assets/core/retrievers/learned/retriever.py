@@ -34,12 +34,12 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 from upath import UPath
 
-from causal_assets.core.evaluation.metrics import Qrels
-from causal_assets.core.evaluation.runner import named_metric
+from causal_assets.core.evaluation.metrics import Qrels, named_metric
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.retrievers.features import FEATURES, FeatureExtractor
+from causal_assets.core.retrievers.learned.features import FEATURES, FeatureExtractor
 
 TARGETS = ("qrels", "delta_p")
 # Hyperparameter candidates, chosen among by grouped CV. The first suits tens of thousands of rows (SciFact
@@ -92,12 +92,11 @@ def attach_target(table: pd.DataFrame, target: str, qrels: Qrels | None = None,
 def single_thread():
     """One OpenMP thread for the trees. Measured on 2 shared cores under load: a 1,500-row fit took 13 s with
     the default threads (they spin-wait on each other) and 0.6 s with one; 65,000 rows 24 s vs 2.5 s."""
-    from threadpoolctl import threadpool_limits
-
     return threadpool_limits(1, user_api="openmp")
 
 
 def _estimator(target: str, params: dict[str, Any]):
+    # optional heavy dependency: scikit-learn takes seconds to import; only fitting needs it, not a search
     from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
     cls = HistGradientBoostingClassifier if target == "qrels" else HistGradientBoostingRegressor
@@ -124,7 +123,7 @@ class CausalRelevanceModel:
             return self.estimator.predict(x)
 
     def save(self, path: str | UPath) -> UPath:
-        import joblib
+        import joblib  # scikit-learn's persistence (0.2 s to import): only when a model is saved or loaded
 
         path = UPath(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +135,7 @@ class CausalRelevanceModel:
     @classmethod
     def load(cls, path: str | UPath) -> "CausalRelevanceModel":
         """Loads a pickle: only ever from the project's own storage (it executes code on load)."""
-        import joblib
+        import joblib  # scikit-learn's persistence (0.2 s to import): only when a model is saved or loaded
 
         model = joblib.load(io.BytesIO(UPath(path).read_bytes()))
         if not isinstance(model, cls):

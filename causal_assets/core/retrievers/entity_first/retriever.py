@@ -18,7 +18,7 @@ For each question, over its candidate set (`within`, e.g. the 10 paragraphs of a
 The result is a full ranking of the candidate set: the held top-`k` first, the rest in prior-score order, so
 metrics at larger cutoffs still work. Everything is deterministic (ties by candidate order).
 
-Every heuristic's parameter is a field of `SealRetriever` and is searched on a benchmark's tune split by
+Every heuristic's parameter is a field of `EntityFirstRetriever` and is searched on a benchmark's tune split by
 `tuned_retriever_configs` (`core/tuning/search.py`, space `entity_first`): the hybrid's `dense_weight` and BM25
 statistics (`within_stats`), the title bonus (`title_weight`), the title-match scale (`title_match`: the weights of
 `title_match_scores`), how strong a title match must be to count as naming an entity (`strong_title`), the bridge
@@ -37,9 +37,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.retrievers.entities import STOPWORDS, extract_query_entities
-from causal_assets.core.retrievers.entity_first import EntityFirstRanker, normalise_entities
+from causal_assets.core.retrievers.entity_first.ranker import EntityFirstRanker, normalise_entities
 from causal_assets.core.retrievers.similarity import _check_within_stats, sparse_scores, zscore
+from causal_assets.core.text.entities import STOPWORDS, extract_query_entities
 
 # Yes/no questions ("Are X and Y both ...?") open with an auxiliary verb; HotpotQA asks them of comparisons.
 _AUX = frozenset("are is was were do does did have has can could".split())
@@ -166,7 +166,7 @@ def title_match_scores(question: str, titles: Sequence[str], entities: Sequence[
 
 
 @dataclass
-class SealRetriever:
+class EntityFirstRetriever:
     """Entity-first retriever with a fixed budget `k` and at most `max_repairs` replacement rounds.
 
     `title_links` maps a chunk id to the chunk ids whose titles it mentions; when None they are computed from

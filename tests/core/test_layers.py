@@ -1,0 +1,190 @@
+"""core/ imports only downward: no import circle between its modules, no import of a higher layer, no Dagster.
+
+Read from the source with `ast` (nothing is imported), so the check costs milliseconds. The layers are the README's
+"Layers" section; a new module of core must be placed in one of them here.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = ROOT / "causal_assets" / "core"
+PACKAGE = "causal_assets.core"
+
+# Lowest first. A module imports modules of its own layer and of the layers below it, never of a layer above.
+# Entries are module paths under core/; the longest matching entry places a module ("tuning.spec" before "tuning").
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("errors", "env", "paths", "progress", "storage", "schemas", "yaml_registry", "orphan_guard",
+                    "text")),
+    ("sources and measures", ("llm", "corpus", "mining", "evaluation.metrics", "tuning.spec")),
+    ("benchmarks", ("benchmarks",)),
+    ("index", ("index",)),
+    ("graph", ("graph",)),
+    # What the stages read back: a corpus's index + graph loaded once, tuned configurations by version.
+    ("stored artifacts", ("artifacts", "tuning.store")),
+    ("retrievers", ("retrievers",)),
+    ("labeling", ("labeling",)),
+    ("evaluation", ("evaluation",)),
+    ("tuning", ("tuning",)),
+    # The evaluation of a benchmark runs configured and tuned retrievers: above tuning's store and search specs.
+    ("applications", ("local_search", "export", "checks", "catalog", "evaluation.suite")),
+]
+
+# Imports that may stay inside functions: optional heavy dependencies (seconds to import, or only for an export,
+# a fit, a model file), loaded where they are used so that a search or `--help` does not pay for them.
+HEAVY = frozenset({"torch", "sentence_transformers", "transformers", "onnx", "onnxruntime", "llama_cpp", "faiss",
+                   "datasets", "tokenizers", "sklearn", "joblib"})
+# Run inside the sandbox as a script, never imported: its worker and grader processes each import only their side.
+STANDALONE = frozenset({"labeling._sandbox_launcher"})
+NEVER = ("dagster", "causal_assets.defs", "causal_assets.resources", "causal_assets.definitions", "causal_assets.cli",
+         "causal_assets.commands")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in CORE.rglob("*.py"):
+        parts = list(path.relative_to(CORE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts:
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _imports(name: str) -> list[tuple[str, int, bool]]:
+    """(imported absolute module name, line, imported inside a function or class) of every import in a module."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    nested: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            nested |= {id(n) for n in ast.walk(node) if n is not node}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno, id(node) in nested) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                here = f"{PACKAGE}.{name}".split(".")
+                base = here if _is_package(name) else here[:-1]
+                base = base[:len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for a in node.names:   # `from pkg import mod` imports the module pkg.mod
+                full = f"{module}.{a.name}"
+                target = full if full.startswith(PACKAGE + ".") and full[len(PACKAGE) + 1:] in MODULES else module
+                out.append((target, node.lineno, id(node) in nested))
+    return out
+
+
+def _core_edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for name in MODULES:
+        edges[name] = set()
+        for target, _, _ in _imports(name):
+            if target.startswith(PACKAGE + "."):
+                rel = target[len(PACKAGE) + 1:]
+                while rel and rel not in MODULES:
+                    rel = rel.rpartition(".")[0]
+                if rel and rel != name:
+                    edges[name].add(rel)
+    return edges
+
+
+def layer_of(name: str) -> int:
+    best = None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and (best is None or len(p) > best[1]):
+                best = (i, len(p))
+    if best is None:
+        raise KeyError(name)
+    return best[0]
+
+
+def test_every_core_module_has_a_layer():
+    missing = sorted(m for m in MODULES if _try_layer(m) is None)
+    assert not missing, f"place these modules in a layer of LAYERS (and the README's Layers section): {missing}"
+
+
+def _try_layer(name: str) -> int | None:
+    try:
+        return layer_of(name)
+    except KeyError:
+        return None
+
+
+def test_no_import_circle():
+    edges = _core_edges()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:   # Tarjan's strongly connected components; core's import depth is small
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    assert not circles, f"import circles between core modules: {circles}"
+
+
+def test_layers_import_only_downward():
+    upward = [f"{name} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+              for name, targets in _core_edges().items() for target in sorted(targets)
+              if layer_of(target) > layer_of(name)]
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_core_never_imports_dagster_or_the_dagster_layer():
+    found = [f"{name}:{line} imports {target}" for name in MODULES for target, line, _ in _imports(name)
+             if any(target == n or target.startswith(n + ".") for n in NEVER)]
+    assert not found, "\n".join(found)
+
+
+def test_function_local_imports_only_for_optional_heavy_dependencies():
+    found = [f"{name}:{line} imports {target} inside a function" for name in MODULES if name not in STANDALONE
+             for target, line, nested in _imports(name) if nested and target.split(".")[0] not in HEAVY]
+    assert not found, "move these imports to module level:\n" + "\n".join(found)
+
+
+def test_package_inits_import_only_their_own_package():
+    found = [f"{name} imports {target}" for name in MODULES if _is_package(name)
+             for target in _core_edges()[name] if not target.startswith(name + ".")]
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("name,layer", [("text.entities", "foundation"), ("tuning.spec", "sources and measures"),
+                                        ("tuning.search", "tuning"), ("retrievers.causal.causes", "retrievers")])
+def test_longest_entry_places_a_module(name, layer):
+    assert LAYERS[layer_of(name)][0] == layer
