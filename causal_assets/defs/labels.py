@@ -2,8 +2,9 @@
 
 `candidate_pools` mixes seeded, hard-negative and random candidates per question; `mc_trials` runs the blind
 solver on subsets (through the LLM resource, in the `llm` concurrency pool, with retries); `mc_labels`
-re-derives the labels from the recorded trials without any LLM call (adaptive/regression and the seed's naive
-rule side by side) and writes `retrieval_dataset.yaml` in seed 001's schema.
+re-derives the labels from the recorded trials without any LLM call (the configured estimator and the naive
+in-minus-out difference side by side) and writes `retrieval_dataset.yaml` (question, gold answer and each
+candidate's label with its effect and interval), the labels as a portable dataset file.
 """
 import base64
 import json
