@@ -42,7 +42,8 @@ def test_evaluation_report_scifact_subset(resources):
            if e.materialization.asset_key.path[-1] == "evaluation_metrics"][0]
     report = mat.metadata["report"].value
     # Never tuned: the configured hybrid keeps the default weight and says why (parameters are chosen by tuning).
-    assert "hybrid fusion weight 0.5: no tuned hybrid" in report and "data:image/png;base64," in report
+    assert "hybrid fusion weight 0.5 (dense share) (the default: no tuned hybrid" in report
+    assert "data:image/png;base64," in report
     assert mat.metadata["fusion_weight"].value == 0.5 and mat.metadata["tuned_config_version"].value == ""
     assert (resources["storage"].reports_path / "scifact.md").exists()
     with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:

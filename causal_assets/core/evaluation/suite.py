@@ -61,25 +61,23 @@ def plan_evaluation(configured: dict[str, dict[str, Any]], tuned: TunedConfig | 
                      f"(re-materialize tuned_retriever_configs)")
         tuned = None
     chosen = tuned.params("hybrid") if tuned is not None and "hybrid" in tuned.retrievers else {}
-    where = f"by tuned_retriever_configs on `{tuned.content['tune_split']}`" if chosen else ""
-    if weight is not None:
-        notes.append(f"hybrid fusion weight {weight} (configured)")
-    elif "weight" in chosen:
-        weight = float(chosen["weight"])
-        notes.append(f"hybrid fusion weight {weight} (dense share), chosen {where} ({tuned.content['metric']} "
-                     f"{tuned.retrievers['hybrid']['value']:.4f} there)")
-    else:
-        weight = DEFAULT_WEIGHT
-        notes.append(f"hybrid fusion weight {weight}: " + ("no tuned hybrid for this index" if tune_split else
-                     "this benchmark has no tune split, and eval splits are never tuned on"))
-    if within_stats is not None:
-        notes.append(f"BM25 inside each question's candidates uses `{within_stats}` statistics (configured)")
-    elif "within_stats" in chosen:
-        within_stats = str(chosen["within_stats"])
-        notes.append(f"BM25 inside each question's candidates uses `{within_stats}` statistics (bm25, hybrid, rrf), "
-                     f"chosen {where}")
-    else:
-        within_stats = DEFAULT_WITHIN_STATS
+    source = (f"chosen by tuned_retriever_configs on `{tuned.content['tune_split']}` ({tuned.content['metric']} "
+              f"{tuned.retrievers['hybrid']['value']:.4f} there)") if chosen else ""
+    missing = "no tuned hybrid for this index" if tune_split else \
+        "this benchmark has no tune split, and eval splits are never tuned on"
+
+    def pick(key: str, given: Any, default: Any, what: Callable[[Any], str], note_default: bool = True) -> Any:
+        """An explicit value, else the tuned hybrid's, else the default; the report says which."""
+        value, why = (given, "configured") if given is not None else \
+            (chosen[key], source) if key in chosen else (default, f"the default: {missing}")
+        if note_default or value != default:
+            notes.append(f"{what(value)} ({why})")
+        return value
+
+    weight = float(pick("weight", weight, DEFAULT_WEIGHT, lambda v: f"hybrid fusion weight {v} (dense share)"))
+    within_stats = str(pick("within_stats", within_stats, DEFAULT_WITHIN_STATS,
+                            lambda v: f"BM25 inside each question's candidates uses `{v}` statistics (bm25, hybrid, "
+                                      f"rrf)", note_default=False))
 
     def baseline(name: str, params: dict[str, Any]) -> dict[str, Any]:
         params = {"weight": weight, **params} if name == "hybrid" else dict(params)
