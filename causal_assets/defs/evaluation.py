@@ -23,7 +23,7 @@ from causal_assets.core.tuning.store import index_fingerprint, load_tuned
 from causal_assets.defs.tuning import TUNED, eager_tolerating_missing
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
-from causal_assets.resources import LLM, BenchmarkRegistry, Storage
+from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = "evaluation"
 FAILURE_K = 10
@@ -63,7 +63,7 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     """Evaluate every configured retriever on the benchmark's evaluation splits: metrics, runs, failure buckets, the
     questions and judgements, and a report (data/reports/<benchmark>.md) with intervals and significance."""
     spec = benchmark_registry.spec(context.partition_key)
-    index = CorpusIndex.load(storage.base, spec.corpus)
+    index = CorpusIndex.load(storage.base, spec.corpus, ann_config=ANN)
     warm_up()
     retrievers = {n: spec.retrievers.get(n, {}) for n in config.retrievers} if config.retrievers else spec.retrievers
     neighbors = load_chunk_neighbors(storage.base, spec.corpus)

@@ -25,7 +25,7 @@ from causal_assets.core.labeling.runner import MCConfig, label_question, label_t
 from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
-from causal_assets.resources import LLM, BenchmarkRegistry, Storage
+from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = "labels"
 
@@ -45,7 +45,7 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
     """Per question, the documents the labels judge: its gold documents and their graph neighbours, hard negatives
     (top BM25 and dense results that are not gold) and random documents, shuffled."""
     spec = benchmark_registry.spec(context.partition_key)
-    index = CorpusIndex.load(storage.base, spec.corpus)
+    index = CorpusIndex.load(storage.base, spec.corpus, ann_config=ANN)
     split = spec.label_split
     bench = load_benchmark(spec, split)
     limit = config.max_questions or spec.monte_carlo.get("max_questions", 20)

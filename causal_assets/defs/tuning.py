@@ -18,7 +18,7 @@ from causal_assets.core.tuning.search import TuningSpec, tune
 from causal_assets.core.tuning.store import index_fingerprint, save_tuned
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import benchmark_corpus_mapping, benchmark_partitions
-from causal_assets.resources import BenchmarkRegistry, Storage
+from causal_assets.resources import ANN, BenchmarkRegistry, Storage
 
 GROUP = "evaluation"   # tuned with the evaluation: the jobs that evaluate a benchmark also re-tune it
 TUNED = "tuned_retriever_configs"
@@ -64,7 +64,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         from causal_assets.core.tuning.search import sample_queries
 
         bench = sample_queries(bench, config.max_queries, tuning.seed)
-    index = CorpusIndex.load(storage.base, spec.corpus)
+    index = CorpusIndex.load(storage.base, spec.corpus, ann_config=ANN)
     graph = load_graph(storage.base, spec.corpus)
     neighbors = load_chunk_neighbors(storage.base, spec.corpus)
     labels_path = asset_path(storage.base, "mc_labels", spec.name)
@@ -73,13 +73,12 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     def extra_source(name: str):
         """Another benchmark's tune split and index, for the learned model's extra training rows (never its eval
         splits); None when it is not registered, has no tune split or its index is not materialized."""
-        from causal_assets.core.benchmarks import load_benchmark_registry
-
-        other = load_benchmark_registry(benchmark_registry.path).get(name)
+        other = benchmark_registry.specs().get(name)
         if other is None or not other.tune_split or not other.available():
             return None
         try:
-            return (CorpusIndex.load(storage.base, other.corpus), load_benchmark(other, other.tune_split),
+            return (CorpusIndex.load(storage.base, other.corpus, ann_config=ANN),
+                    load_benchmark(other, other.tune_split),
                     load_graph(storage.base, other.corpus))
         except (OSError, ValueError, CorpusError) as e:
             context.log.warning(f"learned_extra {name!r}: index of corpus {other.corpus!r} not loadable ({e})")
