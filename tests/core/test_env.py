@@ -146,3 +146,74 @@ def test_settings_import_nothing_heavy():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == []
+
+
+def test_registries_expand_shared_data_given_as_an_argument(tmp_path):
+    from causal_assets.core.benchmarks import load_benchmark_registry
+    from causal_assets.core.corpus.registry import available_corpora, load_corpus_registry
+
+    corpora, benchmarks = tmp_path / "corpora.yaml", tmp_path / "benchmarks.yaml"
+    corpora.write_text("corpora:\n  - {name: default, loader: python_package, package: networkx}\n"
+                       "  - {name: here, loader: beir, path: '${SHARED_DATA}/here'}\n")
+    benchmarks.write_text("benchmarks:\n  - {name: here, loader: beir, corpus: here, path: '${SHARED_DATA}/here', "
+                          "splits: [test], eval_splits: [test]}\n")
+    data = tmp_path / "data"
+    (data / "here").mkdir(parents=True)
+    assert load_corpus_registry(corpora, data)["here"].resolved_path == data / "here"
+    assert available_corpora(corpora, data) == ["default", "here"]
+    assert available_corpora(corpora, tmp_path / "elsewhere") == ["default"]
+    spec = load_benchmark_registry(benchmarks, data)["here"]
+    assert spec.resolved_path == data / "here" and spec.available()
+    assert spec.model_copy().resolved_path == data / "here"
+
+
+def test_every_variable_reaches_what_it_configures_in_the_code_location(tmp_path):
+    """The Definitions loaded in a fresh process with every variable set: each value arrives where it acts."""
+    registry = ROOT / "causal_assets" / "registry"
+    (tmp_path / "corpora.yaml").write_text((registry / "corpora.yaml").read_text())
+    (tmp_path / "benchmarks.yaml").write_text((registry / "benchmarks.yaml").read_text())
+    env = {"CAUSAL_ASSETS_BASE_PATH": str(tmp_path / "parquet"), "CAUSAL_ASSETS_CATALOG": str(tmp_path / "c.duckdb"),
+           "CAUSAL_ASSETS_REPORTS": str(tmp_path / "reports"), "CAUSAL_ASSETS_QUERIES": str(tmp_path / "queries"),
+           "CAUSAL_ASSETS_LLM_CACHE": str(tmp_path / "llm.sqlite"), "CAUSAL_ASSETS_MODELS_DIR": str(tmp_path / "m"),
+           "CAUSAL_ASSETS_CORPORA": str(tmp_path / "corpora.yaml"),
+           "CAUSAL_ASSETS_BENCHMARKS": str(tmp_path / "benchmarks.yaml"),
+           "CAUSAL_ASSETS_SHARED_DATA": str(Settings.from_env().shared_data),
+           "CAUSAL_ASSETS_EMBEDDING_BACKEND": "torch", "CAUSAL_ASSETS_EMBEDDING_DEVICE": "cuda",
+           "CAUSAL_ASSETS_EMBEDDING_SHARDS": "3", "CAUSAL_ASSETS_LABEL_SHARDS": "5",
+           "CAUSAL_ASSETS_ANN_MIN_CHUNKS": "7", "CAUSAL_ASSETS_LLM_BASE_URL": "http://127.0.0.1:9/v1",
+           "CAUSAL_ASSETS_LLM_MODEL": "m1", "CAUSAL_ASSETS_LLM_API_KEY": "sk-not-printed",
+           "CAUSAL_ASSETS_SOLVER": "smollm2-135m", "CAUSAL_ASSETS_EXECUTOR": "multiprocess",
+           "CAUSAL_ASSETS_MAX_CONCURRENT": "2"}
+    code = """
+import json
+from causal_assets.definitions import defs
+from causal_assets.defs import corpus, label_shards, search, sharding
+from causal_assets.defs.partitions import corpus_partitions
+from causal_assets.resources import ANN
+r = defs.resources
+execu = defs.resolve_job_def("corpus_index_job").executor_def
+limit = execu.config_schema.as_field().config_type.fields["multiprocess"].config_type.fields["max_concurrent"]
+emb = corpus.EmbeddingConfig()
+print(json.dumps({
+    "storage": [r["storage"].base_path, r["storage"].catalog_path, r["storage"].reports_dir],
+    "llm": [r["llm"].base_url, r["llm"].model, r["llm"].cache_path, r["llm"].solver, r["llm"].models_dir,
+            type(r["llm"].api_key).__name__],
+    "registries": [r["corpus_registry"].path, r["benchmark_registry"].path, r["benchmark_registry"].corpora],
+    "embedding": [emb.backend, emb.device, emb.models_dir],
+    "shards": [sharding.SHARDS, label_shards.LABEL_SHARDS], "ann": ANN.min_chunks,
+    "queries": [str(search.QUERIES_DIR), search.SearchConfig().queries_dir],
+    "max_concurrent": limit.default_value, "partitions": "default" in corpus_partitions.get_partition_keys(),
+}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "sk-not-printed" not in out.stdout + out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    t = str(tmp_path)
+    assert got == {
+        "storage": [f"{t}/parquet", f"{t}/c.duckdb", f"{t}/reports"],
+        "llm": ["http://127.0.0.1:9/v1", "m1", f"{t}/llm.sqlite", "smollm2-135m", f"{t}/m", "EnvVar"],
+        "registries": [f"{t}/corpora.yaml", f"{t}/benchmarks.yaml", f"{t}/corpora.yaml"],
+        "embedding": ["torch", "cuda", f"{t}/m"], "shards": [3, 5], "ann": 7,
+        "queries": [f"{t}/queries", f"{t}/queries"], "max_concurrent": 2, "partitions": True}
