@@ -186,8 +186,10 @@ class Settings:
 
 @dataclass(frozen=True)
 class Variable:
+    """One row of the README's table: the variable, the `Settings` attribute it sets, its default, its meaning."""
+
     env: str
-    field: str
+    attribute: str
     default: str
     meaning: str
 
