@@ -24,12 +24,15 @@ from causal_assets.core.corpus.beir import load_beir_queries
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.index.sparse import BM25_B, BM25_K1
+from causal_assets.settings import Settings
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 TARGET_RATIO = 1.0
 
 
 def run(quick: bool) -> tuple[list[Figure], dict]:
-    spec = load_benchmark_registry()["scifact"]
+    spec = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)["scifact"]
     queries = list(load_beir_queries(spec.resolved_path).values())
     rounds = 7 if quick else 21  # one round is ~0.1 s per side: many short rounds ride out load changes
     index = CorpusIndex.load(PARQUET, "scifact", dense=False)

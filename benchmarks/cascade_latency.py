@@ -25,15 +25,17 @@ sys.path.insert(0, str(ROOT))
 from causal_assets.core.corpus.beir import load_beir_qrels, load_beir_queries  # noqa: E402
 from causal_assets.core.evaluation.metrics import evaluate  # noqa: E402
 from causal_assets.core.index.search import EMBEDDINGS, CorpusIndex  # noqa: E402
-from causal_assets.core.paths import shared_data_dir  # noqa: E402
 from causal_assets.core.retrievers.cascade import CascadeRetriever, RetrievalConfig  # noqa: E402
 from causal_assets.core.storage import asset_path  # noqa: E402
+from causal_assets.settings import Settings  # noqa: E402
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", type=Path, default=ROOT / "data" / "parquet")
-    ap.add_argument("--folder", type=Path, default=shared_data_dir() / "scifact")
+    ap.add_argument("--folder", type=Path, default=SETTINGS.shared_data / "scifact")
     ap.add_argument("--split", default="test")
     ap.add_argument("--config", type=Path, help="a saved RetrievalConfig (JSON/YAML); default: the defaults")
     ap.add_argument("--embeddings", type=Path, help=".npy chunk vectors when the embeddings asset is not materialized")

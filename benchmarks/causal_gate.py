@@ -32,6 +32,9 @@ from causal_assets.core.graph.store import load_chunk_neighbors, load_graph  # n
 from causal_assets.core.index.search import CorpusIndex  # noqa: E402
 from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
 from causal_assets.core.tuning.store import index_fingerprint, load_tuned  # noqa: E402
+from causal_assets.settings import Settings  # noqa: E402
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 SIMILARITY = ("bm25", "tfidf", "dense", "hybrid", "rrf")
 
@@ -64,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
 
     started = machine()
-    spec = load_benchmark_registry()["hotpotqa"]
+    spec = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)["hotpotqa"]
     index = CorpusIndex.load(args.base, spec.corpus)
     graph, neighbors = load_graph(args.base, spec.corpus), load_chunk_neighbors(args.base, spec.corpus)
     recorded = args.out / "tuned_retrievers_hotpotqa.json"

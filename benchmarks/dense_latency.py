@@ -37,6 +37,9 @@ from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k, recal
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import Embedder, EmbeddingCache
 from causal_assets.core.index.search import CorpusIndex
+from causal_assets.settings import Settings
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 TARGET_P50_MS = 5.0  # exact search at 100k chunks
 
@@ -44,7 +47,7 @@ TARGET_P50_MS = 5.0  # exact search at 100k chunks
 def scifact_vectors(embedder: Embedder, cache_root: Path) -> np.ndarray:
     """SciFact's vectors on the embedder's backend from the embedding cache under `cache_root` (read only); chunks
     not found there are encoded."""
-    chunks = chunks_to_frame(load_corpus(load_corpus_registry()["scifact"])[0])
+    chunks = chunks_to_frame(load_corpus(load_corpus_registry(SETTINGS.corpora, SETTINGS.shared_data)["scifact"])[0])
     known = EmbeddingCache.for_embedder(cache_root, embedder).load()
     hashes, texts = chunks["content_hash"].tolist(), chunk_texts(chunks)
     missing = [i for i, h in enumerate(hashes) if h not in known]
@@ -91,7 +94,7 @@ def timed_pair(fns: dict, queries: list, warmup: int = 10) -> dict:
 
 
 def run(quick: bool, sizes: list[int], cache_root: Path) -> tuple[list[Figure], dict]:
-    registry = load_benchmark_registry()
+    registry = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)
     test = load_benchmark(registry["scifact"], "test")
     train = load_benchmark(registry["scifact"], "train")
     queries = [test.queries[q] for q in test.query_ids()][: 60 if quick else None]

@@ -32,6 +32,9 @@ from causal_assets.core.index.build import build_sparse, chunk_texts
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.settings import Settings
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 REFERENCE = "torch"
 TARGET_RATIO = 2.0
@@ -41,7 +44,7 @@ BLOCK = 256
 
 def run(quick: bool, backends: list[str], timed: int | None = None,
         reference_cache: Path | None = None) -> tuple[list[Figure], dict]:
-    spec = load_corpus_registry()["scifact"]
+    spec = load_corpus_registry(SETTINGS.corpora, SETTINGS.shared_data)["scifact"]
     chunks = chunks_to_frame(load_corpus(spec)[0])
     chunks = chunks.reset_index(drop=True).assign(chunk_idx=range(len(chunks)))
     texts, hashes = chunk_texts(chunks), chunks["content_hash"].tolist()
@@ -117,7 +120,7 @@ def run(quick: bool, backends: list[str], timed: int | None = None,
     figures = []
     ndcg = {}
     if not quick:
-        registry = load_benchmark_registry()
+        registry = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)
         bench = load_benchmark(registry["scifact"], "test")
         sparse, _ = build_sparse(chunks, False)
         for b in names:

@@ -24,11 +24,13 @@ from causal_assets.core.evaluation.metrics import evaluate  # noqa: E402
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark  # noqa: E402
 from causal_assets.core.index.build import build_index  # noqa: E402
 from causal_assets.core.index.dense import DEFAULT_MODEL, EmbeddingCache  # noqa: E402
-from causal_assets.core.paths import shared_data_dir  # noqa: E402
 from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever  # noqa: E402
 from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
+from causal_assets.settings import Settings  # noqa: E402
 
-DATA = shared_data_dir() / "hotpotqa" / "hotpot_dev_distractor_200.jsonl"
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
+
+DATA = SETTINGS.shared_data / "hotpotqa" / "hotpot_dev_distractor_200.jsonl"
 SPLITS = ("train", "test", "dev")
 OUT = ROOT / "data" / "benchmarks" / "hotpotqa_evidence.json"
 
@@ -48,7 +50,8 @@ def main() -> None:
     chunks, _ = load_hotpotqa(DATA, "hotpotqa")
     index = build_index(chunks_to_frame(chunks), "hotpotqa", False, dense=True,
                         cache=EmbeddingCache(ROOT / "data" / "parquet" / "cache" / "embeddings", DEFAULT_MODEL))
-    spec = load_benchmark_registry()["hotpotqa"].model_copy(update={"path": str(DATA)})
+    spec = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)["hotpotqa"]
+    spec = spec.model_copy(update={"path": str(DATA)})
     retrievers = {name: build_retriever(name, index) for name in ("bm25", "dense", "hybrid")}
     retrievers["entity_first"] = EntityFirstRetriever(index, k=2, max_repairs=3)
     results: dict = {}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -31,8 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from causal_assets.core.labeling.validators import _contains  # noqa: E402
-from causal_assets.core.paths import shared_data_dir  # noqa: E402
 from causal_assets.core.text.answers import normalize_answer  # noqa: E402
+from causal_assets.settings import Settings  # noqa: E402
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 PARTITION = "hotpotqa"
 
@@ -90,9 +91,8 @@ def scores(df: pd.DataFrame, col: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", type=Path, default=Path(os.environ.get("CAUSAL_ASSETS_BASE_PATH",
-                                                                     ROOT / "data" / "parquet")))
-    ap.add_argument("--gold", type=Path, default=shared_data_dir() / "hotpotqa" / "hotpot_dev_distractor_200.jsonl")
+    ap.add_argument("--base", type=Path, default=Path(SETTINGS.base_path))
+    ap.add_argument("--gold", type=Path, default=SETTINGS.shared_data / "hotpotqa" / "hotpot_dev_distractor_200.jsonl")
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "benchmarks" / "hotpotqa_labels.json")
     ap.add_argument("--llm-cache", type=Path, default=None,
                     help="the call cache/journal (SQLite) the run used: per-question solver seconds are then the "

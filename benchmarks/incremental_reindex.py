@@ -34,8 +34,10 @@ from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.registry import CorpusSpec, load_corpus
 from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
-from causal_assets.core.paths import shared_data_dir
 from causal_assets.core.storage import asset_path, write_parquet_atomic
+from causal_assets.settings import Settings
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 TARGET_UNCHANGED, TARGET_ONE_PERCENT = 0.05, 0.10
 NAME = "scifact_subset"
@@ -83,7 +85,7 @@ def edit_documents(lines: list[str], share: float, seed: int) -> list[str]:
 def run(quick: bool, documents: int | None) -> tuple[list[Figure], dict]:
     documents = documents or (150 if quick else 1000)
     repeats = 2 if quick else 3
-    source = shared_data_dir() / "scifact" / "corpus.jsonl"
+    source = SETTINGS.shared_data / "scifact" / "corpus.jsonl"
     with source.open(encoding="utf-8") as f:
         lines = [line for _, line in zip(range(documents), f)]
     embedder = Embedder()

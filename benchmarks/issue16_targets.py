@@ -22,6 +22,9 @@ from common import OUT_DIR, PARQUET, ROOT, machine  # noqa: E402
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
 from causal_assets.core.storage import asset_path, read_parquet  # noqa: E402
 from causal_assets.core.tuning.store import load_tuned  # noqa: E402
+from causal_assets.settings import Settings  # noqa: E402
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 # benchmark -> [(metric, k, target)] on the held-out split
 TARGETS = {
@@ -50,7 +53,7 @@ def main() -> None:
     ap.add_argument("--reports", type=Path, default=ROOT / "data" / "reports")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     args = ap.parse_args()
-    specs = load_benchmark_registry()
+    specs = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)
     result = {"machine_start": machine(), "benchmarks": {}}
     for name, targets in TARGETS.items():
         spec = specs[name]

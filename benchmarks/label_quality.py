@@ -39,7 +39,9 @@ from causal_assets.core.labeling.solver import LikelihoodSolver  # noqa: E402
 from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
 from causal_assets.core.llm.models import LOCAL_MODELS, local_scorer  # noqa: E402
-from causal_assets.core.paths import shared_data_dir  # noqa: E402
+from causal_assets.settings import Settings  # noqa: E402
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 DATASETS = {"hotpotqa": "hotpotqa/hot" "pot_dev_distractor_200.jsonl", "2wiki": "2wiki/2wiki_dev_40.jsonl",
             "musique": "musique/musique_ans_dev_40.jsonl"}
@@ -77,7 +79,7 @@ def main() -> None:
                          threshold_nats=args.threshold_nats, alpha=args.alpha,
                          question_weight=args.question_weight)
 
-    data = read_multihop(shared_data_dir() / DATASETS[args.dataset])
+    data = read_multihop(SETTINGS.shared_data / DATASETS[args.dataset])
     questions = [q for q in data.questions if args.split == "all" or hash_half(q.question_id) == args.split]
     questions = questions[args.offset:]
     if args.questions:

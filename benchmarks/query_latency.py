@@ -19,6 +19,9 @@ from common import PARQUET, Figure, PrecomputedQueries, latency_ms, run_script, 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.settings import Settings
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 TARGET_CASCADE_P50_MS = 20.0
 SHORTLIST = 20  # entity-first repairs a small retrieved set; its title linking is quadratic in it
@@ -30,7 +33,7 @@ def timed(details: dict, name: str, retrieve, queries: list[str], warmup: int) -
 
 
 def run(quick: bool) -> tuple[list[Figure], dict]:
-    registry = load_benchmark_registry()
+    registry = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)
     scifact = load_benchmark(registry["scifact"], "test")
     queries = [scifact.queries[q] for q in scifact.query_ids()][: 40 if quick else None]
     warmup = 5 if quick else 10

@@ -45,6 +45,9 @@ from causal_assets.core.index.dense import Embedder
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.storage import write_parquet_atomic
+from causal_assets.settings import Settings
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 TARGET_P50_MS_1M = 50.0
 TARGET_RECALL = 0.95
@@ -241,7 +244,7 @@ SERIES = {
 def run(quick: bool, sizes: list[int] | None, n_queries: int, write_max: int,
         analyze_max: int) -> tuple[list[Figure], dict]:
     sizes = sizes or ([1_000, 10_000, 100_000] if quick else [1_000, 10_000, 100_000, 1_000_000])
-    registry = load_benchmark_registry()
+    registry = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)
     scifact = load_benchmark(registry["scifact"], "test")
     queries = [scifact.queries[q] for q in scifact.query_ids()][:n_queries]
     t0 = time.perf_counter()

@@ -29,6 +29,9 @@ from causal_assets.core.storage import asset_path, read_parquet  # noqa: E402
 from causal_assets.core.tuning.search import tune  # noqa: E402
 from causal_assets.core.tuning.spec import TuningSpec  # noqa: E402
 from causal_assets.core.tuning.store import index_fingerprint, save_tuned  # noqa: E402
+from causal_assets.settings import Settings  # noqa: E402
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
 
 BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")
 
@@ -61,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
 
     started = machine()
-    spec = load_benchmark_registry()[args.benchmark]
+    spec = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)[args.benchmark]
     tuning = TuningSpec.model_validate({**spec.tuning, **({"retrievers": args.retrievers} if args.retrievers else {})})
     index = CorpusIndex.load(args.base, spec.corpus)
     graph, neighbors = load_graph(args.base, spec.corpus), load_chunk_neighbors(args.base, spec.corpus)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
-from pathlib import Path
+
+from causal_assets.core.errors import ConfigError
+from causal_assets.core.paths import DEFAULT_CORPUS, QUESTION_CORPUS
+from causal_assets.settings import Settings
 
 # `search --method` choices. Kept here rather than imported, so that `--help` imports nothing heavy (a test checks
 # they equal causal_assets.core.retrievers.factory.RETRIEVERS).
@@ -19,7 +21,6 @@ METHOD_HELP = ("bm25 (default) | tfidf | dense (MiniLM) | hybrid (BM25 + dense) 
                "cascade (sparse -> dense -> graph) | entity_first (entity coverage) | causal (LLM-scored "
                "contribution) | learned (the tuned causal-relevance model) | fusion (weighted RRF of retrievers named "
                "in --params) | pairwise (the best top-2 pair of a base retriever named in --params)")
-POOL_WAIT_ENV = "CAUSAL_ASSETS_POOL_WAIT_S"
 EXIT_POOL_BLOCKED = 3
 EXIT_INTERRUPTED = 130
 
@@ -29,14 +30,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
 
 
-def _default(name: str, fallback: str) -> str:
-    # The same defaults as causal_assets.resources, without importing it (it imports Dagster).
-    return os.environ.get(name) or str(Path(__file__).resolve().parents[1] / fallback)
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
+    """The parser, its defaults from `settings` (default: the environment's; the same settings as the code
+    location's resources, read without importing Dagster)."""
+    settings = settings or Settings.from_env()
     parser = _Parser(prog="causal-assets", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base-path", default=_default("CAUSAL_ASSETS_BASE_PATH", "data/parquet"),
+    parser.set_defaults(settings=settings)
+    parser.add_argument("--base-path", default=settings.base_path,
                         help="Parquet base path or fsspec URL (default $CAUSAL_ASSETS_BASE_PATH or data/parquet)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show Dagster's run log (DEBUG), library warnings and progress bars")
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("search", help="search a corpus (builds its index the first time)")
     s.add_argument("query", help="the query, or - to read it from standard input")
-    s.add_argument("--corpus", default="default", help="a registered corpus (default: default)")
+    s.add_argument("--corpus", default=DEFAULT_CORPUS, help=f"a registered corpus (default: {DEFAULT_CORPUS})")
     s.add_argument("--method", "--retriever", dest="method", choices=METHODS, default="bm25", metavar="METHOD",
                    help=METHOD_HELP)
     s.add_argument("--params", default="{}", help="retriever params as JSON (e.g. cascade RetrievalConfig sections)")
@@ -55,10 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("ask", help="answer a question from a corpus graph with the local LLM, with its sources")
     a.add_argument("query")
-    a.add_argument("--corpus", default="hotpotqa", help="a registered corpus (default: hotpotqa)")
-    a.add_argument("--wait", type=float, default=float(os.environ.get(POOL_WAIT_ENV) or 300),
-                   help=f"seconds to wait for a free 'llm' pool slot before giving up with exit code 3 "
-                        f"(default ${POOL_WAIT_ENV} or 300)")
+    a.add_argument("--corpus", default=QUESTION_CORPUS, help=f"a registered corpus (default: {QUESTION_CORPUS})")
+    a.add_argument("--wait", type=float, default=settings.pool_wait_s,
+                   help="seconds to wait for a free 'llm' pool slot before giving up with exit code 3 "
+                        "(default $CAUSAL_ASSETS_POOL_WAIT_S or 300)")
     a.add_argument("--no-build", action="store_true", help="refuse instead of building a missing index or graph")
     a.set_defaults(command="ask")
 
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-hf", action="store_true", help="skip the Hugging Face dataset (hf/)")
     e.set_defaults(command="export_labels")
 
-    catalog = _default("CAUSAL_ASSETS_CATALOG", "data/causal_assets.duckdb")
+    catalog = str(settings.catalog)
     c = sub.add_parser("catalog", help="(re)create the DuckDB views over every materialized asset")
     c.add_argument("--catalog-path", default=catalog)
     c.set_defaults(command="catalog")
@@ -88,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except ConfigError as e:  # a bad variable: one line naming it, before anything else
+        print(f"causal-assets: {e}", file=sys.stderr)
+        return 2
+    args = build_parser(settings).parse_args(argv)
     # The command modules import Dagster, pandas, DuckDB or the index (seconds): only the one that runs, and only
     # after the arguments parsed, so `--help` and argument errors stay instant.
     return importlib.import_module("causal_assets.commands").run(args)

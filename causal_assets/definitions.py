@@ -1,20 +1,18 @@
 """The one Definitions object: every asset, check, job, schedule, sensor and resource of causal_assets."""
-import os
 import warnings
 
-from dagster import AssetSelection, Definitions, EnvVar, define_asset_job
+from dagster import AssetSelection, Definitions, define_asset_job
 
 from causal_assets.defs import automation, corpus, evaluation, export, graph, label_shards, labels, search, sharding, tuning
 from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
-from causal_assets.resources import LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
+from causal_assets.resources import (SETTINGS, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage,
+                                     llm_from_settings)
 from causal_assets.execution import executor_from_env
 
 storage = Storage()
 # Local llama.cpp server by default; CAUSAL_ASSETS_LLM_BASE_URL (+ _MODEL, + the key in CAUSAL_ASSETS_LLM_API_KEY,
 # read through EnvVar so it never enters config or logs) points every LLM call elsewhere.
-llm = LLM(base_url=os.environ.get("CAUSAL_ASSETS_LLM_BASE_URL") or None,
-          model=os.environ.get("CAUSAL_ASSETS_LLM_MODEL", "smollm2-135m-instruct"),
-          api_key=EnvVar("CAUSAL_ASSETS_LLM_API_KEY") if os.environ.get("CAUSAL_ASSETS_LLM_API_KEY") else None)
+llm = llm_from_settings(SETTINGS)
 
 
 
@@ -47,7 +45,7 @@ evaluation_job = define_asset_job("evaluation_job", selection=AssetSelection.gro
 
 defs = Definitions(
     # Where steps run is configuration: CAUSAL_ASSETS_EXECUTOR=multiprocess (default) | in_process | k8s | docker.
-    executor=executor_from_env(),
+    executor=executor_from_env(settings=SETTINGS),
     assets=[corpus.corpus_chunks, corpus.corpus_embeddings, corpus.sparse_index, graph.entity_graph, graph.graph_entity_embeddings,
             labels.candidate_pools, labels.mc_trials, labels.mc_labels, labels.label_quality,
             tuning.tuned_retriever_configs,

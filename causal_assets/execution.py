@@ -19,12 +19,11 @@ Concurrency of LLM-bound steps across all runs is limited separately by the `llm
 (`dagster instance concurrency set llm N`), whatever the executor.
 """
 import importlib
-import os
 
 from dagster import ExecutorDefinition, Field, Selector, in_process_executor, multi_or_in_process_executor
 
-from causal_assets.core.env import positive_int
 from causal_assets.core.errors import ConfigError
+from causal_assets.settings import EXECUTORS, Settings
 
 EXECUTOR_ENV = "CAUSAL_ASSETS_EXECUTOR"
 MAX_CONCURRENT_ENV = "CAUSAL_ASSETS_MAX_CONCURRENT"
@@ -32,16 +31,17 @@ EXECUTOR_CONFIG_ENV = "CAUSAL_ASSETS_EXECUTOR_CONFIG"
 # kind -> (module, attribute, pip requirement) for executors that live in integration libraries
 _EXTERNAL = {"k8s": ("dagster_k8s", "k8s_job_executor", "dagster-k8s"),
              "docker": ("dagster_docker", "docker_executor", "dagster-docker")}
-KINDS = ("multiprocess", "in_process", *_EXTERNAL)
+KINDS = EXECUTORS  # what $CAUSAL_ASSETS_EXECUTOR accepts
+assert set(KINDS) == {"multiprocess", "in_process", *_EXTERNAL}, KINDS
 
 
-def default_max_concurrent() -> int:
-    return positive_int(MAX_CONCURRENT_ENV, os.cpu_count() or 1)
+def default_max_concurrent(settings: Settings | None = None) -> int:
+    return (settings or Settings.from_env()).concurrency()
 
 
-def local_executor(max_concurrent: int | None = None) -> ExecutorDefinition:
+def local_executor(max_concurrent: int | None = None, settings: Settings | None = None) -> ExecutorDefinition:
     """Dagster's multi_or_in_process executor with our default `max_concurrent`; the run-config shape is unchanged."""
-    limit = max_concurrent or default_max_concurrent()
+    limit = max_concurrent or default_max_concurrent(settings)
     schema = Selector({
         "multiprocess": {"max_concurrent": Field(int, is_required=False, default_value=limit,
                                                  description="Steps running at once (processes).")},
@@ -53,10 +53,12 @@ def local_executor(max_concurrent: int | None = None) -> ExecutorDefinition:
         description=f"One process per step, at most {limit} at once (or in_process via run config).")
 
 
-def executor_from_env(kind: str | None = None) -> ExecutorDefinition:
-    kind = (kind or os.environ.get(EXECUTOR_ENV) or "multiprocess").strip().lower()
+def executor_from_env(kind: str | None = None, settings: Settings | None = None) -> ExecutorDefinition:
+    """The executor `kind` names, else the one of the settings (default: read from the environment now)."""
+    settings = settings or Settings.from_env()
+    kind = (kind or settings.executor).strip().lower()
     if kind == "multiprocess":
-        return local_executor()
+        return local_executor(settings=settings)
     if kind == "in_process":
         return in_process_executor
     if kind in _EXTERNAL:
@@ -67,14 +69,13 @@ def executor_from_env(kind: str | None = None) -> ExecutorDefinition:
             raise ConfigError(f"{EXECUTOR_ENV}={kind}: needs the {requirement!r} package (pin it to the dagster "
                               f"release, e.g. {requirement}==0.29.27 for dagster 1.13.27) in the image that runs "
                               f"the code location ({e})") from None
-        return _configured(executor, kind)
+        return _configured(executor, kind, settings.executor_config)
     raise ConfigError(f"{EXECUTOR_ENV}={kind!r}: expected one of {', '.join(KINDS)}")
 
 
-def _configured(executor: ExecutorDefinition, kind: str) -> ExecutorDefinition:
-    """The executor with the YAML of $CAUSAL_ASSETS_EXECUTOR_CONFIG as its config, validated now (a typo in a key or a
-    Kubernetes field fails the code location load, naming the file), or unchanged when the variable is unset."""
-    path = os.environ.get(EXECUTOR_CONFIG_ENV)
+def _configured(executor: ExecutorDefinition, kind: str, path) -> ExecutorDefinition:
+    """The executor with the YAML at `path` ($CAUSAL_ASSETS_EXECUTOR_CONFIG) as its config, validated now (a typo in a
+    key or a Kubernetes field fails the code location load, naming the file), or unchanged when `path` is None."""
     if not path:
         return executor
     import yaml

@@ -1,16 +1,16 @@
-"""Resources in one place: storage (Parquet base path + DuckDB catalog) and the Parquet IO manager."""
+"""Resources in one place: storage (Parquet base path + DuckDB catalog) and the Parquet IO manager, with their
+defaults from the code location's settings (`SETTINGS`, read from the environment when the Definitions load)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
-from dagster import (ConfigurableIOManagerFactory, ConfigurableResource, InitResourceContext, InputContext,
+from dagster import (ConfigurableIOManagerFactory, ConfigurableResource, EnvVar, InitResourceContext, InputContext,
                      MetadataValue, OutputContext, TableColumn, TableSchema, UPathIOManager)
 from pydantic import PrivateAttr
 from upath import UPath
 
-from causal_assets.core.benchmarks import BenchmarkSpec, benchmark_registry_path, load_benchmark_registry
+from causal_assets.core.benchmarks import BenchmarkSpec, load_benchmark_registry
 from causal_assets.core import orphan_guard
 from causal_assets.core.catalog import DuckDBCatalog
 from causal_assets.core.schemas import column_docs
@@ -19,20 +19,26 @@ from causal_assets.core.llm.client import CallBudget, LLMClient
 from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer
 from causal_assets.core.llm.scoring import EndpointScorer, Scorer, free_cores
 from causal_assets.core.llm.server import LocalLlamaServer
-from causal_assets.core.corpus.registry import CorpusSpec, load_corpus_registry, registry_path
-from causal_assets.core.index.dense import DEFAULT_BACKEND
-from causal_assets.core.paths import PROJECT_ROOT
+from causal_assets.core.corpus.registry import CorpusSpec, available_corpora, load_corpus_registry
+from causal_assets.core.index.ann import AnnConfig
+from causal_assets.core.index.dense import BACKENDS, DEFAULT_BACKEND
 from causal_assets.core.storage import check_within, read_parquet, write_parquet_atomic
+from causal_assets.settings import Settings, check_choice
 
-DEFAULT_BASE = os.environ.get("CAUSAL_ASSETS_BASE_PATH", str(PROJECT_ROOT / "data" / "parquet"))
-DEFAULT_CATALOG = os.environ.get("CAUSAL_ASSETS_CATALOG", str(PROJECT_ROOT / "data" / "causal_assets.duckdb"))
-DEFAULT_REPORTS = os.environ.get("CAUSAL_ASSETS_REPORTS", str(PROJECT_ROOT / "data" / "reports"))
-DEFAULT_LLM_CACHE = os.environ.get("CAUSAL_ASSETS_LLM_CACHE", str(PROJECT_ROOT / "data" / "llm_calls.sqlite"))
-DEFAULT_MODELS_DIR = os.environ.get("CAUSAL_ASSETS_MODELS_DIR", str(PROJECT_ROOT / "data" / "models"))
+# The environment's settings, read once when the code location loads (causal_assets/settings.py: every variable).
+SETTINGS = Settings.from_env()
+DEFAULT_BASE = SETTINGS.base_path
+DEFAULT_CATALOG = str(SETTINGS.catalog)
+DEFAULT_REPORTS = str(SETTINGS.reports)
+DEFAULT_LLM_CACHE = str(SETTINGS.llm_cache)
+DEFAULT_MODELS_DIR = str(SETTINGS.models_dir)
 # corpus_embeddings / embedding_shards: torch (fp32 PyTorch), onnx (fp32 ONNX Runtime) or onnx-int8
-DEFAULT_EMBEDDING_BACKEND = os.environ.get("CAUSAL_ASSETS_EMBEDDING_BACKEND") or DEFAULT_BACKEND
-DEFAULT_SOLVER_MODEL = os.environ.get("CAUSAL_ASSETS_SOLVER", DEFAULT_SOLVER)
+DEFAULT_EMBEDDING_BACKEND = check_choice("CAUSAL_ASSETS_EMBEDDING_BACKEND",
+                                         SETTINGS.embedding_backend or DEFAULT_BACKEND, BACKENDS)
+DEFAULT_SOLVER_MODEL = SETTINGS.solver or DEFAULT_SOLVER
 LOCAL_MODEL_ALIAS = "smollm2-135m-instruct"
+# Dense search of every index the assets load: exact below the configured corpus size, ANN from it.
+ANN = AnnConfig(min_chunks=SETTINGS.ann_min_chunks)
 
 
 class Storage(ConfigurableResource):
@@ -66,24 +72,39 @@ class Storage(ConfigurableResource):
 
 class CorpusRegistry(ConfigurableResource):
     """The corpus registry file (YAML). Partitions come from $CAUSAL_ASSETS_CORPORA or the shipped registry;
-    pointing this resource elsewhere lets tests give a partition name a smaller source."""
+    pointing this resource elsewhere lets tests give a partition name a smaller source. `${SHARED_DATA}` in its
+    paths is `shared_data` ($CAUSAL_ASSETS_SHARED_DATA or ../shared/data)."""
 
-    path: str = str(registry_path())
+    path: str = str(SETTINGS.corpora)
+    shared_data: str = str(SETTINGS.shared_data)
+
+    def specs(self) -> dict[str, CorpusSpec]:
+        return load_corpus_registry(self.path, self.shared_data)
+
+    def available(self) -> list[str]:
+        """Corpora whose source exists (the partitions)."""
+        return available_corpora(self.path, self.shared_data)
 
     def spec(self, name: str) -> CorpusSpec:
-        specs = load_corpus_registry(self.path)
+        specs = self.specs()
         if name not in specs:
             raise KeyError(f"{self.path}: no corpus named {name!r} (known: {sorted(specs)})")
         return specs[name]
 
 
 class BenchmarkRegistry(ConfigurableResource):
-    """The benchmark registry file (YAML/JSON); $CAUSAL_ASSETS_BENCHMARKS or the shipped one."""
+    """The benchmark registry file (YAML/JSON); $CAUSAL_ASSETS_BENCHMARKS or the shipped one. Mined benchmarks read
+    their corpus from the corpus registry `corpora`; `${SHARED_DATA}` is `shared_data`."""
 
-    path: str = str(benchmark_registry_path())
+    path: str = str(SETTINGS.benchmarks)
+    shared_data: str = str(SETTINGS.shared_data)
+    corpora: str = str(SETTINGS.corpora)
+
+    def specs(self) -> dict[str, BenchmarkSpec]:
+        return load_benchmark_registry(self.path, self.shared_data, self.corpora)
 
     def spec(self, name: str) -> BenchmarkSpec:
-        specs = load_benchmark_registry(self.path)
+        specs = self.specs()
         if name not in specs:
             raise KeyError(f"{self.path}: no benchmark named {name!r} (known: {sorted(specs)})")
         return specs[name]
@@ -181,6 +202,15 @@ class LLM(ConfigurableResource):
                                      max_concurrency=self.max_concurrency, budget=budget,
                                      cache_endpoint=self.base_url)
         return self._client
+
+
+def llm_from_settings(settings: Settings = SETTINGS, **fields) -> LLM:
+    """The `llm` resource the settings configure: the endpoint and model ($CAUSAL_ASSETS_LLM_BASE_URL / _MODEL;
+    unset: the local llama.cpp server), and the API key of $CAUSAL_ASSETS_LLM_API_KEY (else $OPENAI_API_KEY) read
+    through EnvVar, so its value never enters config, logs or metadata. `fields` override any other field."""
+    key = settings.llm_api_key or settings.openai_api_key
+    return LLM(**{"base_url": settings.llm_base_url, "model": settings.llm_model or LOCAL_MODEL_ALIAS,
+                  "api_key": EnvVar(key.name) if key else None, **fields})
 
 
 class ParquetIOManager(UPathIOManager):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from causal_assets.core.paths import shared_data_dir
+from causal_assets.settings import Settings
 
-SHARED = shared_data_dir()
+SHARED = Settings.from_env().shared_data
 SCIFACT = SHARED / "scifact"
 HOTPOT = SHARED / "hotpotqa" / "hotpot_dev_distractor_200.jsonl"
 

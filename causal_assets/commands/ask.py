@@ -15,14 +15,14 @@ from causal_assets.core.local_search import inbox
 from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.progress import duration
 from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.defs.search import QUERIES_DIR, query_partitions
+from causal_assets.defs.search import query_partitions
 from causal_assets.run_health import LLM_POOL, blocked_message, wait_for_slot
 
 SOURCES_SHOWN = 5
 
 
 def build(args) -> int:
-    inbox.check_corpus(args.corpus, available_corpora())
+    inbox.check_corpus(args.corpus, available_corpora(args.settings.corpora, args.settings.shared_data))
     wanted = needs.required(dense=True, graph=not args.index_only, entity_vectors=not args.index_only)
     todo = needs.missing(args.base_path, args.corpus, wanted)
     if not todo:
@@ -38,7 +38,7 @@ def ask(args) -> int:
     dead runs are freed, and the wait for a slot is bounded by --wait (exit 3 with the holders named)."""
     interrupt_on_sigterm()
     # Refused before anything exists: no record, no partition, no run for a bad corpus or query.
-    known = available_corpora()
+    known = available_corpora(args.settings.corpora, args.settings.shared_data)
     inbox.check_corpus(args.corpus, known)
     if not " ".join(args.query.split()):
         raise ValueError("query is empty")
@@ -57,7 +57,7 @@ def ask(args) -> int:
         return EXIT_POOL_BLOCKED
     ensure_built(args.base_path, args.corpus, needs.required(dense=True, entity_vectors=True), args.no_build,
                  why="ask", verbose=args.verbose)
-    qid = inbox.submit(QUERIES_DIR, args.query, args.corpus, known_corpora=known)
+    qid = inbox.submit(args.settings.queries, args.query, args.corpus, known_corpora=known)
     instance.add_dynamic_partitions(query_partitions.name, [qid])
     say(f"answering from corpus {args.corpus!r} with the local LLM (question {qid})")
     result = execute("search_job", qid, verbose=args.verbose, pool=LLM_POOL,

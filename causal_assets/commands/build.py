@@ -29,10 +29,10 @@ from causal_assets.core import progress
 from causal_assets.core.corpus.registry import available_corpora
 from causal_assets.core.errors import CausalAssetsError
 from causal_assets.core.llm.server import stop_all
-from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.core.progress import duration
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.run_health import blocked_message, pool_holders, reap_dead_runs
+from causal_assets.settings import Settings
 
 BUILD_JOB = "corpus_build_job"
 # Rough rates on 2 CPU cores (README "Scaling"): what the "about N min" of a build is computed from.
@@ -58,7 +58,7 @@ NO_COMPUTE_LOGS = {"compute_logs": {"module": "dagster._core.storage.noop_comput
 @functools.lru_cache(maxsize=1)
 def cli_instance() -> DagsterInstance:
     """The instance of $DAGSTER_HOME (default: the checkout's data/dagster_home, as in the README)."""
-    home = os.environ.get("DAGSTER_HOME") or str(PROJECT_ROOT / "data" / "dagster_home")
+    home = str(Settings.from_env().dagster_home)
     os.makedirs(home, exist_ok=True)
     return DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=NO_COMPUTE_LOGS))
 
@@ -226,7 +226,8 @@ def ensure_built(base, corpus: str, wanted: list[str], no_build: bool, why: str,
     todo = needs.missing(base, corpus, wanted)
     if not todo:
         return
-    known = available_corpora()
+    settings = Settings.from_env()
+    known = available_corpora(settings.corpora, settings.shared_data)
     if corpus not in known:
         raise CausalAssetsError(f"unknown corpus {corpus!r}; known corpora: {', '.join(known)}")
     index_only = not any(a.startswith("graph") for a in todo)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import duckdb
 
-from causal_assets.cli import _default
 from causal_assets.commands import say
 from causal_assets.core.benchmarks import load_benchmark_registry
 from causal_assets.core.catalog import DuckDBCatalog, check_analysis_sql
@@ -46,7 +45,7 @@ def export_labels(args) -> int:
     safe_name(args.benchmark, "benchmark")
     labels = read_parquet(asset_path(args.base_path, "mc_labels", args.benchmark))
     pools = read_parquet(asset_path(args.base_path, "candidate_pools", args.benchmark))
-    specs = load_benchmark_registry()
+    specs = load_benchmark_registry(args.settings.benchmarks, args.settings.shared_data, args.settings.corpora)
     mc = dict(specs[args.benchmark].monte_carlo or {}) if args.benchmark in specs else {}
     split = specs[args.benchmark].label_split if args.benchmark in specs else "labels"
     estimator = pick_estimator(labels, args.estimator)
@@ -55,8 +54,7 @@ def export_labels(args) -> int:
                                  "questions labelled": int(labels["question_id"].nunique())}.items() if v is not None}
     card = DatasetCard(benchmark=args.benchmark, split=split, solver=args.solver, estimator=estimator,
                        budgets=budgets, quality=agreement_with_seeds(labels, estimator))
-    reports = _default("CAUSAL_ASSETS_REPORTS", "data/reports")  # as causal_assets.resources.DEFAULT_REPORTS
-    out = args.out or str(Path(reports).parent / "datasets" / args.benchmark)
+    out = args.out or str(args.settings.reports.parent / "datasets" / args.benchmark)
     result = export(labels, pools, out, card, estimator=estimator, hf=not args.no_hf)
     print(f"{result.judgements} judgements ({result.questions} questions, {result.documents} documents, "
           f"grades {result.by_grade}, estimator {result.estimator}) -> {result.path}")

@@ -6,6 +6,7 @@ import re
 import sys
 
 from causal_assets.commands import needs, say
+from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import METHODS, CorpusIndex
 from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.storage import safe_name
@@ -50,7 +51,8 @@ def search(args) -> int:
 
         ensure_built(args.base_path, args.corpus, wanted, no_build=args.no_build,
                      why=f"search --method {args.method}", verbose=args.verbose)
-    index = CorpusIndex.load(args.base_path, args.corpus, dense=args.method in NEEDS_DENSE)
+    index = CorpusIndex.load(args.base_path, args.corpus, dense=args.method in NEEDS_DENSE,
+                             ann_config=AnnConfig(min_chunks=args.settings.ann_min_chunks))
     if args.method in METHODS:
         hits = index.search(query, k=args.k, method=args.method)
     else:

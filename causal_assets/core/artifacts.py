@@ -14,6 +14,7 @@ import pandas as pd
 
 from causal_assets.core.benchmarks import Benchmark, BenchmarkSpec, load_benchmark
 from causal_assets.core.graph.store import chunk_neighbors, load_graph
+from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import CorpusIndex
 
 Neighbors = Callable[[str], list[tuple[str, str, float]]]
@@ -22,13 +23,13 @@ Neighbors = Callable[[str], list[tuple[str, str, float]]]
 class CorpusArtifacts:
     """The materialized artifacts of corpus `corpus` under the storage base `base`, loaded on first use."""
 
-    def __init__(self, base, corpus: str):
-        self.base, self.corpus = base, corpus
+    def __init__(self, base, corpus: str, ann_config: AnnConfig | None = None):
+        self.base, self.corpus, self.ann_config = base, corpus, ann_config
         self._benchmarks: dict[tuple[str, str], Benchmark] = {}
 
     @cached_property
     def index(self) -> CorpusIndex:
-        return CorpusIndex.load(self.base, self.corpus)
+        return CorpusIndex.load(self.base, self.corpus, ann_config=self.ann_config)
 
     @cached_property
     def graph(self) -> tuple[pd.DataFrame, pd.DataFrame] | None:

@@ -3,14 +3,13 @@ setting demands it, the candidate set each query ranks (HotpotQA distractor: its
 from __future__ import annotations
 
 import hashlib
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from causal_assets.core.corpus.beir import load_beir_qrels, load_beir_queries
 from causal_assets.core.corpus.chunk import chunks_to_frame
@@ -20,7 +19,7 @@ from causal_assets.core.corpus.registry import CorpusSpec, load_corpus, load_cor
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.metrics import Qrels
 from causal_assets.core.mining import mine_examples, mine_questions
-from causal_assets.core.paths import REGISTRY_DIR, expand
+from causal_assets.core.paths import DEFAULT_SHARED_DATA, REGISTRY_DIR, expand
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.yaml_registry import load_entries
 
@@ -126,9 +125,14 @@ class BenchmarkSpec(BaseModel):
             raise ValueError(f"tune_split {self.tune_split!r} must not be an eval split (no tuning on the test set)")
         return self
 
+    # Set by load_benchmark_registry: what `${SHARED_DATA}` in `path` stands for, and the corpus registry that
+    # mined benchmarks (python_package_*) read their corpus from (None: the shipped one).
+    _shared_data: Path = PrivateAttr(default=DEFAULT_SHARED_DATA)
+    _corpora: Path | None = PrivateAttr(default=None)
+
     @property
     def resolved_path(self) -> Path | None:
-        return Path(expand(self.path)) if self.path else None
+        return Path(expand(self.path, self._shared_data)) if self.path else None
 
     def available(self) -> bool:
         return self.path is None or self.resolved_path.exists()
@@ -167,16 +171,24 @@ class Benchmark:
         return [q for q in self.queries if q in self.qrels]
 
 
-def benchmark_registry_path() -> Path:
-    return Path(os.environ.get("CAUSAL_ASSETS_BENCHMARKS", REGISTRY_DIR / "benchmarks.yaml"))
+DEFAULT_REGISTRY = REGISTRY_DIR / "benchmarks.yaml"
 
 
-def load_benchmark_registry(path: str | Path | None = None) -> dict[str, BenchmarkSpec]:
-    return load_entries(Path(path) if path else benchmark_registry_path(), "benchmarks", BenchmarkSpec)
+def load_benchmark_registry(path: str | Path | None = None, shared_data: str | Path | None = None,
+                            corpora: str | Path | None = None) -> dict[str, BenchmarkSpec]:
+    """The registry at `path` (default: the shipped one); `${SHARED_DATA}` in its paths stands for `shared_data`
+    (default: ../shared/data beside the checkout) and mined benchmarks find their corpus in the corpus registry
+    `corpora` (default: the shipped one). The configured ones come from `causal_assets.settings`."""
+    specs = load_entries(Path(path) if path else DEFAULT_REGISTRY, "benchmarks", BenchmarkSpec)
+    for spec in specs.values():
+        spec._shared_data = Path(shared_data) if shared_data else DEFAULT_SHARED_DATA
+        spec._corpora = Path(corpora) if corpora else None
+    return specs
 
 
-def available_benchmarks(path: str | Path | None = None) -> list[str]:
-    return [n for n, s in load_benchmark_registry(path).items() if s.available()]
+def available_benchmarks(path: str | Path | None = None, shared_data: str | Path | None = None,
+                         corpora: str | Path | None = None) -> list[str]:
+    return [n for n, s in load_benchmark_registry(path, shared_data, corpora).items() if s.available()]
 
 
 def hash_half(key: str) -> str:
@@ -230,7 +242,7 @@ def _chunk_table(corpus: CorpusSpec, chunks: pd.DataFrame | None) -> pd.DataFram
 
 def mined_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
     """Questions mined from the corpus's package; gold = the target chunk (graded 1.0)."""
-    corpus = load_corpus_registry()[spec.corpus]
+    corpus = load_corpus_registry(spec._corpora, spec._shared_data)[spec.corpus]
     questions = mine_questions(_chunk_table(corpus, chunks), corpus.package, spec.options.get("max_questions"))
     if split != "dev":
         questions = [q for q in questions if hash_half(q.question_id) == split]
@@ -244,7 +256,7 @@ def mined_examples_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFra
     """Code questions mined from the docstring examples of the corpus's package: the solver writes the call, the
     `pytest` validator runs it in the sandbox after the example's setup and compares the output with the
     example's; gold document = the function's chunk."""
-    corpus = load_corpus_registry()[spec.corpus]
+    corpus = load_corpus_registry(spec._corpora, spec._shared_data)[spec.corpus]
     if corpus.loader != "python_package":
         raise CorpusError(f"benchmark {spec.name!r}: loader python_package_examples needs a python_package corpus, "
                           f"corpus {spec.corpus!r} is {corpus.loader!r}")

@@ -17,9 +17,9 @@ from dagster import (AssetSelection, AutomationConditionSensorDefinition, Defaul
                      SensorResult, define_asset_job, schedule, sensor)
 
 from causal_assets.core.corpus.fingerprint import source_fingerprint
-from causal_assets.core.corpus.registry import load_corpus_registry
 from causal_assets.defs import corpus, evaluation, labels, tuning
 from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
+from causal_assets.resources import CorpusRegistry
 
 corpus_index_job = define_asset_job("corpus_index_job", selection=AssetSelection.groups(corpus.GROUP),
                                     partitions_def=corpus_partitions,
@@ -30,10 +30,10 @@ labels_and_evaluation_job = define_asset_job(
 
 
 @sensor(job=corpus_index_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
-def corpus_change_sensor(context: SensorEvaluationContext) -> SensorResult:
+def corpus_change_sensor(context: SensorEvaluationContext, corpus_registry: CorpusRegistry) -> SensorResult:
     """Re-index a corpus partition when its source files (or installed package version) change."""
     previous = json.loads(context.cursor) if context.cursor else None
-    specs = load_corpus_registry()
+    specs = corpus_registry.specs()
     current = {}
     for name in corpus_partitions.get_partition_keys():
         if name not in specs:

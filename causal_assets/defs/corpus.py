@@ -15,7 +15,7 @@ from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_fra
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import corpus_partitions
-from causal_assets.resources import (DEFAULT_EMBEDDING_BACKEND, DEFAULT_MODELS_DIR, CorpusRegistry,
+from causal_assets.resources import (DEFAULT_EMBEDDING_BACKEND, DEFAULT_MODELS_DIR, SETTINGS, CorpusRegistry,
                                      Storage)
 
 GROUP = "corpus_index"
@@ -65,9 +65,10 @@ class EmbeddingConfig(Config):
     backend: str = DEFAULT_EMBEDDING_BACKEND
     threads: int = 0            # ONNX backends: intra-op threads, 0 = every core (threads do not spin-wait)
     models_dir: str = DEFAULT_MODELS_DIR  # where the ONNX export is cached (by model hash)
+    device: str = SETTINGS.embedding_device  # torch backend: cpu, or cuda on a GPU worker (deploy/k8s/executor.yaml)
 
     def embedder(self) -> Embedder:
-        return Embedder(self.model, self.batch_size, self.backend, self.models_dir, self.threads)
+        return Embedder(self.model, self.batch_size, self.backend, self.models_dir, self.threads, self.device)
 
 
 @asset(partitions_def=corpus_partitions, group_name=GROUP, kinds={"pytorch", "parquet"},

@@ -16,7 +16,7 @@ from causal_assets.core.tuning.store import index_fingerprint, load_tuned
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
 from causal_assets.defs.tuning import TUNED, eager_tolerating_missing
-from causal_assets.resources import LLM, BenchmarkRegistry, Storage
+from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = "evaluation"
 
@@ -54,7 +54,7 @@ def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, 
     """Evaluate every configured retriever on the benchmark's evaluation splits: metrics, runs, failure buckets, the
     questions and judgements, and a report (data/reports/<benchmark>.md) with intervals and significance."""
     spec = benchmark_registry.spec(context.partition_key)
-    artifacts = CorpusArtifacts(storage.base, spec.corpus)
+    artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
     warm_up()
     version = tuned_version(context, spec.name) if config.tuned else None
     tuned = load_tuned(storage.reports_path / "tuned", spec.name, version) if version else None

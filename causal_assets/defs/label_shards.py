@@ -21,14 +21,12 @@ from dagster import (AssetExecutionContext, AssetIn, Backoff, BetaWarning, Mater
 from causal_assets.core.labeling.shards import shard_questions, shard_slice
 from causal_assets.defs.labels import MonteCarloConfig, mc_config, trials_of
 from causal_assets.defs.partitions import benchmark_partitions
-from causal_assets.core.env import positive_int
-from causal_assets.resources import LLM, BenchmarkRegistry
+from causal_assets.resources import LLM, SETTINGS, BenchmarkRegistry
 
 GROUP = "scale_out"
-SHARDS_ENV = "CAUSAL_ASSETS_LABEL_SHARDS"
 
 
-LABEL_SHARDS = positive_int(SHARDS_ENV, 4)
+LABEL_SHARDS = SETTINGS.label_shards
 label_shard_partitions = MultiPartitionsDefinition({
     "benchmark": benchmark_partitions,
     "shard": StaticPartitionsDefinition([str(i) for i in range(LABEL_SHARDS)]),

@@ -23,7 +23,7 @@ from causal_assets.core.labeling.runner import LabelingParams, label_table
 from causal_assets.core.labeling.trials import TrialRun, run_trials
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
-from causal_assets.resources import LLM, BenchmarkRegistry, Storage
+from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = "labels"
 
@@ -42,7 +42,7 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
     """Per question, the documents the labels judge: its gold documents and their graph neighbours, hard negatives
     (top BM25 and dense results that are not gold) and random documents, shuffled."""
     spec = benchmark_registry.spec(context.partition_key)
-    artifacts = CorpusArtifacts(storage.base, spec.corpus)
+    artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
     split = spec.label_split
     bench = artifacts.benchmark(spec, split)
     limit = config.max_questions or spec.monte_carlo.get("max_questions", 20)

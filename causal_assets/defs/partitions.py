@@ -1,20 +1,22 @@
 """Partition definitions shared by the stage modules."""
 from dagster import AssetDep, StaticPartitionMapping, StaticPartitionsDefinition
 
-from causal_assets.core.benchmarks import available_benchmarks, load_benchmark_registry
-from causal_assets.core.corpus.registry import available_corpora
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY
+from causal_assets.resources import BenchmarkRegistry, CorpusRegistry
+
+# The registries the settings name (the resources' defaults).
+_corpora, _benchmarks = CorpusRegistry(), BenchmarkRegistry()
 
 # One partition per registered corpus whose data is present; `default` is always there.
-corpus_partitions = StaticPartitionsDefinition(available_corpora())
+corpus_partitions = StaticPartitionsDefinition(_corpora.available())
 
 # One partition per registered benchmark whose data (and corpus) is present.
 benchmark_partitions = StaticPartitionsDefinition(
-    [b for b in available_benchmarks() if load_benchmark_registry()[b].corpus in corpus_partitions.get_partition_keys()])
+    [b for b, s in _benchmarks.specs().items() if s.available() and s.corpus in corpus_partitions.get_partition_keys()])
 
 
 def benchmark_to_corpus() -> dict[str, str]:
-    specs = load_benchmark_registry()
+    specs = _benchmarks.specs()
     return {b: specs[b].corpus for b in benchmark_partitions.get_partition_keys()}
 
 

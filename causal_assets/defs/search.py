@@ -25,12 +25,13 @@ from causal_assets.core.local_search.search import LocalSearch, save_outputs
 from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.paths import QUESTION_CORPUS
 from causal_assets.defs.checks import check_result, spec
-from causal_assets.resources import LLM, Storage
+from causal_assets.resources import ANN, LLM, SETTINGS, CorpusRegistry, Storage
 
 GROUP = "search"
 # Submitted queries (and the inbox/ the sensor watches); $CAUSAL_ASSETS_QUERIES points a deployment or a test elsewhere.
-QUERIES_DIR = Path(os.environ.get("CAUSAL_ASSETS_QUERIES") or PROJECT_ROOT / "data" / "queries")
+QUERIES_DIR = SETTINGS.queries
 query_partitions = DynamicPartitionsDefinition(name="queries")
 
 
@@ -47,7 +48,7 @@ class SearchConfig(Config):
     max_tokens: int = 256            # completion tokens per LLM stage
     n_ctx: int = 4096
     response_type: str = "Multiple Paragraphs"
-    default_corpus: str = "hotpotqa"  # for queries typed directly as partition keys in the UI
+    default_corpus: str = QUESTION_CORPUS  # for queries typed directly as partition keys in the UI
 
 
 @asset(partitions_def=query_partitions, group_name=GROUP, kinds={"parquet"}, deps=_deps(CHUNKS, "sparse_postings", "corpus_embeddings"),
@@ -57,7 +58,7 @@ def retrieval_results(context: AssetExecutionContext, config: SearchConfig, stor
     """The configured retriever's top results for one submitted question (what `causal-assets ask` lists beside
     the answer)."""
     record = inbox.load(config.queries_dir, context.partition_key, config.default_corpus)
-    index = CorpusIndex.load(storage.base, record["corpus"])
+    index = CorpusIndex.load(storage.base, record["corpus"], ann_config=ANN)
     hits = build_retriever(config.retriever, index).retrieve_many([record["query"]], config.k)[0]
     frame = pd.DataFrame([{"query_id": record["query_id"], "query": record["query"], "corpus": record["corpus"],
                            "retriever": config.retriever, "rank": h.rank, "chunk_id": h.chunk_id, "score": h.score,
@@ -123,8 +124,7 @@ search_job = define_asset_job("search_job", selection=["retrieval_results", "cau
 
 def _known_corpora() -> list[str] | None:
     try:
-        from causal_assets.core.corpus.registry import available_corpora
-        return available_corpora()
+        return CorpusRegistry().available()
     except Exception:  # a broken registry is reported by the corpus stages; the inbox only checks the name then
         return None
 

@@ -22,11 +22,9 @@ from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import EmbeddingCache, embed_incremental
 from causal_assets.defs.corpus import EmbeddingConfig
 from causal_assets.defs.partitions import corpus_partitions
-from causal_assets.core.env import positive_int
-from causal_assets.resources import Storage
+from causal_assets.resources import SETTINGS, Storage
 
 GROUP = "scale_out"
-SHARDS_ENV = "CAUSAL_ASSETS_EMBEDDING_SHARDS"
 
 
 def shard_of(content_hash: str, shards: int) -> int:
@@ -38,7 +36,7 @@ def shard_cache_name(corpus: str, shard: int, shards: int) -> str:
     return f"{corpus}.shard-{shard}-of-{shards}"
 
 
-SHARDS = positive_int(SHARDS_ENV, 4)
+SHARDS = SETTINGS.embedding_shards
 embedding_shard_partitions = MultiPartitionsDefinition({
     "corpus": corpus_partitions,
     "shard": StaticPartitionsDefinition([str(i) for i in range(SHARDS)]),

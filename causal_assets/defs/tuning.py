@@ -13,7 +13,6 @@ from dagster import (AssetDep, AssetExecutionContext, AssetSelection, Automation
                      DataVersion, MetadataValue, Output, asset)
 
 from causal_assets.core.artifacts import CorpusArtifacts
-from causal_assets.core.benchmarks import load_benchmark_registry
 from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.storage import asset_path, read_parquet
@@ -22,7 +21,7 @@ from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import index_fingerprint, save_tuned
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
-from causal_assets.resources import BenchmarkRegistry, Storage
+from causal_assets.resources import ANN, BenchmarkRegistry, Storage
 
 GROUP = "tuning"
 TUNED = "tuned_retriever_configs"
@@ -61,21 +60,20 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         return
     tuning = TuningSpec.model_validate({**spec.tuning, **({"retrievers": config.retrievers}
                                                           if config.retrievers is not None else {})})
-    artifacts = CorpusArtifacts(storage.base, spec.corpus)
+    artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
     bench = sample_queries(artifacts.benchmark(spec, spec.tune_split), config.max_queries, tuning.seed)
     index, graph = artifacts.index, artifacts.graph
     labels_path = asset_path(storage.base, "mc_labels", spec.name)
     mc_labels = read_parquet(labels_path) if labels_path.exists() else None
-    registry = load_benchmark_registry(benchmark_registry.path)
 
     def extra_source(name: str):
         """Another benchmark's tune split and index, for the learned model's extra training rows (never its eval
         splits); None when it is not registered, has no tune split or its index is not materialized."""
-        other = registry.get(name)
+        other = benchmark_registry.specs().get(name)
         if other is None or not other.tune_split or not other.available():
             return None
         try:
-            theirs = CorpusArtifacts(storage.base, other.corpus)
+            theirs = CorpusArtifacts(storage.base, other.corpus, ANN)
             return theirs.index, theirs.benchmark(other, other.tune_split), theirs.graph
         except (OSError, ValueError, CorpusError) as e:
             context.log.warning(f"learned_extra {name!r}: index of corpus {other.corpus!r} not loadable ({e})")

@@ -1,16 +1,219 @@
-"""Environment settings name the variable and the bad value."""
+"""Environment settings (causal_assets/settings.py): one module reads every variable, each bad value is one error
+naming the variable and the value, the README's table lists exactly these variables, and `core` reads none."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from causal_assets.core.env import positive_int
 from causal_assets.core.errors import ConfigError
+from causal_assets.settings import VARIABLES, SecretVar, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "causal_assets"
+NAMES = {v.env for v in VARIABLES}
+# Read by the tests or CI only (documented in the README's table as such), never by the package.
+TEST_ONLY = {"CAUSAL_ASSETS_FRESH_ASK", "CAUSAL_ASSETS_README_TEST", "CAUSAL_ASSETS_UI_SCREENSHOT_DIR"}
+# Package modules that may touch os.environ, and why: none of them reads a setting.
+ENVIRON_WRITERS = {
+    "causal_assets/settings.py": "reads every variable",
+    "causal_assets/__init__.py": "switches Hugging Face hub access off before anything imports it",
+    "causal_assets/commands/__init__.py": "quiets progress bars and library logs of the CLI",
+}
+VAR = re.compile(r"\b(?:CAUSAL_ASSETS_[A-Z0-9_]+|DAGSTER_HOME|OPENAI_API_KEY)\b")
 
 
-def test_positive_int(monkeypatch):
-    monkeypatch.delenv("CA_TEST_N", raising=False)
-    assert positive_int("CA_TEST_N", 4) == 4
-    monkeypatch.setenv("CA_TEST_N", " 8 ")
-    assert positive_int("CA_TEST_N", 4) == 8
-    for bad in ("0", "-2", "two", "1.5"):
-        monkeypatch.setenv("CA_TEST_N", bad)
-        with pytest.raises(ConfigError, match=f"CA_TEST_N='{bad}': expected a positive integer"):
-            positive_int("CA_TEST_N", 4)
+def readme_table() -> dict[str, list[str]]:
+    """Variable -> cells of its row, from the table of README "Configuration"."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 3 and re.fullmatch(r"`[A-Z0-9_]+`", cells[0]):
+            name = cells[0].strip("`")
+            assert name not in rows, f"README: {name} has two rows"
+            rows[name] = cells
+    return rows
+
+
+def test_unset_or_blank_is_the_default_and_values_are_stripped():
+    assert Settings.from_env({}) == Settings()
+    assert Settings.from_env({v.env: "  " for v in VARIABLES}) == Settings()
+    s = Settings.from_env({"CAUSAL_ASSETS_EMBEDDING_SHARDS": " 8 ", "CAUSAL_ASSETS_EXECUTOR": " K8S ",
+                           "CAUSAL_ASSETS_REPORTS": "/srv/reports", "CAUSAL_ASSETS_POOL_WAIT_S": "0",
+                           "CAUSAL_ASSETS_ANN_MIN_CHUNKS": "0", "CAUSAL_ASSETS_MAX_CONCURRENT": "3",
+                           "CAUSAL_ASSETS_LLM_BASE_URL": "http://127.0.0.1:11434/v1"})
+    assert (s.embedding_shards, s.executor, s.reports, s.pool_wait_s, s.ann_min_chunks, s.concurrency()) == \
+        (8, "k8s", Path("/srv/reports"), 0.0, 0, 3)
+    assert s.llm_base_url == "http://127.0.0.1:11434/v1"
+    assert Settings().concurrency() == (os.cpu_count() or 1)
+
+
+@pytest.mark.parametrize("name, bad, expected", [
+    ("CAUSAL_ASSETS_MAX_CONCURRENT", "zero", "expected a positive integer"),
+    ("CAUSAL_ASSETS_EMBEDDING_SHARDS", "0", "expected a positive integer"),
+    ("CAUSAL_ASSETS_LABEL_SHARDS", "-2", "expected a positive integer"),
+    ("CAUSAL_ASSETS_LABEL_SHARDS", "1.5", "expected a positive integer"),
+    ("CAUSAL_ASSETS_ANN_MIN_CHUNKS", "2e5", "expected a whole number"),
+    ("CAUSAL_ASSETS_POOL_WAIT_S", "soon", "expected a number of seconds"),
+    ("CAUSAL_ASSETS_POOL_WAIT_S", "-1", "expected a number of seconds"),
+    ("CAUSAL_ASSETS_POOL_WAIT_S", "nan", "expected a number of seconds"),
+    ("CAUSAL_ASSETS_EXECUTOR", "celery", "expected one of multiprocess, in_process, k8s, docker"),
+    ("CAUSAL_ASSETS_LLM_BASE_URL", "127.0.0.1:8080", "expected an http(s) URL"),
+])
+def test_a_bad_value_is_one_error_naming_the_variable_and_the_value(name, bad, expected):
+    with pytest.raises(ConfigError, match=re.escape(f"{name}={bad!r}: {expected}")):
+        Settings.from_env({name: bad})
+
+
+def test_a_bad_value_stops_the_cli_with_one_line(monkeypatch, capsys):
+    from causal_assets.cli import main
+
+    monkeypatch.setenv("CAUSAL_ASSETS_POOL_WAIT_S", "soon")
+    assert main(["--help"]) == 2
+    err = capsys.readouterr().err
+    assert err == "causal-assets: CAUSAL_ASSETS_POOL_WAIT_S='soon': expected a number of seconds (0 or more)\n"
+
+
+def test_an_api_key_is_recorded_as_set_never_as_its_value():
+    s = Settings.from_env({"CAUSAL_ASSETS_LLM_API_KEY": "sk-secret-value", "OPENAI_API_KEY": "sk-other"})
+    assert s.llm_api_key == SecretVar("CAUSAL_ASSETS_LLM_API_KEY") and s.openai_api_key == SecretVar("OPENAI_API_KEY")
+    assert "sk-secret-value" not in repr(s) and "sk-other" not in repr(s)
+
+
+def test_the_llm_resource_reads_the_key_through_envvar_with_openai_as_fallback():
+    from dagster import EnvVar
+
+    from causal_assets.resources import LOCAL_MODEL_ALIAS, llm_from_settings
+
+    llm = llm_from_settings(Settings.from_env({"OPENAI_API_KEY": "sk-x"}))
+    assert llm.api_key == EnvVar("OPENAI_API_KEY") and llm.base_url is None and llm.model == LOCAL_MODEL_ALIAS
+    llm = llm_from_settings(Settings.from_env({"OPENAI_API_KEY": "sk-x", "CAUSAL_ASSETS_LLM_API_KEY": "sk-y",
+                                               "CAUSAL_ASSETS_LLM_MODEL": "m"}))
+    assert llm.api_key == EnvVar("CAUSAL_ASSETS_LLM_API_KEY") and llm.model == "m"
+    assert llm_from_settings(Settings()).api_key is None
+
+
+def test_readme_table_lists_every_variable_with_its_default():
+    rows = readme_table()
+    missing, extra = NAMES - set(rows), set(rows) - NAMES - TEST_ONLY
+    assert not missing, f"read by causal_assets/settings.py but not in the README's table: {sorted(missing)}"
+    assert not extra, f"in the README's table but not read by causal_assets/settings.py: {sorted(extra)}"
+    for v in VARIABLES:
+        assert f"`{v.default}`" in rows[v.env][2], (v.env, v.default, rows[v.env][2])
+    used_by_tests = "\n".join(p.read_text(encoding="utf-8")
+                              for p in [*(ROOT / "tests").rglob("*.py"), ROOT / ".ci" / "run"])
+    for name in TEST_ONLY:
+        assert name in rows and rows[name][1].startswith("tests only"), name
+        assert name in used_by_tests, f"{name} is documented as a test setting but no test reads it"
+
+
+def test_the_package_reads_the_environment_only_through_settings():
+    readers, unknown = [], []
+    for path in sorted(PACKAGE.rglob("*")):
+        if path.suffix not in (".py", ".yaml") or "__pycache__" in path.parts:
+            continue
+        rel, text = path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")
+        if re.search(r"os\.environ|getenv|environ\[|environ\.get", text) and rel not in ENVIRON_WRITERS:
+            readers.append(rel)
+        unknown += [f"{rel}: {n}" for n in set(VAR.findall(text)) - NAMES]
+    assert readers == [], f"read the environment outside causal_assets/settings.py: {readers}"
+    assert unknown == [], f"name a variable that causal_assets/settings.py does not read: {unknown}"
+    for rel in ENVIRON_WRITERS:
+        if rel != "causal_assets/settings.py":  # they only set defaults for libraries, never read ours
+            assert not VAR.search((ROOT / rel).read_text(encoding="utf-8")), rel
+
+
+def test_core_never_touches_the_environment():
+    """`git grep -n "os.environ" causal_assets/core` is empty (and no getenv either)."""
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in (PACKAGE / "core").rglob("*.py")
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+            if re.search(r"os\.environ|getenv|putenv", line)]
+    assert hits == []
+
+
+def test_settings_import_nothing_heavy():
+    heavy = ["pandas", "numpy", "torch", "dagster", "pydantic", "yaml", "duckdb", "sentence_transformers"]
+    code = (f"import sys, json\nimport causal_assets.settings\n"
+            f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
+
+
+def test_registries_expand_shared_data_given_as_an_argument(tmp_path):
+    from causal_assets.core.benchmarks import load_benchmark_registry
+    from causal_assets.core.corpus.registry import available_corpora, load_corpus_registry
+
+    corpora, benchmarks = tmp_path / "corpora.yaml", tmp_path / "benchmarks.yaml"
+    corpora.write_text("corpora:\n  - {name: default, loader: python_package, package: networkx}\n"
+                       "  - {name: here, loader: beir, path: '${SHARED_DATA}/here'}\n")
+    benchmarks.write_text("benchmarks:\n  - {name: here, loader: beir, corpus: here, path: '${SHARED_DATA}/here', "
+                          "splits: [test], eval_splits: [test]}\n")
+    data = tmp_path / "data"
+    (data / "here").mkdir(parents=True)
+    assert load_corpus_registry(corpora, data)["here"].resolved_path == data / "here"
+    assert available_corpora(corpora, data) == ["default", "here"]
+    assert available_corpora(corpora, tmp_path / "elsewhere") == ["default"]
+    spec = load_benchmark_registry(benchmarks, data)["here"]
+    assert spec.resolved_path == data / "here" and spec.available()
+    assert spec.model_copy().resolved_path == data / "here"
+
+
+def test_every_variable_reaches_what_it_configures_in_the_code_location(tmp_path):
+    """The Definitions loaded in a fresh process with every variable set: each value arrives where it acts."""
+    registry = ROOT / "causal_assets" / "registry"
+    (tmp_path / "corpora.yaml").write_text((registry / "corpora.yaml").read_text())
+    (tmp_path / "benchmarks.yaml").write_text((registry / "benchmarks.yaml").read_text())
+    env = {"CAUSAL_ASSETS_BASE_PATH": str(tmp_path / "parquet"), "CAUSAL_ASSETS_CATALOG": str(tmp_path / "c.duckdb"),
+           "CAUSAL_ASSETS_REPORTS": str(tmp_path / "reports"), "CAUSAL_ASSETS_QUERIES": str(tmp_path / "queries"),
+           "CAUSAL_ASSETS_LLM_CACHE": str(tmp_path / "llm.sqlite"), "CAUSAL_ASSETS_MODELS_DIR": str(tmp_path / "m"),
+           "CAUSAL_ASSETS_CORPORA": str(tmp_path / "corpora.yaml"),
+           "CAUSAL_ASSETS_BENCHMARKS": str(tmp_path / "benchmarks.yaml"),
+           "CAUSAL_ASSETS_SHARED_DATA": str(Settings.from_env().shared_data),
+           "CAUSAL_ASSETS_EMBEDDING_BACKEND": "torch", "CAUSAL_ASSETS_EMBEDDING_DEVICE": "cuda",
+           "CAUSAL_ASSETS_EMBEDDING_SHARDS": "3", "CAUSAL_ASSETS_LABEL_SHARDS": "5",
+           "CAUSAL_ASSETS_ANN_MIN_CHUNKS": "7", "CAUSAL_ASSETS_LLM_BASE_URL": "http://127.0.0.1:9/v1",
+           "CAUSAL_ASSETS_LLM_MODEL": "m1", "CAUSAL_ASSETS_LLM_API_KEY": "sk-not-printed",
+           "CAUSAL_ASSETS_SOLVER": "smollm2-135m", "CAUSAL_ASSETS_EXECUTOR": "multiprocess",
+           "CAUSAL_ASSETS_MAX_CONCURRENT": "2"}
+    code = """
+import json
+from causal_assets.definitions import defs
+from causal_assets.defs import corpus, label_shards, search, sharding
+from causal_assets.defs.partitions import corpus_partitions
+from causal_assets.resources import ANN
+r = defs.resources
+execu = defs.resolve_job_def("corpus_index_job").executor_def
+limit = execu.config_schema.as_field().config_type.fields["multiprocess"].config_type.fields["max_concurrent"]
+emb = corpus.EmbeddingConfig()
+print(json.dumps({
+    "storage": [r["storage"].base_path, r["storage"].catalog_path, r["storage"].reports_dir],
+    "llm": [r["llm"].base_url, r["llm"].model, r["llm"].cache_path, r["llm"].solver, r["llm"].models_dir,
+            type(r["llm"].api_key).__name__],
+    "registries": [r["corpus_registry"].path, r["benchmark_registry"].path, r["benchmark_registry"].corpora],
+    "embedding": [emb.backend, emb.device, emb.models_dir],
+    "shards": [sharding.SHARDS, label_shards.LABEL_SHARDS], "ann": ANN.min_chunks,
+    "queries": [str(search.QUERIES_DIR), search.SearchConfig().queries_dir],
+    "max_concurrent": limit.default_value, "partitions": "default" in corpus_partitions.get_partition_keys(),
+}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "sk-not-printed" not in out.stdout + out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    t = str(tmp_path)
+    assert got == {
+        "storage": [f"{t}/parquet", f"{t}/c.duckdb", f"{t}/reports"],
+        "llm": ["http://127.0.0.1:9/v1", "m1", f"{t}/llm.sqlite", "smollm2-135m", f"{t}/m", "EnvVar"],
+        "registries": [f"{t}/corpora.yaml", f"{t}/benchmarks.yaml", f"{t}/corpora.yaml"],
+        "embedding": ["torch", "cuda", f"{t}/m"], "shards": [3, 5], "ann": 7,
+        "queries": [f"{t}/queries", f"{t}/queries"], "max_concurrent": 2, "partitions": True}

@@ -77,16 +77,15 @@ def test_unsupported_validator_is_refused_by_the_registry(tmp_path, loader_entry
         load_benchmark_registry(path)
 
 
-def test_code_benchmark_loads_from_a_registry(tmp_path, monkeypatch):
+def test_code_benchmark_loads_from_a_registry(tmp_path):
     corpora = tmp_path / "corpora.yaml"
     corpora.write_text(yaml.safe_dump({"corpora": [{"name": "default", "loader": "python_package",
                                                     "package": "networkx", "options": {"subpackages": SUB}}]}))
-    monkeypatch.setenv("CAUSAL_ASSETS_CORPORA", str(corpora))
     path = tmp_path / "benchmarks.yaml"
     path.write_text(yaml.safe_dump({"benchmarks": [{
         "name": "default_examples", "loader": "python_package_examples", "corpus": "default", "validator": "pytest",
         "splits": ["dev"], "eval_splits": ["dev"], "options": {"max_questions": 20}}]}))
-    spec = load_benchmark_registry(path)["default_examples"]
+    spec = load_benchmark_registry(path, corpora=corpora)["default_examples"]
     bench = load_benchmark(spec, "dev")
     qid = next(q for q, a in bench.answers.items() if json.loads(a)["call"].startswith("nx.shortest_path("))
     assert list(bench.qrels[qid]) == ["networkx.algorithms.shortest_paths.generic.shortest_path"]

@@ -1,4 +1,4 @@
-"""Issue 15, finding 13: tests find the shared data through `shared_data_dir()` (../shared/data or
+"""Issue 15, finding 13: tests find the shared data through the settings' `shared_data` (../shared/data or
 CAUSAL_ASSETS_SHARED_DATA), never a path of one machine, and a missing data set fails under CI instead of
 skipping silently."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from causal_assets.core.paths import shared_data_dir
+from causal_assets.settings import Settings
 from tests import conftest
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ def test_no_test_hard_codes_a_shared_data_path():
 
 def test_shared_data_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("CAUSAL_ASSETS_SHARED_DATA", str(tmp_path))
-    assert shared_data_dir() == tmp_path
+    assert Settings.from_env().shared_data == tmp_path
 
 
 def test_missing_data_skips_locally_and_fails_in_ci(monkeypatch, tmp_path):

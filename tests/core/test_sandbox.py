@@ -144,6 +144,8 @@ def test_environment_is_scrubbed(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
     code = "import os\n\ndef env():\n    return dict(os.environ)\n"
     test = textwrap.dedent("""
+        import os
+
         from solution import env
 
         def test_env():
@@ -151,6 +153,8 @@ def test_environment_is_scrubbed(monkeypatch):
             assert "CAUSAL_SANDBOX_SECRET" not in e and "OPENAI_API_KEY" not in e
             allowed = {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PWD"}
             assert set(e) <= allowed, sorted(set(e) - allowed)
+            # each process has its own HOME: the answer's /tmp, the grader's its private directory
+            assert e["HOME"] == "/tmp" and os.environ["HOME"] == "/tmp/grader", (e["HOME"], os.environ["HOME"])
     """)
     r = run_pytest(code, test)
     assert r.passed, r.stdout_tail

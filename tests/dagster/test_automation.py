@@ -11,18 +11,22 @@ from causal_assets.core.corpus.fingerprint import source_fingerprint
 from causal_assets.core.corpus.registry import CorpusSpec
 from causal_assets.defs.automation import corpus_change_sensor, nightly_labels_and_evaluation
 from causal_assets.defs.partitions import benchmark_partitions
+from causal_assets.resources import CorpusRegistry
+
+REGISTRY = {"corpus_registry": CorpusRegistry()}  # the shipped registry (the settings' default)
 
 
 def test_corpus_change_sensor_records_then_requests_changed_partitions():
     with DagsterInstance.ephemeral() as instance:
-        first = corpus_change_sensor(build_sensor_context(instance=instance))
+        first = corpus_change_sensor(build_sensor_context(instance=instance, resources=REGISTRY))
         assert first.run_requests == []  # the first tick only records fingerprints
         cursor = json.loads(first.cursor)
         assert "default" in cursor
         cursor["default"] = "an-older-fingerprint"
-        second = corpus_change_sensor(build_sensor_context(instance=instance, cursor=json.dumps(cursor)))
+        second = corpus_change_sensor(build_sensor_context(instance=instance, cursor=json.dumps(cursor),
+                                                           resources=REGISTRY))
         assert [r.partition_key for r in second.run_requests] == ["default"]
-        third = corpus_change_sensor(build_sensor_context(instance=instance, cursor=second.cursor))
+        third = corpus_change_sensor(build_sensor_context(instance=instance, cursor=second.cursor, resources=REGISTRY))
         assert third.run_requests == []
 
 

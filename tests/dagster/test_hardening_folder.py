@@ -69,7 +69,7 @@ def test_folder_loader_skips_and_lists_each_hostile_file(hostile):
     listed.encode("utf-8")  # printable, storable
 
 
-def test_corpus_chunks_step_and_change_sensor_survive_a_hostile_folder(hostile, tmp_path, monkeypatch):
+def test_corpus_chunks_step_and_change_sensor_survive_a_hostile_folder(hostile, tmp_path):
     from causal_assets.defs import automation
     from causal_assets.defs.corpus import corpus_chunks
     from causal_assets.resources import CorpusRegistry, ParquetIOManagerFactory, Storage
@@ -90,12 +90,13 @@ def test_corpus_chunks_step_and_change_sensor_survive_a_hostile_folder(hostile, 
     fp = source_fingerprint(CorpusSpec(name="mydocs", loader="folder", path=str(root)))
     assert fp != "missing"
     # The sensor ticks without RecursionError for a registry containing the deep folder.
-    monkeypatch.setenv("CAUSAL_ASSETS_CORPORA", str(reg))
+    registry = {"corpus_registry": CorpusRegistry(path=str(reg))}
     with DagsterInstance.ephemeral() as instance:
-        first = automation.corpus_change_sensor(build_sensor_context(instance=instance))
+        first = automation.corpus_change_sensor(build_sensor_context(instance=instance, resources=registry))
         (root / "new.md").write_text("a new file\n")
         os.utime(root / "new.md", (1, 1))
-        second = automation.corpus_change_sensor(build_sensor_context(instance=instance, cursor=first.cursor))
+        second = automation.corpus_change_sensor(build_sensor_context(instance=instance, cursor=first.cursor,
+                                                                      resources=registry))
     assert [r.partition_key for r in second.run_requests] == ["default"]
 
 

@@ -50,9 +50,9 @@ def test_two_benchmarks_on_one_corpus_read_that_corpus():
 def test_shipped_definitions_load_with_a_benchmark_not_named_after_its_corpus(tmp_path):
     """The real code location, with a registry adding `hotmini_b` on the default corpus: pools of `hotmini_b` read
     the `default` index partitions."""
-    import causal_assets.core.benchmarks as b
+    from causal_assets.settings import Settings
 
-    reg = yaml.safe_load(Path(b.benchmark_registry_path()).read_text())
+    reg = yaml.safe_load(Settings.from_env().benchmarks.read_text())
     default = next(e for e in reg["benchmarks"] if e["name"] == "default")
     reg["benchmarks"].append({**default, "name": "default_b"})
     path = tmp_path / "benchmarks.yaml"

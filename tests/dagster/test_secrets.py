@@ -3,24 +3,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dagster import DagsterInstance, EnvVar, materialize
+from dagster import DagsterInstance, materialize
 
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
 from causal_assets.defs.graph import entity_graph
 from causal_assets.defs.labels import candidate_pools, mc_labels, mc_trials
-from causal_assets.resources import LLM
+from causal_assets.resources import llm_from_settings
+from causal_assets.settings import Settings
 from tests.core.test_llm import FakeOpenAI
 
 SECRET = "sk-live-NeverLogThis0123456789abcdef"
 
 
 def test_api_key_stays_out_of_logs_metadata_and_parquet(resources, tmp_path, monkeypatch):
-    monkeypatch.setenv("CAUSAL_ASSETS_TEST_KEY", SECRET)
+    monkeypatch.setenv("CAUSAL_ASSETS_LLM_API_KEY", SECRET)
+    monkeypatch.setenv("CAUSAL_ASSETS_LLM_MODEL", "fake-model")
     # A careless server that reflects the Authorization header in its errors (three times: more than the retries, so
     # an errored call with the server's message is journalled and stored), then answers.
     with FakeOpenAI(script=["echo_auth_500"] * 3) as server, DagsterInstance.ephemeral() as instance:
-        llm = LLM(base_url=server.url, model="fake-model", api_key=EnvVar("CAUSAL_ASSETS_TEST_KEY"),
-                  cache_path=str(tmp_path / "calls.sqlite"), max_retries=2)
+        monkeypatch.setenv("CAUSAL_ASSETS_LLM_BASE_URL", server.url)
+        settings = Settings.from_env()
+        assert SECRET not in repr(settings)  # the settings know that a key is set, never its value
+        # The resource as the code location builds it: the key is read through EnvVar when the step starts.
+        llm = llm_from_settings(settings, cache_path=str(tmp_path / "calls.sqlite"), max_retries=2)
         res = {**resources, "llm": llm}
         upstream = [corpus_chunks, corpus_embeddings, sparse_index, entity_graph]
         assert materialize(upstream, resources=res, partition_key="hotpotqa", instance=instance).success

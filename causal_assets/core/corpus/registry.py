@@ -1,11 +1,10 @@
 """The corpus registry: named corpus sources validated with pydantic, and the one function that loads any of them."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from causal_assets.core.corpus.beir import load_beir_corpus
 from causal_assets.core.corpus.chunk import Chunk
@@ -14,10 +13,10 @@ from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
 from causal_assets.core.corpus.python_package import load_python_package
 from causal_assets.core.errors import ConfigError, CorpusError
-from causal_assets.core.paths import REGISTRY_DIR, expand
+from causal_assets.core.paths import DEFAULT_CORPUS, DEFAULT_SHARED_DATA, REGISTRY_DIR, expand
 from causal_assets.core.yaml_registry import load_entries
 
-DEFAULT_CORPUS = "default"
+DEFAULT_REGISTRY = REGISTRY_DIR / "corpora.yaml"
 
 
 class CorpusSpec(BaseModel):
@@ -29,6 +28,8 @@ class CorpusSpec(BaseModel):
     package: str | None = None
     description: str = ""
     options: dict[str, Any] = Field(default_factory=dict)
+    # what `${SHARED_DATA}` in `path` stands for: set by load_corpus_registry
+    _shared_data: Path = PrivateAttr(default=DEFAULT_SHARED_DATA)
 
     @model_validator(mode="after")
     def _source_given(self) -> "CorpusSpec":
@@ -40,7 +41,7 @@ class CorpusSpec(BaseModel):
 
     @property
     def resolved_path(self) -> Path | None:
-        return Path(expand(self.path)) if self.path else None
+        return Path(expand(self.path, self._shared_data)) if self.path else None
 
     def available(self) -> bool:
         return self.loader == "python_package" or self.resolved_path.exists()
@@ -51,20 +52,21 @@ class CorpusSpec(BaseModel):
         return bool(self.options.get("split_identifiers", self.loader == "python_package"))
 
 
-def registry_path() -> Path:
-    return Path(os.environ.get("CAUSAL_ASSETS_CORPORA", REGISTRY_DIR / "corpora.yaml"))
-
-
-def load_corpus_registry(path: str | Path | None = None) -> dict[str, CorpusSpec]:
-    path = Path(path) if path else registry_path()
+def load_corpus_registry(path: str | Path | None = None,
+                         shared_data: str | Path | None = None) -> dict[str, CorpusSpec]:
+    """The registry at `path` (default: the shipped one), `${SHARED_DATA}` in its paths standing for `shared_data`
+    (default: ../shared/data beside the checkout). The configured ones come from `causal_assets.settings`."""
+    path = Path(path) if path else DEFAULT_REGISTRY
     specs = load_entries(path, "corpora", CorpusSpec)
     if DEFAULT_CORPUS not in specs:
         raise ConfigError(f"{path}: no corpus named {DEFAULT_CORPUS!r}")
+    for spec in specs.values():
+        spec._shared_data = Path(shared_data) if shared_data else DEFAULT_SHARED_DATA
     return specs
 
 
-def available_corpora(path: str | Path | None = None) -> list[str]:
-    return [name for name, spec in load_corpus_registry(path).items() if spec.available()]
+def available_corpora(path: str | Path | None = None, shared_data: str | Path | None = None) -> list[str]:
+    return [name for name, spec in load_corpus_registry(path, shared_data).items() if spec.available()]
 
 
 def load_corpus(spec: CorpusSpec) -> tuple[list[Chunk], dict]:

@@ -21,13 +21,12 @@ returned scores are exact cosines and quantisation only decides which candidates
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-DEFAULT_MIN_CHUNKS = int(os.environ.get("CAUSAL_ASSETS_ANN_MIN_CHUNKS", "200000"))
+DEFAULT_MIN_CHUNKS = 200_000  # the code location passes $CAUSAL_ASSETS_ANN_MIN_CHUNKS (causal_assets.settings)
 
 
 @dataclass(frozen=True)

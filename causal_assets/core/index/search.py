@@ -81,7 +81,8 @@ class CorpusIndex:
         self._dense_moments: tuple[np.ndarray, np.ndarray] | None = None
 
     @classmethod
-    def load(cls, base: str | UPath, corpus: str, dense: bool = True) -> "CorpusIndex":
+    def load(cls, base: str | UPath, corpus: str, dense: bool = True,
+             ann_config: AnnConfig | None = None) -> "CorpusIndex":
         chunks = read_parquet(asset_path(base, CHUNKS, corpus)).sort_values("chunk_idx").reset_index(drop=True)
         postings = read_parquet(asset_path(base, POSTINGS, corpus))
         vocab = read_parquet(asset_path(base, VOCABULARY, corpus))
@@ -96,7 +97,8 @@ class CorpusIndex:
             backend = str(emb["backend"].iloc[0]) if "backend" in emb else "torch"
         split = bool(json.loads(chunks["index_options"].iloc[0]).get("split_identifiers", False)) \
             if "index_options" in chunks else False
-        return cls(corpus, chunks, sparse, embeddings, split, Embedder(model, backend=backend or DEFAULT_BACKEND))
+        return cls(corpus, chunks, sparse, embeddings, split, Embedder(model, backend=backend or DEFAULT_BACKEND),
+                   ann_config or AnnConfig())
 
     def terms(self, query: str) -> list[str]:
         return analyze(query, self.split_identifiers)

@@ -122,7 +122,7 @@ class _Remote:
         self.proc = subprocess.Popen(
             [sys.executable, "-I", cfg["launcher"], "worker", cfg["worker_config"]],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, encoding="utf-8",
-            preexec_fn=lambda: self._as_answer(cfg), close_fds=True, cwd="/")
+            preexec_fn=lambda: self._as_answer(cfg), close_fds=True, cwd="/", env=cfg["answer_env"])
         self.dead: str | None = None
 
     @staticmethod
@@ -292,7 +292,6 @@ def grade(cfg: dict) -> int:
         os.chown(d, int(uid), int(uid))
     remote = _Remote(cfg)                      # the answer process, started while we still may setuid
     _drop(int(cfg["grader_uid"]))              # from here on: no capabilities, not the answer's uid
-    os.environ["HOME"] = cfg["grader_home"]
     os.chdir(cfg["grader_home"])
     try:
         verdict = (_grade_pytest if cfg["mode"] == "pytest" else _grade_examples)(cfg, remote)

@@ -60,6 +60,9 @@ NPROC = 64
 _NOFILE = 256
 _FSIZE_MB = 64
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+# The whole environment of the sandboxed processes (bwrap --clearenv): the grader's HOME is its own directory
+# (`grader_home`), the answer's /tmp; the launcher gives the answer process its environment explicitly.
+SANDBOX_ENV = {"PATH": _SAFE_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
 _LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
 _MAX_VERDICT = 4 << 20
 
@@ -184,7 +187,7 @@ def _run(mode: str, answer: str, *, test_code: str | None = None, examples: list
                "worker_config": "/sandbox/ctl/worker.json", "tests_dir": "/sandbox/grader", "test_file": test_file,
                "examples": examples or [], "grader_home": "/tmp/grader", "answer_uid": ANSWER_UID,
                "grader_uid": GRADER_UID, "memory_mb": memory_mb, "cpu_s": cpu_s, "nproc": NPROC,
-               "verdict_fd": verdict_w}
+               "verdict_fd": verdict_w, "answer_env": {**SANDBOX_ENV, "HOME": "/tmp"}}
         _write(ctl / "worker.json", json.dumps(worker_cfg), 0o644)
         _write(ctl / "grader.json", json.dumps(cfg), 0o600)   # examples' expected outputs: root only
 
@@ -212,8 +215,7 @@ def _run(mode: str, answer: str, *, test_code: str | None = None, examples: list
         cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
                 "--dir", "/sandbox", "--ro-bind", str(ctl), "/sandbox/ctl", "--ro-bind", str(task), "/sandbox/task",
                 "--ro-bind", str(grader), "/sandbox/grader", "--chdir", "/",
-                "--setenv", "PATH", _SAFE_PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
-                "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONHASHSEED", "0",
+                *[a for k, v in {**SANDBOX_ENV, "HOME": cfg["grader_home"]}.items() for a in ("--setenv", k, v)],
                 "--", os.path.realpath(sys.executable), "-I", "/sandbox/ctl/launcher.py", "grade",
                 "/sandbox/ctl/grader.json"]
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import re
 import threading
@@ -207,7 +206,7 @@ class LLMClient:
         self.max_response_bytes = max_response_bytes
         self.error_text = error_text
         self.cache_endpoint = base_url if cache_endpoint is _FROM_BASE_URL else cache_endpoint
-        self._api_key = Secret(api_key or os.environ.get("OPENAI_API_KEY") or NO_KEY)
+        self._api_key = Secret(api_key or NO_KEY)  # the caller passes the key (resources: EnvVar of settings)
         # our own retry loop replaces the SDK's (max_retries=0) so every attempt is visible and bounded
         self._client = openai.OpenAI(
             base_url=base_url, api_key=self._api_key.get(), timeout=timeout_s, max_retries=0,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable
 
 from causal_assets.core.errors import ConfigError
+from causal_assets.core.paths import QUESTION_CORPUS
 
 MAX_QUERY_CHARS = 2000
 # An inbox file holds a question and an optional `corpus:` line: 16 KiB is far more than that needs.
@@ -95,7 +96,7 @@ def read_inbox_file(path: str | os.PathLike, max_bytes: int = MAX_INBOX_BYTES) -
     return data.decode("utf-8", errors="replace")
 
 
-def parse_inbox_text(text: str, default_corpus: str = "hotpotqa") -> tuple[str, str]:
+def parse_inbox_text(text: str, default_corpus: str = QUESTION_CORPUS) -> tuple[str, str]:
     """(query, corpus) of an inbox file: first line = query, optional later line `corpus: NAME`."""
     lines = text.splitlines()
     corpus = next((l.split(":", 1)[1].strip() for l in lines[1:] if l.lower().startswith("corpus:")), default_corpus)

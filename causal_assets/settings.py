@@ -1,0 +1,198 @@
+"""Every setting causal_assets takes from the environment, in one place.
+
+`Settings.from_env()` reads the `CAUSAL_ASSETS_*` variables (and `DAGSTER_HOME`, `OPENAI_API_KEY`) into one typed,
+immutable object; no other module of the package reads them. The Dagster code location reads it once, when its
+Definitions load (`causal_assets.resources.SETTINGS`); the CLI when it parses its arguments. `causal_assets.core`
+never reads the environment: it is given paths and values as arguments.
+
+Each field names its variable, its default and what it means (`VARIABLES` lists them; README "Configuration" has
+the same table, and a test keeps the two equal). An unset or blank variable means the default; a value that does
+not parse stops with one `ConfigError` naming the variable and the value. Secrets are never read here: for an API
+key the settings record only *that* it is set, and the resource reads it through Dagster's `EnvVar`.
+
+Only the standard library is imported, so `causal-assets --help` stays instant.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Callable, Mapping
+from urllib.parse import urlparse
+
+from causal_assets.core.errors import ConfigError
+from causal_assets.core.paths import DEFAULT_SHARED_DATA, PROJECT_ROOT, REGISTRY_DIR
+
+DATA_DIR = PROJECT_ROOT / "data"
+# Where steps may run (causal_assets.execution builds each).
+EXECUTORS = ("multiprocess", "in_process", "k8s", "docker")
+
+
+@dataclass(frozen=True)
+class SecretVar:
+    """A secret that is set in the environment variable `name`; its value is never held here (read it with
+    `dagster.EnvVar(name)`)."""
+
+    name: str
+
+
+# ------------------------------------------------------------------------------------------------------- parsers
+# Each takes the variable's name and its stripped, non-blank value.
+
+def text(name: str, raw: str) -> str:
+    return raw
+
+
+def path(name: str, raw: str) -> Path:
+    return Path(raw).expanduser()
+
+
+def positive_int(name: str, raw: str) -> int:
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{name}={raw!r}: expected a positive integer")
+    return int(raw)
+
+
+def non_negative_int(name: str, raw: str) -> int:
+    if not raw.isdigit():
+        raise ConfigError(f"{name}={raw!r}: expected a whole number (0 or more)")
+    return int(raw)
+
+
+def non_negative_float(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"{name}={raw!r}: expected a number of seconds (0 or more)")
+    return value
+
+
+def choice(*options: str) -> Callable[[str, str], str]:
+    def parse(name: str, raw: str) -> str:
+        value = raw.lower()
+        if value not in options:
+            raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(options)}")
+        return value
+    return parse
+
+
+def http_url(name: str, raw: str) -> str:
+    url = urlparse(raw)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise ConfigError(f"{name}={raw!r}: expected an http(s) URL such as http://127.0.0.1:8080/v1")
+    return raw
+
+
+def secret(name: str, raw: str) -> SecretVar:
+    return SecretVar(name)
+
+
+def check_choice(name: str, value: str, options: tuple[str, ...]) -> str:
+    """`value` (the setting of variable `name`) when it is one of `options`; for choices only a heavier module
+    knows (e.g. the embedding backends), checked where that module is imported."""
+    if value not in options:
+        raise ConfigError(f"{name}={value!r}: expected one of {', '.join(options)}")
+    return value
+
+
+def var(env: str, default, meaning: str, parse: Callable[[str, str], object] = text, shown: str | None = None):
+    """A settings field read from variable `env`; `shown` is the default as the README states it."""
+    return field(default=default, metadata={"env": env, "meaning": meaning, "parse": parse,
+                                            "shown": shown if shown is not None else str(default)})
+
+
+# ------------------------------------------------------------------------------------------------------ settings
+@dataclass(frozen=True)
+class Settings:
+    """The project's configuration from the environment (see the module docstring); one field per variable."""
+
+    # storage
+    base_path: str = var("CAUSAL_ASSETS_BASE_PATH", str(DATA_DIR / "parquet"),
+                         "Parquet base path (local path or fsspec URL)", shown="data/parquet")
+    catalog: Path = var("CAUSAL_ASSETS_CATALOG", DATA_DIR / "causal_assets.duckdb", "DuckDB catalog file",
+                        path, shown="data/causal_assets.duckdb")
+    reports: Path = var("CAUSAL_ASSETS_REPORTS", DATA_DIR / "reports", "Markdown reports and plots", path,
+                        shown="data/reports")
+    queries: Path = var("CAUSAL_ASSETS_QUERIES", DATA_DIR / "queries",
+                        "submitted queries, and the inbox/ the queries_inbox_sensor watches", path,
+                        shown="data/queries")
+    llm_cache: Path = var("CAUSAL_ASSETS_LLM_CACHE", DATA_DIR / "llm_calls.sqlite",
+                          "LLM call cache / journal (SQLite)", path, shown="data/llm_calls.sqlite")
+    models_dir: Path = var("CAUSAL_ASSETS_MODELS_DIR", DATA_DIR / "models",
+                           "where local models are assembled and ONNX exports cached", path, shown="data/models")
+    # registries and data
+    corpora: Path = var("CAUSAL_ASSETS_CORPORA", REGISTRY_DIR / "corpora.yaml", "corpus registry (YAML)", path,
+                        shown="causal_assets/registry/corpora.yaml")
+    benchmarks: Path = var("CAUSAL_ASSETS_BENCHMARKS", REGISTRY_DIR / "benchmarks.yaml",
+                           "benchmark registry (YAML/JSON)", path, shown="causal_assets/registry/benchmarks.yaml")
+    shared_data: Path = var("CAUSAL_ASSETS_SHARED_DATA", DEFAULT_SHARED_DATA,
+                            "shared benchmark data (`${SHARED_DATA}` in the registries)", path,
+                            shown="../shared/data beside the checkout")
+    # embeddings and the index
+    embedding_backend: str | None = var("CAUSAL_ASSETS_EMBEDDING_BACKEND", None,
+                                        "embedding backend: torch, onnx or onnx-int8", shown="onnx-int8")
+    embedding_device: str = var("CAUSAL_ASSETS_EMBEDDING_DEVICE", "cpu",
+                                "device of the torch embedding backend (cuda on a GPU worker)")
+    embedding_shards: int = var("CAUSAL_ASSETS_EMBEDDING_SHARDS", 4, "hash buckets of embedding_shards",
+                                positive_int)
+    ann_min_chunks: int = var("CAUSAL_ASSETS_ANN_MIN_CHUNKS", 200_000,
+                              "corpora with at least this many chunks use the ANN index for dense search "
+                              "(smaller ones are searched exactly)", non_negative_int, shown="200000")
+    # LLM
+    llm_base_url: str | None = var("CAUSAL_ASSETS_LLM_BASE_URL", None, "OpenAI-compatible endpoint", http_url,
+                                   shown="none: a local llama.cpp server")
+    llm_model: str | None = var("CAUSAL_ASSETS_LLM_MODEL", None, "model name at the endpoint",
+                                shown="smollm2-135m-instruct")
+    llm_api_key: SecretVar | None = var("CAUSAL_ASSETS_LLM_API_KEY", None,
+                                        "API key of the endpoint (read through EnvVar, never logged)", secret,
+                                        shown="none")
+    openai_api_key: SecretVar | None = var("OPENAI_API_KEY", None,
+                                           "API key used when CAUSAL_ASSETS_LLM_API_KEY is unset", secret,
+                                           shown="none")
+    solver: str | None = var("CAUSAL_ASSETS_SOLVER", None, "local Monte Carlo solver model", shown="gemma3-270m")
+    label_shards: int = var("CAUSAL_ASSETS_LABEL_SHARDS", 4, "question ranges of mc_trial_shards", positive_int)
+    pool_wait_s: float = var("CAUSAL_ASSETS_POOL_WAIT_S", 300.0,
+                             "`causal-assets ask`: longest wait for an `llm` pool slot (seconds)",
+                             non_negative_float, shown="300")
+    # execution
+    executor: str = var("CAUSAL_ASSETS_EXECUTOR", "multiprocess", "executor of every job", choice(*EXECUTORS))
+    max_concurrent: int | None = var("CAUSAL_ASSETS_MAX_CONCURRENT", None,
+                                     "multiprocess executor: steps running at once", positive_int,
+                                     shown="the machine's core count")
+    executor_config: Path | None = var("CAUSAL_ASSETS_EXECUTOR_CONFIG", None,
+                                       "YAML config of the k8s/docker executor, checked when the Definitions load",
+                                       path, shown="none")
+    dagster_home: Path = var("DAGSTER_HOME", DATA_DIR / "dagster_home",
+                             "Dagster instance of the runs `causal-assets ask` / `search` / `build` start", path,
+                             shown="data/dagster_home")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+        """The settings of `environ` (default: this process's environment), every variable parsed now."""
+        environ = os.environ if environ is None else environ
+        values = {}
+        for f in fields(cls):
+            raw = (environ.get(f.metadata["env"]) or "").strip()
+            if raw:
+                values[f.name] = f.metadata["parse"](f.metadata["env"], raw)
+        return cls(**values)
+
+    def concurrency(self) -> int:
+        """Steps the multiprocess executor runs at once: the setting, or the machine's core count."""
+        return self.max_concurrent or os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One row of the README's table: the variable, the `Settings` attribute it sets, its default, its meaning."""
+
+    env: str
+    attribute: str
+    default: str
+    meaning: str
+
+
+VARIABLES: tuple[Variable, ...] = tuple(Variable(f.metadata["env"], f.name, f.metadata["shown"], f.metadata["meaning"])
+                                        for f in fields(Settings))
