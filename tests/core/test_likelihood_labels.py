@@ -17,7 +17,8 @@ from causal_assets.core.checks import check_labels
 from causal_assets.core.labeling.design import balanced_design
 from causal_assets.core.labeling.estimators import YES, AdaptiveLabeler, regression
 from causal_assets.core.labeling.runner import LabelingParams, label_question, label_table
-from causal_assets.core.labeling.solver import LikelihoodSolver, answer_continuations, solver_prompt
+from causal_assets.core.labeling.solver import (LikelihoodSolver, answer_continuations, question_span,
+                                                solver_prompt)
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.models import local_model_path, local_scorer
 from causal_assets.core.llm.scoring import EndpointScorer, ScoreRequest, ScoringUnsupported
@@ -75,6 +76,33 @@ def test_server_endpoint_scores_like_the_in_process_model(tmp_path, models_dir):
             .score_many([ScoreRequest(prompt, cont)])[0]
     assert remote.n_tokens == local.n_tokens
     assert abs(remote.best - local.best) < 0.05, (remote.best, local.best)
+
+
+def test_question_span_is_read_off_the_answers_prompt_evaluation(tmp_path, models_dir, hotpot_question):
+    """qa_likelihood costs one request per trial: the question's log-probability read off the answer's prompt
+    equals scoring the question as a continuation of the prompt before it (a separate request), and the real
+    server's echo path reads the same span."""
+    q = hotpot_question
+    docs = [(p.title, p.text[:200]) for p in q.paragraphs[:3]]
+    prompt, span = solver_prompt(q.question, docs, "answer_f1"), question_span(q.question, docs)
+    assert prompt[span[0]:span[1]] == " " + q.question
+    cont = answer_continuations(q.answer)
+    scorer = local_scorer("gemma3-270m", CallCache(tmp_path / "c.db"), models_dir, n_threads=2)
+    one, apart = scorer.score_many([ScoreRequest(prompt, cont, span),
+                                    ScoreRequest(prompt[:span[0]], (prompt[span[0]:span[1]],))])
+    assert one.span_tokens == apart.n_tokens[0] > 5
+    # the two requests batch the prompt differently (prefix reuse), so float sums differ by a few hundredths of a
+    # nat over the question's tokens: noise far below the 2-nat label threshold
+    assert one.span_logprob == pytest.approx(apart.best, abs=0.1)
+    again = scorer.score_many([ScoreRequest(prompt, cont, span)])[0]           # from the cache, span included
+    assert again.cached and again.span_logprob == one.span_logprob
+    assert scorer.score_many([ScoreRequest(prompt, cont)])[0].span_logprob is None
+    with LocalLlamaServer(model_path=local_model_path("gemma3-270m", models_dir), n_threads=2, n_ctx=1024) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="none", max_retries=0, timeout=300)
+        remote = EndpointScorer(client, srv.alias, None, mode="echo").score_many([ScoreRequest(prompt, cont, span)])[0]
+    assert remote.span_tokens == one.span_tokens
+    assert remote.span_logprob == pytest.approx(one.span_logprob, abs=0.1)
+    assert remote.best == pytest.approx(one.best, abs=0.1)
 
 
 class _ChatOnly:

@@ -128,16 +128,15 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
         docs = [[(pool[j][1], pool[j][2]) for j in np.flatnonzero(row)] for row in subsets]
         try:
             scored = scorer.score_many(question, continuations, docs, config.outcome == "qa_likelihood") \
-                if config.scores else [(None, None)] * len(docs)
+                if config.scores else [None] * len(docs)
             answered = solver.attempt_many(question, docs) if config.generates else [None] * len(docs)
         except BudgetExceeded:
             out.stopped = "budget_exceeded"
             break
         ok_rows, outcomes, failed_rows = [], [], []
-        for row, (sc, sq), res in zip(subsets, scored, answered):
+        for row, sc, res in zip(subsets, scored, answered):
             members = [doc_ids[j] for j in np.flatnonzero(row)]
-            bad = [(r, k) for r, k in ((sc, "score"), (sq, "score_question"), (res, "generate"))
-                   if isinstance(r, BaseException)]
+            bad = [(r, k) for r, k in ((sc, "score"), (res, "generate")) if isinstance(r, BaseException)]
             for r, k in bad:
                 if isinstance(r, BudgetExceeded):
                     out.stopped = "budget_exceeded"
@@ -148,15 +147,13 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
             trial = dict(question_id=question_id, trial=len(out.trials), subset=members, n_docs=len(members),
                          success=None, score=None, answer=None, loglik=None, loglik_question=None, call_key=None,
                          cached=True)
-            for r, kind in ((sc, "score"), (sq, "score_question")):
-                if r is not None:
-                    out.calls.append(dict(question_id=question_id, kind=kind, status="ok", error="", detail="",
-                                          subset=members, cached=r.cached, latency_s=r.latency_s,
-                                          prompt_tokens=r.prompt_tokens, completion_tokens=None, call_key=r.key))
             if sc is not None:
-                trial.update(loglik=float(sc.best), call_key=sc.key, cached=sc.cached)
-            if sq is not None:
-                trial.update(loglik_question=float(sq.best), cached=bool(trial["cached"] and sq.cached))
+                # one prompt evaluation: the answer's log-probability, and the question's for qa_likelihood
+                out.calls.append(dict(question_id=question_id, kind="score", status="ok", error="", detail="",
+                                      subset=members, cached=sc.cached, latency_s=sc.latency_s,
+                                      prompt_tokens=sc.prompt_tokens, completion_tokens=None, call_key=sc.key))
+                trial.update(loglik=float(sc.best), call_key=sc.key, cached=sc.cached,
+                             loglik_question=None if sc.span_logprob is None else float(sc.span_logprob))
             if res is not None:
                 verdict = validate(validator, res.text, gold, **kw)
                 out.calls.append(dict(question_id=question_id, kind="generate", status="ok", error="", detail="",

@@ -49,10 +49,11 @@ def solver_user_text(question: str, docs: Sequence[tuple[str, str]], validator: 
     return f"{_context(docs)} {question}\n{fmt}"
 
 
-def question_prompt(docs: Sequence[tuple[str, str]]) -> str:
-    """The solver prompt up to the question: what the question's own log-probability is scored after. It is a
-    prefix of :func:`solver_prompt`, so scoring both costs one prompt evaluation plus the answer's tokens."""
-    return f"{SYSTEM}\n\n{_context(docs)}"
+def question_span(question: str, docs: Sequence[tuple[str, str]]) -> tuple[int, int]:
+    """Characters of :func:`solver_prompt` that hold the question (with its leading space): the part whose own
+    log-probability the ``qa_likelihood`` outcome adds, scored in the same prompt evaluation as the answer."""
+    start = len(f"{SYSTEM}\n\n{_context(docs)}")
+    return start, start + 1 + len(question)
 
 
 def solver_messages(question: str, docs: Sequence[tuple[str, str]], validator: str) -> list[dict]:
@@ -108,10 +109,9 @@ class LikelihoodSolver:
     validator: str
 
     def score_many(self, question: str, continuations: tuple[str, ...], subsets: list[list[tuple[str, str]]],
-                   with_question: bool = False) -> list[tuple[ScoreResult | LLMError, ScoreResult | LLMError | None]]:
-        answers = [ScoreRequest(solver_prompt(question, docs, self.validator), continuations) for docs in subsets]
-        questions = [ScoreRequest(question_prompt(docs), (" " + question.strip(),)) for docs in subsets] \
-            if with_question else []
-        results = self.scorer.score_many(answers + questions)   # one sorted pass: each question prompt prefixes
-        n = len(answers)                                         # its answer prompt, so the KV cache is shared
-        return [(results[i], results[n + i] if with_question else None) for i in range(n)]
+                   with_question: bool = False) -> list[ScoreResult | LLMError]:
+        """One scoring request per subset: the answer's log-probability after :func:`solver_prompt`, and with
+        ``with_question`` the question's own (``span_logprob``) read off the same prompt evaluation."""
+        requests = [ScoreRequest(solver_prompt(question, docs, self.validator), continuations,
+                                 question_span(question, docs) if with_question else None) for docs in subsets]
+        return self.scorer.score_many(requests)   # scored in sorted order: subsets sharing a prefix share the KV cache

@@ -46,6 +46,15 @@ class ScoringUnsupported(LLMError):
 class ScoreRequest:
     prompt: str
     continuations: tuple[str, ...]   # e.g. the gold answer and its accepted aliases, each with a leading space
+    # characters [start, end) of the prompt whose own log-probability is returned too (the question, for the
+    # qa_likelihood outcome): read off the same prompt evaluation, so it costs no second request
+    span: tuple[int, int] | None = None
+
+    def __post_init__(self):
+        if self.span is not None:
+            a, b = self.span
+            if not 0 < a < b <= len(self.prompt):
+                raise ValueError(f"span {self.span} is not a non-empty part of the prompt after its first character")
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,8 @@ class ScoreResult:
     latency_s: float                 # 0.0 from the cache
     cached: bool
     key: str
+    span_logprob: float | None = None  # the request's span (None without one)
+    span_tokens: int = 0
 
     @property
     def best(self) -> float:
@@ -102,8 +113,10 @@ class _CachedScorer:
     cache: CallCache | None
 
     def key(self, req: ScoreRequest) -> str:
-        return make_key(self.model_id, "score", {"prompt": req.prompt, "continuations": list(req.continuations)},
-                        {"backend": self.backend})
+        payload = {"prompt": req.prompt, "continuations": list(req.continuations)}
+        if req.span is not None:
+            payload["span"] = list(req.span)
+        return make_key(self.model_id, "score", payload, {"backend": self.backend})
 
     def score_many(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult | LLMError]:
         out: list[ScoreResult | LLMError | None] = [None] * len(requests)
@@ -116,16 +129,17 @@ class _CachedScorer:
             if hit is not None and hit.response:
                 r = hit.response
                 out[i] = ScoreResult(tuple(r["logprobs"]), tuple(r["n_tokens"]), int(r["prompt_tokens"]),
-                                     0, 0.0, True, key)
+                                     0, 0.0, True, key, r.get("span_logprob"), int(r.get("span_tokens") or 0))
             else:
                 todo.append((i, key))
         for i, key in sorted(todo, key=lambda item: requests[item[0]].prompt):
             req = requests[i]
             request_record = {"kind": "score", "model": self.model_id, "prompt": req.prompt,
-                              "continuations": list(req.continuations), "backend": self.backend}
+                              "continuations": list(req.continuations), "backend": self.backend,
+                              **({"span": list(req.span)} if req.span else {})}
             t0 = time.monotonic()
             try:
-                lps, ntok, ptok, evaluated = self._score_one(req)
+                lps, ntok, ptok, evaluated, span_lp, span_n = self._score_one(req)
             except ScoringUnsupported:
                 raise
             except LLMError as exc:
@@ -137,12 +151,15 @@ class _CachedScorer:
             latency = time.monotonic() - t0
             if self.cache is not None:
                 self.cache.put(key, self.model_id, request_record,
-                               {"logprobs": lps, "n_tokens": ntok, "prompt_tokens": ptok, "evaluated": evaluated},
+                               {"logprobs": lps, "n_tokens": ntok, "prompt_tokens": ptok, "evaluated": evaluated,
+                                "span_logprob": span_lp, "span_tokens": span_n},
                                f"{max(lps):.6f}", ptok, sum(ntok), latency, status="ok", attempts=1)
-            out[i] = ScoreResult(tuple(lps), tuple(ntok), ptok, evaluated, latency, False, key)
+            out[i] = ScoreResult(tuple(lps), tuple(ntok), ptok, evaluated, latency, False, key, span_lp, span_n)
         return out  # type: ignore[return-value]
 
-    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int]:
+    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int, float | None, int]:
+        """(log-probability and token count of each continuation, prompt tokens, tokens evaluated, the span's
+        log-probability and token count or (None, 0))."""
         raise NotImplementedError
 
 
@@ -169,35 +186,51 @@ class LlamaCppScorer(_CachedScorer):
     def tokenize(self, text: str, bos: bool) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
 
-    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int]:
+    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int, float | None, int]:
         with self._lock:
-            prompt = self.tokenize(req.prompt, bos=True)
-            lps, ntok, evaluated = [], [], 0
+            if req.span is None:
+                prompt, span_rows = self.tokenize(req.prompt, bos=True), []
+            else:
+                # the span tokenized on its own, so its tokens (and their log-probabilities) are exactly its text's
+                a, b = req.span
+                head = self.tokenize(req.prompt[:a], bos=True)
+                span = self.tokenize(req.prompt[a:b], bos=False)
+                prompt = head + span + self.tokenize(req.prompt[b:], bos=False)
+                span_rows = list(range(len(head) - 1, len(head) + len(span) - 1))
+            lps, ntok, evaluated, span_lp = [], [], 0, None
             for cont in req.continuations:
                 target = self.tokenize(cont, bos=False)
                 if not target:
                     raise ValueError(f"continuation {cont!r} has no tokens")
-                lp, ev = self._teacher_forced(prompt, target)
+                lp, ev, at = self._teacher_forced(prompt, target, span_rows if span_lp is None else ())
+                if span_lp is None and span_rows:
+                    span_lp = float(sum(at[r] for r in span_rows))
                 lps.append(lp)
                 ntok.append(len(target))
                 evaluated += ev
-            return lps, ntok, len(prompt), evaluated
+            return lps, ntok, len(prompt), evaluated, span_lp, len(span_rows)
 
-    def _teacher_forced(self, prompt: list[int], target: list[int]) -> tuple[float, int]:
+    def _teacher_forced(self, prompt: list[int], target: list[int],
+                        extra_rows=()) -> tuple[float, int, dict[int, float]]:
+        """The target's log-probability after the prompt, the tokens evaluated, and the log-probability of the
+        next token at every row of ``extra_rows`` (prompt positions) as well."""
         llm = self._llm
         tokens = prompt + target
         if len(tokens) > llm.n_ctx():
             raise LLMError(f"prompt of {len(prompt)} + {len(target)} tokens exceeds the context of {llm.n_ctx()}")
-        # reuse the cached prefix, but re-run at least the last prompt token: its logits predict the first target
+        # reuse the cached prefix, but re-run at least the last prompt token (its logits predict the first target)
+        # and every extra row
         cached = llm.input_ids[: llm.n_tokens].tolist()
+        limit = min([len(prompt) - 1, *extra_rows])
         common = 0
-        for a, b in zip(cached, tokens[: len(prompt) - 1]):
+        for a, b in zip(cached, tokens[:limit]):
             if a != b:
                 break
             common += 1
         llm.n_tokens = common
         llm._ctx.kv_cache_seq_rm(-1, common, -1)
-        rows = set(range(len(prompt) - 1, len(tokens) - 1))   # positions whose next token is a target token
+        target_rows = range(len(prompt) - 1, len(tokens) - 1)   # positions whose next token is a target token
+        rows = set(target_rows) | set(extra_rows)
         logits_at: dict[int, float] = {}
         batch = llm._batch
         for start in range(common, len(tokens) - 1, llm.n_batch):
@@ -218,7 +251,7 @@ class LlamaCppScorer(_CachedScorer):
         evaluated = len(tokens) - 1 - common
         self.tokens_evaluated += evaluated
         self.tokens_requested += len(tokens) - 1
-        return float(sum(logits_at[p] for p in sorted(rows))), evaluated
+        return float(sum(logits_at[p] for p in target_rows)), evaluated, logits_at
 
     def close(self) -> None:
         self._llm.close()
@@ -247,16 +280,19 @@ class EndpointScorer(_CachedScorer):
         self.cache = cache
         self.mode = mode
 
-    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int]:
-        lps, ntok, ptok = [], [], 0
+    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int, float | None, int]:
+        lps, ntok, ptok, span = [], [], 0, None
         for cont in req.continuations:
-            lp, n, p = self._one(req.prompt, cont)
+            lp, n, p, sp = self._one(req.prompt, cont, req.span if span is None else None)
             lps.append(lp)
             ntok.append(n)
             ptok = p
-        return lps, ntok, ptok, ptok + sum(ntok)
+            span = span or sp
+        span_lp, span_n = span if span else (None, 0)
+        return lps, ntok, ptok, ptok + sum(ntok), span_lp, span_n
 
-    def _one(self, prompt: str, cont: str) -> tuple[float, int, int]:
+    def _one(self, prompt: str, cont: str, span: tuple[int, int] | None = None
+             ) -> tuple[float, int, int, tuple[float, int] | None]:
         modes = ["prompt_logprobs", "echo"] if self.mode == "auto" else [self.mode]
         last: Exception | None = None
         for mode in modes:
@@ -265,12 +301,12 @@ class EndpointScorer(_CachedScorer):
                     resp = self._client.completions.create(model=self.model_id, prompt=prompt + cont, max_tokens=1,
                                                            temperature=0.0, extra_body={"prompt_logprobs": 0})
                     data = resp.model_dump(mode="json")
-                    got = _from_prompt_logprobs(data, prompt, cont)
+                    got = _from_prompt_logprobs(data, prompt, cont, span)
                 else:
                     resp = self._client.completions.create(model=self.model_id, prompt=prompt + cont, max_tokens=1,
                                                            temperature=0.0, echo=True, logprobs=0)
                     data = resp.model_dump(mode="json")
-                    got = _from_echo(data, prompt, cont)
+                    got = _from_echo(data, prompt, cont, span)
             except (openai.APIConnectionError, openai.APITimeoutError, openai.InternalServerError,
                     openai.RateLimitError) as exc:
                 raise LLMInfrastructureError(f"score call to {self.model_id!r} failed: {type(exc).__name__}",
@@ -286,7 +322,8 @@ class EndpointScorer(_CachedScorer):
             "the benchmark's `monte_carlo: {outcome: success}` to label by generated answers instead")
 
 
-def _from_prompt_logprobs(data: dict, prompt: str, cont: str) -> tuple[float, int, int] | None:
+def _from_prompt_logprobs(data: dict, prompt: str, cont: str, span: tuple[int, int] | None = None
+                          ) -> tuple[float, int, int, tuple[float, int] | None] | None:
     """vLLM: ``choices[0].prompt_logprobs`` is a list (first entry None) of {token_id: {logprob, decoded_token}}.
     Requested with ``prompt_logprobs: 0``, each entry holds the prompt token alone; an entry with several tokens
     cannot be read without token ids, so the response then counts as unusable."""
@@ -294,49 +331,48 @@ def _from_prompt_logprobs(data: dict, prompt: str, cont: str) -> tuple[float, in
     plp = choice.get("prompt_logprobs") or data.get("prompt_logprobs")
     if not plp:
         return None
-    texts, values = [], []
+    offsets, values, pos = [], [], 0
     for entry in plp:
         if not entry:
-            texts.append("")
+            offsets.append(pos)
             values.append(None)
             continue
         if len(entry) != 1:
             return None
         only = next(iter(entry.values()))
-        texts.append(only.get("decoded_token", "") if isinstance(only, dict) else "")
+        offsets.append(pos)
         values.append(only.get("logprob") if isinstance(only, dict) else None)
-    return _sum_after(texts, values, len(prompt), len(prompt) + len(cont))
+        pos += len(only.get("decoded_token", "") if isinstance(only, dict) else "")
+    return _continuation_and_span(offsets, values, len(prompt), span)
 
 
-def _from_echo(data: dict, prompt: str, cont: str) -> tuple[float, int, int] | None:
+def _from_echo(data: dict, prompt: str, cont: str, span: tuple[int, int] | None = None
+               ) -> tuple[float, int, int, tuple[float, int] | None] | None:
     choice = (data.get("choices") or [{}])[0]
     lp = choice.get("logprobs") or {}
     offsets, tokens, values = lp.get("text_offset"), lp.get("tokens"), lp.get("token_logprobs")
     if not offsets or not tokens or not values:
         return None
-    full = prompt + cont
     # keep only echoed prompt tokens (drop the generated one after the full text)
-    n = sum(1 for o in offsets if o < len(full))
-    offsets, tokens, values = offsets[:n], tokens[:n], values[:n]
-    first = next((i for i, o in enumerate(offsets) if o >= len(prompt)), None)
-    if first is None:
+    n = sum(1 for o in offsets if o < len(prompt) + len(cont))
+    return _continuation_and_span(offsets[:n], values[:n], len(prompt), span)
+
+
+def _continuation_and_span(offsets: list[int], values: list, prompt_len: int, span: tuple[int, int] | None
+                           ) -> tuple[float, int, int, tuple[float, int] | None] | None:
+    """From per-token (character offset, log-probability): the continuation's sum and token count (the tokens
+    from ``prompt_len`` on), the number of prompt tokens, and the span's (sum, tokens) for the tokens starting
+    inside it. None when a needed value is missing (the response is then unusable, never read as 0)."""
+    first = next((i for i, o in enumerate(offsets) if o >= prompt_len), None)
+    if first is None or first == len(offsets):
         return None
     picked = values[first:]
     if any(v is None for v in picked):
         return None
-    return float(sum(picked)), len(picked), first
-
-
-def _sum_after(texts: list[str], values: list, start: int, end: int) -> tuple[float, int, int] | None:
-    pos, total, n, first = 0, 0.0, 0, None
-    for text, v in zip(texts, values):
-        if pos >= start:
-            if v is None:
-                return None
-            first = first if first is not None else n
-            total += v
-            n += 1
-        pos += len(text)
-    if n == 0:
-        return None
-    return total, n, len(texts) - n
+    span_out = None
+    if span is not None:
+        inside = [values[i] for i, o in enumerate(offsets[:first]) if span[0] <= o < span[1]]
+        if not inside or any(v is None for v in inside):
+            return None
+        span_out = (float(sum(inside)), len(inside))
+    return float(sum(picked)), len(picked), first, span_out
