@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from causal_assets.core.benchmarks import hash_half  # noqa: E402
 from causal_assets.core.corpus.multihop import read_multihop  # noqa: E402
-from causal_assets.core.labeling.quality import label_quality_rows, summarize  # noqa: E402
+from causal_assets.core.labeling.quality import expected_precision_at, label_quality_rows, summarize  # noqa: E402
 from causal_assets.core.labeling.runner import LabelingParams, estimate, label_question  # noqa: E402
 from causal_assets.core.labeling.solver import LikelihoodSolver  # noqa: E402
 from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
@@ -49,6 +49,31 @@ DATASETS = {"hotpotqa": "hotpotqa/hot" "pot_dev_distractor_200.jsonl", "2wiki": 
 
 def cut(text: str, max_chars: int) -> str:
     return text if max_chars <= 0 or len(text) <= max_chars else text[:max_chars]
+
+
+def top2_interval(per_q: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
+    """95% bootstrap interval (over questions) of the labels' top-2 precision, of containment's, and of their
+    paired difference: 200 questions still leave a few hundredths of sampling error."""
+    rows = label_quality_rows(per_q)
+    by_q = {}
+    for r in rows:
+        by_q.setdefault(r["question_id"], []).append(r)
+    pairs = []
+    for items in by_q.values():
+        items = sorted(items, key=lambda r: r["position"])
+        gold = [r["gold"] for r in items]
+        if any(gold):
+            pairs.append((expected_precision_at([r["effect"] for r in items], gold, 2),
+                          expected_precision_at([float(r["contains"]) for r in items], gold, 2)))
+    if not pairs:
+        return {}
+    v = np.array(pairs)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(v), (n_boot, len(v)))
+    boot = v[idx].mean(axis=1)
+    q = lambda a: [float(np.quantile(a, 0.025)), float(np.quantile(a, 0.975))]  # noqa: E731
+    return {"labels": q(boot[:, 0]), "containment": q(boot[:, 1]), "difference": q(boot[:, 0] - boot[:, 1]),
+            "questions": len(v)}
 
 
 def main() -> None:
@@ -73,6 +98,9 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=LabelingParams.alpha, help="1 - confidence of the label intervals")
     ap.add_argument("--reanalyze", type=Path, nargs="+", default=None,
                     help="re-estimate labels from previous JSONs' trials (no LLM; per_question entries are merged)")
+    ap.add_argument("--max-trials", type=int, default=0,
+                    help="with --reanalyze: use only each question's first N recorded trials (what a smaller "
+                         "budget would have given, up to the design's balance)")
     args = ap.parse_args()
     out = args.out or ROOT / "data" / "benchmarks" / f"label_quality_{args.dataset}_{args.solver}.json"
     cfg = LabelingParams(estimator=args.estimator, outcome=args.outcome, budget=args.budget, batch=args.batch,
@@ -102,10 +130,12 @@ def main() -> None:
         t0 = time.time()
         if prior:
             old = prior["per_question"][q.question_id]
-            trials = old["trials"]
+            trials = old["trials"][: args.max_trials or None]
             result = estimate(trials, doc_ids, cfg)
             calls = {k: old.get(k) for k in ("calls", "paid", "seconds", "errors", "tokens_evaluated",
                                              "tokens_requested")}
+            if args.max_trials and old.get("calls"):
+                calls["calls"] = min(old["calls"], args.max_trials)
         else:
             ev0, rq0 = scorer.tokens_evaluated, scorer.tokens_requested
             o = label_question(q.question_id, q.question, q.answer, pool, LikelihoodSolver(scorer, "answer_f1"), cfg,
@@ -132,10 +162,13 @@ def main() -> None:
     # the threshold and interval were calibrated on train questions: the test half is the honest figure
     by_half = {half: summarize(label_quality_rows([p for p in per_q if hash_half(p["question_id"]) == half]))
                for half in ("train", "test")}
+    by_type = {t: summarize(label_quality_rows([p for p in per_q if p["type"] == t]))
+               for t in sorted({str(p["type"]) for p in per_q})}
     secs = [p["seconds"] for p in per_q if p.get("seconds") is not None]
     result = {"dataset": args.dataset, "questions": len(per_q), "split": args.split, "solver": args.solver,
               "config": cfg.__dict__, "max_doc_chars": args.max_doc_chars, "summary": summary,
-              "summary_by_half": by_half,
+              "summary_by_half": by_half, "summary_by_type": by_type,
+              "top2_interval_95": top2_interval(per_q),
               "calls_per_question": float(np.mean([p["calls"] for p in per_q])),
               "paid_calls": int(sum(p.get("paid") or 0 for p in per_q)),
               "seconds_per_question_paid": float(np.mean(secs)) if secs else None,
