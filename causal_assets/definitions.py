@@ -3,7 +3,7 @@ import warnings
 
 from dagster import AssetSelection, Definitions, define_asset_job
 
-from causal_assets.defs import automation, corpus, evaluation, export, graph, label_shards, labels, search, sharding, tuning
+from causal_assets.defs import automation, corpus, evaluation, export, graph, labels, scale_out, search, tuning
 from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
 from causal_assets.resources import (SETTINGS, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage,
                                      llm_from_settings)
@@ -46,14 +46,16 @@ evaluation_job = define_asset_job("evaluation_job", selection=AssetSelection.gro
 defs = Definitions(
     # Where steps run is configuration: CAUSAL_ASSETS_EXECUTOR=multiprocess (default) | in_process | k8s | docker.
     executor=executor_from_env(settings=SETTINGS),
-    assets=[corpus.corpus_chunks, corpus.corpus_embeddings, corpus.sparse_index, graph.entity_graph, graph.graph_entity_embeddings,
+    assets=[corpus.corpus_chunks, corpus.corpus_embeddings, corpus.sparse_postings_and_vocabulary,
+            graph.graph_nodes_and_edges, graph.graph_entity_embeddings,
             labels.candidate_pools, labels.mc_trials, labels.mc_labels, labels.label_quality,
             tuning.tuned_retriever_configs,
-            evaluation.evaluation_report,
-            search.retrieval_results, search.causal_search, sharding.embedding_shards,
-            label_shards.mc_trial_shards, export.labels_export],
-    jobs=[automation.corpus_index_job, automation.labels_and_evaluation_job, default_lineage_job, corpus_build_job, evaluation_job,
-          search.search_job, sharding.embedding_shards_job, label_shards.label_shards_job],
+            evaluation.evaluation_tables,
+            search.retrieval_results, search.causal_search,
+            scale_out.embedding_shards, scale_out.mc_trial_shards,
+            export.labels_export],
+    jobs=[automation.corpus_index_job, automation.labels_and_evaluation_job, default_lineage_job, corpus_build_job,
+          evaluation_job, search.search_job, scale_out.embedding_shards_job, scale_out.label_shards_job],
     schedules=[automation.nightly_labels_and_evaluation],
     sensors=[automation.corpus_change_sensor, automation.automation_sensor, search.queries_inbox_sensor],
     resources={"storage": storage, "corpus_registry": CorpusRegistry(),

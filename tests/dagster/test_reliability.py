@@ -24,8 +24,8 @@ from causal_assets.core.catalog import DuckDBCatalog
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.storage import read_parquet
-from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
-from causal_assets.defs.graph import entity_graph
+from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
+from causal_assets.defs.graph import graph_nodes_and_edges
 from causal_assets.defs.labels import candidate_pools, mc_labels, mc_trials
 from causal_assets.resources import LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
 from tests.conftest import HOTPOT, require
@@ -33,7 +33,7 @@ from tests.dagster.procs import (IN_PROCESS, group_alive, kill_group, processes_
                                  start_materialize)
 
 BUDGET = 4          # solver calls per question (naive estimator: exactly this many trials)
-UPSTREAM = [corpus_chunks, corpus_embeddings, sparse_index, entity_graph]
+UPSTREAM = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary, graph_nodes_and_edges]
 LABELS = [candidate_pools, mc_trials, mc_labels]
 
 

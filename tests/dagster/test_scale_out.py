@@ -12,7 +12,7 @@ from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
 from causal_assets.core.storage import read_parquet
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings
-from causal_assets.defs.sharding import shard_cache_name, shard_of
+from causal_assets.defs.scale_out import shard_cache_name, shard_of
 from tests.dagster.procs import project_env, start_materialize
 
 SHARDS = 2
