@@ -42,7 +42,6 @@ _VECTOR_CACHE: dict[tuple, np.ndarray] = {}
 
 ENTITY_FIELDS = ("id", "entity", "description", "rank", "type")
 RELATIONSHIP_FIELDS = ("id", "source", "target", "description", "weight", "rank")
-TEXT_UNIT_FIELDS = ("id", "text", "n_tokens")
 COMMUNITY_FIELDS = ("id", "title", "content", "rank")
 
 
