@@ -211,10 +211,6 @@ class EntropyCalculator:
         self.history: list[float] = []
         self.last_reason: str | None = None
 
-    def reset(self) -> None:
-        self.history.clear()
-        self.last_reason = None
-
     def term_counts(self, documents: Sequence[Union[int, str]]) -> np.ndarray:
         if len(documents) == 0:
             return np.zeros(0)
