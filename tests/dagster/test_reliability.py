@@ -120,6 +120,8 @@ def _ok_rows_per_key(cache: CallCache) -> Counter:
     return Counter(c.key for c in cache.history() if c.status == "ok")
 
 
+@pytest.mark.slow
+@pytest.mark.llm
 def test_sigkill_of_a_whole_run_then_rerun_pays_no_completed_call_twice(registry, index_root, llama, tmp_path):
     _copy_index(index_root, tmp_path)
     base, calls_db = tmp_path / "parquet", tmp_path / "llm_calls.sqlite"
@@ -178,6 +180,8 @@ def test_sigkill_of_a_whole_run_then_rerun_pays_no_completed_call_twice(registry
           f"{len(calls) - int(calls['cached'].sum())}, served {int(calls['cached'].sum())} from the cache")
 
 
+@pytest.mark.slow
+@pytest.mark.llm
 def test_llm_server_stopped_mid_run_then_back(registry, index_root, llama, tmp_path):
     _copy_index(index_root, tmp_path)
     # max_retries=1: an outage exhausts the client's retries in ~1 s, so the labelling loop sees errored calls.

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pandas as pd
+import pytest
 from dagster import materialize
 
 from causal_assets.core.index.build import chunk_texts
@@ -18,6 +19,7 @@ from tests.dagster.procs import project_env, start_materialize
 SHARDS = 2
 
 
+@pytest.mark.slow
 def test_two_shards_in_parallel_processes_then_corpus_embeddings_embeds_nothing(resources, tmp_path):
     assert materialize([corpus_chunks], resources=resources, partition_key="scifact").success
     base = resources["storage"].base_path
