@@ -27,7 +27,7 @@ import warnings
 import pandas as pd
 from dagster import (AssetExecutionContext, AssetIn, Backoff, BetaWarning, MaterializeResult,
                      MultiPartitionsDefinition, MultiToSingleDimensionPartitionMapping, RetryPolicy,
-                     StaticPartitionsDefinition, asset, define_asset_job)
+                     StaticPartitionsDefinition, asset)
 
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import EmbeddingCache, embed_incremental
@@ -85,12 +85,6 @@ def embedding_shards(context: AssetExecutionContext, config: EmbeddingConfig, st
         "cache_file": str(cache.dir / f"{shard_cache_name(corpus, shard, EMBEDDING_SHARDS)}.parquet")})
 
 
-# One run per shard partition; a backfill over all shards of a corpus runs them in parallel (as many at once as the
-# run queue allows: locally the QueuedRunCoordinator's max_concurrent_runs, on Kubernetes one pod per run).
-embedding_shards_job = define_asset_job("embedding_shards_job", selection=[embedding_shards],
-                                        partitions_def=embedding_shard_partitions,
-                                        description="Embed one hash bucket of one corpus into the embedding cache.")
-
 LABEL_SHARDS = SETTINGS.label_shards
 label_shard_partitions = MultiPartitionsDefinition({
     "benchmark": benchmark_partitions,
@@ -120,9 +114,3 @@ def mc_trial_shards(context: AssetExecutionContext, config: MonteCarloConfig, ll
         "trials": len(trials), "calls": len(calls), "errors": int((calls["status"] == "error").sum()),
         "cache_hits": int(ok["cached"].sum()), "wall_seconds": round(seconds, 1),
         "stopped": stopped or "complete", "model": llm.model})
-
-
-# A backfill over benchmark x shard: UI (Jobs -> label_shards_job -> Backfill) or CLI
-# `dagster job backfill -m causal_assets.definitions -j label_shards_job --partitions 'hotpotqa|0,hotpotqa|1' --noprompt`.
-label_shards_job = define_asset_job("label_shards_job", selection=[mc_trial_shards], partitions_def=label_shard_partitions,
-                                    description="Pay the Monte Carlo solver calls of question-range shards into the call cache.")
