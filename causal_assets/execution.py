@@ -26,7 +26,6 @@ from causal_assets.core.errors import ConfigError
 from causal_assets.settings import EXECUTORS, Settings
 
 EXECUTOR_ENV = "CAUSAL_ASSETS_EXECUTOR"
-MAX_CONCURRENT_ENV = "CAUSAL_ASSETS_MAX_CONCURRENT"
 EXECUTOR_CONFIG_ENV = "CAUSAL_ASSETS_EXECUTOR_CONFIG"
 # kind -> (module, attribute, pip requirement) for executors that live in integration libraries
 _EXTERNAL = {"k8s": ("dagster_k8s", "k8s_job_executor", "dagster-k8s"),

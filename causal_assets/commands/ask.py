@@ -15,7 +15,7 @@ from causal_assets.core.local_search import inbox
 from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.progress import duration
 from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.defs.search import query_partitions
+from causal_assets.defs.partitions import query_partitions
 from causal_assets.run_health import LLM_POOL, blocked_message, wait_for_slot
 
 SOURCES_SHOWN = 5

@@ -186,11 +186,6 @@ def load_benchmark_registry(path: str | Path | None = None, shared_data: str | P
     return specs
 
 
-def available_benchmarks(path: str | Path | None = None, shared_data: str | Path | None = None,
-                         corpora: str | Path | None = None) -> list[str]:
-    return [n for n, s in load_benchmark_registry(path, shared_data, corpora).items() if s.available()]
-
-
 def hash_half(key: str) -> str:
     """Stable train/test assignment for benchmarks without official splits."""
     return "train" if int(hashlib.sha256(key.encode()).hexdigest(), 16) % 2 == 0 else "test"

@@ -180,7 +180,8 @@ def check_labels(labels: pd.DataFrame) -> CheckOutcome:
     """`labels_sane`: labels are YES/NO/UNCERTAIN; every labelled question has a base outcome (a success rate in
     [0, 1], or a finite log-likelihood); a decided label's effect is finite and inside its interval (an UNCERTAIN
     one may have no estimate); intervals are ordered; on the probability scale (pass/fail outcomes) effects and
-    intervals lie in [-1, 1], and the seed's ΔP, where measured, always does."""
+    intervals lie in [-1, 1], and the naive ΔP (mean outcome with the document minus without), where
+    measured, always does."""
     if not len(labels):  # no question had trials (e.g. the budget stopped the run): nothing to vouch for
         return CheckOutcome.of(rows=0)
     effect = "effect" if "effect" in labels else "delta_p"
@@ -199,7 +200,7 @@ def check_labels(labels: pd.DataFrame) -> CheckOutcome:
     delta_p = labels["delta_p"].to_numpy(np.float64) if "delta_p" in labels else np.zeros(len(labels))
     return CheckOutcome.of(
         rows=len(labels), questions=int(labels["question_id"].nunique()),
-        # a decided label needs a finite effect; its interval may be unbounded (the seed's point rule decides
+        # a decided label needs a finite effect; its interval may be unbounded (the naive ΔP rule decides
         # on the point estimate, e.g. with a single trial on one side)
         bad_non_finite=int((~finite[decided, 0]).sum()),
         bad_out_of_range=int((probability[:, None] & (np.abs(v) > 1 + 1e-9)).sum()),

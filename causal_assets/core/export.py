@@ -88,7 +88,7 @@ POOL_COLUMNS = ["question_id", "question", "doc_id", "title", "text"]
 
 def pick_estimator(labels: pd.DataFrame, estimator: str | None = None) -> str:
     """The estimator to export: the one asked for, else the only one, else the non-naive one (mc_labels keeps the
-    seed's naive rule beside the adaptive estimator on the same trials, for comparison)."""
+    naive ΔP rule beside the adaptive estimator on the same trials, for comparison)."""
     have = sorted(labels["estimator"].dropna().unique()) if "estimator" in labels else []
     if estimator:
         if have and estimator not in have:

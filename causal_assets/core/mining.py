@@ -1,4 +1,5 @@
-"""Questions mined from an installed package's API (seed 001's "API understanding" benchmark).
+"""Questions mined from an installed package's API: the `default` benchmark, whether a retriever finds the code that
+answers "which function does X" (API understanding).
 
 Each public function or class whose docstring summary is a usable sentence becomes a question
 ("Which function in networkx computes shortest paths in the graph?") whose gold answer is its FQN.

@@ -14,19 +14,12 @@ import json
 
 from dagster import (AssetSelection, AutomationConditionSensorDefinition, DefaultScheduleStatus,
                      DefaultSensorStatus, RunRequest, ScheduleEvaluationContext, SensorEvaluationContext,
-                     SensorResult, define_asset_job, schedule, sensor)
+                     SensorResult, schedule, sensor)
 
 from causal_assets.core.corpus.fingerprint import source_fingerprint
-from causal_assets.defs import corpus, evaluation, labels, tuning
+from causal_assets.defs.jobs import corpus_index_job, labels_and_evaluation_job
 from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
 from causal_assets.resources import CorpusRegistry
-
-corpus_index_job = define_asset_job("corpus_index_job", selection=AssetSelection.groups(corpus.GROUP),
-                                    partitions_def=corpus_partitions,
-                                    description="Chunk, embed and sparse-index one corpus partition.")
-labels_and_evaluation_job = define_asset_job(
-    "labels_and_evaluation_job", selection=AssetSelection.groups(labels.GROUP, tuning.GROUP, evaluation.GROUP),
-    partitions_def=benchmark_partitions, description="Top up Monte Carlo labels and re-evaluate one benchmark.")
 
 
 @sensor(job=corpus_index_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)

@@ -105,7 +105,7 @@ def corpus_embeddings(context: AssetExecutionContext, config: EmbeddingConfig, s
     check_specs=[spec("sparse_postings", "postings_consistent",
                       "Finite positive weights; postings point at existing chunks and terms; df matches the postings.")],
 )
-def sparse_index(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
+def sparse_postings_and_vocabulary(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
     """BM25 (bm25s, Lucene k1=1.2, b=0.75) and TF-IDF (scikit-learn, sublinear tf, l2) over the analyzed chunks."""
     split = json.loads(corpus_chunks["index_options"].iloc[0])["split_identifiers"]
     indexes, stats = build_sparse(corpus_chunks, split)

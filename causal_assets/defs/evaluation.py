@@ -49,7 +49,7 @@ class EvaluationConfig(Config):
                  spec("evaluation_runs", "runs_ranked", "Finite scores; ranks 1..n per (split, retriever, query); "
                       "no document twice in a ranking.")],
 )
-def evaluation_report(context: AssetExecutionContext, config: EvaluationConfig, storage: Storage,
+def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, storage: Storage,
                       benchmark_registry: BenchmarkRegistry, llm: LLM):
     """Evaluate every configured retriever on the benchmark's evaluation splits: metrics, runs, failure buckets, the
     questions and judgements, and a report (data/reports/<benchmark>.md) with intervals and significance."""

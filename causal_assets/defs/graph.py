@@ -26,7 +26,7 @@ GROUP = "graph"
     check_specs=[spec("graph_edges", "graph_consistent",
                       "Unique node ids; edges join existing nodes with finite weights; chunk references exist.")],
 )
-def entity_graph(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
+def graph_nodes_and_edges(context: AssetExecutionContext, corpus_chunks: pd.DataFrame):
     """Build the corpus's graph from its chunks (code graph for Python sources, entity graph for text)."""
     t0 = time.perf_counter()
     nodes, edges = build_graph(corpus_chunks)

@@ -1,5 +1,5 @@
 """Partition definitions shared by the stage modules."""
-from dagster import AssetDep, StaticPartitionMapping, StaticPartitionsDefinition
+from dagster import AssetDep, DynamicPartitionsDefinition, StaticPartitionMapping, StaticPartitionsDefinition
 
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY
 from causal_assets.resources import BenchmarkRegistry, CorpusRegistry
@@ -13,6 +13,9 @@ corpus_partitions = StaticPartitionsDefinition(_corpora.available())
 # One partition per registered benchmark whose data (and corpus) is present.
 benchmark_partitions = StaticPartitionsDefinition(
     [b for b, s in _benchmarks.specs().items() if s.available() and s.corpus in corpus_partitions.get_partition_keys()])
+
+# One partition per submitted query (added by the inbox sensor or `causal-assets ask`).
+query_partitions = DynamicPartitionsDefinition(name="queries")
 
 
 def benchmark_to_corpus() -> dict[str, str]:

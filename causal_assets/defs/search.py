@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Backoff, Config, DefaultSensorStatus,
-                     DynamicPartitionsDefinition, MetadataValue, Output, RetryPolicy, RunRequest, SensorEvaluationContext,
-                     SensorResult, asset, define_asset_job, sensor)
+                     MetadataValue, Output, RetryPolicy, RunRequest, SensorEvaluationContext, SensorResult, asset,
+                     sensor)
 
 from causal_assets.core.checks import check_ranked_results
 from causal_assets.core.errors import ConfigError
@@ -22,17 +22,17 @@ from causal_assets.core.local_search import inbox
 from causal_assets.core.local_search.context import GraphContextBuilder
 from causal_assets.core.local_search.entity_vectors import embed_entities
 from causal_assets.core.local_search.search import LocalSearch, save_outputs
-from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.paths import QUESTION_CORPUS
 from causal_assets.defs.checks import check_result, spec
+from causal_assets.defs.jobs import search_job
+from causal_assets.defs.partitions import query_partitions
 from causal_assets.resources import ANN, LLM, SETTINGS, CorpusRegistry, Storage
 
 GROUP = "search"
 # Submitted queries (and the inbox/ the sensor watches); $CAUSAL_ASSETS_QUERIES points a deployment or a test elsewhere.
 QUERIES_DIR = SETTINGS.queries
-query_partitions = DynamicPartitionsDefinition(name="queries")
 
 
 def _deps(*assets: str) -> list[AssetDep]:
@@ -116,10 +116,6 @@ def causal_search(context: AssetExecutionContext, config: SearchConfig, storage:
         "report": MetadataValue.md(Path(paths["report"]).read_text()), "seconds": seconds,
         "counts": MetadataValue.json(meta["counts"]), "report_path": MetadataValue.path(str(paths["report"])),
         "grounded": bool(result.grounding.get("grounded")), "sources": len(sources)})
-
-
-search_job = define_asset_job("search_job", selection=["retrieval_results", "causal_search"],
-                              partitions_def=query_partitions)
 
 
 def _known_corpora() -> list[str] | None:

@@ -368,6 +368,8 @@ def test_llm_answer_model_samples_and_clusters():
 
 # --- Live: the real local LLM --------------------------------------------------------------------------------
 
+@pytest.mark.slow
+@pytest.mark.llm
 def test_live_llm_end_to_end(shop, tmp_path):
     pytest.importorskip("llama_cpp")
     from causal_assets.core.llm import CallCache, LLMClient, LocalLlamaServer

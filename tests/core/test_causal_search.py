@@ -193,6 +193,8 @@ def test_extract_content_and_query_id():
     assert query_id("abc", 12.9) == hashlib.sha256(b"abc").hexdigest()[:8] + "_12"
 
 
+@pytest.mark.slow
+@pytest.mark.llm
 def test_end_to_end_local_server(tmp_path_factory, tmp_path):
     from causal_assets.core.llm.client import LLMClient
     from causal_assets.core.llm.server import LocalLlamaServer

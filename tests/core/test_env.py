@@ -187,7 +187,7 @@ def test_every_variable_reaches_what_it_configures_in_the_code_location(tmp_path
     code = """
 import json
 from causal_assets.definitions import defs
-from causal_assets.defs import corpus, label_shards, search, sharding
+from causal_assets.defs import corpus, scale_out, search
 from causal_assets.defs.partitions import corpus_partitions
 from causal_assets.resources import ANN
 r = defs.resources
@@ -200,7 +200,7 @@ print(json.dumps({
             type(r["llm"].api_key).__name__],
     "registries": [r["corpus_registry"].path, r["benchmark_registry"].path, r["benchmark_registry"].corpora],
     "embedding": [emb.backend, emb.device, emb.models_dir],
-    "shards": [sharding.SHARDS, label_shards.LABEL_SHARDS], "ann": ANN.min_chunks,
+    "shards": [scale_out.EMBEDDING_SHARDS, scale_out.LABEL_SHARDS], "ann": ANN.min_chunks,
     "queries": [str(search.QUERIES_DIR), search.SearchConfig().queries_dir],
     "max_concurrent": limit.default_value, "partitions": "default" in corpus_partitions.get_partition_keys(),
 }))

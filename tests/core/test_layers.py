@@ -6,6 +6,7 @@ Read from the source with `ast` (nothing is imported), so the check costs millis
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ PACKAGE = "causal_assets.core"
 # Lowest first. A module imports modules of its own layer and of the layers below it, never of a layer above.
 # Entries are module paths under core/; the longest matching entry places a module ("tuning.spec" before "tuning").
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("errors", "env", "paths", "progress", "storage", "schemas", "yaml_registry", "orphan_guard",
+    ("foundation", ("errors", "paths", "progress", "storage", "schemas", "yaml_registry", "orphan_guard",
                     "text")),
     ("sources and measures", ("llm", "corpus", "mining", "evaluation.metrics", "tuning.spec")),
     ("benchmarks", ("benchmarks",)),
@@ -188,3 +189,14 @@ def test_package_inits_import_only_their_own_package():
                                         ("tuning.search", "tuning"), ("retrievers.causal.causes", "retrievers")])
 def test_longest_entry_places_a_module(name, layer):
     assert LAYERS[layer_of(name)][0] == layer
+
+
+def test_every_layer_entry_names_a_module_and_the_readme_diagram_shows_it():
+    stale = [p for _, prefixes in LAYERS for p in prefixes
+             if not any(m == p or m.startswith(p + ".") for m in MODULES)]
+    assert not stale, f"LAYERS names modules core no longer has: {stale}"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    missing = [p for _, prefixes in LAYERS for p in prefixes
+               if not re.search(rf"(?<![\w.]){re.escape(p)}(?![\w])", section)]
+    assert not missing, f"the README's layer diagram does not show: {missing}"

@@ -51,6 +51,7 @@ def test_known_answer_gets_likelier_with_its_paragraph(tmp_path, models_dir, hot
     assert not with_gold.cached and with_gold.prompt_tokens > 100
 
 
+@pytest.mark.slow
 def test_prefix_reuse_gives_the_same_log_probabilities(tmp_path, models_dir, hotpot_question):
     """Scoring with the KV cache of a previous prompt reused equals scoring from scratch."""
     q = hotpot_question
@@ -64,6 +65,7 @@ def test_prefix_reuse_gives_the_same_log_probabilities(tmp_path, models_dir, hot
     assert np.allclose(a, cold, atol=2e-3), (a, cold)
 
 
+@pytest.mark.slow
 def test_server_endpoint_scores_like_the_in_process_model(tmp_path, models_dir):
     """The real llama.cpp server's echo + logprobs path agrees with the in-process scorer on the same weights
     (Gemma: prompts start with BOS, the case llama-cpp-python's server echoes correctly)."""
@@ -78,6 +80,7 @@ def test_server_endpoint_scores_like_the_in_process_model(tmp_path, models_dir):
     assert abs(remote.best - local.best) < 0.05, (remote.best, local.best)
 
 
+@pytest.mark.slow
 def test_question_span_is_read_off_the_answers_prompt_evaluation(tmp_path, models_dir, hotpot_question):
     """qa_likelihood costs one request per trial: the question's log-probability read off the answer's prompt
     equals scoring the question as a continuation of the prompt before it (a separate request), and the real

@@ -12,7 +12,7 @@ from dagster import DagsterInstance, DynamicPartitionsDefinition, asset, materia
 
 from causal_assets.cli import main
 from causal_assets.core.storage import asset_path
-from causal_assets.defs.corpus import corpus_chunks, sparse_index
+from causal_assets.defs.corpus import corpus_chunks, sparse_postings_and_vocabulary
 from causal_assets.defs.search import query_partitions, retrieval_results
 
 
@@ -66,7 +66,7 @@ def test_io_manager_refuses_to_write_outside_the_base_path(resources, tmp_path):
 
 
 def test_cli_bad_queries_corpora_and_options(resources, capsys, monkeypatch):
-    assert materialize([corpus_chunks, sparse_index], resources=resources, partition_key="hotpotqa").success
+    assert materialize([corpus_chunks, sparse_postings_and_vocabulary], resources=resources, partition_key="hotpotqa").success
     base = resources["storage"].base_path
 
     def run(*argv, stdin: str | None = None) -> tuple[int, str, str]:

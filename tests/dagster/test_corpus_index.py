@@ -16,12 +16,12 @@ import yaml
 from dagster import DagsterInstance, Definitions, materialize
 
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
-from causal_assets.defs.graph import entity_graph
+from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
+from causal_assets.defs.graph import graph_nodes_and_edges
 from tests.core.test_storage import _hold_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
-ASSETS = [corpus_chunks, corpus_embeddings, sparse_index]
+ASSETS = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary]
 
 
 def _materialize(resources, partition, instance=None):
@@ -154,7 +154,7 @@ def test_cli_search_with_cascade_and_entity_first(resources, capsys):
     _materialize(resources, "hotpotqa")
     # cascade and entity_first read the entity graph: built here with the test's registry (the CLI would build it
     # with the shipped one)
-    assert materialize([*ASSETS, entity_graph], resources=resources, partition_key="hotpotqa",
+    assert materialize([*ASSETS, graph_nodes_and_edges], resources=resources, partition_key="hotpotqa",
                        selection=["graph_nodes", "graph_edges"]).success
     base = resources["storage"].base_path
     for retriever in ("cascade", "entity_first", "hybrid"):

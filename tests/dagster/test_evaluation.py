@@ -7,16 +7,16 @@ from causal_assets.core.catalog import DuckDBCatalog
 import pandas as pd
 from dagster import materialize
 
-from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
-from causal_assets.defs.evaluation import evaluation_report
+from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
+from causal_assets.defs.evaluation import evaluation_tables
 from causal_assets.core.evaluation.failures import BUCKET_RULES
 
 
 def _materialize_eval(resources, partition):
-    assert materialize([corpus_chunks, corpus_embeddings, sparse_index], resources=resources,
+    assert materialize([corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary], resources=resources,
                        partition_key=partition).success
-    result = materialize([evaluation_report, corpus_chunks, corpus_embeddings, sparse_index], resources=resources,
-                         partition_key=partition, selection=[evaluation_report])
+    result = materialize([evaluation_tables, corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary], resources=resources,
+                         partition_key=partition, selection=[evaluation_tables])
     assert result.success
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert set(checks) == {"metrics_in_unit_range", "runs_ranked"}

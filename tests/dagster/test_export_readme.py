@@ -10,7 +10,7 @@ import pandas as pd
 from dagster import materialize
 
 from causal_assets.core.export import DatasetCard, export_labels
-from causal_assets.defs.corpus import corpus_chunks, sparse_index
+from causal_assets.defs.corpus import corpus_chunks, sparse_postings_and_vocabulary
 from tests.dagster.procs import ROOT
 
 
@@ -22,7 +22,7 @@ def readme_example() -> str:
 
 
 def test_readme_ranx_example_runs(resources, tmp_path, capsys):
-    assert materialize([corpus_chunks, sparse_index], resources=resources, partition_key="hotpotqa").success
+    assert materialize([corpus_chunks, sparse_postings_and_vocabulary], resources=resources, partition_key="hotpotqa").success
     base = resources["storage"].base_path
     chunks = pd.read_parquet(f"{base}/corpus_chunks/hotpotqa.parquet")
     chunks["question_id"] = chunks["chunk_id"].str.split("/").str[0]

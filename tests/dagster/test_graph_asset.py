@@ -6,11 +6,11 @@ from dagster import materialize
 
 from causal_assets.core.graph.store import to_networkx
 from causal_assets.defs.corpus import corpus_chunks
-from causal_assets.defs.graph import entity_graph
+from causal_assets.defs.graph import graph_nodes_and_edges
 
 
 def test_code_graph_of_default_partition_has_real_call_edge(resources):
-    result = materialize([corpus_chunks, entity_graph], resources=resources, partition_key="default")
+    result = materialize([corpus_chunks, graph_nodes_and_edges], resources=resources, partition_key="default")
     assert result.success
     base = resources["storage"].base_path
     nodes = pd.read_parquet(f"{base}/graph_nodes/default.parquet")
@@ -24,7 +24,7 @@ def test_code_graph_of_default_partition_has_real_call_edge(resources):
 
 
 def test_text_graph_of_hotpotqa_partition(resources):
-    assert materialize([corpus_chunks, entity_graph], resources=resources, partition_key="hotpotqa").success
+    assert materialize([corpus_chunks, graph_nodes_and_edges], resources=resources, partition_key="hotpotqa").success
     base = resources["storage"].base_path
     nodes = pd.read_parquet(f"{base}/graph_nodes/hotpotqa.parquet")
     edges = pd.read_parquet(f"{base}/graph_edges/hotpotqa.parquet")

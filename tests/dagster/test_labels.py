@@ -12,10 +12,10 @@ from dagster import MultiPartitionKey, materialize
 
 from causal_assets.core.labeling.shards import shard_questions
 
-from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
-from causal_assets.defs.graph import entity_graph
-from causal_assets.defs.label_shards import LABEL_SHARDS, mc_trial_shards
-from causal_assets.defs.evaluation import evaluation_report
+from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
+from causal_assets.defs.graph import graph_nodes_and_edges
+from causal_assets.defs.scale_out import LABEL_SHARDS, mc_trial_shards
+from causal_assets.defs.evaluation import evaluation_tables
 from causal_assets.defs.labels import candidate_pools, label_quality, mc_labels, mc_trials
 from causal_assets.resources import LLM
 
@@ -30,7 +30,7 @@ RUN_CONFIG = {"ops": {
 def test_labels_end_to_end_with_local_solver(resources, tmp_path):
     resources = {**resources, "llm": LLM(cache_path=str(tmp_path / "calls.sqlite"), n_threads=1,
                                          models_dir=str(tmp_path / "models"))}
-    upstream = [corpus_chunks, corpus_embeddings, sparse_index, entity_graph]
+    upstream = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary, graph_nodes_and_edges]
     assert materialize(upstream, resources=resources, partition_key="hotpotqa").success
     stage = [candidate_pools, mc_trials, mc_labels]
     result = materialize(upstream + stage, resources=resources, partition_key="hotpotqa",
@@ -59,11 +59,11 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path):
 
     # The labels are ground truth for the evaluation (truth = mc_labels beside the benchmark's qrels) and are
     # compared with the benchmark's gold by label_quality.
-    evaluated = materialize(upstream + stage + [evaluation_report, label_quality], resources=resources,
+    evaluated = materialize(upstream + stage + [evaluation_tables, label_quality], resources=resources,
                             partition_key="hotpotqa", selection=["evaluation_metrics", "evaluation_runs",
                                                                  "evaluation_failures", "evaluation_queries",
                                                                  "evaluation_qrels", "label_quality"],
-                            run_config={"ops": {"evaluation_report": {"config": {"retrievers": ["bm25", "dense"]}}}})
+                            run_config={"ops": {"evaluation_tables": {"config": {"retrievers": ["bm25", "dense"]}}}})
     assert evaluated.success
     with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         truths = con.execute("select distinct truth from evaluation_metrics where benchmark = 'hotpotqa'").fetchall()

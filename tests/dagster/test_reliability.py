@@ -24,8 +24,8 @@ from causal_assets.core.catalog import DuckDBCatalog
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.storage import read_parquet
-from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
-from causal_assets.defs.graph import entity_graph
+from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
+from causal_assets.defs.graph import graph_nodes_and_edges
 from causal_assets.defs.labels import candidate_pools, mc_labels, mc_trials
 from causal_assets.resources import LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
 from tests.conftest import HOTPOT, require
@@ -33,7 +33,7 @@ from tests.dagster.procs import (IN_PROCESS, group_alive, kill_group, processes_
                                  start_materialize)
 
 BUDGET = 4          # solver calls per question (naive estimator: exactly this many trials)
-UPSTREAM = [corpus_chunks, corpus_embeddings, sparse_index, entity_graph]
+UPSTREAM = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary, graph_nodes_and_edges]
 LABELS = [candidate_pools, mc_trials, mc_labels]
 
 
@@ -120,6 +120,8 @@ def _ok_rows_per_key(cache: CallCache) -> Counter:
     return Counter(c.key for c in cache.history() if c.status == "ok")
 
 
+@pytest.mark.slow
+@pytest.mark.llm
 def test_sigkill_of_a_whole_run_then_rerun_pays_no_completed_call_twice(registry, index_root, llama, tmp_path):
     _copy_index(index_root, tmp_path)
     base, calls_db = tmp_path / "parquet", tmp_path / "llm_calls.sqlite"
@@ -178,6 +180,8 @@ def test_sigkill_of_a_whole_run_then_rerun_pays_no_completed_call_twice(registry
           f"{len(calls) - int(calls['cached'].sum())}, served {int(calls['cached'].sum())} from the cache")
 
 
+@pytest.mark.slow
+@pytest.mark.llm
 def test_llm_server_stopped_mid_run_then_back(registry, index_root, llama, tmp_path):
     _copy_index(index_root, tmp_path)
     # max_retries=1: an outage exhausts the client's retries in ~1 s, so the labelling loop sees errored calls.

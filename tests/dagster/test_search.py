@@ -5,16 +5,19 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from dagster import DagsterInstance, build_sensor_context, materialize
 
 from causal_assets.core.local_search import inbox
-from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
-from causal_assets.defs.graph import entity_graph
+from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
+from causal_assets.defs.graph import graph_nodes_and_edges
 from causal_assets.defs.search import causal_search, query_partitions, retrieval_results
 
 
+@pytest.mark.slow
+@pytest.mark.llm
 def test_causal_search_for_a_submitted_query(resources, tmp_path):
-    upstream = [corpus_chunks, corpus_embeddings, sparse_index, entity_graph]
+    upstream = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary, graph_nodes_and_edges]
     assert materialize(upstream, resources=resources, partition_key="hotpotqa").success
     queries = tmp_path / "queries"
     qid = inbox.submit(queries, "Which Canadian rock band released the song Counterparts?", "hotpotqa")

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from dagster import DagsterInstance, materialize
 
-from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
-from causal_assets.defs.graph import entity_graph
+from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
+from causal_assets.defs.graph import graph_nodes_and_edges
 from causal_assets.defs.labels import candidate_pools, mc_labels, mc_trials
 from causal_assets.resources import llm_from_settings
 from causal_assets.settings import Settings
@@ -27,7 +27,7 @@ def test_api_key_stays_out_of_logs_metadata_and_parquet(resources, tmp_path, mon
         # The resource as the code location builds it: the key is read through EnvVar when the step starts.
         llm = llm_from_settings(settings, cache_path=str(tmp_path / "calls.sqlite"), max_retries=2)
         res = {**resources, "llm": llm}
-        upstream = [corpus_chunks, corpus_embeddings, sparse_index, entity_graph]
+        upstream = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary, graph_nodes_and_edges]
         assert materialize(upstream, resources=res, partition_key="hotpotqa", instance=instance).success
         result = materialize(upstream + [candidate_pools, mc_trials, mc_labels], resources=res, instance=instance,
                              partition_key="hotpotqa", selection=[candidate_pools, mc_trials, mc_labels],

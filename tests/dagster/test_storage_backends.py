@@ -12,7 +12,7 @@ from dagster import materialize
 from causal_assets.core.catalog import DuckDBCatalog
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.defs.corpus import corpus_chunks, sparse_index
+from causal_assets.defs.corpus import corpus_chunks, sparse_postings_and_vocabulary
 from causal_assets.resources import ParquetIOManagerFactory, Storage
 
 
@@ -30,7 +30,7 @@ def test_memory_base_path_gets_duckdb_views(resources, tmp_path):
     base = f"memory://causal-{uuid.uuid4().hex[:8]}/parquet"
     catalog_path = tmp_path / "memory_catalog.duckdb"
     storage = Storage(base_path=base, catalog_path=str(catalog_path), reports_dir=str(tmp_path / "reports"))
-    result = materialize([corpus_chunks, sparse_index], resources=_with_storage(resources, storage),
+    result = materialize([corpus_chunks, sparse_postings_and_vocabulary], resources=_with_storage(resources, storage),
                          partition_key="hotpotqa")
     assert result.success
     assert _view_status(result, "corpus_chunks") == "corpus_chunks (created)"
@@ -63,9 +63,9 @@ def test_second_local_root_as_path_and_as_file_url(resources, tmp_path, capsys):
     storage_a = Storage(base_path=str(root_a), catalog_path=str(tmp_path / "a.duckdb"), reports_dir=str(tmp_path / "ra"))
     storage_b = Storage(base_path=root_b.as_uri(), catalog_path=str(tmp_path / "b.duckdb"), reports_dir=str(tmp_path / "rb"))
     assert storage_b.base_path.startswith("file:///")
-    assert materialize([corpus_chunks, sparse_index], resources=_with_storage(resources, storage_a),
+    assert materialize([corpus_chunks, sparse_postings_and_vocabulary], resources=_with_storage(resources, storage_a),
                        partition_key="hotpotqa").success
-    assert materialize([corpus_chunks, sparse_index], resources=_with_storage(resources, storage_b),
+    assert materialize([corpus_chunks, sparse_postings_and_vocabulary], resources=_with_storage(resources, storage_b),
                        partition_key="scifact").success
     assert sorted(p.name for p in (root_a / "corpus_chunks").iterdir()) == ["hotpotqa.parquet"]
     assert sorted(p.name for p in (root_b / "corpus_chunks").iterdir()) == ["scifact.parquet"]

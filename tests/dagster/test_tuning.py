@@ -18,11 +18,11 @@ from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registr
 from causal_assets.core.index.dense import Embedder
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
-from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_index
-from causal_assets.defs.evaluation import evaluation_report
+from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
+from causal_assets.defs.evaluation import evaluation_tables
 from causal_assets.defs.tuning import tuned_retriever_configs
 
-INDEX = [corpus_chunks, corpus_embeddings, sparse_index]
+INDEX = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary]
 
 
 def _events(result, asset):
@@ -88,8 +88,8 @@ def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
     assert _events(again, "tuned_retriever_configs")[0].metadata["config_version"].value == version
     assert load_tuned(tuned_dir.parent, "scifact", version).version == version
 
-    evaluated = materialize([evaluation_report, tuned_retriever_configs, *INDEX], resources=resources,
-                            partition_key="scifact", selection=[evaluation_report], instance=instance)
+    evaluated = materialize([evaluation_tables, tuned_retriever_configs, *INDEX], resources=resources,
+                            partition_key="scifact", selection=[evaluation_tables], instance=instance)
     assert evaluated.success
     metrics = pd.read_parquet(f"{base}/evaluation_metrics/scifact.parquet")
     names = set(metrics["retriever"])
@@ -119,7 +119,7 @@ def test_evaluation_reads_the_tuned_version_its_upstream_materialization_recorde
     after writing them) are never evaluated."""
     instance = DagsterInstance.ephemeral()
     assert materialize(INDEX, resources=resources, partition_key="scifact", instance=instance).success
-    everything = [evaluation_report, tuned_retriever_configs, *INDEX]
+    everything = [evaluation_tables, tuned_retriever_configs, *INDEX]
     second: list = []
 
     def tune_again_meanwhile():
@@ -131,7 +131,7 @@ def test_evaluation_reads_the_tuned_version_its_upstream_materialization_recorde
 
     monkeypatch.setattr("causal_assets.defs.evaluation.warm_up", tune_again_meanwhile)
     first = materialize(everything, resources=resources, partition_key="scifact", instance=instance,
-                        selection=[tuned_retriever_configs, evaluation_report],
+                        selection=[tuned_retriever_configs, evaluation_tables],
                         run_config=_tuning_run_config(["hybrid"]))
     assert first.success and second and second[0].success
     v1 = _events(first, "tuned_retriever_configs")[0].metadata["config_version"].value
@@ -145,14 +145,14 @@ def test_evaluation_reads_the_tuned_version_its_upstream_materialization_recorde
 
     # An evaluation run on its own follows the latest recorded tuning ...
     alone = materialize(everything, resources=resources, partition_key="scifact", instance=instance,
-                        selection=[evaluation_report])
+                        selection=[evaluation_tables])
     assert _events(alone, "evaluation_metrics")[0].metadata["tuned_config_version"].value == v2
     # ... and files that no materialization recorded change nothing.
     tuned_root = resources["storage"].reports_path / "tuned"
     stray = save_tuned(tuned_root, "scifact", {**load_tuned(tuned_root, "scifact", v1).content, "selected": None}, {})
     assert stray.version not in (v1, v2)
     again = materialize(everything, resources=resources, partition_key="scifact", instance=instance,
-                        selection=[evaluation_report])
+                        selection=[evaluation_tables])
     assert _events(again, "evaluation_metrics")[0].metadata["tuned_config_version"].value == v2
 
 

@@ -17,7 +17,7 @@ import yaml
 
 from tests.dagster.procs import ROOT, init_instance
 
-pytestmark = [pytest.mark.slow, pytest.mark.llm]
+pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.e2e]
 
 NOTES = {
     "rush.md": "# Rush\n\nRush was a Canadian rock band formed in Toronto. Neil Peart was the drummer of Rush.\n"

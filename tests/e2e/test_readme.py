@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import in_ci
 
-pytestmark = [pytest.mark.slow, pytest.mark.llm]
+pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -17,7 +17,7 @@ from causal_assets.core.llm.server import free_port
 from tests.dagster.procs import DAGSTER, ROOT, shutdown_grace_s, stop_group
 from tests.e2e.test_ui import STARTUP_TIMEOUT_S, _location_status
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 DATA = ROOT / "data"
 REPORT = DATA / "reports" / "default.md"

@@ -22,7 +22,7 @@ from causal_assets.core.llm.server import free_port
 from tests.conftest import HOTPOT, require
 from tests.dagster.procs import DAGSTER, ROOT, group_alive, init_instance, shutdown_grace_s, stop_group
 
-pytestmark = pytest.mark.slow  # dagster dev start-up alone is ~13 s quiet, minutes under load
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # dagster dev start-up alone is ~13 s quiet, minutes under load
 
 STARTUP_TIMEOUT_S = 240
 RUN_TIMEOUT_S = 240

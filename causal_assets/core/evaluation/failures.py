@@ -1,4 +1,5 @@
-"""Failure buckets of seed 001 §5.5: why no relevant document reached the top K.
+"""Failure buckets of the evaluation (`evaluation_failures` and the report): why no relevant document reached the
+top K.
 
 Every rule is lexical and deterministic, so the report can print exactly why a query landed in a
 bucket. Terms come from the analyzer passed in (the project's tokenizer; it decides stemming and

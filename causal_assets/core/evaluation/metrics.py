@@ -1,4 +1,5 @@
-"""Retrieval metrics (seed 001 §5) computed by ranx, with graded and fractional labels kept.
+"""Retrieval metrics (nDCG, MAP, MRR, recall, precision, hit rate at k) computed by ranx, with graded and fractional
+labels (the benchmark's judgements or the Monte Carlo effect sizes) kept.
 
 ranx treats a document as relevant only when its label is >= 1 (`rel_lvl` defaults to 1, and
 `ranx.Qrels` even casts labels to int), so a Monte Carlo delta-P label of 0.35 would silently count

@@ -10,8 +10,6 @@ import pandas as pd
 
 from causal_assets.core.evaluation.metrics import Qrels
 
-TRUTHS = ("qrels", "mc_labels")
-
 
 def label_qrels(labels: pd.DataFrame | None, question_ids=None) -> Qrels:
     """{question: {doc: effect}} of the YES labels of the configured estimator (the rows that are not the naive

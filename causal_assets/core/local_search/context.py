@@ -1,5 +1,5 @@
-"""The causal-search context builder (seed 004 §2-3): query -> entities -> relationships, text units and
-community reports -> token-budgeted "network data".
+"""The context builder of causal search (GraphRAG-style local search over the entity graph): query -> entities ->
+relationships, text units and community reports -> token-budgeted "network data" for the report prompt.
 
 `GraphContextBuilder(nodes, edges, chunks)` works on any graph in the `graph.store` schema. The query is
 mapped to entities by cosine similarity between the query embedding and `name + ": " + description` of
@@ -42,7 +42,6 @@ _VECTOR_CACHE: dict[tuple, np.ndarray] = {}
 
 ENTITY_FIELDS = ("id", "entity", "description", "rank", "type")
 RELATIONSHIP_FIELDS = ("id", "source", "target", "description", "weight", "rank")
-TEXT_UNIT_FIELDS = ("id", "text", "n_tokens")
 COMMUNITY_FIELDS = ("id", "title", "content", "rank")
 
 

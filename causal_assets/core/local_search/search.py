@@ -1,8 +1,9 @@
-"""Two-stage causal search (seed 004): network data -> causal discovery report -> final answer.
+"""Two-stage causal search: network data -> causal discovery report -> final answer.
 
-Differences from the seed, on purpose:
-  * stage 1 sees the user's query (the seed's first stage only saw the graph data, so its report could
-    not focus on what was asked), in the *user* message: the query, the network data and stage 1's report
+Stage 1 writes a report of the causal relations the graph context shows; stage 2 answers the query from it. By
+design:
+  * stage 1 sees the user's query (a report written from the graph data alone could not focus on what was
+    asked), in the *user* message: the query, the network data and stage 1's report
     never go into a system message;
   * the context budget is checked against the model context (`n_ctx`) before any call: the network-data
     budget is shrunk until prompt + `max_tokens` fit, and a clear `ContextBudgetError` is raised when even
@@ -110,8 +111,8 @@ _REPR = re.compile(r"content='(.*?)', full_response=", re.DOTALL)
 
 
 def extract_content(response: Any) -> str:
-    """The text of a model response: `LLMResult.text`, `.content`, a plain string, or (the seed's fallback)
-    `content='...'` inside a BaseModelOutput repr. Special tokens, role prefixes and a fence wrapping the
+    """The text of a model response: `LLMResult.text`, `.content`, a plain string, or (for clients that return
+    an object's repr) `content='...'` inside a BaseModelOutput repr. Special tokens, role prefixes and a fence wrapping the
     whole text are removed. Raises `EmptyResponseError` when nothing is left."""
     if isinstance(response, str):
         text = response
@@ -198,7 +199,7 @@ class LocalSearchResult:
 
 
 class LocalSearch:
-    """`search(query)` runs the 6 steps of seed 004 (nodes -> context -> budgeted network data -> report ->
+    """`search(query)` runs six steps (query -> entity nodes -> context -> budgeted network data -> report ->
     answer; `save_outputs` writes the files).
 
     client: an `LLMClient` (anything with `chat(messages, **params) -> LLMResult`).

@@ -1,5 +1,5 @@
 """Cascade retrieval with an entropy-aware loop: TF-IDF -> dense re-rank -> graph expansion, repeated with wider
-stages until the retrieved set's term entropy settles (spec: shared/seeds/002, "Cascade Retriever").
+stages until the retrieved set's term entropy settles.
 
 One iteration `i` (1-based) of `CascadeRetriever.retrieve`:
 
@@ -21,9 +21,9 @@ stage-2 documents). Both are on the cosine scale, so they are merged by score (t
 chunk order) and cut at `max_documents`. Graph documents are not subject to `similarity_cutoff`: they were
 reached from documents that passed it.
 
-**Termination fix.** The seed's `should_terminate` returns False whenever fewer than `min_documents` are
-retrieved, *before* it looks at `max_iterations`; when few documents pass the cutoff (a strict cutoff, a
-narrow filter, a small corpus) the loop never ends. Here the loop is always bounded:
+**Termination.** A loop that asks for another iteration whenever fewer than `min_documents` are retrieved,
+*before* it looks at `max_iterations`, never ends when few documents pass the cutoff (a strict cutoff, a narrow
+filter, a small corpus). Here the loop is always bounded:
 
 * `max_iterations` is checked first, before any other rule;
 * the retriever also stops when an iteration adds no document the previous one did not have, and when
@@ -32,14 +32,12 @@ narrow filter, a small corpus) the loop never ends. Here the loop is always boun
 
 `metadata["termination_reason"]` says which rule ended the loop.
 
-**Configuration defaults.** Where the seed shows two values, the "Advanced Configuration" values are used
-(`max_iterations=5`, `max_documents=100`, `window_size=3`, `similarity_cutoff=0.6`, `min_edge_weight=0.3`,
-`include_entity_nodes=True`), except that the values the project's brief fixes are kept (`initial_k=100`,
-`similarity_top_k=20`, `max_hops=2`, `max_nodes=50`, `score_decay_factor=0.8`). Deliberate departures:
-`relationship_types=None` (all types: the seed's example list would silently drop the project graph's edge
-types), `embedding_model="all-MiniLM-L6-v2"` (the model the index was embedded with; a different model
-cannot be honoured against a prebuilt index and is rejected), and the `TFIDFConfig` fields other than
-`initial_k` describe the prebuilt TF-IDF index (see `TFIDFConfig`).
+**Configuration defaults.** `max_iterations=5`, `max_documents=100`, `window_size=3`, `similarity_cutoff=0.6`,
+`min_edge_weight=0.3`, `include_entity_nodes=True`, `initial_k=100`, `similarity_top_k=20`, `max_hops=2`,
+`max_nodes=50`, `score_decay_factor=0.8`; `relationship_types=None` (all types: a fixed list of edge types would
+silently drop the graph's other edge types), `embedding_model="all-MiniLM-L6-v2"` (the model the index was
+embedded with; a different model cannot be honoured against a prebuilt index and is rejected), and the
+`TFIDFConfig` fields other than `initial_k` describe the prebuilt TF-IDF index (see `TFIDFConfig`).
 
 Retriever protocol: `name = "cascade"`; `retrieve_many(queries, k)` returns the cascade's documents, then pads
 to `k` (documented in `CascadeRetriever.retrieve_many`) so metrics@k compare with the other retrievers.
@@ -115,7 +113,7 @@ class GraphConfig(_Section):
 class EntropyConfig(_Section):
     """Loop control. `threshold` bounds |entropy change| against the mean of the last `window_size` iterations;
     `max_documents` caps (and, when reached, ends) retrieval; fewer than `min_documents` asks for another
-    iteration, but never past `max_iterations` (see the module docstring: the seed's flaw)."""
+    iteration, but never past `max_iterations` (see the module docstring: Termination)."""
     threshold: float = Field(0.05, ge=0.0)
     max_iterations: int = Field(5, ge=1)
     min_documents: int = Field(5, ge=0)
@@ -140,7 +138,7 @@ class RetrievalConfig(_Section):
 
     def save(self, path: str | Path) -> Path:
         """JSON, or YAML when the name ends in .yaml/.yml; a path without one of those suffixes is a directory
-        that receives `cascade_config.json` (the seed's `retriever.save("retriever_data")`)."""
+        that receives `cascade_config.json`."""
         path = _config_file(Path(path), for_writing=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         data = self.model_dump(mode="json")
@@ -197,7 +195,7 @@ class EntropyCalculator:
 
     The distribution is over document frequencies within the set: p(t) = (documents of the set containing t) /
     (sum over terms of the same). The prebuilt index stores TF-IDF weights, not raw counts, so term presence is
-    what can be read straight from its postings (vectorised, no re-tokenising); the seed's CountVectorizer
+    what can be read straight from its postings (vectorised, no re-tokenising); raw CountVectorizer
     counts would need the text re-analysed per query. Normalised entropy divides by log2(distinct terms).
 
     Documents are either row positions in `term_matrix` (chunks x terms, CSR; what the retriever passes) or
@@ -212,10 +210,6 @@ class EntropyCalculator:
         self.term_matrix = term_matrix
         self.history: list[float] = []
         self.last_reason: str | None = None
-
-    def reset(self) -> None:
-        self.history.clear()
-        self.last_reason = None
 
     def term_counts(self, documents: Sequence[Union[int, str]]) -> np.ndarray:
         if len(documents) == 0:
@@ -262,9 +256,8 @@ class EntropyCalculator:
     def should_terminate(self, documents: Sequence[Union[int, str]], iteration: int) -> bool:
         """Whether the loop should stop after `iteration` (1-based); the reason is left in `last_reason`.
 
-        FIX of the seed's flaw: the seed returned False for fewer than `min_documents` documents *before*
-        checking `max_iterations`, so an iteration that never reached `min_documents` looped forever.
-        `max_iterations` is now the first rule (the entropy is still recorded, for the metadata)."""
+        Bounded: returning False for fewer than `min_documents` documents *before* checking `max_iterations`
+        would loop forever when no iteration reaches `min_documents`, so `max_iterations` is the first rule (the entropy is still recorded, for the metadata)."""
         change = self.calculate_entropy_change(documents)
         cfg = self.config
         if iteration >= cfg.max_iterations:
@@ -590,7 +583,7 @@ class CascadeRetriever:
             docs = stage2 + stage3
             current = {p for p, _, _ in docs}
 
-            # Stage 4: termination. The calculator checks max_iterations first (the seed's flaw, fixed there);
+            # Stage 4: termination. The calculator checks max_iterations first (so the loop is bounded);
             # the two retriever-level rules below also bound the loop when documents stop changing.
             t = time.perf_counter()
             stop = entropy.should_terminate([p for p, _, _ in docs], iteration)

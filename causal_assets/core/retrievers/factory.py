@@ -81,7 +81,7 @@ def build_learned(index: CorpusIndex, params: dict[str, Any], graph: Graph | Non
 
 def build_causal(index: CorpusIndex, params: dict[str, Any], neighbors: Neighbors | None = None, llm_client=None,
                  graph: Graph | None = None):
-    """The causal retriever (seed 000). params:
+    """The causal retriever (documents ranked by how much they change the answer, `retrievers.causal`). params:
     - `shortlist`: hybrid (default) | cascade | bm25 | learned - which retriever proposes the candidates the
       answer model judges; `shortlist_params`: that retriever's params (learned: its `model_path`);
     - `answer_model`: lexical (default: the offline extractive stand-in, no LLM) | llm (the cached LLM client);

@@ -1,4 +1,4 @@
-"""Answer models for causal retrieval (spec: shared/seeds/000, `IAnswerModel`).
+"""Answer models for causal retrieval (the `IAnswerModel` interface).
 
 An answer model answers a query from a set of context documents and estimates the *distribution* of its
 answer, so that causal retrieval can measure how much a document changes the answer (counterfactual impact)

@@ -1,19 +1,19 @@
-"""Causal retrieval (spec: shared/seeds/000): rank documents by how much they *cause* the answer to a query,
+"""Causal retrieval: rank documents by how much they *cause* the answer to a query,
 not by how similar they are to it.
 
 Per candidate document D (query Q, answer A, answer model M, see `answer_model.py`):
 
-* **InformationContribution** (exactly the seed's formulas, entropies in bits from `M.estimate_entropy`):
+* **InformationContribution** (entropies in bits from `M.estimate_entropy`):
   base = H(A|Q), with_doc = H(A|Q,D), with_all = H(A|Q,R), with_doc_and_all = H(A|Q,R,D) for the
   already-retrieved set R; mutualInformation = base - with_doc; informationGain = with_all -
   with_doc_and_all; redundancy = mutualInformation - informationGain; uniqueContribution = informationGain;
   entropyReduction = base - with_doc_and_all.
 * **CounterfactualImpact**: the answer with the whole candidate context C vs. without D (C \\ {D}).
   Similarity of two answers = token F1 of their normalised forms (HotpotQA's token F1, `text.answers`).
-  - wouldChangeAnswer: the answer without D differs, F1(answer(C), answer(C\\D)) < 0.9 (the seed's rule);
+  - wouldChangeAnswer: the answer without D differs, F1(answer(C), answer(C\\D)) < 0.9;
   - changeProb = 1 - s, s = E_{a~M(C\\D)}[F1(a, answer(C))] / E_{a~M(C)}[F1(a, answer(C))] clipped to [0, 1]:
     the relative loss of probability that the model still gives the current answer once D is removed
-    (it is the seed's 1 - similarity with the similarity taken in expectation over the answer
+    (it is 1 - similarity with the similarity taken in expectation over the answer
     distribution; with a deterministic model it *is* 1 - similarity);
   - changeType: complete_change (answer changes, F1 <= 0.2), partial_change (changes, 0.2 < F1 < 0.9),
     confidence_change (same answer, changeProb >= 0.1), no_change;
@@ -43,7 +43,7 @@ Per candidate document D (query Q, answer A, answer model M, see `answer_model.p
   in [0, 1], with ic = max(mutualInformation, 0) / max(H(A|Q), largest mutualInformation of the
   candidates) (the share of the answer's uncertainty D removes on its own).
 
-`CausalRetriever.retrieve` (the seed's algorithm): (1) query analysis (entities, intent); (2) candidates =
+`CausalRetriever.retrieve`: (1) query analysis (entities, intent); (2) candidates =
 the shortlist (`shortlist`: a `CascadeRetriever`, a callable `(query, n, within) -> [Hit]`, or BM25 over
 the index with a positive score) of `shortlist_size` documents, plus up to `graph_candidates` graph
 neighbours of them (`chunk_neighbors`, structural search); only these reach the answer model; (3) relevance
@@ -98,7 +98,7 @@ EDGE_RELATIONSHIPS = {"calls": "calls", "called_by": "calls", "defines": "define
                       "references": "contextualizes", "related": "contextualizes",
                       "title_mention": "contextualizes", "answers": "answers"}
 SKIP_NODE_TYPES = frozenset({"community"})
-SIMILAR = 0.9          # answers with token F1 >= 0.9 are the same answer (seed: similarity < 0.9 = change)
+SIMILAR = 0.9          # answers with token F1 >= 0.9 are the same answer (similarity < 0.9 = a change)
 
 
 # --- Result types ---------------------------------------------------------------------------------------------

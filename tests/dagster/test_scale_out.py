@@ -6,18 +6,20 @@ import time
 
 import numpy as np
 import pandas as pd
+import pytest
 from dagster import materialize
 
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
 from causal_assets.core.storage import read_parquet
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings
-from causal_assets.defs.sharding import shard_cache_name, shard_of
+from causal_assets.defs.scale_out import shard_cache_name, shard_of
 from tests.dagster.procs import project_env, start_materialize
 
 SHARDS = 2
 
 
+@pytest.mark.slow
 def test_two_shards_in_parallel_processes_then_corpus_embeddings_embeds_nothing(resources, tmp_path):
     assert materialize([corpus_chunks], resources=resources, partition_key="scifact").success
     base = resources["storage"].base_path

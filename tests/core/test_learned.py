@@ -1,0 +1,175 @@
+"""core/retrievers/learned: query-time features of first-stage candidates, the causal-relevance model fitted on
+them, and the learned retriever (also built through the factory)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from causal_assets.core.graph.store import edges_frame, nodes_frame
+from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.core.retrievers.learned.features import (BRIDGE_FEATURES, FEATURES, KINDS, FeatureExtractor,
+                                                            GraphProximity, query_entities)
+from causal_assets.core.retrievers.learned.retriever import (CausalRelevanceModel, LearnedRetriever, attach_target,
+                                                             candidate_table, cross_validate, fit_model, query_folds)
+from tests.core.tiny_corpus import PARAGRAPHS, QUESTIONS, tiny_benchmark, tiny_index
+
+# Small data: shallow trees with small leaves, so a few dozen rows can be fitted.
+PARAMS = {"learning_rate": 0.2, "max_leaf_nodes": 4, "min_samples_leaf": 2, "max_iter": 40}
+
+
+def _graph():
+    """Paragraph nodes joined through entity nodes: seine - Paris - eiffel_tower - Eiffel Tower - gustave_eiffel,
+    and a community node that would shortcut everything if it counted."""
+    nodes = nodes_frame([{"node_id": f"chunk:{c}", "node_type": "text_unit", "name": c, "chunk_id": c}
+                         for c in ("seine", "eiffel_tower", "gustave_eiffel", "python")]
+                        + [{"node_id": "entity:paris", "node_type": "entity", "name": "Paris"},
+                           {"node_id": "entity:eiffel_tower", "node_type": "entity", "name": "Eiffel Tower"},
+                           {"node_id": "community:0", "node_type": "community", "name": "community 0"}])
+    edges = edges_frame([{"source": "chunk:seine", "target": "entity:paris", "edge_type": "mentions"},
+                         {"source": "chunk:eiffel_tower", "target": "entity:paris", "edge_type": "mentions"},
+                         {"source": "chunk:eiffel_tower", "target": "entity:eiffel_tower", "edge_type": "mentions"},
+                         {"source": "entity:eiffel_tower", "target": "chunk:gustave_eiffel", "edge_type": "mentions"},
+                         {"source": "community:0", "target": "chunk:python", "edge_type": "member"},
+                         {"source": "community:0", "target": "entity:paris", "edge_type": "member"}])
+    return nodes, edges
+
+
+def test_query_entities_are_named_spans_and_code_identifiers():
+    found = query_entities("How does shortest_path in nx.algorithms relate to getValue and the Eiffel Tower?")
+    assert {"shortest_path", "nx.algorithms", "getValue"} <= set(found)
+    assert any("Eiffel Tower" in e for e in found)
+    assert len(found) == len(set(found))
+    assert query_entities("which river flows through the city") == []
+
+
+def test_graph_proximity_is_one_over_hops_without_community_shortcuts():
+    nodes, edges = _graph()
+    near = GraphProximity(nodes, edges, max_hops=3)
+    chunks = ["seine", "eiffel_tower", "gustave_eiffel", "python", "thames"]
+    assert near.proximity(["Paris"], chunks).tolist() == [1.0, 1.0, pytest.approx(1 / 3), 0.0, 0.0]
+    assert near.proximity(["Eiffel Tower"], chunks).tolist() == [pytest.approx(1 / 3), 1.0, 1.0, 0.0, 0.0]
+    assert GraphProximity(nodes, edges, max_hops=2).proximity(["Paris"], chunks)[2] == 0.0   # 3 hops away
+    assert near.proximity(["Tokyo"], chunks).tolist() == [0.0] * 5                         # no entry node
+
+
+def test_candidate_features_follow_the_first_stage_and_describe_each_candidate():
+    index = tiny_index()
+    extractor = FeatureExtractor(index, _graph(), weight=0.5, depth=6)
+    question = QUESTIONS["q2"][0]
+    qv = index.embedder.encode_queries([question])[0]
+    c = extractor.candidates(question, qv)
+    assert list(c.features.columns) == list(FEATURES) and len(c.positions) == len(c.features) == 6
+    f = c.features
+    assert (np.diff(f["prior"].to_numpy()) <= 1e-12).all()              # best first by the fused prior
+    assert f["prior_rank"].tolist() == pytest.approx(np.log1p(np.arange(6)).tolist())
+    assert f["redundancy"].iloc[0] == 0.0 and (f["redundancy"].iloc[1:] > 0).all()
+    assert (f[[f"kind_{k}" for k in KINDS]].sum(axis=1) == 1).all() and (f["kind_paragraph"] == 1).all()
+    assert (f[list(BRIDGE_FEATURES)] == 0).all().all()                  # whole-corpus search: no bridges
+    assert f["query_terms"].nunique() == 1 and f["query_terms"].iloc[0] > 0
+    ids = [str(index.ids[p]) for p in c.positions]
+    by_id = f.assign(doc=ids).set_index("doc")
+    # the question names the Eiffel Tower: that title matches, and the paragraphs naming it cover the entity
+    assert by_id.at["eiffel_tower", "title_match"] > 0.5 > by_id.drop(["eiffel_tower"])["title_match"].max()
+    assert by_id.at["eiffel_tower", "entity_coverage"] > 0 and by_id.at["gustave_eiffel", "entity_coverage"] > 0
+    assert by_id.at["eiffel_tower", "graph_proximity"] == by_id.at["gustave_eiffel", "graph_proximity"] == 1.0
+    assert by_id["term_coverage"].between(0, 1).all() and by_id["term_coverage"].max() > 0
+    assert extractor.settings() == {"weight": 0.5, "depth": 6, "prf_weight": 0.7, "prf_docs": 3, "sparse": "bm25",
+                                    "within_stats": "corpus", "max_hops": 3}
+
+
+def test_bridge_features_link_candidates_that_name_each_other():
+    index = tiny_index()
+    extractor = FeatureExtractor(index)
+    question = QUESTIONS["q2"][0]
+    within = ["eiffel_tower", "gustave_eiffel", "seine", "big_ben"]
+    c = extractor.candidates(question, index.embedder.encode_queries([question])[0], within)
+    f = c.features.assign(doc=[str(index.ids[p]) for p in c.positions]).set_index("doc")
+    assert sorted(f.index) == sorted(within)
+    tower = f.at["eiffel_tower", "title_match"]
+    # the tower's paragraph names Gustave Eiffel (the second hop of a question naming the tower), and his
+    # paragraph names the tower back
+    assert f.at["gustave_eiffel", "bridge_from_named"] == pytest.approx(tower) and tower > 0
+    assert f.at["gustave_eiffel", "mentions_named"] == pytest.approx(tower)
+    assert f.at["seine", "bridge_from_named"] == f.at["big_ben", "bridge_from_named"] == 0.0
+    assert len(extractor.candidates(question, np.zeros(index.embeddings.shape[1]), ["not-a-chunk"]).positions) == 0
+
+
+def _table(index, question_ids):
+    extractor = FeatureExtractor(index, depth=12)
+    queries = {q: QUESTIONS[q][0] for q in question_ids}
+    return extractor, candidate_table(extractor, queries, index.embedder.encode_queries(list(queries.values())))
+
+
+def test_targets_from_qrels_and_from_monte_carlo_labels():
+    index = tiny_index()
+    _, table = _table(index, ["q1", "q2"])
+    assert len(table) == 24 and list(table.columns[:3]) == ["query_id", "doc_id", "rank"]
+    qrels = {"q1": {"seine": 1.0}}
+    y = attach_target(table, "qrels", qrels).set_index(["query_id", "doc_id"])["target"]
+    assert y[("q1", "seine")] == 1.0 and y.loc["q1"].sum() == 1.0 and y.loc["q2"].isna().all()   # q2 unjudged
+    labels = pd.DataFrame({"question_id": ["q1", "q1", "q1"], "doc_id": ["seine", "seine", "danube"],
+                           "estimator": ["naive", "adaptive", "adaptive"], "effect": [0.1, 2.5, -0.3]})
+    dp = attach_target(table, "delta_p", mc_labels=labels).set_index(["query_id", "doc_id"])["target"]
+    assert dp[("q1", "seine")] == 2.5 and dp[("q1", "danube")] == -0.3          # the configured estimator's row
+    assert dp.notna().sum() == 2
+    with pytest.raises(ValueError, match="needs qrels"):
+        attach_target(table, "qrels")
+    with pytest.raises(ValueError, match="unknown target"):
+        attach_target(table, "clicks", qrels)
+
+
+def test_the_fitted_model_ranks_its_judged_paragraphs_first_and_round_trips(tmp_path):
+    index = tiny_index()
+    bench = tiny_benchmark()
+    extractor, table = _table(index, list(QUESTIONS))
+    model = fit_model(attach_target(table, "qrels", bench.qrels), "qrels", PARAMS, extractor.settings())
+    assert model.metadata == {"train_queries": 8, "train_rows": 96, "positives": 8}
+    scores = model.predict(table)
+    relevant = np.array([bench.qrels[q].get(d, 0) > 0 for q, d in zip(table["query_id"], table["doc_id"])])
+    assert scores[relevant].min() > np.median(scores[~relevant])
+    # saved and loaded: the same predictions and fingerprint; the factory builds the retriever from the file
+    path = model.save(tmp_path / "models" / "learned.joblib")
+    loaded = CausalRelevanceModel.load(path)
+    assert np.allclose(loaded.predict(table), scores) and loaded.fingerprint() == model.fingerprint()
+    retriever = build_retriever("learned", index, {"model_path": str(path)})
+    assert isinstance(retriever, LearnedRetriever) and retriever.name == "learned"
+    hits = retriever.retrieve_many([QUESTIONS[q][0] for q in QUESTIONS], 3)
+    assert sum(h[0].chunk_id == doc for h, (_, doc) in zip(hits, QUESTIONS.values())) >= 7
+    assert all([h.rank for h in hs] == [1, 2, 3] and hs[0].score >= hs[1].score >= hs[2].score for hs in hits)
+    assert hits[0][0].title == PARAGRAPHS[hits[0][0].chunk_id][0]
+    # rerank: only the given candidates; shortlist: the causal retriever's callable, same ranking
+    reranked = retriever.rerank(QUESTIONS["q1"][0], ["thames", "seine", "python"])
+    assert sorted(h.chunk_id for h in reranked) == ["python", "seine", "thames"] and reranked[0].chunk_id == "seine"
+    assert [h.chunk_id for h in retriever.shortlist(QUESTIONS["q1"][0], 3)] == [h.chunk_id for h in hits[0]]
+    assert len(build_retriever("learned", index, {"model": model, "depth": 2}).retrieve_many(["river"], 5)[0]) == 2
+    with pytest.raises(ValueError, match="model_path"):
+        build_retriever("learned", index, {})
+    (tmp_path / "other.joblib").write_bytes(b"not a model")
+    with pytest.raises(Exception):
+        CausalRelevanceModel.load(tmp_path / "other.joblib")
+
+
+def test_fitting_refuses_what_it_cannot_learn_from():
+    index = tiny_index()
+    _, table = _table(index, ["q1", "q2"])
+    with pytest.raises(ValueError, match="too few labelled queries"):
+        fit_model(attach_target(table, "qrels", {"q1": {"seine": 1.0}}), "qrels", PARAMS, {})
+    with pytest.raises(ValueError, match="single class"):
+        fit_model(attach_target(table, "qrels", {"q1": {}, "q2": {}}), "qrels", PARAMS, {})
+
+
+def test_query_folds_partition_the_queries_and_cross_validation_scores_held_out_queries():
+    ids = [f"q{i}" for i in range(10)] * 3
+    folds = query_folds(ids, 4, seed=1)
+    assert len(folds) == 4 and sorted(q for f in folds for q in f) == sorted(set(ids))
+    assert folds == query_folds(ids, 4, seed=1) and folds != query_folds(ids, 4, seed=2)
+    index = tiny_index()
+    bench = tiny_benchmark()
+    _, table = _table(index, list(QUESTIONS))
+    judged = {q: bench.qrels[q] for q in ["q1", "q2", "q3", "q4", "q5", "q6"]}   # q7, q8: outside the evaluation
+    value, oof = cross_validate(attach_target(table, "qrels", bench.qrels), "qrels", PARAMS, judged,
+                                metric="ndcg@10", n_folds=3)
+    assert 0 < value <= 1
+    held = table["query_id"].isin(judged).to_numpy()
+    assert np.isfinite(oof[held]).all() and np.isnan(oof[~held]).all()
