@@ -3,12 +3,12 @@
 A design is a boolean matrix ``(n_trials, n_docs)``: row ``i`` is the context shown to the blind solver in
 trial ``i``, column ``j`` says whether candidate document ``j`` is included.
 
-* :func:`bernoulli_design` is the seed's design: every document independently with probability ``p``.
+* :func:`bernoulli_design` is the classic Monte Carlo design: every document independently with probability ``p``.
 * :func:`balanced_design` includes every document in exactly half the trials and, when ``n_trials`` is a
   multiple of the Hadamard order used, every *pair* of documents is in each of the four in/out combinations
   equally often (columns of a randomised Sylvester-Hadamard matrix: mutually orthogonal in +/-1 coding). The
   main effects of a regression on such a design are estimated independently of each other, which is what
-  makes the regression estimator cheaper than the seed's difference of means. Rows that do not fill a
+  makes the regression estimator cheaper than the plain difference of means. Rows that do not fill a
   complete Hadamard block come from random balanced columns (each column exactly half in; pairs only
   balanced in expectation).
 * :func:`leave_one_out_design` is the deterministic full-set + each-document-removed design.
@@ -26,7 +26,7 @@ def _rng(rng) -> np.random.Generator:
 
 
 def bernoulli_design(n_docs: int, n_trials: int, p: float = 0.5, rng=None) -> np.ndarray:
-    """Each document independently included with probability ``p`` (the seed's design)."""
+    """Each document independently included with probability ``p`` (the classic Monte Carlo design)."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"p must be in [0, 1], got {p}")
     return _rng(rng).random((int(n_trials), int(n_docs))) < p

@@ -12,12 +12,12 @@ interval, the trials used and a label:
 * ``NO`` -- the CI lies below ``threshold``;
 * ``UNCERTAIN`` -- the CI straddles it.
 
-(:func:`naive` by default labels like the seed, by the point estimate alone: ``YES`` iff ``delta_p >
+(:func:`naive` by default labels by the point estimate alone, the classic rule: ``YES`` iff ``delta_p >
 threshold``; its CI is still reported, and ``rule="ci"`` labels it by the CI instead.)
 
 Estimands
 ---------
-* :func:`naive` -- the seed's Delta P: mean outcome with the document in minus mean outcome with it out. Under
+* :func:`naive` -- the classic Delta P: mean outcome with the document in minus mean outcome with it out. Under
   the Bernoulli(1/2) design this estimates the document's *Banzhaf value* (its average marginal effect over
   random contexts); the other documents' effects stay in the noise. CI: Newcombe's hybrid score interval
   (difference of two Wilson intervals) for pass/fail, Welch's t otherwise.
@@ -158,7 +158,7 @@ def _wilson(s: float, n: int, z: float) -> tuple[float, float]:
 
 def naive(subsets, outcomes, threshold: float = 0.1, alpha: float = 0.05, rule: str = "point",
           doc_ids: Sequence | None = None) -> LabelingResult:
-    """The seed's rule: ``delta_p = mean(outcome | d in) - mean(outcome | d out)``; YES iff ``delta_p > threshold``
+    """The classic rule: ``delta_p = mean(outcome | d in) - mean(outcome | d out)``; YES iff ``delta_p > threshold``
     (``rule="point"``) or iff the CI lies above it (``rule="ci"``)."""
     if rule not in ("point", "ci"):
         raise ValueError(f"rule must be 'point' or 'ci', got {rule!r}")

@@ -1,8 +1,8 @@
-"""Candidate pools (seed 001 §2.2): per question, C_seed ∪ C_random ∪ hard negatives.
+"""Candidate pools: per question, the seed documents ∪ random documents ∪ hard negatives.
 
-C_seed comes from benchmark metadata (qrels / supporting paragraphs / the mined target) plus, when a graph is
+The seed documents come from benchmark metadata (qrels / supporting paragraphs / the mined target) plus, when a graph is
 given, the seeds' graph neighbours (what the target imports or calls). Hard negatives are the top
-BM25 and dense hits that are not seeds. C_random fills the rest. Downstream every candidate is treated
+BM25 and dense hits that are not seeds. Random documents fill the rest. Downstream every candidate is treated
 identically; the origin is kept only as metadata, and the pool order is shuffled so position leaks nothing.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ class PoolParams:
     """How a question's candidate pool is drawn: a benchmark's `pooling:` section."""
 
     size: int = 10                 # candidates per question
-    max_seed_neighbors: int = 2    # graph neighbours of the seeds added to C_seed
+    max_seed_neighbors: int = 2    # graph neighbours of the seeds added to the seed documents
     hard_negatives: int = 4        # top BM25/dense non-seed hits
     max_doc_chars: int = 600       # text the blind solver sees per candidate (small local models: short contexts)
     seed: int = 0

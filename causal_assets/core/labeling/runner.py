@@ -2,11 +2,11 @@
 
 Outcomes (``LabelingParams.outcome``): ``likelihood`` (the gold answer's log-probability given the subset, by teacher
 forcing: graded, one prompt evaluation per trial), ``success`` (greedy answer validated pass/fail) or ``both``
-(labels from the likelihood, the seed's ΔP from the pass/fail trials reported beside them).
+(labels from the likelihood, the classic ΔP from the pass/fail trials reported beside them).
 
 Estimators: ``adaptive`` (balanced first batch, then trials only where a document's interval still straddles the
 threshold, labels from the joint regression), ``regression`` (a fixed balanced design of ``budget`` trials, then
-the joint regression with interactions) and ``naive`` (seed 001: Bernoulli(0.5) subsets, ΔP = mean outcome in -
+the joint regression with interactions) and ``naive`` (the classic protocol: Bernoulli(0.5) subsets, ΔP = mean outcome in -
 out). Infrastructure failures (timeouts, 429/5xx, malformed output) are journalled as errored calls and never
 become trials; after ``max_consecutive_errors`` failed batches the step fails, and a re-run resumes for free from
 the call cache (the subsets are seeded by question id, so the same calls are asked again).
@@ -201,7 +201,7 @@ def estimate(trials: list[dict], doc_ids: list[str], config: LabelingParams, est
     """Labels from recorded trials (no LLM): the same function the mc_labels asset re-applies.
 
     ``outcome`` (default: the config's label outcome) picks the trial column; ``naive`` on ``success`` is the
-    seed's ΔP rule."""
+    classic ΔP rule."""
     outcome = outcome or config.label_outcome
     threshold = config.threshold if outcome == "success" else config.threshold_nats
     x = np.array([[d in set(t["subset"]) for d in doc_ids] for t in trials], dtype=bool).reshape(-1, len(doc_ids))
@@ -226,11 +226,11 @@ def _rows(result: LabelingResult, qid: str, estimator: str, outcome: str, delta_
 
 
 def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParams) -> tuple[pd.DataFrame, list[dict]]:
-    """The labels of every question with trials (no LLM call), as rows and as seed 001's dataset pairs.
+    """The labels of every question with trials (no LLM call), as rows and as the retrieval dataset's pairs.
 
-    Rows for the configured estimator, plus the seed's naive rule on the same trials for comparison. ``effect``
+    Rows for the configured estimator, plus the classic naive rule on the same trials for comparison. ``effect``
     is in the label outcome's units (nats of answer log-likelihood, or success probability); ``delta_p`` is the
-    seed's ΔP where pass/fail trials exist (outcome ``success`` or ``both``), else NaN."""
+    classic ΔP where pass/fail trials exist (outcome ``success`` or ``both``), else NaN."""
     rows, pairs = [], []
     outcome = config.label_outcome
     for qid, pool in pools.groupby("question_id", sort=False):

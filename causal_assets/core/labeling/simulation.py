@@ -19,7 +19,7 @@ A document is *relevant* iff it appears in some clause. Equivalently: there is a
 documents in which adding it raises the success probability, by the full amplitude
 ``(1 - 2 noise) (top_rate - base_rate)`` (>= 0.42 with the default ranges, far above the 0.1 threshold). This
 deliberately counts both members of a redundant OR pair as relevant although each one's *average* marginal
-effect (the seed's Delta P) is only half the amplitude, or a quarter in an OR triple / AND triple / the
+effect (the classic Delta P) is only half the amplitude, or a quarter in an OR triple / AND triple / the
 redundant half of a mixed scenario. Documents outside every clause have no effect in any context.
 """
 from __future__ import annotations
@@ -132,7 +132,7 @@ def label_f1(yes: Iterable, truth: Iterable) -> float:
 
 def run_fixed(scenario: Scenario, n_trials: int, estimator: Callable[..., LabelingResult],
               rng: np.random.Generator, threshold: float = 0.1, **kw) -> LabelingResult:
-    """The seed's protocol: ``n_trials`` Bernoulli(1/2) subsets, one solver call each, then ``estimator``."""
+    """The classic protocol: ``n_trials`` Bernoulli(1/2) subsets, one solver call each, then ``estimator``."""
     x = bernoulli_design(scenario.n_docs, n_trials, 0.5, rng)
     return estimator(x, scenario.solve(x, rng), threshold=threshold, **kw)
 
@@ -150,7 +150,7 @@ def simulate(method: str, sizes: Sequence[int], scenarios: Sequence[Scenario], s
              threshold: float = 0.1, **kw) -> list[dict]:
     """Mean label F1 (YES vs planted truth) against mean solver calls per question.
 
-    ``method``: ``"naive"`` (seed's rule), ``"regression"`` (main effects only), ``"regression+interactions"``
+    ``method``: ``"naive"`` (the classic rule), ``"regression"`` (main effects only), ``"regression+interactions"``
     (context effects) -- each run once per scenario and per size with ``size`` Bernoulli(1/2) trials -- or
     ``"adaptive"``: one :class:`AdaptiveLabeler` run per scenario with budget ``max(sizes)``, read at each budget
     from its history. That equals separate runs with the smaller budgets as long as every size lies on the
