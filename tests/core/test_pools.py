@@ -72,3 +72,13 @@ def test_pools_frame_carries_question_answer_and_clipped_text():
         assert set(rows["answer"]) == {PARAGRAPHS[QUESTIONS[q][1]][0]}
     for doc, title, text in zip(frame["doc_id"], frame["title"], frame["text"]):
         assert title == PARAGRAPHS[doc][0] and text == PARAGRAPHS[doc][1][:20]
+
+
+def test_a_repeated_id_in_within_is_ranked_once():
+    index = tiny_index()
+    within = ["seine", "thames", "seine", "danube", "seine"]
+    for method in ("bm25", "dense"):
+        hits = index.search("Which river flows through Paris?", k=5, method=method, within=within)
+        ids = [h.chunk_id for h in hits]
+        assert sorted(ids) == ["danube", "seine", "thames"], (method, ids)
+        assert ids[0] == "seine"

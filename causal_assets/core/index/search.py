@@ -187,7 +187,8 @@ class CorpusIndex:
 
     def top_k(self, scores: np.ndarray, k: int, within: list[str] | None = None) -> list[Hit]:
         if within is not None:
-            cand = np.array([self.position[c] for c in within if c in self.position], dtype=np.int64)
+            # a repeated id is one candidate (a ranking never lists a document twice)
+            cand = np.array([self.position[c] for c in dict.fromkeys(within) if c in self.position], dtype=np.int64)
         else:
             cand = np.arange(len(scores))
         k = min(k, len(cand))
