@@ -54,7 +54,7 @@ def search(args) -> int:
     index = CorpusIndex.load(args.base_path, args.corpus, dense=args.method in NEEDS_DENSE,
                              ann_config=AnnConfig(min_chunks=args.settings.ann_min_chunks))
     if args.method in METHODS:
-        hits = index.search(query, k=args.k, method=args.method)
+        hits = index.search(query, k=args.k, method=args.method, one_shot=True)  # this process answers one query
     else:
         # Only for the composite methods: the retrievers import scikit-learn, networkx and more (seconds), which a
         # BM25 search must not pay.

@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 PARENT = textwrap.dedent("""
     import multiprocessing, os, sys, time
     from pathlib import Path
@@ -55,6 +57,7 @@ def _orphan_keeps_writing(tmp_path: Path, guard: bool, method: str) -> bool:
     return alive
 
 
+@pytest.mark.slow  # ~12 s: a real run worker is killed and its step process must notice
 def test_step_process_exits_when_its_run_worker_is_killed(tmp_path):
     assert _orphan_keeps_writing(tmp_path, guard=False, method="spawn")   # the fault, as measured
     assert not _orphan_keeps_writing(tmp_path, guard=True, method="spawn")

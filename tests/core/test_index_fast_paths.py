@@ -1,5 +1,5 @@
 """The index's fast paths agree with the plain computations they replace: the compiled BM25/TF-IDF top k, the
-blockwise dense moments, the ANN index (exact re-scored cosines) and shortlist fusion at ANN scale."""
+one-query NumPy path, the blockwise dense moments, the ANN index (exact re-scored cosines) and shortlist fusion at ANN scale."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +29,7 @@ def ranking(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("build", [build_bm25, build_tfidf])
-def test_top_k_many_equals_sorting_every_score(build):
+def test_top_k_many_and_top_k_equal_sorting_every_score(build):
     index = build(corpus())
     rng = np.random.default_rng(1)
     queries = [list(rng.choice(WORDS, rng.integers(1, 8))) for _ in range(60)]
@@ -41,9 +41,23 @@ def test_top_k_many_equals_sorting_every_score(build):
             order = ranking(scores, k)
             assert top.positions[q].tolist() == order.tolist()
             assert np.array_equal(top.scores[q], scores[order])
+            one_positions, one_scores = index.top_k(terms, k)  # the NumPy path of a single query
+            assert one_positions.tolist() == order.tolist()
+            assert np.array_equal(one_scores, scores[order])
             mean, std = top.mean_std(q)
             assert mean == pytest.approx(float(scores.astype(np.float64).mean()), abs=1e-6)
             assert std == pytest.approx(float(scores.astype(np.float64).std()), abs=1e-5)
+
+
+def test_one_query_top_k_breaks_a_tie_cut_by_k_in_chunk_order():
+    # 30 identical chunks around two better ones: the 3rd..5th places are a tie among 30, won by the lowest positions
+    tokens = [["a", "b", "c"]] * 12 + [["a"]] + [["a", "b", "c"]] * 18 + [["a", "a"]] + [["z"]] * 3
+    index = build_bm25(tokens)
+    positions, _ = index.top_k(["a"], 5)
+    assert positions.tolist() == ranking(index.score(["a"]), 5).tolist()
+    assert positions.tolist()[:2] == [12, 31] or positions.tolist()[:2] == [31, 12]
+    assert positions.tolist()[2:] == [0, 1, 2]
+    assert index.top_k(["a"], 40)[0].tolist()[-3:] == [32, 33, 34]  # no shared term: last, in chunk order
 
 
 def test_dense_moments_in_blocks(monkeypatch):

@@ -37,7 +37,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # Imports that may stay inside functions: optional heavy dependencies (seconds to import, or only for an export,
 # a fit, a model file), loaded where they are used so that a search or `--help` does not pay for them.
 HEAVY = frozenset({"torch", "sentence_transformers", "transformers", "onnx", "onnxruntime", "llama_cpp", "faiss",
-                   "datasets", "tokenizers", "sklearn", "joblib"})
+                   "datasets", "tokenizers", "sklearn", "joblib", "bm25s"})
+# Our own modules that exist to hold a heavy dependency: the numba BM25 batch kernel (numba + the cached kernel load
+# in ~0.7 s, which a one-query `causal-assets search` skips).
+HEAVY_OWN = frozenset({"causal_assets.core.index.postings_kernel"})
 # Run inside the sandbox as a script, never imported: its worker and grader processes each import only their side.
 STANDALONE = frozenset({"labeling._sandbox_launcher"})
 NEVER = ("dagster", "causal_assets.defs", "causal_assets.resources", "causal_assets.definitions", "causal_assets.cli",
@@ -175,7 +178,8 @@ def test_core_never_imports_dagster_or_the_dagster_layer():
 
 def test_function_local_imports_only_for_optional_heavy_dependencies():
     found = [f"{name}:{line} imports {target} inside a function" for name in MODULES if name not in STANDALONE
-             for target, line, nested in _imports(name) if nested and target.split(".")[0] not in HEAVY]
+             for target, line, nested in _imports(name)
+             if nested and target.split(".")[0] not in HEAVY and target not in HEAVY_OWN]
     assert not found, "move these imports to module level:\n" + "\n".join(found)
 
 

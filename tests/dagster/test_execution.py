@@ -61,6 +61,7 @@ def _overlap(steps: dict[str, dict]) -> float:
     return min(a["end"], b["end"]) - max(a["start"], b["start"])
 
 
+@pytest.mark.slow  # ~20 s: real step processes of the multiprocess executor
 def test_multiprocess_runs_steps_in_their_own_processes_with_bounded_concurrency(tmp_path):
     two = _run(probe_two_at_a_time, tmp_path / "two")
     assert len({s["pid"] for s in two.values()} | {os.getpid()}) == 3   # each step in its own process

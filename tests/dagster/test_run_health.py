@@ -100,6 +100,7 @@ def ask(home: Path, tmp_path: Path, *args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+@pytest.mark.slow  # ~14 s: a live run holds the slot while `ask` waits out its deadline
 def test_ask_gives_up_on_a_blocked_pool_with_a_clear_message(home, tmp_path):
     holder = start_holder(home, tmp_path)
     try:

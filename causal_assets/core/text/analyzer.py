@@ -1,7 +1,7 @@
 """The analyzer shared by every sparse index and by queries: the same function on both sides, always.
 
 Lucene-style: lowercase word tokens of 2+ characters, the English stopword list BM25 baselines use
-(bm25s's copy of Lucene's), Snowball English stemming (PyStemmer). For code, identifiers are also split into
+(Lucene's 33 words, as bm25s ships them), Snowball English stemming (PyStemmer). For code, identifiers are also split into
 their parts ("calculateTotal" -> calculate, total; "shortest_path" -> shortest, path) while the whole
 identifier is kept, so a query can match either form.
 """
@@ -11,11 +11,14 @@ import re
 from functools import lru_cache
 
 import Stemmer
-from bm25s.stopwords import STOPWORDS_EN
 
 TOKEN = re.compile(r"(?u)\b\w\w+\b")
 CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
-STOPWORDS = frozenset(STOPWORDS_EN)
+# Lucene's EnglishAnalyzer set, the list bm25s's `STOPWORDS_EN` holds (a test keeps the two equal). Written out
+# because importing bm25s loads numba (~0.2 s), which a one-query search would pay for a 33-word tuple.
+STOPWORDS = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of",
+    "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with"))
 _stemmer = Stemmer.Stemmer("english")
 
 
