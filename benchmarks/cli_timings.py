@@ -9,15 +9,25 @@ call cache has nothing for it: the local server starts and both LLM stages run),
 (its LLM calls come from the call cache; the server still starts, since each `ask` is its own process and run).
 The first `ask` on a fresh data directory also builds the corpus; that build time is printed by `ask` itself
 ("built in ...") and is not part of these figures. Writes data/benchmarks/cli_timings.json.
+
+    python benchmarks/cli_timings.py --busy 3 --compare-with /path/to/other/checkout --no-ask
+
+`--busy N` runs N CPU-bound loops beside the measurement (started a minute before, so the load average shows them):
+the time on a machine that is not idle. `--compare-with DIR` times another checkout's CLI on the same data, run for
+run alternating with this one (`python -P` with that checkout on PYTHONPATH), so the before/after ratio comes from one
+run under one load. `--no-ask` leaves out `ask`.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
+from pathlib import Path
 
 from common import ROOT, Figure, load_average, run_script
 
@@ -26,45 +36,99 @@ HELP_TARGET_S = 1.0
 BM25_TARGET_S = 2.0
 
 
-def timed(args: list[str], timeout: float = 900) -> tuple[float, subprocess.CompletedProcess, list[float]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+BUSY_WARMUP_S = 60  # the 1-minute load average needs about this long to show the busy loops
+
+
+def timed(args: list[str], timeout: float = 900, tree: Path = ROOT) -> tuple[float, subprocess.CompletedProcess,
+                                                                           list[float]]:
+    """One CLI command as a new process: the code of `tree` (`-P`: the working directory is not put on sys.path,
+    so PYTHONPATH decides), the data of this checkout."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     env.setdefault("DAGSTER_HOME", str(ROOT / "data" / "dagster_home"))
     load = load_average()
     t0 = time.perf_counter()
-    done = subprocess.run([PY, "-m", "causal_assets.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run([PY, "-P", "-m", "causal_assets.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
     seconds = time.perf_counter() - t0
     if done.returncode != 0:
         raise RuntimeError(f"causal-assets {' '.join(args)} exited {done.returncode}:\n{done.stderr[-2000:]}")
     return seconds, done, load
 
 
-def series(args: list[str], repeats: int) -> dict:
-    runs = [timed(args) for _ in range(repeats)]
+def summary(runs: list) -> dict:
     secs = [round(s, 3) for s, _, _ in runs]
     return {"seconds": secs, "median_s": round(statistics.median(secs), 3), "load_average": [l for _, _, l in runs],
             "stderr_lines": len(runs[-1][1].stderr.strip().splitlines())}
 
 
-def run(quick: bool) -> tuple[list[Figure], dict]:
+def series(args: list[str], repeats: int, other: Path | None) -> dict:
+    """`repeats` runs of this checkout's CLI; with `other`, each followed by one of the other checkout's."""
+    ours, theirs = [], []
+    for _ in range(repeats):
+        ours.append(timed(args))
+        if other is not None:
+            theirs.append(timed(args, tree=other))
+    out = summary(ours)
+    if other is not None:
+        out["compared"] = {"tree": str(other), **summary(theirs),
+                           "ratio_of_medians": round(out["median_s"] / statistics.median(s for s, _, _ in theirs), 3)}
+    return out
+
+
+@contextmanager
+def busy_loops(n: int):
+    """n CPU-bound processes beside the measurement, for the time on a machine that is not idle."""
+    loops = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        if loops:
+            time.sleep(BUSY_WARMUP_S)
+        yield
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+
+
+def options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--busy", type=int, default=0, help="CPU-bound loops to run beside the measurement")
+    ap.add_argument("--compare-with", type=Path, help="another checkout whose CLI is timed alternately with this one")
+    ap.add_argument("--no-ask", action="store_true", help="leave out `ask` (LLM server start and calls)")
+
+
+def run(quick: bool, args: argparse.Namespace) -> tuple[list[Figure], dict]:
+    with busy_loops(args.busy):
+        figures, details = measure(quick, args)
+    details["busy_loops"] = args.busy
+    return figures, details
+
+
+def measure(quick: bool, args: argparse.Namespace) -> tuple[list[Figure], dict]:
     n = 3 if quick else 5
+    other = args.compare_with.resolve() if args.compare_with else None
+    search = ["search", "shortest path between two nodes", "--corpus", "default", "-k", "5"]
     details = {
-        "help": series(["--help"], n),
-        "search_bm25": series(["search", "shortest path between two nodes", "--corpus", "default", "-k", "5"], n),
-        "search_dense": series(["search", "shortest path between two nodes", "--corpus", "default", "-k", "5",
-                                "--method", "dense"], max(2, n - 2)),
+        "help": series(["--help"], n, other),
+        "search_bm25": series(search, n, other),
+        "search_dense": series([*search, "--method", "dense"], max(2, n - 2), other),
     }
+    figures = [
+        Figure("causal-assets --help, median", details["help"]["median_s"], "s", HELP_TARGET_S, "<="),
+        Figure("search bm25 (default corpus, end to end), median", details["search_bm25"]["median_s"], "s",
+               BM25_TARGET_S, "<="),
+        Figure("search dense (default corpus, end to end), median", details["search_dense"]["median_s"], "s"),
+    ]
+    for name in ("help", "search_bm25", "search_dense") if other is not None else ():
+        figures.append(Figure(f"{name}: this checkout / {other.name}, ratio of medians",
+                              details[name]["compared"]["ratio_of_medians"], "x"))
+    if args.no_ask:
+        return figures, details
     question = f"Which networkx function returns the shortest path between two nodes? ({uuid.uuid4().hex[:6]})"
     ask = ["ask", question, "--corpus", "default"]
     cold_s, cold, cold_load = timed(ask)
     warm_s, warm, warm_load = timed(ask)
     details["ask"] = {"question": question, "cold_s": round(cold_s, 1), "warm_s": round(warm_s, 1),
                       "load_average": {"cold": cold_load, "warm": warm_load}, "answer": cold.stdout[-1500:]}
-    figures = [
-        Figure("causal-assets --help, median", details["help"]["median_s"], "s", HELP_TARGET_S, "<="),
-        Figure("search bm25 (default corpus, end to end), median", details["search_bm25"]["median_s"], "s",
-               BM25_TARGET_S, "<="),
-        Figure("search dense (default corpus, end to end), median", details["search_dense"]["median_s"], "s"),
+    figures += [
         Figure("ask, cold (new question; server start + 2 LLM stages)", details["ask"]["cold_s"], "s"),
         Figure("ask, warm (same question; LLM calls from the cache)", details["ask"]["warm_s"], "s"),
     ]
@@ -72,4 +136,4 @@ def run(quick: bool) -> tuple[list[Figure], dict]:
 
 
 if __name__ == "__main__":
-    run_script("cli_timings", run, __doc__)
+    run_script("cli_timings", run, __doc__, options)

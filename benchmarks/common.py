@@ -149,13 +149,17 @@ def write_result(topic: str, figures: list[Figure], details: dict, started: dict
     return path
 
 
-def run_script(topic: str, run: Callable[[bool], tuple[list[Figure], dict]], doc: str | None) -> Path:
-    """The command line every benchmark script shares: `--quick`, then `run(quick)` and its JSON written."""
+def run_script(topic: str, run: Callable[..., tuple[list[Figure], dict]], doc: str | None,
+               options: Callable[[argparse.ArgumentParser], None] | None = None) -> Path:
+    """The command line every benchmark script shares: `--quick`, then `run(quick)` and its JSON written.
+    `options`: a script's own arguments, added to the parser; `run` then gets the parsed namespace too."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
+    if options:
+        options(ap)
     args = ap.parse_args()
     started = machine()
-    figures, details = run(args.quick)
+    figures, details = run(args.quick, args) if options else run(args.quick)
     return write_result(topic, figures, details, started, args.quick)
 
 
