@@ -16,7 +16,7 @@ from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.graph.build import build_graph
 from causal_assets.core.llm.client import LLMResult
 from causal_assets.core.local_search.context import (GraphContextBuilder, format_network_data,
-                                                      nodes_requested, record_tokens)
+                                                      cut_text, nodes_requested, record_tokens)
 from causal_assets.core.local_search.search import (LocalSearch, ContextBudgetError, EmptyResponseError,
                                                      extract_content, query_id, save_outputs)
 from causal_assets.core.local_search.tokens import num_tokens
@@ -107,14 +107,14 @@ def test_truncation_keeps_highest_priority_prefix(full_records):
     assert keys == sorted(keys, reverse=True)
     best_weight = max(r["weight"] for r in rels)
     assert data["relationships"][0]["weight"] == best_weight
-    n = [u["n_tokens"] for u in data["text_units"]]
-    assert n == sorted(n) and n[0] == min(u["n_tokens"] for u in units)
+    # text units keep the builder's relevance order: a prefix of the input, not the shortest ones
+    assert [u["id"] for u in data["text_units"]] == [u["id"] for u in units][:len(data["text_units"])]
 
 
 def test_no_record_cut_mid_field_and_text_cut_at_1000(full_records):
     ents, rels, units, comms = full_records
     long_unit = {"id": "long", "text": "word " * 400, "n_tokens": 1}
-    data = format_network_data(ents, rels, units + [long_unit], comms, max_tokens=8000)
+    data = format_network_data(ents, rels, [long_unit] + units, comms, max_tokens=8000)  # most relevant first
     original = {u["id"]: u["text"] for u in units + [long_unit]}
     for u in data["text_units"]:
         t = original[u["id"]]
@@ -223,3 +223,16 @@ def test_end_to_end_local_server(tmp_path_factory, tmp_path):
           f"relationships {len(data['relationships'])}/{data['available']['relationships']}, text units "
           f"{len(data['text_units'])}/{data['available']['text_units']}, communities "
           f"{len(data['community_reports'])}\nREPORT:\n{res.report}\nANSWER:\n{res.response}\nusage {res.usage}; timings {res.timings}")
+
+
+def test_the_text_unit_of_the_entity_the_question_names_survives_a_small_budget(graph20):
+    """Text units are budgeted in relevance order: the paragraph of the entity a question names literally is kept
+    even when it is among the longest (sorting units shortest first, as the design said, dropped it)."""
+    frame, nodes, edges, _ = graph20
+    b = GraphContextBuilder(nodes, edges, frame, embed=hash_embed)
+    titled = frame[frame["title"].isin(set(b.entity_table["name"])) & (frame["title"].str.len() >= 6)]
+    lengths = titled["text"].map(lambda t: num_tokens(cut_text(t)))
+    row = titled[lengths.between(lengths.quantile(0.75), 300)].iloc[0]  # a long paragraph that fits 400 tokens
+    query = f"What do we know about {row['title']}?"
+    data = b.build_network_data(query, max_tokens=2000)  # 20% for text units: 400 tokens
+    assert row["chunk_id"] in [u["id"] for u in data["text_units"]], (row["title"], data["context_summary"])

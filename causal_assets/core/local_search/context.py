@@ -97,9 +97,12 @@ def format_network_data(entities: Iterable[dict], relationships: Iterable[dict],
     """The budgeted network data: {entities, relationships, text_units, community_reports, context_summary,
     token_counts, budgets, available}.
 
-    Priorities: entities by rank desc; relationships by weight desc then rank desc; text units shortest
-    first (n_tokens asc); community reports by rank desc. Ties keep input order (stable sorts), so the
-    input's relevance order breaks them.
+    Priorities: entities by rank desc; relationships by weight desc then rank desc; text units in the order
+    given, which is relevance (`GraphContextBuilder.build_context`: the units of the entities the query names, then
+    of the most similar entities); community reports by rank desc. Ties keep input order (stable sorts), so the
+    input's relevance order breaks them. Text units are not sorted shortest first, as the causal-search design
+    asks: in a small budget that keeps the shortest units of any of the 26 entities and drops the one the question
+    is about (HotpotQA's "Counterparts" question lost its only answer-bearing paragraph that way).
     """
     if max_tokens < 0:
         raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
@@ -117,7 +120,6 @@ def format_network_data(entities: Iterable[dict], relationships: Iterable[dict],
         n = u.get("n_tokens")
         units.append({"id": u.get("id"), "text": cut_text(text),
                       "n_tokens": int(n) if n is not None else num_tokens(text)})
-    units.sort(key=lambda r: r["n_tokens"])
     comms = sorted((_essential(c, COMMUNITY_FIELDS) for c in communities), key=lambda r: -_num(r["rank"]))
 
     budgets = {"entities": int(max_tokens * shares[0]), "relationships": int(max_tokens * shares[1]),
