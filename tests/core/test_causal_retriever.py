@@ -250,10 +250,11 @@ def test_explains_retrieval(shop):
     cf, ic = top.relevance.counterfactual_impact, top.relevance.information_contribution
     exp = shop.explain_retrieval(BUG_QUERY, top.document.chunk_id, was_retrieved=True)
     assert exp.was_retrieved and exp.summary == top.explanation
-    if cf.would_change_answer:
-        assert "changes the answer" in exp.summary and cf.answer_with[:120] in exp.summary
-        where = shop.answer_location(top.document.chunk_id, cf.answer_with)
-        assert where and f"That answer comes from {where}." in exp.summary
+    assert cf.would_change_answer     # the top document is one the answer depends on
+    assert "changes the answer" in exp.summary and cf.answer_with[:120] in exp.summary
+    where = shop.answer_location(top.document.chunk_id, cf.answer_with)
+    assert where.startswith(shop.context_doc(top.document.chunk_id).path + ":")
+    assert f"That answer comes from {where}." in exp.summary
     assert f"{ic.mutual_information:.2f} bits" in exp.summary and "Causal chain" in exp.summary
     for word in ("conversion", "parseFloat", "string-typed", "NaN (or"):
         assert word not in exp.summary
