@@ -4,9 +4,16 @@ written from the scenarios' tables into tmp folders, loaded with `load_folder`, 
 
 Every deterministic test uses `LexicalAnswerModel`, the weak extractive offline stand-in (not the LLM).
 One test (`test_live_llm_end_to_end`) runs `retrieve` end to end with the real local LLM server.
+
+Issue 21: the ranking has no cause rules any more (the lexical model used to add a bonus to lines a hand-written
+rule for this very scenario flagged). The shop scenario's "cause above symptom" tests now run on measurement alone
+and, with the lexical model, fail: they are `xfail(strict=True)` with the measured scores in their reason, so a
+measurement that finds the cause flips them to XPASS (= a failure to look at). `test_ranking_invariant_to_renaming`
+checks that the ranking does not depend on file or identifier names.
 """
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -18,11 +25,11 @@ from causal_assets.core.graph.build import build_graph
 from causal_assets.core.index.build import build_index
 from causal_assets.core.index.search import Hit
 from causal_assets.core.retrievers.base import Retriever
-from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel, LLMAnswerModel
-from causal_assets.core.retrievers.causal.causes import detect_causes
+from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel, LLMAnswerModel, candidate_units
 from causal_assets.core.retrievers.causal.documents import ContextDoc
 from causal_assets.core.retrievers.causal.retriever import (RELATIONSHIPS, CausalRetrievalOptions, CausalRetriever,
                                                             role_of)
+from causal_assets.core.text.answers import normalize_answer
 
 BUG_QUERY = "Why does calculateTotal return NaN?"
 CLICK_QUERY = "What happens when user clicks Submit?"
@@ -90,6 +97,17 @@ DOCS = {
     "c.md": "# Passwords\n\nPasswords are hashed with bcrypt before they are stored.\n",
 }
 
+# What the lexical model measures on the shop scenario (issue 21), all candidates, weights 0.35/0.4/0.25:
+# docs/api.md 0.705 (MI 4.20 bits, counterfactual 0.59: the answer with every candidate is api.md's sentence
+# "`calculateTotal(items)` returns the total of the cart ...", chain 0.90), src/tests/cart.test.ts 0.482,
+# src/cart.ts#1 0.470 (MI 3.78 bits, counterfactual 0.00: removing it leaves api.md's sentence the answer,
+# chain 1.00), src/utils/math.ts 0.365, src/cart.ts#0 0.170, src/types/item.ts 0.160 (MI 0, counterfactual 0).
+# Word overlap with the question finds the document that describes calculateTotal, not the line that breaks it.
+SHOP_MEASURED = ("lexical model on measurement alone: docs/api.md 0.705 (its sentence is the answer; "
+                 "counterfactual 0.59) > src/tests/cart.test.ts 0.482 > src/cart.ts#1 0.470 (counterfactual 0.00, "
+                 "MI 3.78 bits) > src/utils/math.ts 0.365 > src/types/item.ts 0.160; needs an answer model that "
+                 "reads the code (issue 21: the LLM answer-likelihood scorer)")
+
 
 def _write(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
@@ -147,6 +165,8 @@ def test_information_gain_zero_for_redundant_doc(docs):
     assert ic.redundancy == pytest.approx(ic.mutual_information)
 
 
+@pytest.mark.xfail(strict=True, reason="removing src/cart.ts#1 does not change the answer (change_prob 0.00): "
+                                        "the answer with every candidate is docs/api.md's sentence; " + SHOP_MEASURED)
 def test_counterfactual_detected(shop):
     cands = shop.candidates(BUG_QUERY, shop.options)
     cf = shop.counterfactual_impact(BUG_QUERY, CART, cands)
@@ -154,6 +174,18 @@ def test_counterfactual_detected(shop):
     assert "item.price" in cf.answer_with and "item.price" not in cf.answer_without
     symptom = shop.counterfactual_impact(BUG_QUERY, "src/utils/math.ts#0", cands)
     assert not symptom.would_change_answer and symptom.change_type == "no_change" and symptom.change_prob == 0
+
+
+def test_counterfactual_detected_when_the_answer_depends_on_the_document(docs):
+    """The counterfactual measure itself: a.md holds the only timeout sentence among {a, c}; without it the
+    answer changes completely, while c (passwords) changes nothing."""
+    cf = docs.counterfactual_impact(TIMEOUT_QUERY, "a.md#0", ["c.md#0"])
+    assert cf.would_change_answer and cf.change_type == "complete_change" and cf.change_severity == "critical"
+    assert "30 minutes" in cf.answer_with and "30 minutes" not in cf.answer_without
+    other = docs.counterfactual_impact(TIMEOUT_QUERY, "c.md#0", ["a.md#0"])
+    assert not other.would_change_answer and other.change_type == "no_change" and other.change_prob == 0
+    # a second copy of the sentence (b) makes a removable: the answer no longer depends on it alone
+    assert not docs.counterfactual_impact(TIMEOUT_QUERY, "a.md#0", ["b.md#0", "c.md#0"]).would_change_answer
 
 
 def test_causal_chain_built(shop):
@@ -190,6 +222,7 @@ def test_diversity_filter_works(docs):
 
 # --- Tier 1 -------------------------------------------------------------------------------------------------
 
+@pytest.mark.xfail(strict=True, reason=SHOP_MEASURED)
 def test_retrieves_cause_not_symptom(shop_result):
     rel = shop_result.metadata["relevance"]
     assert shop_result.documents[0].document.chunk_id == CART
@@ -197,6 +230,8 @@ def test_retrieves_cause_not_symptom(shop_result):
         assert rel[CART].relevance_score > rel[symptom].relevance_score
 
 
+@pytest.mark.xfail(strict=True, reason="src/types/item.ts ranks last (0.160: MI 0 bits, counterfactual 0.00; it "
+                                        "shares no term with the question); " + SHOP_MEASURED)
 def test_handles_multi_file_cause(shop_result):
     top3 = [d.document.chunk_id for d in shop_result.documents[:3]]
     assert CART in top3 and ITEM in top3        # the arithmetic and the type that lets strings in
@@ -208,42 +243,49 @@ def test_handles_multi_file_cause(shop_result):
 
 
 def test_explains_retrieval(shop):
-    exp = shop.explain_retrieval(BUG_QUERY, CART, was_retrieved=True)
-    assert exp.was_retrieved and "src/cart.ts:45" in exp.summary and "missing type conversion" in exp.summary
-    assert "Causal chain" in exp.summary and "changes the answer" in exp.summary
-    not_kept = shop.explain_retrieval(BUG_QUERY, API, options=CausalRetrievalOptions(max_docs=2))
+    """Explanations read the measured quantities (no rule): the counterfactual answers with and without the
+    document, where the answer stands in it, its entropy reduction and its chain."""
+    res = shop.retrieve(BUG_QUERY)
+    top = res.documents[0]
+    cf, ic = top.relevance.counterfactual_impact, top.relevance.information_contribution
+    exp = shop.explain_retrieval(BUG_QUERY, top.document.chunk_id, was_retrieved=True)
+    assert exp.was_retrieved and exp.summary == top.explanation
+    assert cf.would_change_answer     # the top document is one the answer depends on
+    assert "changes the answer" in exp.summary and cf.answer_with[:120] in exp.summary
+    where = shop.answer_location(top.document.chunk_id, cf.answer_with)
+    assert where.startswith(shop.context_doc(top.document.chunk_id).path + ":")
+    assert f"That answer comes from {where}." in exp.summary
+    assert f"{ic.mutual_information:.2f} bits" in exp.summary and "Causal chain" in exp.summary
+    for word in ("conversion", "parseFloat", "string-typed", "NaN (or"):
+        assert word not in exp.summary
+    not_kept = shop.explain_retrieval(BUG_QUERY, res.documents[-1].document.chunk_id,
+                                      options=CausalRetrievalOptions(max_docs=2))
     assert not not_kept.was_retrieved and not_kept.reasons and "not retrieved" in not_kept.summary
     outsider = shop.explain_retrieval("Why does buttonColor fail?", CART)
     assert not outsider.was_retrieved
 
 
+@pytest.mark.xfail(strict=True, reason="src/cart.ts#1 ranks 3rd and removing it does not change the answer, so its "
+                                        "explanation cannot point at line 45; " + SHOP_MEASURED)
+def test_explains_the_cause_at_its_line(shop):
+    exp = shop.explain_retrieval(BUG_QUERY, CART, was_retrieved=True)
+    assert exp.was_retrieved and "changes the answer" in exp.summary and "src/cart.ts:45" in exp.summary
+
+
 # --- BDD scenarios ------------------------------------------------------------------------------------------
 
+@pytest.mark.xfail(strict=True, reason=SHOP_MEASURED + "; and only an answer model whose answer says so can put "
+                                        "'missing type conversion' into a measured explanation")
 def test_bdd_finding_the_cause_of_a_bug(shop_result):
     """Given the query and the codebase table (src/cart.ts missing parseFloat at line 45, docs/api.md
     mentioning calculateTotal), src/cart.ts:45 is ranked higher than docs/api.md and the explanation
     mentions "missing type conversion"."""
     top = shop_result.documents[0]
     assert top.document.chunk_id == CART
-    assert [(f.location, f.kind) for f in top.relevance.findings] == [("src/cart.ts:45", "missing type conversion")]
     ranks = {d.document.chunk_id: d.rank for d in shop_result.documents}
     assert ranks.get(API, 10**6) > ranks[CART]
+    assert "src/cart.ts:45" in top.explanation
     assert "missing type conversion" in top.explanation
-
-
-def test_missing_type_conversion_rule_is_a_rule():
-    """The explanation comes from evidence: with parseFloat the rule does not fire, and it needs to know
-    that price is string-typed."""
-    item = ContextDoc(ITEM, SHOP["src/types/item.ts"], path="src/types/item.ts", start_line=1)
-    bad = ContextDoc("c", _cart_ts(), path="src/cart.ts", start_line=1)
-    good = ContextDoc("c", _cart_ts(convert=True), path="src/cart.ts", start_line=1)
-    assert [f.line for f in detect_causes([bad, item])] == [45]
-    assert detect_causes([good, item]) == []
-    assert detect_causes([bad]) == []             # nothing says price is a string
-    dom = ContextDoc("d", "const qty = input.value;\nconst total = price * qty;\n", path="d.js", start_line=1)
-    assert [f.code for f in detect_causes([dom])] == ["const total = price * qty;"]
-    py = ContextDoc("p", "def f(amount: str):\n    return amount * 1.2 + float(amount) / 2\n", start_line=1)
-    assert len(detect_causes([py])) == 1
 
 
 def test_bdd_avoiding_redundant_retrieval(docs):
@@ -271,6 +313,86 @@ def test_bdd_building_causal_chains(ui):
     assert ui.causal_chain(CLICK_QUERY, "app.theme.buttonColor") == ([], 0.0)  # not connected to the click
 
 
+# --- Measurement, not names (issue 21) ---------------------------------------------------------------------
+
+# The shop scenario's names -> made-up words, applied to every camelCase part of the file texts, paths and the query
+# (case kept). One word per stem class (item/items -> zorp/zorps), none a stopword or a word of the scenario.
+RENAME = {"cart": "blick", "item": "zorp", "items": "zorps", "price": "mulv", "quantity": "frimble", "qty": "gwop",
+          "total": "quux", "calculate": "vorpal", "format": "snig", "money": "plurk", "math": "drelb",
+          "api": "wumpet", "types": "klorn", "utils": "brast", "docs": "yeld", "name": "skav", "src": "tove",
+          "checkout": "jubjub", "product": "slithy"}
+
+
+def _rename(text: str) -> str:
+    def sub(m):
+        w = m.group(0)
+        new = RENAME.get(w.lower())
+        if new is None:
+            return w
+        return new.upper() if len(w) > 1 and w.isupper() else new.capitalize() if w[0].isupper() else new
+    return re.sub(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+", sub, text)
+
+
+def _ranking(r: CausalRetriever, query: str) -> tuple[list[tuple[str, float]], str]:
+    res = r.retrieve(query)
+    return [(d.document.chunk_id, round(d.relevance.relevance_score, 9)) for d in res.documents], res.metadata["answer"]
+
+
+def _renamed_ranking(r: CausalRetriever, query: str) -> tuple[list[tuple[str, float]], str]:
+    ranking, answer = _ranking(r, query)
+    return [(_rename(c), s) for c, s in ranking], _rename(answer)
+
+
+class _NameBiased(LexicalAnswerModel):
+    """A deliberately name-dependent model (the control): lines of a document whose path names the cart get a
+    bonus, as the removed rule's bonus did for the lines it flagged."""
+
+    def _clusters(self, query, docs):
+        weights, raw = super()._clusters(query, docs)
+        for d in docs:
+            if "cart" in d.path:
+                for _, unit in candidate_units(d):
+                    key = normalize_answer(unit)
+                    if key in weights:
+                        weights[key] *= 50.0
+        return weights, raw
+
+
+@pytest.fixture(scope="module")
+def scrambled_root(tmp_path_factory) -> Path:
+    files = {**SHOP, "src/cart.ts": _cart_ts()}
+    return _write(tmp_path_factory.mktemp("scrambled"), {_rename(p): _rename(t) for p, t in files.items()})
+
+
+def test_ranking_invariant_to_renaming(shop, scrambled_root):
+    """File names and identifiers renamed consistently (src/cart.ts -> tove/blick.ts, calculateTotal -> vorpalQuux,
+    price -> mulv, ...): a ranker that measures must give the same ranking, scores and answer."""
+    assert _rename("src/cart.ts#1") == "tove/blick.ts#1" and _rename(BUG_QUERY) == "Why does vorpalQuux return NaN?"
+    scrambled = _retriever(scrambled_root, "scrambled")
+    assert set(scrambled.index.position) == {_rename(c) for c in shop.index.position}
+    assert _ranking(scrambled, _rename(BUG_QUERY)) == _renamed_ranking(shop, BUG_QUERY)
+
+
+def test_renaming_check_catches_a_name_based_model(shop, scrambled_root):
+    """The control: the same check fails for a model that reads names."""
+    biased = CausalRetriever(shop.index, _NameBiased(), (shop.nodes, shop.edges))
+    scrambled = _retriever(scrambled_root, "scrambled", _NameBiased())
+    assert _ranking(scrambled, _rename(BUG_QUERY)) != _renamed_ranking(biased, BUG_QUERY)
+
+
+def test_no_scenario_rule_in_the_retrievers():
+    """Acceptance of issue 21: no string in core/retrievers names the test scenario's cause or file type."""
+    root = Path(__file__).resolve().parents[2] / "causal_assets" / "core" / "retrievers"
+    banned = (r"parsefloat", r"parseint", r"\bnumber\(", r"\.value\b", r"textcontent", r"innertext", r"\bdataset\.",
+              r"string-typed", r"type conversion", r"string arithmetic", r"\.tsx?\b", r"\.jsx?\b", r"typescript",
+              r"calculatetotal", r"\bcart\b", r"\bprice\b")
+    found = [f"{p.relative_to(root)}: {b}" for p in sorted(root.rglob("*.py"))
+             for b in banned if re.search(b, p.read_text(encoding="utf-8").lower())]
+    found += [f"{p.relative_to(root)}: nan" for p in sorted((root / "causal").rglob("*.py"))
+              if re.search(r"\bnan\b", p.read_text(encoding="utf-8").lower())]
+    assert not found, found
+
+
 # --- Protocol, options, helpers ------------------------------------------------------------------------------
 
 def test_retriever_protocol_padding(shop):
@@ -278,7 +400,8 @@ def test_retriever_protocol_padding(shop):
     _: Retriever = shop
     [hits] = shop.retrieve_many([BUG_QUERY], k=6)
     assert len(hits) == 6 and [h.rank for h in hits] == list(range(1, 7))
-    assert hits[0].chunk_id == CART and len({h.chunk_id for h in hits}) == 6
+    top = [d.document.chunk_id for d in shop.retrieve(BUG_QUERY).documents]
+    assert [h.chunk_id for h in hits][:len(top)] == top[:6] and len({h.chunk_id for h in hits}) == 6
     assert all(isinstance(h, Hit) for h in hits)
     [within] = shop.retrieve_many([BUG_QUERY], k=3, within=[[API, "src/utils/math.ts#0"]])
     assert {h.chunk_id for h in within} <= {API, "src/utils/math.ts#0"}
@@ -312,7 +435,8 @@ def test_modes(shop):
     assert prec.metadata["effective_options"].min_relevance >= 0.3
     assert all(d.relevance.relevance_score >= 0.3 for d in prec.documents)
     assert {d.document.chunk_id for d in prec.documents} <= {d.document.chunk_id for d in bal.documents}
-    assert len(rec.documents) >= len(bal.documents) and prec.documents[0].document.chunk_id == CART
+    assert len(rec.documents) >= len(bal.documents)
+    assert prec.documents[0].document.chunk_id == bal.documents[0].document.chunk_id   # same scores, stricter cut
     with pytest.raises(ValueError):
         CausalRetrievalOptions(mode="greedy")
     w = CausalRetrievalOptions(weights={"informationContribution": 0, "counterfactualImpact": 0,
@@ -335,7 +459,8 @@ def test_lexical_model_is_deterministic_distribution(shop):
     docs = [shop.context_doc(c) for c in (CART, ITEM)]
     dist = m.answer_distribution(BUG_QUERY, docs)
     assert sum(dist.values()) == pytest.approx(1.0) and dist == m.answer_distribution(BUG_QUERY, docs)
-    assert m.answer(BUG_QUERY, docs) == "total = total + item.price * qty;"
+    # the line covering the most question terms (calculate, total): word overlap, not the bug
+    assert m.answer(BUG_QUERY, docs) == "export function calculateTotal(items: Item[]): number {"
     assert m.answer(BUG_QUERY, []) == "" and m.estimate_entropy(BUG_QUERY, []) == pytest.approx(6.0)
 
 

@@ -190,7 +190,7 @@ def test_package_inits_import_only_their_own_package():
 
 
 @pytest.mark.parametrize("name,layer", [("text.entities", "foundation"), ("tuning.spec", "sources and measures"),
-                                        ("tuning.search", "tuning"), ("retrievers.causal.causes", "retrievers")])
+                                        ("tuning.search", "tuning"), ("retrievers.causal.answer_model", "retrievers")])
 def test_longest_entry_places_a_module(name, layer):
     assert LAYERS[layer_of(name)][0] == layer
 

@@ -1,2 +1,2 @@
-"""Causal retrieval: documents ranked by how much they change the answer (`retriever.CausalRetriever`), the answer
-models it asks (`answer_model`) and the documented cause rules (`causes`)."""
+"""Causal retrieval: documents ranked by how much they change the answer (`retriever.CausalRetriever`) and the
+answer models it asks (`answer_model`)."""

@@ -20,10 +20,10 @@ articles). Entropy is the Shannon entropy in bits of the cluster frequencies (at
 
 `LexicalAnswerModel` - a WEAK, deterministic, offline stand-in for tests and runs without an LLM. It is NOT
 the LLM and not a reader model; it is an extractive model: its candidate answers are the lines/sentences of
-the context documents; a candidate's support is the share of the query's content terms it contains (plus
-half the share its whole document contains), and, for causal ("why ... / ... fails / NaN / error") queries,
-a bonus when one of the documented cause rules (`causes.detect_causes`) fires
-on that line given the whole context. Candidates are clustered by `normalize_answer`; a cluster's weight is
+the context documents; a candidate's support is the share of the query's content terms it contains plus
+half the share its whole document contains. Nothing else: no rule about what a cause looks like (an earlier
+version added a bonus for lines a hand-written code rule flagged; issue 21 removed it, because that rule knew
+the test scenario's answer). Candidates are clustered by `normalize_answer`; a cluster's weight is
 `exp(beta * best support) - 1` (the *best* evidence, not the sum: repeating the same statement in a second
 document is no new information). An "unknown" outcome of weight 1 stands for the `unknown_answers` answers
 the model has not seen evidence for, so with no context H(A|Q) = log2(unknown_answers) bits and evidence
@@ -35,9 +35,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
-from causal_assets.core.retrievers.causal.causes import detect_causes
 from causal_assets.core.retrievers.causal.documents import ContextDoc
 from causal_assets.core.text.analyzer import analyze
 from causal_assets.core.text.answers import normalize_answer
@@ -63,7 +62,7 @@ def entropy_bits(dist: dict[str, float]) -> float:
 # Words of the question itself (why, does, what, ...): not evidence for any answer.
 _QUERY_NOISE = frozenset(analyze(" ".join(_ENTITY_STOPWORDS), split_identifiers=True))
 _CAUSAL_WORDS = frozenset(analyze("why cause causes fail fails failing error errors exception crash crashes bug "
-                                  "broken wrong incorrect nan undefined null", split_identifiers=True))
+                                  "broken wrong incorrect", split_identifiers=True))
 
 
 def query_terms(query: str) -> list[str]:
@@ -72,7 +71,7 @@ def query_terms(query: str) -> list[str]:
 
 
 def is_causal_query(query: str) -> bool:
-    """A why/failure question: its answer is a cause."""
+    """A why/failure question: its answer is a cause (query analysis only; it changes no score)."""
     return bool(set(analyze(query, split_identifiers=True)) & _CAUSAL_WORDS)
 
 
@@ -92,25 +91,13 @@ def candidate_units(doc: ContextDoc) -> list[tuple[int, str]]:
 
 
 class LexicalAnswerModel:
-    """Extractive, deterministic offline stand-in (weak; see the module docstring). `cause_detector(docs)`
-    returns the set of (chunk_id, line text) pairs where a cause rule fires; by default the rules of
-    `causes.detect_causes`."""
+    """Extractive, deterministic offline stand-in (weak; see the module docstring)."""
 
-    def __init__(self, beta: float = 3.0, unknown_answers: int = 64, cause_bonus: float = 1.0,
-                 cause_detector: Callable[[Sequence[ContextDoc]], set[tuple[str, str]]] | None = None):
+    def __init__(self, beta: float = 3.0, unknown_answers: int = 64):
         if unknown_answers < 1:
             raise ValueError("unknown_answers must be >= 1")
         self.beta = beta
         self.unknown_answers = unknown_answers
-        self.cause_bonus = cause_bonus
-        self._cause_detector = cause_detector
-
-    def _detector(self):
-        if self._cause_detector is None:
-            def default(docs):
-                return {(f.chunk_id, f.code) for f in detect_causes(docs)}
-            self._cause_detector = default
-        return self._cause_detector
 
     def _clusters(self, query: str, docs: Sequence[ContextDoc]) -> tuple[dict[str, float], dict[str, str]]:
         """Cluster weight (best evidence) and a representative raw answer per normalised answer."""
@@ -118,17 +105,15 @@ class LexicalAnswerModel:
         if not q or not docs:
             return {}, {}
         qs = set(q)
-        causes = self._detector()(docs) if self.cause_bonus and is_causal_query(query) else set()
         weights: dict[str, float] = {}
         raw: dict[str, str] = {}
         for doc in docs:
             doc_cov = len(qs & set(analyze(f"{doc.title}\n{doc.text}", True))) / len(qs)
             for _, unit in candidate_units(doc):
                 cov = len(qs & set(analyze(unit, True))) / len(qs)
-                cause = (doc.chunk_id, unit) in causes
-                if cov <= 0 and not cause:
+                if cov <= 0:
                     continue
-                support = cov + 0.5 * doc_cov + (self.cause_bonus if cause else 0.0)
+                support = cov + 0.5 * doc_cov
                 key = normalize_answer(unit)
                 if not key:
                     continue

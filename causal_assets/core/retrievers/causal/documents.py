@@ -1,4 +1,4 @@
-"""A document as the causal retriever's answer models and cause rules read it."""
+"""A document as the causal retriever's answer models read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -33,12 +33,11 @@ Per candidate document D (query Q, answer A, answer model M, see `answer_model.p
   relationship (`RELATIONSHIP_PRIOR`) x edge weight clipped to [0, 1] x `hop_decay` ** (link index +
   entity hops folded into it); the chain's strength is the product of its links' undecayed strengths x
   `hop_decay` ** (hops - 1). Evidence = the graph edge's evidence (source line or sentence).
-* **Cause findings** (`causes.detect_causes`): documented rules that read the evidence for a cause in code; the
-  explanation is derived from them. Rule "missing type conversion": a name declared string-typed in any
-  context document (TypeScript `x: string` / `x: string | number`, Python `x: str`, or assigned from a
-  DOM/input source: `.value`, `.textContent`, `.innerText`, `.dataset.*`, `input(`, `prompt(`) is used as
-  an operand of `*`, `/`, `%` or `-` (or `+` next to one of those) without a parseFloat / parseInt /
-  Number / float / int / Decimal conversion around it: string arithmetic yields NaN (or concatenation).
+* **Explanation**: only the measured quantities above, nothing read into the text by a rule: the counterfactual
+  impact (the answer with the candidate context and without D, and where the answer with it stands in D when it is
+  one of D's lines/sentences: `path:line`), the information contribution in bits and the causal chain. There are
+  no cause rules (issue 21 removed a hand-written rule for one kind of code bug that had been written for the test
+  scenario and boosted the lines it flagged).
 * **Combined score** = (w_ic * ic + w_cf * changeProb + w_chain * chainStrength) / (w_ic + w_cf + w_chain),
   in [0, 1], with ic = max(mutualInformation, 0) / max(H(A|Q), largest mutualInformation of the
   candidates) (the share of the answer's uncertainty D removes on its own).
@@ -77,8 +76,8 @@ from networkx.algorithms.shortest_paths.generic import _build_paths_from_predece
 
 from causal_assets.core.graph.store import chunk_neighbors, to_networkx
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.retrievers.causal.answer_model import AnswerModel, is_causal_query, query_terms
-from causal_assets.core.retrievers.causal.causes import CauseFinding, detect_causes
+from causal_assets.core.retrievers.causal.answer_model import (AnswerModel, candidate_units, is_causal_query,
+                                                               query_terms)
 from causal_assets.core.retrievers.causal.documents import ContextDoc
 from causal_assets.core.text.analyzer import analyze
 from causal_assets.core.text.answers import f1_precision_recall, normalize_answer
@@ -152,7 +151,6 @@ class CausalRelevance:
     chain_strength: float
     relevance_score: float
     confidence: float
-    findings: list[CauseFinding] = field(default_factory=list)
 
 
 @dataclass
@@ -331,6 +329,17 @@ class CausalRetriever:
         row = self.index.chunks.iloc[self.index.position[chunk_id]]
         return ContextDoc(chunk_id, str(row["text"]), str(row["title"]), str(row.get("path", "") or ""),
                           int(row.get("start_line", 0) or 0))
+
+    def answer_location(self, chunk_id: str, answer: str) -> str:
+        """`path:line` (or `chunk id:line`) of the line/sentence of the document that is `answer`, else ""."""
+        key = normalize_answer(answer)
+        if not key:
+            return ""
+        doc = self.context_doc(chunk_id)
+        for lineno, unit in candidate_units(doc):
+            if normalize_answer(unit) == key:
+                return f"{doc.path or chunk_id}:{lineno}" if lineno else ""
+        return ""
 
     def _hit(self, chunk_id: str, score: float = 0.0, rank: int = 0) -> Hit:
         row = self.index.chunks.iloc[self.index.position[chunk_id]]
@@ -561,14 +570,10 @@ class CausalRetriever:
         score = (w.information_contribution * ic_n + w.counterfactual_impact * cf.change_prob
                  + w.causal_chain_strength * chain_s) / (
             w.information_contribution + w.counterfactual_impact + w.causal_chain_strength)
-        found = ctx.get("findings")
-        if found is None:
-            found = detect_causes([self.context_doc(c) for c in cands]) if is_causal_query(query) else []
-        findings = [f for f in found if f.chunk_id == cid]
         p_max = max(self._dist(memo, query, cands).values(), default=0.0)
         confidence = float(min(1.0, p_max) * (1.0 if chain else 0.7))
         hit = doc if isinstance(doc, Hit) else self._hit(cid)
-        return CausalRelevance(hit, ic, cf, chain, float(chain_s), float(score), confidence, findings)
+        return CausalRelevance(hit, ic, cf, chain, float(chain_s), float(score), confidence)
 
     # -- retrieval --
     def retrieve(self, query: str, options: CausalRetrievalOptions | None = None,
@@ -580,13 +585,10 @@ class CausalRetriever:
         qa = self.analyze_query(query)
         cands = self.candidates(query, opts, within)
         memo: dict = {}
-        docs = [self.context_doc(c) for c in cands]
-        findings = detect_causes(docs) if qa["causal"] else []
         # ic scale: the largest single-document entropy reduction among the candidates
         base = self._entropy(memo, query, [])
         scale = max([base] + [base - self._entropy(memo, query, [c]) for c in cands])
-        ctx = {"candidates": cands, "already_retrieved": [], "ic_scale": scale, "entities": qa["entities"],
-               "findings": findings}
+        ctx = {"candidates": cands, "already_retrieved": [], "ic_scale": scale, "entities": qa["entities"]}
         rel = {c: self.assess_relevance(self._hit(c), query, ctx, given, memo) for c in cands}
         order = sorted(cands, key=lambda c: (-rel[c].relevance_score, cands.index(c)))
 
@@ -623,7 +625,7 @@ class CausalRetriever:
             f"causal/{opts.mode}: shortlist={opts.shortlist_size} (+{opts.graph_candidates} graph), "
             f"diversity_threshold={opts.diversity_threshold:g} bits, min_relevance={opts.min_relevance:g}"),
             "confidenceInCompleteness": float(min(1.0, max(0.0, complete))),
-            "candidates": cands, "shortlist": self._last_shortlist, "filtered": filtered, "findings": [f.__dict__ for f in findings],
+            "candidates": cands, "shortlist": self._last_shortlist, "filtered": filtered,
             "answer": self._answer(memo, query, cands), "effective_options": opts,
             "relevance": {c: rel[c] for c in cands}}
         return CausalRetrievalResult(ranked, len(cands), metadata)
@@ -651,12 +653,14 @@ class CausalRetriever:
     def _explain(self, r: CausalRelevance, rank: int | None) -> str:
         cid = r.document.chunk_id
         parts = [f"{cid}" + (f" ranked {rank}" if rank else "") + f" (causal relevance {r.relevance_score:.2f})."]
-        for f in r.findings:
-            parts.append(f"Cause at {f.location}: `{f.code}` - {f.detail}.")
         cf = r.counterfactual_impact
         if cf.would_change_answer:
+            without = f'"{cf.answer_without[:120]}"' if cf.answer_without else "no answer"
             parts.append(f"Removing it changes the answer ({cf.change_type.replace('_', ' ')}, {cf.change_severity}, "
-                         f"p={cf.change_prob:.2f}).")
+                         f"p={cf.change_prob:.2f}): with it \"{cf.answer_with[:120]}\", without it {without}.")
+            where = self.answer_location(cid, cf.answer_with)
+            if where:
+                parts.append(f"That answer comes from {where}.")
         elif cf.change_type == "confidence_change":
             parts.append(f"Removing it keeps the answer but lowers confidence (p={cf.change_prob:.2f}).")
         else:
