@@ -26,17 +26,13 @@ import subprocess
 import sys
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
 
-from common import ROOT, Figure, load_average, run_script
+from common import ROOT, Figure, busy_loops, load_average, run_script
 
 PY = sys.executable
 HELP_TARGET_S = 1.0
 BM25_TARGET_S = 2.0
-
-
-BUSY_WARMUP_S = 60  # the 1-minute load average needs about this long to show the busy loops
 
 
 def timed(args: list[str], timeout: float = 900, tree: Path = ROOT) -> tuple[float, subprocess.CompletedProcess,
@@ -73,20 +69,6 @@ def series(args: list[str], repeats: int, other: Path | None) -> dict:
         out["compared"] = {"tree": str(other), **summary(theirs),
                            "ratio_of_medians": round(out["median_s"] / statistics.median(s for s, _, _ in theirs), 3)}
     return out
-
-
-@contextmanager
-def busy_loops(n: int):
-    """n CPU-bound processes beside the measurement, for the time on a machine that is not idle."""
-    loops = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(n)]
-    try:
-        if loops:
-            time.sleep(BUSY_WARMUP_S)
-        yield
-    finally:
-        for p in loops:
-            p.kill()
-            p.wait()
 
 
 def options(ap: argparse.ArgumentParser) -> None:

@@ -11,8 +11,10 @@ import json
 import os
 import platform
 import resource
+import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -147,6 +149,24 @@ def write_result(topic: str, figures: list[Figure], details: dict, started: dict
         print(f"[{verdict}] {f.name}: {value} {f.unit}{target}", flush=True)
     print(f"wrote {path}", flush=True)
     return path
+
+
+BUSY_WARMUP_S = 60  # the 1-minute load average needs about this long to show the busy loops
+
+
+@contextmanager
+def busy_loops(n: int):
+    """n CPU-bound processes beside a measurement (`--busy N`), for the time on a machine that is not idle; started
+    a minute before it, so the load average shows them."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        if loops:
+            time.sleep(BUSY_WARMUP_S)
+        yield
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
 
 
 def run_script(topic: str, run: Callable[..., tuple[list[Figure], dict]], doc: str | None,

@@ -1,6 +1,6 @@
 """The default lineage end to end, cold and then warm, with the time of every asset step and the Monte Carlo cost.
 
-    python benchmarks/lineage_e2e.py [--keep]
+    python benchmarks/lineage_e2e.py [--keep] [--busy N]
 
 Runs the README's quick-start job exactly as a user would (`dagster job execute -m causal_assets.definitions -j
 default_lineage_job --tags '{"dagster/partition": "default"}'`), in a fresh temporary directory: its own
@@ -11,7 +11,8 @@ chunk embedding and every solver call must come from the caches (100% hits).
 Per run: wall time of the command (process start to exit, Python imports and the local LLM server included) and
 each step's duration from the Dagster event log (`get_run_step_stats`). From the `solver_calls` table: solver calls
 per question, cached share, and the Monte Carlo step's wall time per question with the local server.
-Writes data/benchmarks/lineage_e2e.json.
+`--busy N` runs N CPU-bound loops beside both runs (started a minute before): the time on a machine that is not
+idle. Writes data/benchmarks/lineage_e2e.json (`lineage_e2e_busyN.json` with `--busy`).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import OUT_DIR, ROOT, Figure, load_average, machine, write_result
+from common import OUT_DIR, ROOT, Figure, busy_loops, load_average, machine, write_result
 
 TARGET_COLD_S = 600.0
 TARGET_CACHE_HIT = 1.0
@@ -197,10 +198,14 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds before a run is stopped (default 1800)")
     ap.add_argument("--from-instance", type=Path,
                     help="report an earlier, interrupted run from its temporary directory instead of running")
+    ap.add_argument("--busy", type=int, default=0,
+                    help="CPU-bound loops beside the runs (the time on a busy machine); JSON: lineage_e2e_busyN.json")
     args = ap.parse_args()
-    started = machine()
-    figures, details = run(args.keep, args.timeout, args.from_instance)
-    write_result("lineage_e2e", figures, details, started, False)
+    with busy_loops(args.busy):
+        started = machine()
+        figures, details = run(args.keep, args.timeout, args.from_instance)
+    details["busy_loops"] = args.busy
+    write_result(f"lineage_e2e{f'_busy{args.busy}' if args.busy else ''}", figures, details, started, False)
 
 
 if __name__ == "__main__":
