@@ -17,7 +17,8 @@ from causal_assets.core.schemas import column_docs
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import CallBudget, LLMClient
 from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer
-from causal_assets.core.llm.scoring import EndpointScorer, Scorer, free_cores
+from causal_assets.core.llm.cores import free_cores
+from causal_assets.core.llm.scoring import EndpointScorer, Scorer
 from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.corpus.registry import CorpusSpec, available_corpora, load_corpus_registry
 from causal_assets.core.index.ann import AnnConfig
@@ -127,7 +128,7 @@ class LLM(ConfigurableResource):
     max_concurrency: int = 1            # the local server decodes one request at a time
     max_calls_per_run: int | None = None
     max_tokens_per_run: int | None = None
-    n_threads: int = 0                  # local models: llama.cpp threads; 0 = the cores free when the step starts
+    n_threads: int = 0                  # llama.cpp threads; 0 = the cores other processes leave free
     n_ctx: int = 4096                   # local models only
     # Monte Carlo likelihood trials: with no base_url, a packaged local model scores in-process (`gemma3-270m`
     # or `smollm2-135m`; a benchmark's `monte_carlo.solver` overrides it); with a base_url, the endpoint's
@@ -156,6 +157,7 @@ class LLM(ConfigurableResource):
         self._scorers = {}
 
     def threads(self) -> int:
+        """llama.cpp threads: the setting, or the cores free now (the in-process scorer keeps re-measuring)."""
         return self.n_threads or free_cores()
 
     def solver_name(self, local_model: str | None = None, outcome: str = "likelihood") -> str:
@@ -170,9 +172,10 @@ class LLM(ConfigurableResource):
         if name not in self._scorers:
             if self.base_url is None:
                 self._scorers[name] = local_scorer(name, CallCache(self.cache_path), self.models_dir,
-                                                   n_threads=self.threads(), n_ctx=self.n_ctx)
+                                                   n_threads=self.n_threads or None, n_ctx=self.n_ctx)
                 if self._log:
-                    self._log.info(f"in-process scorer {name} on {self._scorers[name].n_threads} thread(s)")
+                    follows = "" if self.n_threads else " (follows the cores other processes leave free)"
+                    self._log.info(f"in-process scorer {name} on {self._scorers[name].n_threads} thread(s){follows}")
             else:
                 self._scorers[name] = EndpointScorer(self.client.openai_client, self.model, CallCache(self.cache_path),
                                                      mode=self.scoring_mode)

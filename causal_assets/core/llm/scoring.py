@@ -32,10 +32,11 @@ import numpy as np
 import openai
 
 from .cache import CallCache, make_key
+from .cores import CoreMeter
 from .errors import LLMError, LLMInfrastructureError
 
 __all__ = ["ScoreRequest", "ScoreResult", "Scorer", "LlamaCppScorer", "EndpointScorer", "ScoringUnsupported",
-           "prefix_order", "free_cores"]
+           "prefix_order"]
 
 
 class ScoringUnsupported(LLMError):
@@ -87,18 +88,6 @@ def prefix_order(prompts: Sequence[str]) -> list[int]:
     return sorted(range(len(prompts)), key=lambda i: prompts[i])
 
 
-def free_cores(total: int | None = None) -> int:
-    """Cores not busy with other work right now (1-minute load average), at least 1. llama.cpp's worker threads
-    slow down sharply when they outnumber the free cores (spin-waiting on each other), so a busy machine gets
-    fewer threads, not more."""
-    total = total or os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        return total
-    return max(1, min(total, int(round(total - load + 0.5))))
-
-
 def _log_softmax_at(logits: np.ndarray, token: int) -> float:
     m = float(logits.max())
     return float(logits[token] - m - math.log(float(np.exp(logits - m).sum())))
@@ -132,6 +121,8 @@ class _CachedScorer:
                                      0, 0.0, True, key, r.get("span_logprob"), int(r.get("span_tokens") or 0))
             else:
                 todo.append((i, key))
+        if todo:
+            self._before_batch()
         for i, key in sorted(todo, key=lambda item: requests[item[0]].prompt):
             req = requests[i]
             request_record = {"kind": "score", "model": self.model_id, "prompt": req.prompt,
@@ -157,6 +148,9 @@ class _CachedScorer:
             out[i] = ScoreResult(tuple(lps), tuple(ntok), ptok, evaluated, latency, False, key, span_lp, span_n)
         return out  # type: ignore[return-value]
 
+    def _before_batch(self) -> None:
+        """Called before the uncached requests of a batch are scored (the in-process backend sizes its threads)."""
+
     def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int, float | None, int]:
         """(log-probability and token count of each continuation, prompt tokens, tokens evaluated, the span's
         log-probability and token count or (None, 0))."""
@@ -164,7 +158,11 @@ class _CachedScorer:
 
 
 class LlamaCppScorer(_CachedScorer):
-    """In-process llama.cpp scorer with KV-cache prefix reuse (one model, one context, one thread at a time)."""
+    """In-process llama.cpp scorer with KV-cache prefix reuse (one model, one context, one thread at a time).
+
+    ``n_threads`` fixes llama.cpp's threads; without it they follow the cores other processes leave free,
+    re-measured before each batch of requests (:class:`~.cores.CoreMeter`): a machine that gets busy mid-run
+    makes it drop threads instead of spin-waiting, one that quiets down gives them back."""
 
     backend = "llama.cpp-inprocess"
 
@@ -175,13 +173,26 @@ class LlamaCppScorer(_CachedScorer):
         self.model_path = Path(model_path)
         self.model_id = model_id
         self.cache = cache
-        self.n_threads = n_threads or free_cores()
+        self._meter = None if n_threads else CoreMeter()
+        self.n_threads = n_threads or self._meter.free()
+        self.thread_changes: list[tuple[float, int]] = []   # (seconds since start, threads) after each change
+        self._t0 = time.monotonic()
         self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=self.n_threads,
                           n_threads_batch=self.n_threads, n_batch=n_batch, logits_all=False, verbose=False)
         self._n_vocab = self._llm.n_vocab()
         self._lock = threading.Lock()
         self.tokens_evaluated = 0
         self.tokens_requested = 0
+
+    def _before_batch(self) -> None:
+        if self._meter is None:
+            return
+        n = self._meter.free()
+        if n != self.n_threads:
+            with self._lock:
+                self._llm._ctx.set_n_threads(n, n)
+                self.n_threads = n
+            self.thread_changes.append((round(time.monotonic() - self._t0, 1), n))
 
     def tokenize(self, text: str, bos: bool) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
