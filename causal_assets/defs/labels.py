@@ -107,7 +107,9 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     trials_df, calls_df, stopped, seconds = run.trials, run.calls, run.stopped, run.seconds
     ok = calls_df[calls_df["status"] == "ok"]
     n_questions = int(trials_df["question_id"].nunique())
-    yield Output(trials_df, output_name="mc_trials", metadata={
+    history = getattr(llm.scorer(spec.monte_carlo.get("solver")), "thread_history", None) if cfg.scores else None
+    threads = {"llama_threads": ", ".join(f"{n} from {t:g} s" for t, n in history)} if history else {}
+    yield Output(trials_df, output_name="mc_trials", metadata={**threads,
         "questions": n_questions, "trials": len(trials_df), "estimator": cfg.estimator, "outcome": cfg.outcome,
         "budget_per_question": cfg.budget, "wall_seconds": round(seconds, 1),
         "seconds_per_question": round(seconds / max(1, n_questions), 2),

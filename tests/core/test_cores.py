@@ -86,5 +86,5 @@ def test_the_scorer_resizes_its_threads_between_batches_and_scores_the_same(tmp_
     assert scorer.n_threads == 1
     quiet = scorer.score_many(prompts[:1] + prompts[1:])
     assert scorer.n_threads == 2
-    assert scorer.thread_changes[-1][1] == 2
+    assert scorer.thread_history[-1][1] == 2 and scorer.thread_history[0][0] == 0.0
     assert quiet[0].best == pytest.approx(busy.best, abs=1e-3)   # threads change the speed, not the numbers

@@ -175,8 +175,8 @@ class LlamaCppScorer(_CachedScorer):
         self.cache = cache
         self._meter = None if n_threads else CoreMeter()
         self.n_threads = n_threads or self._meter.free()
-        self.thread_changes: list[tuple[float, int]] = []   # (seconds since start, threads) after each change
         self._t0 = time.monotonic()
+        self.thread_history: list[tuple[float, int]] = [(0.0, self.n_threads)]  # (seconds since start, threads)
         self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=self.n_threads,
                           n_threads_batch=self.n_threads, n_batch=n_batch, logits_all=False, verbose=False)
         self._n_vocab = self._llm.n_vocab()
@@ -192,7 +192,7 @@ class LlamaCppScorer(_CachedScorer):
             with self._lock:
                 self._llm._ctx.set_n_threads(n, n)
                 self.n_threads = n
-            self.thread_changes.append((round(time.monotonic() - self._t0, 1), n))
+            self.thread_history.append((round(time.monotonic() - self._t0, 1), n))
 
     def tokenize(self, text: str, bos: bool) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
