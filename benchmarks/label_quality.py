@@ -1,7 +1,7 @@
 """Label quality of the Monte Carlo labels against gold supporting paragraphs (HotpotQA, 2Wiki, MuSiQue).
 
     .venv/bin/python benchmarks/label_quality.py --dataset hotpotqa [--questions 200] [--solver gemma3-270m]
-        [--outcome likelihood] [--estimator adaptive] [--budget 32] [--max-doc-chars 0]
+        [--outcome likelihood] [--estimator adaptive] [--budget 32] [--max-doc-chars 0] [--threads 0] [--busy N]
 
 Each question's own paragraphs are its pool (10 for HotpotQA/2Wiki, 20 for MuSiQue); the labelling code is the
 product's (`core.labeling.runner.label_question` with the local solver through the call cache, so a re-run pays
@@ -31,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common import busy_loops  # noqa: E402
 from causal_assets.core.benchmarks import hash_half  # noqa: E402
 from causal_assets.core.corpus.multihop import read_multihop  # noqa: E402
 from causal_assets.core.labeling.quality import expected_precision_at, label_quality_rows, summarize  # noqa: E402
@@ -92,7 +93,10 @@ def main() -> None:
     ap.add_argument("--question-weight", type=float, default=LabelingParams.question_weight,
                     help="weight of the question's own log-likelihood in the qa_likelihood outcome")
     ap.add_argument("--max-doc-chars", type=int, default=0, help="cut each paragraph (0 = whole paragraph)")
-    ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0 = the cores free now)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="llama.cpp threads (0 = the cores other processes leave free, re-measured per batch)")
+    ap.add_argument("--busy", type=int, default=0,
+                    help="run beside N CPU-bound loops (seconds per question on a loaded machine)")
     ap.add_argument("--cache", type=Path, default=ROOT / "data" / "benchmarks" / "label_quality_calls.sqlite")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--alpha", type=float, default=LabelingParams.alpha, help="1 - confidence of the label intervals")
@@ -120,6 +124,11 @@ def main() -> None:
             old = json.loads(path.read_text())
             prior["per_question"].update(old["per_question"])
         questions = [q for q in questions if q.question_id in prior["per_question"]]
+    with busy_loops(args.busy):
+        run(args, cfg, data, questions, prior, out)
+
+
+def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
     scorer = None if prior else local_scorer(args.solver, CallCache(args.cache), ROOT / "data" / "models",
                                          n_threads=args.threads or None)
     load0, t_start = os.getloadavg(), time.time()
@@ -176,7 +185,8 @@ def main() -> None:
                                          / max(1, sum(p.get("tokens_requested") or 0 for p in per_q))),
               "skipped_without_paragraphs": len(data.skipped_without_paragraphs),
               "load_average_start": load0, "load_average_end": os.getloadavg(),
-              "threads": getattr(scorer, "n_threads", None), "wall_seconds": round(time.time() - t_start, 1),
+              "threads": getattr(scorer, "thread_history", None), "busy_loops": args.busy,
+              "wall_seconds": round(time.time() - t_start, 1),
               "written_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "per_question": {p["question_id"]: p for p in per_q}}
     out.parent.mkdir(parents=True, exist_ok=True)

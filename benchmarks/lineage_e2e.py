@@ -35,7 +35,7 @@ COMMAND = [str(ROOT / ".venv" / "bin" / "dagster"), "job", "execute", "-m", "cau
 
 def step_stats(home: Path) -> list[dict]:
     """Per run (oldest first): run id, status and each step's duration from the instance's event log."""
-    from dagster import DagsterInstance
+    from dagster import DagsterEventType, DagsterInstance
 
     instance = DagsterInstance.from_config(str(home))
     out = []
@@ -45,8 +45,13 @@ def step_stats(home: Path) -> list[dict]:
             if s.start_time and s.end_time:
                 steps[s.step_key] = round(s.end_time - s.start_time, 2)
         stats = instance.get_run_stats(run.run_id)
+        threads = [e.asset_materialization.metadata["llama_threads"].value
+                   for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+                   if e.asset_materialization.asset_key.path[-1] == "mc_trials"
+                   and "llama_threads" in e.asset_materialization.metadata]
         out.append({"run_id": run.run_id, "status": run.status.value, "steps_s": steps,
-                    "run_s": round((stats.end_time or 0) - (stats.start_time or 0), 2)})
+                    "run_s": round((stats.end_time or 0) - (stats.start_time or 0), 2),
+                    "llama_threads": threads[0] if threads else None})
     instance.dispose()
     return out
 
@@ -132,6 +137,7 @@ def run(keep: bool, timeout_s: float, existing: Path | None = None) -> tuple[lis
         print(f"{name}: {seconds} s, rc {rc}, status {stats['status']}", flush=True)
         for step, s in sorted(stats["steps_s"].items(), key=lambda kv: -kv[1]):
             print(f"   {step:40s} {s:8.1f} s", flush=True)
+        print(f"   llama.cpp threads in mc_trials: {stats['llama_threads']}", flush=True)
         if rc != 0:
             break
     if not keep and existing is None:
