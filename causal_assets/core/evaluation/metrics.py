@@ -92,7 +92,8 @@ def evaluate(
 
 
 def warm_up() -> None:
-    """Compile or load ranx's numba kernels once, so the first real evaluation is not slowed."""
+    """Compile or load ranx's numba kernels once, so the first real evaluation is not slowed (numba caches them
+    beside the code: ~20 s on 2 cores the first time after an install, which `scripts/install` pays)."""
     evaluate({"q": {"a": 1.0, "b": 0.5}}, {"q": {"a": 1.0, "c": 0.5}})
 
 

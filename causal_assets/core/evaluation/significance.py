@@ -36,6 +36,11 @@ def randomization_p(control: np.ndarray, treatment: np.ndarray, n: int = N_PERMU
     return float(p)
 
 
+def warm_up() -> None:
+    """Compile or load ranx's randomization-test kernel (numba caches it beside the code; see `metrics.warm_up`)."""
+    randomization_p(np.array([0.1, 0.5, 0.3]), np.array([0.2, 0.6, 0.3]), n=10)
+
+
 def best_baseline(means: dict[str, float]) -> str | None:
     candidates = {r: v for r, v in means.items() if r in BASELINES}
     return max(candidates, key=candidates.get) if candidates else None

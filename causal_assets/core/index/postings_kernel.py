@@ -154,5 +154,3 @@ def top_k_postings(indptr, indices, data, n_docs, q_offsets, q_terms, idf, tfidf
                 n += 1
             d += 1
     return out_pos, out_score, sums, sumsqs
-
-

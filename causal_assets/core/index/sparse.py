@@ -148,6 +148,13 @@ class SparseTopK:
         return float(mean), float(np.sqrt(max(self.sumsqs[q] / self.n_docs - mean * mean, 0.0)))
 
 
+def warm_up() -> None:
+    """Compile or load the batch kernel of `top_k_many` on a toy index: numba caches it beside the code, ~4 s on 2
+    cores the first time after an install, which `scripts/install` pays instead of the first batch search."""
+    m = sp.csc_matrix(np.array([[1.0, 0.0], [0.5, 2.0]], dtype=np.float32))
+    SparseIndex("bm25", {"a": 0, "b": 1}, m).top_k_many([["a", "b"], ["b"]], 1, moments=True)
+
+
 def build_bm25(tokens: list[list[str]], k1: float = BM25_K1, b: float = BM25_B) -> SparseIndex:
     # Index build only: bm25s brings numba with it (~0.5 s to import), which a one-query search must not pay.
     import bm25s
