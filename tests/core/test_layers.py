@@ -37,7 +37,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # Imports that may stay inside functions: optional heavy dependencies (seconds to import, or only for an export,
 # a fit, a model file), loaded where they are used so that a search or `--help` does not pay for them.
 HEAVY = frozenset({"torch", "sentence_transformers", "transformers", "onnx", "onnxruntime", "llama_cpp", "faiss",
-                   "datasets", "tokenizers", "sklearn", "joblib", "bm25s"})
+                   "datasets", "tokenizers", "sklearn", "joblib", "bm25s",
+                   # ranx brings scipy.stats and matplotlib (~1.7 s) into every process that loads the code location
+                   "ranx"})
 # Our own modules that exist to hold a heavy dependency: the numba BM25 batch kernel (numba + the cached kernel load
 # in ~0.7 s, which a one-query `causal-assets search` skips).
 HEAVY_OWN = frozenset({"causal_assets.core.index.postings_kernel"})

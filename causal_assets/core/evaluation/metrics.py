@@ -30,7 +30,6 @@ from typing import Iterable
 import numba
 import numpy as np
 import pandas as pd
-import ranx
 from numba.typed import List as TypedList
 
 Qrels = dict[str, dict[str, float]]  # query_id -> doc_id -> relevance label (graded or fractional)
@@ -134,6 +133,10 @@ def _score(qrels, run, ks, relevance_threshold, map_k):
     graded = [{d: v / min_gain for d, v in g.items()} for g in graded]
     runs = [run.get(q, {}) for q in qids]
     run_l, qrels_b, qrels_g = _typed_lists(runs, binary, graded)
+
+    # Imported here: ranx loads scipy.stats and matplotlib (~1.7 s), which every Dagster step process would pay on
+    # loading the code location, most of them without evaluating anything.
+    import ranx
 
     scores = {}
     for metrics, labels in ((binary_metrics, qrels_b), (ndcg_metrics, qrels_g)):

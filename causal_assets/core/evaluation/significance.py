@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ranx.statistical_tests import fisher_randomization_test
 
 BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")
 N_BOOTSTRAP = 2000
@@ -32,6 +31,9 @@ def randomization_p(control: np.ndarray, treatment: np.ndarray, n: int = N_PERMU
     control, treatment = np.asarray(control, dtype=float), np.asarray(treatment, dtype=float)
     if len(control) == 0 or np.array_equal(control, treatment):
         return 1.0
+    # ranx on use only (see metrics._score)
+    from ranx.statistical_tests import fisher_randomization_test
+
     p, _ = fisher_randomization_test(control, treatment, n, ALPHA, seed)
     return float(p)
 
