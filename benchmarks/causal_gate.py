@@ -1,18 +1,22 @@
-"""Seed 000's gate: MAP@10 of causal retrieval vs the best similarity retriever, on labelled questions.
+"""Seed 000's gate: MAP@10 of causal retrieval vs the best similarity retriever and vs the learned model.
 
-    python benchmarks/causal_gate.py --base data/issue5/hotpot/parquet
-    python benchmarks/causal_gate.py --base data/issue5/hotpot/parquet --llm-questions 12
+    python benchmarks/causal_gate.py --benchmark hotpotqa --base data/parquet
+    python benchmarks/causal_gate.py --benchmark musique --base data/parquet --scorer-questions 0
+    python benchmarks/causal_gate.py --benchmark 2wiki --base data/parquet --scorer-questions 20
 
-HotpotQA distractor: each question ranks its own 10 paragraphs; relevance = its two supporting paragraphs.
-Scored on the held-out `test` half (stable hash of the question id); everything tuned or learned comes from the
-configuration `benchmarks/tuned_retrievers.py --benchmark hotpotqa` stored in data/benchmarks/tuned/hotpotqa
-(tuned on the `train` half only); the similarity baselines' hybrid weight is the one chosen there on train.
+Multi-hop benchmarks (HotpotQA distractor, the shared MuSiQue and 2Wiki samples): each question ranks its own
+paragraphs; relevance = its supporting paragraphs. Scored on the held-out `test` half (stable hash of the question
+id); everything tuned or learned comes from `benchmarks/tuned_retrievers.py --benchmark <name>` stored in
+data/benchmarks/tuned/<name> (tuned on the `train` half only); the similarity baselines' hybrid weight is the one
+chosen there on train.
 
-Rows: the similarity baselines (BM25, TF-IDF, dense, z-hybrid, RRF) -> the best one is the reference; the
-causal retriever with its defaults (offline lexical answer model, hybrid shortlist); the tuned causal
-retriever; the learned model alone. `--llm-questions N` adds the causal retriever with the LLM answer model
-(local SmolLM2 server, sampled answers) on the first N test questions only (each costs tens of calls), compared
-with the best similarity retriever on the same N questions.
+Rows: the similarity baselines (BM25, TF-IDF, dense, z-hybrid, RRF) -> the best one is the reference; the causal
+retriever with its defaults (offline lexical answer model); the tuned causal retriever (lexical); the learned model.
+`--scorer-questions N` (0 = every test question, the default; -1 = none) adds the tuned causal retriever with the
+LLM answer-likelihood model (`answer_model: likelihood`: the packaged local solver scoring in-process, question
+surprisal and answer probability, `core/retrievers/causal/likelihood_model.py`) on the first N test questions, with
+every other row re-scored on the same questions and paired randomization tests (MAP@10 per question) against the
+best similarity retriever, the lexical causal retriever and the learned model; seconds per query with it.
 """
 from __future__ import annotations
 
@@ -22,15 +26,22 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT_DIR, PARQUET, Figure, machine, write_result  # noqa: E402
 
 from causal_assets.core.benchmarks import Benchmark, load_benchmark, load_benchmark_registry  # noqa: E402
-from causal_assets.core.evaluation.metrics import evaluate, warm_up  # noqa: E402
+from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query, warm_up  # noqa: E402
+from causal_assets.core.evaluation.significance import randomization_p  # noqa: E402
+from causal_assets.core.llm.cache import CallCache  # noqa: E402
+from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer  # noqa: E402
 from causal_assets.core.evaluation.runner import run_benchmark  # noqa: E402
 from causal_assets.core.graph.store import load_chunk_neighbors, load_graph  # noqa: E402
 from causal_assets.core.index.search import CorpusIndex  # noqa: E402
 from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
+from causal_assets.core.tuning.search import tune  # noqa: E402
+from causal_assets.core.tuning.spec import DEFAULT_SPACES, TuningSpec  # noqa: E402
 from causal_assets.core.tuning.store import index_fingerprint, load_tuned  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
@@ -44,94 +55,154 @@ def subset(bench: Benchmark, ids: list[str]) -> Benchmark:
                      {q: bench.within[q] for q in ids}, {q: bench.answers[q] for q in ids if q in bench.answers})
 
 
-def measure(index, bench, kind, params, neighbors, graph, llm_client=None) -> dict:
+def measure(index, bench, kind, params, neighbors, graph, scorer=None) -> dict:
     t0 = time.perf_counter()
-    rr = run_benchmark(build_retriever(kind, index, params, neighbors, llm_client, graph), bench, 10, kind)
+    rr = run_benchmark(build_retriever(kind, index, params, neighbors, None, graph, scorer), bench, 10, kind)
+    seconds = time.perf_counter() - t0
     m = evaluate(bench.qrels, rr.run, ks=(2, 10), map_k=10)
+    per_query = evaluate_per_query(bench.qrels, rr.run, ks=(10,), map_k=10)
+    ap = per_query[per_query.metric == "map"].set_index("query_id")["value"]
     out = {f"{r.metric}@{r.k}": round(float(r.value), 5) for r in m.itertuples()}
-    return {**out, "seconds": round(time.perf_counter() - t0, 1), "queries": len(bench.query_ids())}
+    n = len(bench.query_ids())
+    return {**out, "seconds": round(seconds, 1), "seconds_per_query": round(seconds / max(n, 1), 2), "queries": n,
+            "_ap": {q: float(v) for q, v in ap.items()}}
 
 
 def relative(a: float, b: float) -> float:
     return round((a / b - 1) * 100, 2)
 
 
+def paired(a: dict, b: dict) -> dict:
+    """MAP@10 of a vs b on the same questions: relative change and a paired randomization test."""
+    qids = sorted(a["_ap"])
+    x, y = np.array([b["_ap"][q] for q in qids]), np.array([a["_ap"][q] for q in qids])
+    return {"change_pct": relative(a["map@10"], b["map@10"]), "p": round(randomization_p(x, y), 4)}
+
+
+def public(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith("_")}
+
+
+# Weights of the likelihood model's three measures searched on train (the lexical model's six, and mixes that keep
+# the graph chain beside one LLM measure).
+LIKELIHOOD_WEIGHTS = [*DEFAULT_SPACES["causal"]["weights"],
+                      {"information_contribution": 0.5, "counterfactual_impact": 0.0, "causal_chain_strength": 0.5},
+                      {"information_contribution": 0.0, "counterfactual_impact": 0.5, "causal_chain_strength": 0.5},
+                      {"information_contribution": 0.4, "counterfactual_impact": 0.4, "causal_chain_strength": 0.2}]
+
+
+def tune_likelihood(index, train, lexical: dict, neighbors, graph, scorer, args) -> tuple[dict, dict]:
+    """The causal retriever with `answer_model: likelihood`, tuned on the train split by the product's tuner: its
+    weights and min_relevance searched, its candidates (shortlist, sizes, chain options) those the lexical tuning
+    chose, the diversity filter off (a ranking for MAP keeps every candidate; the filter's context sets would double
+    the prompts)."""
+    fixed = {k: v for k, v in lexical.items() if k not in ("weights", "min_relevance")}
+    listed = {"causal": {**fixed, "answer_model": "likelihood", "diversity_threshold": 0.0,
+                         "answer_model_params": {"max_doc_chars": args.max_doc_chars}}}
+    space = {k: [lexical[k]] for k in DEFAULT_SPACES["causal"] if k in lexical and k not in ("weights", "min_relevance")}
+    space.update(weights=LIKELIHOOD_WEIGHTS, min_relevance=sorted({0.0, float(lexical.get("min_relevance", 0.1))}))
+    spec = TuningSpec(retrievers=["causal"], metric="map@10", passes=1, spaces={"causal": space},
+                      max_queries={"causal": args.train_questions})
+    result = tune(index, train, spec, listed, neighbors, graph, forbidden=("test",), scorer=lambda: scorer)
+    best = result.best["causal"]
+    return best["params"], {"value": best["value"], "queries": best["queries"], "trials": best["trials"],
+                            "split": train.split}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", type=Path, default=PARQUET, help="Parquet base with the hotpotqa index and graph")
+    ap.add_argument("--benchmark", default="hotpotqa", help="a multi-hop benchmark: hotpotqa | musique | 2wiki")
+    ap.add_argument("--base", type=Path, default=PARQUET, help="Parquet base with the corpus index and graph")
     ap.add_argument("--tuned", type=Path, default=OUT_DIR / "tuned", help="store of tuned_retrievers.py")
     ap.add_argument("--version", help="tuned configuration version (default: the one tuned_retrievers.py recorded "
-                                      "in tuned_retrievers_hotpotqa.json)")
-    ap.add_argument("--llm-questions", type=int, default=0, help="also run the LLM answer model on N questions")
+                                      "in tuned_retrievers_<benchmark>.json)")
+    ap.add_argument("--scorer-questions", type=int, default=0,
+                    help="the LLM answer-likelihood row on the first N test questions (0: all, -1: none)")
+    ap.add_argument("--solver", default=DEFAULT_SOLVER, help="packaged local model that scores")
+    ap.add_argument("--train-questions", type=int, default=150,
+                    help="train questions the likelihood weights are tuned on (a seeded sample)")
+    ap.add_argument("--max-doc-chars", type=int, default=400, help="document cut in the likelihood prompts")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     args = ap.parse_args()
 
     started = machine()
-    spec = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)["hotpotqa"]
+    name = args.benchmark
+    spec = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)[name]
     index = CorpusIndex.load(args.base, spec.corpus)
     graph, neighbors = load_graph(args.base, spec.corpus), load_chunk_neighbors(args.base, spec.corpus)
-    recorded = args.out / "tuned_retrievers_hotpotqa.json"
+    recorded = args.out / f"tuned_retrievers_{name}.json"
     version = args.version or (json.loads(recorded.read_text())["details"]["config_version"]
                                if recorded.exists() else None)
-    tuned = load_tuned(args.tuned, "hotpotqa", version) if version else None
+    tuned = load_tuned(args.tuned, name, version) if version else None
     if tuned is None or tuned.content["index"] != index_fingerprint(index):
-        raise SystemExit("run benchmarks/tuned_retrievers.py --benchmark hotpotqa on this index first")
+        raise SystemExit(f"run benchmarks/tuned_retrievers.py --benchmark {name} on this index first")
     test = load_benchmark(spec, "test")
     assert not set(test.queries) & set(load_benchmark(spec, tuned.content["tune_split"]).queries)
     warm_up()
 
     weight = tuned.params("hybrid")["weight"]
-    rows = {n: measure(index, test, n, {"weight": weight} if n == "hybrid" else {}, neighbors, graph)
-            for n in SIMILARITY}
-    rows["causal"] = measure(index, test, "causal", {}, neighbors, graph)
-    rows["causal_tuned"] = measure(index, test, "causal", tuned.params("causal"), neighbors, graph)
-    rows["learned_tuned"] = measure(index, test, "learned", tuned.params("learned"), neighbors, graph)
-    rows["entity_first"] = measure(index, test, "entity_first", spec.retrievers.get("entity_first", {}), neighbors,
-                                   graph)
+
+    def similarity_params(n):
+        return {"weight": weight} if n == "hybrid" else {}
+
+    def rows_on(bench) -> dict:
+        rows = {n: measure(index, bench, n, similarity_params(n), neighbors, graph) for n in SIMILARITY}
+        rows["causal"] = measure(index, bench, "causal", {}, neighbors, graph)
+        rows["causal_tuned"] = measure(index, bench, "causal", tuned.params("causal"), neighbors, graph)
+        rows["learned_tuned"] = measure(index, bench, "learned", tuned.params("learned"), neighbors, graph)
+        return rows
+
+    rows = rows_on(test)
     for n, r in rows.items():
-        print(f"test/{n}: MAP@10 {r['map@10']:.4f}  P@2 {r['precision@2']:.4f}  ({r['seconds']}s)", flush=True)
+        print(f"{name} test/{n}: MAP@10 {r['map@10']:.4f}  P@2 {r['precision@2']:.4f}  ({r['seconds']}s)", flush=True)
     best = max(SIMILARITY, key=lambda n: rows[n]["map@10"])
     ref = rows[best]["map@10"]
+    label = f"{name} test MAP@10"
     figures = [
-        Figure(f"HotpotQA test MAP@10, best similarity retriever ({best})", ref, "MAP@10"),
-        Figure("HotpotQA test MAP@10, causal retriever defaults (lexical answer model)", rows["causal"]["map@10"],
+        Figure(f"{label}, best similarity retriever ({best})", ref, "MAP@10"),
+        Figure(f"{label}, causal retriever defaults (lexical answer model)", rows["causal"]["map@10"],
                "MAP@10", note=f"{relative(rows['causal']['map@10'], ref):+.1f}% vs {best}"),
-        Figure("HotpotQA test MAP@10 change, causal retriever tuned on train vs best similarity",
+        Figure(f"{label} change, causal retriever (lexical) tuned on train vs best similarity",
                relative(rows["causal_tuned"]["map@10"], ref), "%", 15.0, ">=",
-               note=f"causal_tuned {rows['causal_tuned']['map@10']:.4f} vs {best} {ref:.4f}"),
-        Figure("HotpotQA test MAP@10 change, learned model vs best similarity",
+               note=f"causal_tuned {rows['causal_tuned']['map@10']:.4f} vs {best} {ref:.4f}, "
+                    f"p={paired(rows['causal_tuned'], rows[best])['p']}"),
+        Figure(f"{label} change, learned model vs best similarity",
                relative(rows["learned_tuned"]["map@10"], ref), "%",
                note=f"learned {rows['learned_tuned']['map@10']:.4f} vs {best} {ref:.4f}"),
     ]
-    details = {"split": "test", "questions": len(test.query_ids()), "config_version": tuned.version,
-               "tuned_causal_params": tuned.retrievers["causal"]["params"], "rows": rows, "best_similarity": best}
-    if args.llm_questions:
-        from causal_assets.core.llm.cache import CallCache
-        from causal_assets.core.llm.client import LLMClient
-        from causal_assets.core.llm.server import LocalLlamaServer
-
-        sub = subset(test, test.query_ids()[:args.llm_questions])
-        server = LocalLlamaServer(n_ctx=4096, n_threads=2, alias="smollm2-135m-instruct",
-                                  log_path=args.out / "llama_server_causal_gate.log")
-        server.start()
-        try:
-            client = LLMClient(server.base_url, "smollm2-135m-instruct",
-                               cache=CallCache(str(args.out / "causal_gate_llm_calls.sqlite")))
-            params = {**tuned.params("causal"), "answer_model": "llm"}
-            llm_row = measure(index, sub, "causal", params, neighbors, graph, client)
-        finally:
-            server.stop()
-        sim_row = measure(index, sub, best, {"weight": weight} if best == "hybrid" else {}, neighbors, graph)
-        lex_row = measure(index, sub, "causal", tuned.params("causal"), neighbors, graph)
-        details["llm"] = {"questions": len(sub.query_ids()), "causal_llm": llm_row, best: sim_row,
-                          "causal_lexical": lex_row}
-        print(f"LLM subset ({len(sub.query_ids())} q): causal/llm MAP@10 {llm_row['map@10']:.4f} "
-              f"({llm_row['seconds']}s), causal/lexical {lex_row['map@10']:.4f}, {best} {sim_row['map@10']:.4f}")
-        figures.append(Figure(f"HotpotQA test MAP@10 change, causal retriever with the LLM answer model vs {best} "
-                              f"(first {len(sub.query_ids())} test questions)",
-                              relative(llm_row["map@10"], sim_row["map@10"]), "%", 15.0, ">=",
-                              note=f"causal/llm {llm_row['map@10']:.4f} vs {best} {sim_row['map@10']:.4f}"))
-    write_result("causal_gate", figures, details, started, quick=False, out_dir=args.out)
+    details = {"benchmark": name, "split": "test", "questions": len(test.query_ids()),
+               "config_version": tuned.version, "tuned_causal_params": tuned.retrievers["causal"]["params"],
+               "rows": {n: public(r) for n, r in rows.items()}, "best_similarity": best}
+    if args.scorer_questions >= 0:
+        ids = test.query_ids()[:args.scorer_questions] if args.scorer_questions else test.query_ids()
+        sub = subset(test, ids)
+        scorer = local_scorer(args.solver, CallCache(str(args.out / "causal_gate_calls.sqlite")), SETTINGS.models_dir)
+        train = load_benchmark(spec, tuned.content["tune_split"])
+        t0 = time.perf_counter()
+        params, tuning = tune_likelihood(index, train, tuned.params("causal"), neighbors, graph, scorer, args)
+        print(f"{name} likelihood tuned on {tuning['queries']} {train.split} questions in "
+              f"{time.perf_counter() - t0:.0f}s: map@10 {tuning['value']:.4f} with weights {params['weights']}, "
+              f"min_relevance {params['min_relevance']}", flush=True)
+        t_tokens = scorer.tokens_evaluated
+        lik = measure(index, sub, "causal", params, neighbors, graph, scorer)
+        lik["tokens_evaluated"] = scorer.tokens_evaluated - t_tokens
+        lik["threads"] = scorer.thread_history
+        on_sub = rows if len(ids) == len(test.query_ids()) else rows_on(sub)
+        comparisons = {f"vs_{best}": paired(lik, on_sub[best]), "vs_causal_lexical": paired(lik, on_sub["causal_tuned"]),
+                       "vs_learned": paired(lik, on_sub["learned_tuned"])}
+        details["likelihood"] = {"questions": len(ids), "solver": args.solver, "params": params, "tuning": tuning,
+                                 "causal_likelihood": public(lik), "comparisons": comparisons,
+                                 "rows_on_subset": {n: public(r) for n, r in on_sub.items()}}
+        print(f"{name} likelihood ({len(ids)} q): causal/likelihood MAP@10 {lik['map@10']:.4f} "
+              f"({lik['seconds_per_query']} s/query); {best} {on_sub[best]['map@10']:.4f}, causal/lexical "
+              f"{on_sub['causal_tuned']['map@10']:.4f}, learned {on_sub['learned_tuned']['map@10']:.4f}; {comparisons}")
+        figures.append(Figure(f"{label} change, causal retriever with the LLM answer-likelihood model vs {best} "
+                              f"({len(ids)} test questions)", comparisons[f"vs_{best}"]["change_pct"], "%", 15.0, ">=",
+                              note=f"causal/likelihood {lik['map@10']:.4f} vs {best} {on_sub[best]['map@10']:.4f} "
+                                   f"(p={comparisons[f'vs_{best}']['p']}); vs learned "
+                                   f"{comparisons['vs_learned']['change_pct']:+.1f}% (p={comparisons['vs_learned']['p']}); "
+                                   f"{lik['seconds_per_query']} s/query"))
+    write_result(f"causal_gate_{name}", figures, details, started, quick=False, out_dir=args.out)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
     mc_labels = read_parquet(labels_path) if labels_path.exists() else None
     primary = parse_metric(spec.tuning.get("metric") or "ndcg@10")
     result = evaluate_plan(spec, artifacts, plan, mc_labels, primary, config.depth, lambda: llm.client,
-                           context.log.info)
+                           context.log.info, scorer=llm.scorer)
 
     metrics_df = result.metrics
     markdown, path = write_report(spec.name, metrics_df, result.failures, result.notes, storage.reports_path,

@@ -21,7 +21,7 @@ from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import index_fingerprint, save_tuned
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
-from causal_assets.resources import ANN, BenchmarkRegistry, Storage
+from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = "tuning"
 TUNED = "tuned_retriever_configs"
@@ -49,7 +49,7 @@ class TuningConfig(Config):
                       "finite and in [0, 1].")],
 )
 def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig, storage: Storage,
-                            benchmark_registry: BenchmarkRegistry):
+                            benchmark_registry: BenchmarkRegistry, llm: LLM):
     spec = benchmark_registry.spec(context.partition_key)
     if not spec.tune_split:
         context.log.info(f"{spec.name}: no tune split, nothing is tuned (eval splits are never tuned on)")
@@ -80,7 +80,8 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
             return None
 
     result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, mc_labels,
-                  forbidden=tuple(spec.eval_splits), log=context.log.info, extra_sources=extra_source)
+                  forbidden=tuple(spec.eval_splits), log=context.log.info, extra_sources=extra_source,
+                  scorer=llm.scorer)
     content = {"benchmark": spec.name, "corpus": spec.corpus, "tune_split": spec.tune_split,
                "metric": tuning.metric, "index": index_fingerprint(index), "graph": graph is not None,
                "selected": result.selected, "retrievers": result.best}

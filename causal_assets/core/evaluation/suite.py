@@ -112,9 +112,11 @@ class EvaluationResult:
 def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: EvaluationPlan,
                   mc_labels: pd.DataFrame | None, primary: tuple[str, int], depth: int = 100,
                   llm_client: Callable[[], Any] | None = None,
-                  log: Callable[[str], None] = lambda m: None) -> EvaluationResult:
+                  log: Callable[[str], None] = lambda m: None,
+                  scorer: Callable[[], Any] | None = None) -> EvaluationResult:
     """Run `plan` on every eval split of `spec`. `llm_client()` is asked for only by LLM-backed options
-    (`llm_entities`, `answer_model: llm`), so an evaluation without them starts no LLM server."""
+    (`llm_entities`, `answer_model: llm`) and `scorer()` only by `answer_model: likelihood`, so an evaluation
+    without them starts no LLM server and loads no model."""
     index = artifacts.index
     notes = [f"corpus `{spec.corpus}`: {len(index.ids)} chunks; runs kept to depth {depth}", *plan.notes]
     tuned = plan.tuned
@@ -151,9 +153,11 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
             if overlap and run.tuned:
                 continue
             uses_llm = bool(run.params.get("llm_entities")) or run.params.get("answer_model") == "llm"
+            scores = run.params.get("answer_model") == "likelihood"
             retriever = build_retriever(run.kind, index, run.params, artifacts.neighbors,
                                         llm_client() if uses_llm and llm_client else None,
-                                        tuned_graph if run.tuned else graph)
+                                        tuned_graph if run.tuned else graph,
+                                        scorer() if scores and scorer else None)
             rr = run_benchmark(retriever, bench, depth, run.label)
             seconds[f"{split}/{run.label}"] = round(rr.seconds, 2)
             metrics.append(score_run(bench, rr).assign(split=split, truth="qrels"))

@@ -81,6 +81,8 @@ class Scorer(Protocol):
 
     def score_many(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult | LLMError]: ...
 
+    def complete(self, prompt: str, max_tokens: int = 24, stop: Sequence[str] = ("\n",)) -> str: ...
+
 
 def prefix_order(prompts: Sequence[str]) -> list[int]:
     """Indices of ``prompts`` in lexicographic order: consecutive prompts then share the longest beginnings,
@@ -148,6 +150,28 @@ class _CachedScorer:
             out[i] = ScoreResult(tuple(lps), tuple(ntok), ptok, evaluated, latency, False, key, span_lp, span_n)
         return out  # type: ignore[return-value]
 
+    def complete(self, prompt: str, max_tokens: int = 24, stop: Sequence[str] = ("\n",)) -> str:
+        """The model's greedy continuation of ``prompt`` (e.g. its own answer after ``Answer:``), cut at the first
+        ``stop`` string, through the call cache (kind ``complete``). Infrastructure errors raise, never an answer."""
+        payload = {"prompt": prompt}
+        params = {"backend": self.backend, "max_tokens": max_tokens, "stop": list(stop)}
+        key = make_key(self.model_id, "complete", payload, params)
+        hit = self.cache.get(key) if self.cache is not None else None
+        if hit is not None and hit.response:
+            return str(hit.response["text"])
+        self._before_batch()
+        t0 = time.monotonic()
+        text = self._complete_one(prompt, max_tokens, tuple(stop))
+        for s in stop:   # backends differ in whether the stop string is kept
+            text = text.split(s)[0] if s else text
+        if self.cache is not None:
+            self.cache.put(key, self.model_id, {"kind": "complete", "model": self.model_id, "prompt": prompt, **params},
+                           {"text": text}, text, None, None, time.monotonic() - t0, status="ok", attempts=1)
+        return text
+
+    def _complete_one(self, prompt: str, max_tokens: int, stop: tuple[str, ...]) -> str:
+        raise NotImplementedError
+
     def _before_batch(self) -> None:
         """Called before the uncached requests of a batch are scored (the in-process backend sizes its threads)."""
 
@@ -193,6 +217,12 @@ class LlamaCppScorer(_CachedScorer):
                 self._llm._ctx.set_n_threads(n, n)
                 self.n_threads = n
             self.thread_history.append((round(time.monotonic() - self._t0, 1), n))
+
+    def _complete_one(self, prompt: str, max_tokens: int, stop: tuple[str, ...]) -> str:
+        with self._lock:   # llama.cpp's own generate() reuses the KV cache prefix the scoring left (input_ids)
+            out = self._llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, top_k=1,
+                                              stop=list(stop) or None)
+        return str(out["choices"][0]["text"])
 
     def tokenize(self, text: str, bos: bool) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
@@ -301,6 +331,16 @@ class EndpointScorer(_CachedScorer):
             span = span or sp
         span_lp, span_n = span if span else (None, 0)
         return lps, ntok, ptok, ptok + sum(ntok), span_lp, span_n
+
+    def _complete_one(self, prompt: str, max_tokens: int, stop: tuple[str, ...]) -> str:
+        try:
+            resp = self._client.completions.create(model=self.model_id, prompt=prompt, max_tokens=max_tokens,
+                                                   temperature=0.0, stop=list(stop) or None)
+        except (openai.APIConnectionError, openai.APITimeoutError, openai.InternalServerError,
+                openai.RateLimitError) as exc:
+            raise LLMInfrastructureError(f"completion call to {self.model_id!r} failed: {type(exc).__name__}",
+                                         attempts=1, kind="connection") from None
+        return str(resp.choices[0].text or "")
 
     def _one(self, prompt: str, cont: str, span: tuple[int, int] | None = None
              ) -> tuple[float, int, int, tuple[float, int] | None]:

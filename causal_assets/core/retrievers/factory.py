@@ -6,9 +6,11 @@ from typing import Any, Callable
 import pandas as pd
 
 from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.llm.scoring import Scorer
 from causal_assets.core.retrievers.base import Retriever
 from causal_assets.core.retrievers.cascade import CascadeRetriever, RetrievalConfig
 from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel, LLMAnswerModel
+from causal_assets.core.retrievers.causal.likelihood_model import LikelihoodAnswerModel
 from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions, CausalRetriever
 from causal_assets.core.retrievers.entity_first.llm_entities import LLMEntityExtractor
 from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
@@ -25,7 +27,8 @@ Graph = tuple[pd.DataFrame, pd.DataFrame]
 
 
 def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None = None,
-                    neighbors: Neighbors | None = None, llm_client=None, graph: Graph | None = None) -> Retriever:
+                    neighbors: Neighbors | None = None, llm_client=None, graph: Graph | None = None,
+                    scorer: Scorer | None = None) -> Retriever:
     """`params`: the retriever's own settings (hybrid: weight; cascade: a RetrievalConfig dict; entity_first:
     EntityFirstRetriever keyword arguments, plus `llm_entities: true` for the LLM-backed query entity extractor;
     learned: `model_path` (or a fitted `model`) and optional `depth`; causal: see `build_causal`; fusion:
@@ -33,7 +36,8 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
     pairwise: `base` {name: params}, `pool`, `coverage_weight`, `link_weight`, `use_ranks` (top-2 as a pair)).
     `neighbors`: the entity graph's chunk neighbourhood, for graph stages. `graph`: the (graph_nodes,
     graph_edges) frames, for the causal chains and the learned model's graph feature. `llm_client`: an
-    LLMClient, needed only by LLM-backed options."""
+    LLMClient, needed only by LLM-backed options; `scorer`: a log-probability `Scorer`, needed only by the causal
+    retriever's `answer_model: likelihood`."""
     params = dict(params or {})
     if name in ("bm25", "tfidf", "dense"):
         return SimilarityRetriever(index, name, **params)   # params: within_stats (bm25 inside `within`)
@@ -52,19 +56,19 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
     if name == "learned":
         return build_learned(index, params, graph)
     if name == "causal":
-        return build_causal(index, params, neighbors, llm_client, graph)
+        return build_causal(index, params, neighbors, llm_client, graph, scorer)
     if name == "fusion":
         members = params.pop("members", None) or {}
         if not isinstance(members, dict) or not members:
             raise ValueError("fusion needs members: {retriever name: its params}")
-        built = [(m, build_retriever(m, index, p, neighbors, llm_client, graph)) for m, p in members.items()]
+        built = [(m, build_retriever(m, index, p, neighbors, llm_client, graph, scorer)) for m, p in members.items()]
         return FusionRetriever(index, built, **params)
     if name == "pairwise":
         base = params.pop("base", None) or {}
         if not isinstance(base, dict) or len(base) != 1:
             raise ValueError("pairwise needs base: {one retriever name: its params}")
         (b, p), = base.items()
-        return PairwiseTop2(index, build_retriever(b, index, p, neighbors, llm_client, graph), **params)
+        return PairwiseTop2(index, build_retriever(b, index, p, neighbors, llm_client, graph, scorer), **params)
     raise ValueError(f"unknown retriever {name!r}; known: {', '.join(RETRIEVERS)}")
 
 
@@ -80,12 +84,13 @@ def build_learned(index: CorpusIndex, params: dict[str, Any], graph: Graph | Non
 
 
 def build_causal(index: CorpusIndex, params: dict[str, Any], neighbors: Neighbors | None = None, llm_client=None,
-                 graph: Graph | None = None):
+                 graph: Graph | None = None, scorer: Scorer | None = None):
     """The causal retriever (documents ranked by how much they change the answer, `retrievers.causal`). params:
     - `shortlist`: hybrid (default) | cascade | bm25 | learned - which retriever proposes the candidates the
       answer model judges; `shortlist_params`: that retriever's params (learned: its `model_path`);
-    - `answer_model`: lexical (default: the offline extractive stand-in, no LLM) | llm (the cached LLM client);
-      `answer_model_params`: LexicalAnswerModel / LLMAnswerModel keyword arguments;
+    - `answer_model`: lexical (default: the offline extractive stand-in, no LLM) | llm (sampled answers from the
+      cached LLM client) | likelihood (the LLM's log-probabilities through `scorer`: question surprisal and answer
+      probability, `LikelihoodAnswerModel`); `answer_model_params`: that model's keyword arguments;
     - every other key is a `CausalRetrievalOptions` field (shortlist_size, graph_candidates, weights, mode,
       max_hops, hop_decay, min_relevance, diversity_threshold, include_explanations)."""
     params = dict(params)
@@ -97,10 +102,14 @@ def build_causal(index: CorpusIndex, params: dict[str, Any], neighbors: Neighbor
         if llm_client is None:
             raise ValueError("causal with answer_model: llm needs an LLM client")
         answer_model = LLMAnswerModel(llm_client, **model_params)
+    elif model_kind == "likelihood":
+        if scorer is None:
+            raise ValueError("causal with answer_model: likelihood needs a log-probability scorer")
+        answer_model = LikelihoodAnswerModel(scorer, **model_params)
     elif model_kind == "lexical":
         answer_model = LexicalAnswerModel(**model_params)
     else:
-        raise ValueError(f"causal: unknown answer_model {model_kind!r} (lexical | llm)")
+        raise ValueError(f"causal: unknown answer_model {model_kind!r} (lexical | llm | likelihood)")
     if kind not in SHORTLISTS:
         raise ValueError(f"causal: unknown shortlist {kind!r}; known: {', '.join(SHORTLISTS)}")
     if kind == "bm25":

@@ -172,13 +172,16 @@ def coordinate_search(space: dict[str, list[Any]], start: dict[str, Any], score:
 def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[str, dict[str, Any]],
          neighbors=None, graph=None, mc_labels: pd.DataFrame | None = None, forbidden: tuple[str, ...] = (),
          log: Callable[[str], None] = lambda m: None,
-         extra_sources: Callable[[str], tuple | None] | None = None) -> TuningResult:
+         extra_sources: Callable[[str], tuple | None] | None = None,
+         scorer: Callable[[], Any] | None = None) -> TuningResult:
     """Search every retriever of `spec.resolved_retrievers(listed)` on `bench` (module docstring).
 
     `listed`: the benchmark's evaluation retrievers and their fixed params (kept under the tuned ones, e.g.
     entity_first's budget `k`). `mc_labels`: Monte Carlo labels; only rows of `bench`'s questions are used.
     `forbidden`: split names that must never be tuned on (the eval splits). `extra_sources(name)`: (index, tune-split
-    Benchmark, graph) of another benchmark named in `spec.learned_extra`, or None when it is not available."""
+    Benchmark, graph) of another benchmark named in `spec.learned_extra`, or None when it is not available.
+    `scorer()`: the LLM's log-probability scorer, asked for only by the causal retriever's `answer_model: likelihood`
+    (its measurements go through the call cache, so every trial after the first re-reads them)."""
     if bench.split in forbidden:
         raise ValueError(f"refusing to tune on split {bench.split!r}: it is an evaluation split")
     metric, k = parse_metric(spec.metric)
@@ -212,7 +215,9 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
         build = {k_: v for k_, v in params.items() if k_ not in option_keys}
         key = _key(build)
         if key not in built:
-            built[key] = build_retriever("causal", index, build, neighbors, None, graph)
+            needs_scorer = build.get("answer_model") == "likelihood" and scorer is not None
+            built[key] = build_retriever("causal", index, build, neighbors, None, graph,
+                                         scorer() if needs_scorer else None)
         built[key].options = CausalRetrievalOptions(**{k_: v for k_, v in params.items() if k_ in option_keys})
         return built[key]
 

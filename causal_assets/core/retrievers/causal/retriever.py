@@ -529,12 +529,21 @@ class CausalRetriever:
         return InformationContribution(mi, gain, mi - gain, gain, base - with_doc_all,
                                        base, with_doc, with_all, with_doc_all)
 
+    def _probability(self, memo: dict, query: str, ids: Sequence[str], answer: str) -> float:
+        key = ("P", frozenset(ids), answer)
+        if key not in memo:
+            memo[key] = float(self.answer_model.answer_probability(query, self._docs(ids), answer))
+        return memo[key]
+
     def counterfactual_impact(self, query: str, chunk_id: str, context: Sequence[str],
                               memo: dict | None = None) -> CounterfactualImpact:
         memo = {} if memo is None else memo
         full = list(dict.fromkeys([*context, chunk_id]))
         without = [c for c in full if c != chunk_id]
-        cur, alt = self._answer(memo, query, full), self._answer(memo, query, without)
+        cur = self._answer(memo, query, full)
+        if hasattr(self.answer_model, "answer_probability"):
+            return self._likelihood_counterfactual(memo, query, full, without, cur)
+        alt = self._answer(memo, query, without)
         mode_sim = _f1(cur, alt)
 
         def expected(ids):
@@ -543,6 +552,27 @@ class CausalRetriever:
         e_with = expected(full)
         sim = min(1.0, expected(without) / e_with) if e_with > 1e-12 else mode_sim
         change_prob = float(min(1.0, max(0.0, 1.0 - sim)))
+        would = mode_sim < SIMILAR
+        if would:
+            ctype = "complete_change" if mode_sim <= 0.2 else "partial_change"
+        else:
+            ctype = "confidence_change" if change_prob >= 0.1 else "no_change"
+        sev = ("critical" if change_prob >= 0.75 else "significant" if change_prob >= 0.4
+               else "minor" if change_prob >= 0.1 else "negligible")
+        return CounterfactualImpact(would, change_prob, ctype, sev, cur, alt, float(mode_sim))
+
+    def _likelihood_counterfactual(self, memo: dict, query: str, full: list[str], without: list[str],
+                                   cur: str) -> CounterfactualImpact:
+        """changeProb = 1 - P(cur | C without D) / P(cur | C) from the answer model's log-probabilities. The answer
+        without D is generated only when at least half of the answer's probability goes (it decides
+        wouldChangeAnswer and the change type); below that the answer is taken to stay."""
+        p_with = self._probability(memo, query, full, cur)
+        p_without = self._probability(memo, query, without, cur)
+        change_prob = float(min(1.0, max(0.0, 1.0 - p_without / p_with))) if p_with > 0 else 0.0
+        alt, mode_sim = cur, 1.0
+        if change_prob >= 0.5:
+            alt = self._answer(memo, query, without)
+            mode_sim = _f1(cur, alt)
         would = mode_sim < SIMILAR
         if would:
             ctype = "complete_change" if mode_sim <= 0.2 else "partial_change"
@@ -564,7 +594,8 @@ class CausalRetriever:
         ic = self.information_contribution(query, cid, ctx.get("already_retrieved", []), memo)
         cf = self.counterfactual_impact(query, cid, cands, memo)
         chain, chain_s = self.causal_chain(query, cid, opts.max_hops, opts.hop_decay, ctx.get("entities"))
-        scale = max(ic.base_entropy, float(ctx.get("ic_scale", 0.0)), max(ic.mutual_information, 0.0), 1e-9)
+        base_scale = 0.0 if getattr(self.answer_model, "entropy_is_surprisal", False) else ic.base_entropy
+        scale = max(base_scale, float(ctx.get("ic_scale", 0.0)), max(ic.mutual_information, 0.0), 1e-9)
         ic_n = max(ic.mutual_information, 0.0) / scale
         w = opts.weights
         score = (w.information_contribution * ic_n + w.counterfactual_impact * cf.change_prob
@@ -587,7 +618,10 @@ class CausalRetriever:
         memo: dict = {}
         # ic scale: the largest single-document entropy reduction among the candidates
         base = self._entropy(memo, query, [])
-        scale = max([base] + [base - self._entropy(memo, query, [c]) for c in cands])
+        gains = [base - self._entropy(memo, query, [c]) for c in cands]
+        # a surprisal-based model's no-context value is no ceiling of what one document explains
+        scale = max(gains, default=0.0) if getattr(self.answer_model, "entropy_is_surprisal", False) \
+            else max([base] + gains)
         ctx = {"candidates": cands, "already_retrieved": [], "ic_scale": scale, "entities": qa["entities"]}
         rel = {c: self.assess_relevance(self._hit(c), query, ctx, given, memo) for c in cands}
         order = sorted(cands, key=lambda c: (-rel[c].relevance_score, cands.index(c)))
@@ -599,7 +633,7 @@ class CausalRetriever:
             if r.relevance_score < opts.min_relevance:
                 filtered.append({"chunk_id": c, "reason": "below_min_relevance", "score": r.relevance_score})
                 continue
-            if kept:
+            if kept and opts.diversity_threshold > 0:   # 0 turns the filter (and its context sets) off
                 ic = self.information_contribution(query, c, kept, memo)
                 r.information_contribution = ic
                 th = opts.diversity_threshold
@@ -662,11 +696,14 @@ class CausalRetriever:
             if where:
                 parts.append(f"That answer comes from {where}.")
         elif cf.change_type == "confidence_change":
-            parts.append(f"Removing it keeps the answer but lowers confidence (p={cf.change_prob:.2f}).")
+            parts.append(f"Removing it keeps the answer \"{cf.answer_with[:120]}\" but lowers confidence "
+                         f"(p={cf.change_prob:.2f}).")
         else:
             parts.append("Removing it does not change the answer.")
         ic = r.information_contribution
-        parts.append(f"It reduces answer entropy by {ic.mutual_information:.2f} bits on its own; "
+        what = "the question's surprisal" if getattr(self.answer_model, "entropy_is_surprisal", False) \
+            else "answer entropy"
+        parts.append(f"It reduces {what} by {ic.mutual_information:.2f} bits on its own; "
                      f"information gain {ic.information_gain:.2f} bits, redundancy {ic.redundancy:.2f} bits.")
         if r.causal_chain:
             chain = " -> ".join([r.causal_chain[0].from_node.label[:40]] +
