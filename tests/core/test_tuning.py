@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.tuning.search import coordinate_search, flat, labels_of, nested, sample_queries, tune
+from causal_assets.core.tuning.search import (_given_model, coordinate_search, flat, labels_of, nested, sample_queries,
+                                             tune)
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
 
@@ -100,3 +101,12 @@ def test_store_versions_by_content(tmp_path):
     assert load_tuned(tmp_path, "b", first.version).params("hybrid") == {"weight": 0.7}
     with pytest.raises(FileNotFoundError, match="never_tuned"):
         load_tuned(tmp_path, "never_tuned", first.version)
+
+
+def test_a_learned_shortlist_model_given_by_the_caller_is_used_not_replaced():
+    """The causal retriever tuned alone (e.g. the gate's likelihood row) keeps the stored model it was handed; only
+    the placeholder `@learned` (or nothing) waits for a model the same tuning run trains."""
+    assert _given_model({"shortlist_params": {"model_path": "/store/models/learned-1.joblib"}})
+    assert _given_model({"shortlist_params": {"model": object()}})
+    assert not _given_model({"shortlist_params": {"model_path": "@learned"}})
+    assert not _given_model({"shortlist": "learned"})

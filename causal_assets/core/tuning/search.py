@@ -141,6 +141,12 @@ def cached_query_vectors(index: CorpusIndex) -> Iterator[None]:
         index.embedder = inner
 
 
+def _given_model(params: dict[str, Any]) -> bool:
+    """A learned shortlist's model handed in by the caller (a stored model's file), not one this run trains."""
+    given = params.get("shortlist_params") or {}
+    return given.get("model") is not None or not str(given.get("model_path") or "@").startswith("@")
+
+
 def coordinate_search(space: dict[str, list[Any]], start: dict[str, Any], score: Callable[[dict[str, Any]], float],
                       passes: int) -> list[tuple[dict[str, Any], float]]:
     """Coordinate ascent over `space` from `start` (module docstring). Returns every scored point, in order."""
@@ -276,7 +282,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                     # The learned member ranks each train query with the fold model that never saw it, so the
                     # train figure of a combination is as out-of-sample as learned's own (cross-validated) one.
                     params = _with_models(params, out_of_fold)
-                if name == "causal" and params.get("shortlist") == "learned":
+                if name == "causal" and params.get("shortlist") == "learned" and not _given_model(params):
                     if "learned" not in models:
                         seconds.append(time.perf_counter() - t)
                         return float("-inf")   # no model trained in this run: the point is not available
@@ -294,7 +300,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
             points, seconds[:] = [points[i] for i in keep], [seconds[i] for i in keep]
             chosen = record(name, points, "train" if sub is bench else f"train sample of {len(sub.query_ids())}",
                             len(sub.query_ids()), seconds, fixed)
-            if name == "causal" and chosen["params"].get("shortlist") == "learned":
+            if name == "causal" and chosen["params"].get("shortlist") == "learned" and not _given_model(fixed):
                 chosen["params"]["shortlist_params"] = {"model_path": "@learned"}   # resolved by the store
     trials = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
     return TuningResult(trials, best, models, sorted(scored_queries))

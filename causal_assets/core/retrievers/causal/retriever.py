@@ -18,6 +18,11 @@ Per candidate document D (query Q, answer A, answer model M, see `answer_model.p
   - changeType: complete_change (answer changes, F1 <= 0.2), partial_change (changes, 0.2 < F1 < 0.9),
     confidence_change (same answer, changeProb >= 0.1), no_change;
   - changeSeverity from changeProb: critical >= 0.75, significant >= 0.4, minor >= 0.1, else negligible.
+  With a model that scores answers (`likelihood_model.LikelihoodAnswerModel`: `answer_probability`), changeProb
+  = 1 - P(answer(C) | C \\ {D}) / P(answer(C) | C) from teacher-forced log-probabilities, and the answer without D
+  is generated only when changeProb >= 0.5 (below, the answer is taken to stay: confidence_change or no_change);
+  that model's "entropies" are the question's surprisal in bits, so the information contribution is the pointwise
+  mutual information of D and the question, scaled by the largest among the candidates.
 * **Causal chain** from the query to D over the entity/dependency graph (`graph.build.build_graph` frames,
   `to_networkx`): entry nodes are graph nodes named by a query entity (`extract_entities` spans and code
   identifiers), else the nodes whose own text covers the most query terms (>= 80% of the best). The chain
