@@ -83,29 +83,35 @@ def public(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("_")}
 
 
-# Weights of the likelihood model's three measures searched on train (the lexical model's six, and mixes that keep
-# the graph chain beside one LLM measure).
-LIKELIHOOD_WEIGHTS = [*DEFAULT_SPACES["causal"]["weights"],
-                      {"information_contribution": 0.5, "counterfactual_impact": 0.0, "causal_chain_strength": 0.5},
-                      {"information_contribution": 0.0, "counterfactual_impact": 0.5, "causal_chain_strength": 0.5},
-                      {"information_contribution": 0.4, "counterfactual_impact": 0.4, "causal_chain_strength": 0.2}]
+# Weights searched on train for the causal rows below: the lexical tuning's six, mixes that keep the graph chain
+# beside one measure, and the same with the shortlist's own order as a prior (`shortlist_prior`; alone it is the
+# shortlist's ranking, so its train figure says what the measures add to it).
+W = ("information_contribution", "counterfactual_impact", "causal_chain_strength", "shortlist_prior")
+MEASURE_WEIGHTS = [*DEFAULT_SPACES["causal"]["weights"]] + [dict(zip(W, w)) for w in (
+    (0.5, 0.0, 0.5, 0.0), (0.0, 0.5, 0.5, 0.0), (0.4, 0.4, 0.2, 0.0),
+    (0.0, 0.0, 0.0, 1.0), (0.5, 0.0, 0.0, 0.5), (0.0, 0.5, 0.0, 0.5), (0.25, 0.25, 0.0, 0.5), (0.2, 0.2, 0.0, 0.6),
+    (0.0, 0.0, 0.5, 0.5), (0.2, 0.2, 0.2, 0.4), (0.1, 0.1, 0.0, 0.8))]
 
 
-def tune_likelihood(index, train, lexical: dict, neighbors, graph, scorer, args) -> tuple[dict, dict]:
-    """The causal retriever with `answer_model: likelihood`, tuned on the train split by the product's tuner: its
-    weights and min_relevance searched, its candidates (shortlist, sizes, chain options) those the lexical tuning
-    chose, the diversity filter off (a ranking for MAP keeps every candidate; the filter's context sets would double
-    the prompts)."""
+def tune_causal(index, train, lexical: dict, neighbors, graph, scorer, args, answer_model: str
+                ) -> tuple[dict, dict]:
+    """The causal retriever with `answer_model`, tuned on the train split by the product's tuner: its weights
+    (`MEASURE_WEIGHTS`) and min_relevance searched, its candidates (shortlist, sizes, chain options) those the
+    lexical tuning chose, the diversity filter off (a ranking for MAP keeps every candidate; the filter's context
+    sets would double the prompts)."""
     fixed = {k: v for k, v in lexical.items() if k not in ("weights", "min_relevance")}
-    listed = {"causal": {**fixed, "answer_model": "likelihood", "diversity_threshold": 0.0,
-                         "answer_model_params": {"max_doc_chars": args.max_doc_chars}}}
+    listed = {"causal": {**fixed, "answer_model": answer_model, "diversity_threshold": 0.0}}
+    if answer_model == "likelihood":
+        listed["causal"]["answer_model_params"] = {"max_doc_chars": args.max_doc_chars}
     space = {k: [lexical[k]] for k in DEFAULT_SPACES["causal"] if k in lexical and k not in ("weights", "min_relevance")}
-    space.update(weights=LIKELIHOOD_WEIGHTS, min_relevance=sorted({0.0, float(lexical.get("min_relevance", 0.1))}))
+    space.update(weights=MEASURE_WEIGHTS, min_relevance=sorted({0.0, float(lexical.get("min_relevance", 0.1))}))
     spec = TuningSpec(retrievers=["causal"], metric="map@10", passes=1, spaces={"causal": space},
                       max_queries={"causal": args.train_questions})
     result = tune(index, train, spec, listed, neighbors, graph, forbidden=("test",), scorer=lambda: scorer)
     best = result.best["causal"]
-    return best["params"], {"value": best["value"], "queries": best["queries"], "trials": best["trials"],
+    trials = [json.loads(t.params) | {"map@10": round(float(t.value), 5)} for t in result.trials.itertuples()]
+    trials = [{"weights": t["weights"], "min_relevance": t["min_relevance"], "map@10": t["map@10"]} for t in trials]
+    return best["params"], {"value": best["value"], "queries": best["queries"], "trials": trials,
                             "split": train.split}
 
 
@@ -179,7 +185,9 @@ def main() -> None:
         scorer = local_scorer(args.solver, CallCache(str(args.out / "causal_gate_calls.sqlite")), SETTINGS.models_dir)
         train = load_benchmark(spec, tuned.content["tune_split"])
         t0 = time.perf_counter()
-        params, tuning = tune_likelihood(index, train, tuned.params("causal"), neighbors, graph, scorer, args)
+        params, tuning = tune_causal(index, train, tuned.params("causal"), neighbors, graph, scorer, args, "likelihood")
+        lex_params, lex_tuning = tune_causal(index, train, tuned.params("causal"), neighbors, graph, None, args,
+                                             "lexical")
         print(f"{name} likelihood tuned on {tuning['queries']} {train.split} questions in "
               f"{time.perf_counter() - t0:.0f}s: map@10 {tuning['value']:.4f} with weights {params['weights']}, "
               f"min_relevance {params['min_relevance']}", flush=True)
@@ -187,15 +195,19 @@ def main() -> None:
         lik = measure(index, sub, "causal", params, neighbors, graph, scorer)
         lik["tokens_evaluated"] = scorer.tokens_evaluated - t_tokens
         lik["threads"] = scorer.thread_history
-        on_sub = rows if len(ids) == len(test.query_ids()) else rows_on(sub)
+        on_sub = dict(rows if len(ids) == len(test.query_ids()) else rows_on(sub))
+        on_sub["causal_lexical_same_grid"] = measure(index, sub, "causal", lex_params, neighbors, graph)
         comparisons = {f"vs_{best}": paired(lik, on_sub[best]), "vs_causal_lexical": paired(lik, on_sub["causal_tuned"]),
+                       "vs_causal_lexical_same_grid": paired(lik, on_sub["causal_lexical_same_grid"]),
                        "vs_learned": paired(lik, on_sub["learned_tuned"])}
         details["likelihood"] = {"questions": len(ids), "solver": args.solver, "params": params, "tuning": tuning,
+                                 "lexical_same_grid": {"params": lex_params, "tuning": lex_tuning},
                                  "causal_likelihood": public(lik), "comparisons": comparisons,
                                  "rows_on_subset": {n: public(r) for n, r in on_sub.items()}}
         print(f"{name} likelihood ({len(ids)} q): causal/likelihood MAP@10 {lik['map@10']:.4f} "
               f"({lik['seconds_per_query']} s/query); {best} {on_sub[best]['map@10']:.4f}, causal/lexical "
-              f"{on_sub['causal_tuned']['map@10']:.4f}, learned {on_sub['learned_tuned']['map@10']:.4f}; {comparisons}")
+              f"{on_sub['causal_tuned']['map@10']:.4f} (same grid {on_sub['causal_lexical_same_grid']['map@10']:.4f}), "
+              f"learned {on_sub['learned_tuned']['map@10']:.4f}; {comparisons}")
         figures.append(Figure(f"{label} change, causal retriever with the LLM answer-likelihood model vs {best} "
                               f"({len(ids)} test questions)", comparisons[f"vs_{best}"]["change_pct"], "%", 15.0, ">=",
                               note=f"causal/likelihood {lik['map@10']:.4f} vs {best} {on_sub[best]['map@10']:.4f} "

@@ -527,3 +527,16 @@ def test_live_llm_end_to_end(shop, tmp_path):
     print(f"\nlive causal retrieval: {calls} LLM calls, {elapsed:.1f}s, answer={res.metadata['answer']!r}, "
           f"ranking={[d.document.chunk_id for d in res.documents]}")
     assert elapsed < 90
+
+
+def test_shortlist_prior_alone_keeps_the_shortlist_order(shop):
+    """`shortlist_prior` (default 0) weighs the shortlist's own order; alone it gives back the candidates' order, so a
+    tuned weight on it says how much of a causal ranking is the shortlist's."""
+    opts = CausalRetrievalOptions(weights={"shortlist_prior": 1.0, "information_contribution": 0.0,
+                                           "counterfactual_impact": 0.0, "causal_chain_strength": 0.0},
+                                  min_relevance=0.0, diversity_threshold=0.0)
+    res = shop.retrieve(BUG_QUERY, opts)
+    assert [d.document.chunk_id for d in res.documents] == res.metadata["candidates"][:len(res.documents)]
+    assert CausalRetrievalOptions().weights.shortlist_prior == 0.0
+    with pytest.raises(ValueError, match="weights must be"):
+        CausalRetrievalOptions(weights={"shortlistPrior": -1.0})

@@ -43,9 +43,11 @@ Per candidate document D (query Q, answer A, answer model M, see `answer_model.p
   one of D's lines/sentences: `path:line`), the information contribution in bits and the causal chain. There are
   no cause rules (issue 21 removed a hand-written rule for one kind of code bug that had been written for the test
   scenario and boosted the lines it flagged).
-* **Combined score** = (w_ic * ic + w_cf * changeProb + w_chain * chainStrength) / (w_ic + w_cf + w_chain),
-  in [0, 1], with ic = max(mutualInformation, 0) / max(H(A|Q), largest mutualInformation of the
-  candidates) (the share of the answer's uncertainty D removes on its own).
+* **Combined score** = (w_ic * ic + w_cf * changeProb + w_chain * chainStrength + w_prior * prior) / (w_ic + w_cf +
+  w_chain + w_prior), in [0, 1], with ic = max(mutualInformation, 0) / max(H(A|Q), largest mutualInformation of the
+  candidates) (the share of the answer's uncertainty D removes on its own) and prior = 1 - i/n for the i-th of n
+  candidates in shortlist order (w_prior = 0 by default: the measures alone; a tuned weight reports how much of a
+  ranking is the shortlist's).
 
 `CausalRetriever.retrieve`: (1) query analysis (entities, intent); (2) candidates =
 the shortlist (`shortlist`: a `CascadeRetriever`, a callable `(query, n, within) -> [Hit]`, or BM25 over
@@ -191,6 +193,11 @@ class RelevanceWeights:
     information_contribution: float = 0.35
     counterfactual_impact: float = 0.4
     causal_chain_strength: float = 0.25
+    # The shortlist's own order as a prior (1 for its first candidate down to 1/n for its last): 0 by default, so
+    # the score is the measures alone; tuning may weigh it when the shortlist (e.g. the learned model) is strong.
+    shortlist_prior: float = 0.0
+
+    FIELDS = ("information_contribution", "counterfactual_impact", "causal_chain_strength", "shortlist_prior")
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, float] | "RelevanceWeights" | None) -> "RelevanceWeights":
@@ -199,14 +206,15 @@ class RelevanceWeights:
         if isinstance(m, RelevanceWeights):
             return m
         alias = {"informationContribution": "information_contribution",
-                 "counterfactualImpact": "counterfactual_impact", "causalChainStrength": "causal_chain_strength"}
+                 "counterfactualImpact": "counterfactual_impact", "causalChainStrength": "causal_chain_strength",
+                 "shortlistPrior": "shortlist_prior"}
         kw = {alias.get(k, k): float(v) for k, v in m.items()}
-        unknown = set(kw) - {"information_contribution", "counterfactual_impact", "causal_chain_strength"}
+        unknown = set(kw) - set(cls.FIELDS)
         if unknown:
             raise ValueError(f"unknown weight(s) {sorted(unknown)}")
         w = cls(**kw)
-        if min(w.information_contribution, w.counterfactual_impact, w.causal_chain_strength) < 0 or \
-                w.information_contribution + w.counterfactual_impact + w.causal_chain_strength <= 0:
+        values = [getattr(w, f) for f in cls.FIELDS]
+        if min(values) < 0 or sum(values) <= 0:
             raise ValueError("weights must be >= 0 with a positive sum")
         return w
 
@@ -603,9 +611,11 @@ class CausalRetriever:
         scale = max(base_scale, float(ctx.get("ic_scale", 0.0)), max(ic.mutual_information, 0.0), 1e-9)
         ic_n = max(ic.mutual_information, 0.0) / scale
         w = opts.weights
+        order = list(ctx.get("candidates", []))
+        prior = 1.0 - order.index(cid) / len(order) if cid in order else 0.0
         score = (w.information_contribution * ic_n + w.counterfactual_impact * cf.change_prob
-                 + w.causal_chain_strength * chain_s) / (
-            w.information_contribution + w.counterfactual_impact + w.causal_chain_strength)
+                 + w.causal_chain_strength * chain_s + w.shortlist_prior * prior) / (
+            w.information_contribution + w.counterfactual_impact + w.causal_chain_strength + w.shortlist_prior)
         p_max = max(self._dist(memo, query, cands).values(), default=0.0)
         confidence = float(min(1.0, p_max) * (1.0 if chain else 0.7))
         hit = doc if isinstance(doc, Hit) else self._hit(cid)
