@@ -99,17 +99,23 @@ def tune_causal(index, train, lexical: dict, neighbors, graph, scorer, args, ans
     (`MEASURE_WEIGHTS`) and min_relevance searched, its candidates (shortlist, sizes, chain options) those the
     lexical tuning chose, the diversity filter off (a ranking for MAP keeps every candidate; the filter's context
     sets would double the prompts)."""
-    fixed = {k: v for k, v in lexical.items() if k not in ("weights", "min_relevance")}
+    fixed = {k: v for k, v in lexical.items() if k not in ("weights", "min_relevance", "shortlist_params")}
     listed = {"causal": {**fixed, "answer_model": answer_model, "diversity_threshold": 0.0}}
     if answer_model == "likelihood":
         listed["causal"]["answer_model_params"] = {"max_doc_chars": args.max_doc_chars}
     space = {k: [lexical[k]] for k in DEFAULT_SPACES["causal"] if k in lexical and k not in ("weights", "min_relevance")}
     space.update(weights=MEASURE_WEIGHTS, min_relevance=sorted({0.0, float(lexical.get("min_relevance", 0.1))}))
-    spec = TuningSpec(retrievers=["causal"], metric="map@10", passes=1, spaces={"causal": space},
-                      max_queries={"causal": args.train_questions})
+    # learned is tuned again (cross-validated, as the product's tuning does) so that a learned shortlist ranks each
+    # train query by the fold model that never saw it; the test rows use the stored model fitted on all of train
+    spec = TuningSpec(retrievers=["learned", "causal"] if lexical.get("shortlist") == "learned" else ["causal"],
+                      metric="map@10", passes=1, spaces={"causal": space}, max_queries={"causal": args.train_questions},
+                      learned_targets=["qrels"])
     result = tune(index, train, spec, listed, neighbors, graph, forbidden=("test",), scorer=lambda: scorer)
     best = result.best["causal"]
-    trials = [json.loads(t.params) | {"map@10": round(float(t.value), 5)} for t in result.trials.itertuples()]
+    if best["params"].get("shortlist") == "learned":
+        best["params"]["shortlist_params"] = lexical["shortlist_params"]
+    trials = [json.loads(t.params) | {"map@10": round(float(t.value), 5)} for t in result.trials.itertuples()
+              if t.retriever == "causal"]
     trials = [{"weights": t["weights"], "min_relevance": t["min_relevance"], "map@10": t["map@10"]} for t in trials]
     return best["params"], {"value": best["value"], "queries": best["queries"], "trials": trials,
                             "split": train.split}

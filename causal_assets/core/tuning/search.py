@@ -286,7 +286,10 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                     if "learned" not in models:
                         seconds.append(time.perf_counter() - t)
                         return float("-inf")   # no model trained in this run: the point is not available
-                    params["shortlist_params"] = {"model": models["learned"]}
+                    # each train query shortlisted by the fold model that never saw it, as fusion/pairwise do: the
+                    # model fitted on every train query ranks them nearly perfectly, which no weight may learn from
+                    params["shortlist_params"] = {"retriever": out_of_fold["learned"]} if "learned" in out_of_fold \
+                        else {"model": models["learned"]}
                 retriever = _causal(params) if name == "causal" else \
                     build_retriever(name, index, params, neighbors, None, graph)
                 rr = run_benchmark(retriever, sub, k, name)
