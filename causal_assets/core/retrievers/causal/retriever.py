@@ -565,14 +565,7 @@ class CausalRetriever:
         e_with = expected(full)
         sim = min(1.0, expected(without) / e_with) if e_with > 1e-12 else mode_sim
         change_prob = float(min(1.0, max(0.0, 1.0 - sim)))
-        would = mode_sim < SIMILAR
-        if would:
-            ctype = "complete_change" if mode_sim <= 0.2 else "partial_change"
-        else:
-            ctype = "confidence_change" if change_prob >= 0.1 else "no_change"
-        sev = ("critical" if change_prob >= 0.75 else "significant" if change_prob >= 0.4
-               else "minor" if change_prob >= 0.1 else "negligible")
-        return CounterfactualImpact(would, change_prob, ctype, sev, cur, alt, float(mode_sim))
+        return _impact(change_prob, cur, alt, mode_sim)
 
     def _likelihood_counterfactual(self, memo: dict, query: str, full: list[str], without: list[str],
                                    cur: str) -> CounterfactualImpact:
@@ -586,14 +579,7 @@ class CausalRetriever:
         if change_prob >= 0.5:
             alt = self._answer(memo, query, without)
             mode_sim = _f1(cur, alt)
-        would = mode_sim < SIMILAR
-        if would:
-            ctype = "complete_change" if mode_sim <= 0.2 else "partial_change"
-        else:
-            ctype = "confidence_change" if change_prob >= 0.1 else "no_change"
-        sev = ("critical" if change_prob >= 0.75 else "significant" if change_prob >= 0.4
-               else "minor" if change_prob >= 0.1 else "negligible")
-        return CounterfactualImpact(would, change_prob, ctype, sev, cur, alt, float(mode_sim))
+        return _impact(change_prob, cur, alt, mode_sim)
 
     def assess_relevance(self, doc: Hit | str, query: str, context: Mapping[str, Any] | Sequence[str] | None = None,
                          options: CausalRetrievalOptions | None = None, memo: dict | None = None) -> CausalRelevance:
@@ -758,6 +744,18 @@ class CausalRetriever:
             reasons.append(f"ranked below the max_docs={res.metadata['effective_options'].max_docs} cut")
         summary = f"{cid} was not retrieved: {reasons[-1]}. " + self._explain(rel, None)
         return RetrievalExplanation(query, cid, False, summary, reasons, rel)
+
+
+def _impact(change_prob: float, cur: str, alt: str, mode_sim: float) -> CounterfactualImpact:
+    """Change type and severity (module docstring) of an answer `cur` that becomes `alt` (token F1 `mode_sim`)."""
+    would = mode_sim < SIMILAR
+    if would:
+        ctype = "complete_change" if mode_sim <= 0.2 else "partial_change"
+    else:
+        ctype = "confidence_change" if change_prob >= 0.1 else "no_change"
+    sev = ("critical" if change_prob >= 0.75 else "significant" if change_prob >= 0.4
+           else "minor" if change_prob >= 0.1 else "negligible")
+    return CounterfactualImpact(would, change_prob, ctype, sev, cur, alt, float(mode_sim))
 
 
 def _f1(a: str, b: str) -> float:
