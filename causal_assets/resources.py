@@ -18,7 +18,7 @@ from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import CallBudget, LLMClient
 from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer
 from causal_assets.core.llm.cores import free_cores
-from causal_assets.core.llm.scoring import EndpointScorer, Scorer
+from causal_assets.core.llm.scoring import EndpointScorer, Scorer, ScoreRequest, ScoringUnsupported
 from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.corpus.registry import CorpusSpec, available_corpora, load_corpus_registry
 from causal_assets.core.index.ann import AnnConfig
@@ -180,6 +180,18 @@ class LLM(ConfigurableResource):
                 self._scorers[name] = EndpointScorer(self.client.openai_client, self.model, CallCache(self.cache_path),
                                                      mode=self.scoring_mode)
         return self._scorers[name]
+
+    def scores_prompts(self) -> bool:
+        """Whether `scorer()` can return log-probabilities: always for the packaged local models (in-process);
+        for an endpoint, one small probe through the call cache (hosted chat-only APIs cannot). An unreachable
+        endpoint raises (an infrastructure failure is not an answer)."""
+        if self.base_url is None:
+            return True
+        try:
+            self.scorer().score_many([ScoreRequest("Question: 1 + 1?\nAnswer:", (" 2",))])
+        except ScoringUnsupported:
+            return False
+        return True
 
     @property
     def client(self) -> LLMClient:

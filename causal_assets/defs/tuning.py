@@ -79,9 +79,13 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
             context.log.warning(f"learned_extra {name!r}: index of corpus {other.corpus!r} not loadable ({e})")
             return None
 
+    # The causal retriever is tuned with the LLM's answer likelihood wherever the LLM can score prompts, else
+    # with the lexical fallback (named in the log and the metadata).
+    tunes_causal = "causal" in tuning.resolved_retrievers(list(spec.retrievers), bench.within is not None)
+    scorer = llm.scorer if tunes_causal and llm.scores_prompts() else None
     result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, mc_labels,
                   forbidden=tuple(spec.eval_splits), log=context.log.info, extra_sources=extra_source,
-                  scorer=llm.scorer)
+                  scorer=scorer)
     content = {"benchmark": spec.name, "corpus": spec.corpus, "tune_split": spec.tune_split,
                "metric": tuning.metric, "index": index_fingerprint(index), "graph": graph is not None,
                "selected": result.selected, "retrievers": result.best}
@@ -94,6 +98,8 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         "selected": result.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
         "metric": tuning.metric, "best_by_retriever": MetadataValue.json(best),
         "mc_labels": "used" if mc_labels is not None else "absent",
+        **({"causal_answer_model": result.best["causal"]["params"].get("answer_model", "")}
+           if "causal" in result.best else {}),
         "config": MetadataValue.md("```yaml\n" + stored.path.read_text() + "```"),
     }
     # The version is also the asset's data version (a beta parameter in dagster 1.13), so the UI shows the

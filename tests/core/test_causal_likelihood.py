@@ -8,13 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.corpus.multihop import read_multihop
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.models import local_scorer
+from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel
 from causal_assets.core.retrievers.causal.documents import ContextDoc
 from causal_assets.core.retrievers.causal.likelihood_model import LikelihoodAnswerModel
 from causal_assets.core.retrievers.causal.retriever import CausalRetriever
 from causal_assets.core.retrievers.factory import build_causal
+from causal_assets.core.tuning.search import tune
+from causal_assets.core.tuning.spec import TuningSpec
 from tests.conftest import HOTPOT, require
 from tests.core.test_causal_retriever import (BUG_QUERY, CART, DOCS, SHOP, TIMEOUT_QUERY, _cart_ts, _retriever,
                                               _write)
@@ -81,6 +85,25 @@ def test_factory_builds_the_likelihood_model_only_with_a_scorer(scorer, tmp_path
     built = build_causal(docs.index, {"answer_model": "likelihood", "shortlist": "bm25",
                                       "answer_model_params": {"max_doc_chars": 200}}, scorer=scorer)
     assert isinstance(built, CausalRetriever) and built.answer_model.max_doc_chars == 200
+
+
+def test_the_llm_likelihood_is_the_answer_model_wherever_a_scorer_is_configured(scorer, tmp_path):
+    """Issue 21: with an LLM that scores prompts (the default local one included) the causal retriever is built and
+    tuned with the answer likelihood; the lexical model is the fallback without one, or when a config names it."""
+    docs = _retriever(_write(tmp_path, DOCS), "docs")
+    assert isinstance(build_causal(docs.index, {"shortlist": "bm25"}, scorer=scorer).answer_model,
+                      LikelihoodAnswerModel)
+    assert isinstance(build_causal(docs.index, {"shortlist": "bm25"}).answer_model, LexicalAnswerModel)
+    assert isinstance(build_causal(docs.index, {"shortlist": "bm25", "answer_model": "lexical"},
+                                   scorer=scorer).answer_model, LexicalAnswerModel)
+    bench = Benchmark("docs", "train", {"q1": TIMEOUT_QUERY}, {"q1": {"a.md#0": 1.0, "b.md#0": 1.0}})
+    spec = TuningSpec(retrievers=["causal"], spaces={"causal": {"shortlist": ["bm25"], "min_relevance": [0.0, 0.1]}})
+    listed = {"causal": {"shortlist": "bm25"}}
+    measured = tune(docs.index, bench, spec, listed, graph=None, scorer=lambda: scorer)
+    assert measured.best["causal"]["params"]["answer_model"] == "likelihood"
+    assert set(measured.trials["params"].str.contains('"answer_model": "likelihood"')) == {True}
+    fallback = tune(docs.index, bench, spec, listed, graph=None)
+    assert fallback.best["causal"]["params"]["answer_model"] == "lexical"
 
 
 # Measured with Gemma-3-270M on the shop scenario, whole chunks (max_doc_chars 3000; at the default 400 the

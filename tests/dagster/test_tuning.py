@@ -21,6 +21,8 @@ from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.evaluation import evaluation_tables
 from causal_assets.defs.tuning import tuned_retriever_configs
+from causal_assets.resources import LLM
+from tests.core.test_likelihood_labels import _ChatOnly
 
 INDEX = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary]
 
@@ -186,3 +188,13 @@ def test_a_new_tuned_config_re_triggers_the_evaluation():
         report("tuned_retriever_configs")   # a new tuned configuration: re-evaluate
         keys, cursor = requested(cursor)
         assert ("evaluation_metrics", "scifact") in keys
+
+
+def test_the_llm_resource_knows_a_chat_only_endpoint_cannot_score(tmp_path):
+    """The tuning asks `scores_prompts()` before tuning the causal retriever with the answer likelihood, and falls
+    back to the lexical model (named in its log and metadata) against an endpoint like this one."""
+    with _ChatOnly() as server:
+        llm = LLM(base_url=server.url, model="gpt-chat-only", api_key="none", max_retries=0,
+                  cache_path=str(tmp_path / "c.db"))
+        assert llm.scores_prompts() is False
+    assert LLM(cache_path=str(tmp_path / "c.db")).scores_prompts() is True   # the packaged model, in-process

@@ -20,7 +20,7 @@ from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query
 from causal_assets.core.evaluation.report import overfitting_gauge
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.evaluation.truth import label_qrels
-from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.core.retrievers.factory import build_retriever, causal_answer_model
 from causal_assets.core.tuning.store import TunedConfig
 
 FAILURE_K = 10
@@ -115,8 +115,8 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                   log: Callable[[str], None] = lambda m: None,
                   scorer: Callable[[], Any] | None = None) -> EvaluationResult:
     """Run `plan` on every eval split of `spec`. `llm_client()` is asked for only by LLM-backed options
-    (`llm_entities`, `answer_model: llm`) and `scorer()` only by `answer_model: likelihood`, so an evaluation
-    without them starts no LLM server and loads no model."""
+    (`llm_entities`, `answer_model: llm`) and `scorer()` only by the causal retriever's likelihood model (named, or
+    its default when a scorer is given), so an evaluation without them starts no LLM server and loads no model."""
     index = artifacts.index
     notes = [f"corpus `{spec.corpus}`: {len(index.ids)} chunks; runs kept to depth {depth}", *plan.notes]
     tuned = plan.tuned
@@ -153,7 +153,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
             if overlap and run.tuned:
                 continue
             uses_llm = bool(run.params.get("llm_entities")) or run.params.get("answer_model") == "llm"
-            scores = run.params.get("answer_model") == "likelihood"
+            scores = run.kind == "causal" and causal_answer_model(run.params, scorer is not None) == "likelihood"
             retriever = build_retriever(run.kind, index, run.params, artifacts.neighbors,
                                         llm_client() if uses_llm and llm_client else None,
                                         tuned_graph if run.tuned else graph,

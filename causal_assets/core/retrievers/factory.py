@@ -83,20 +83,29 @@ def build_learned(index: CorpusIndex, params: dict[str, Any], graph: Graph | Non
     return LearnedRetriever(index, model if model is not None else CausalRelevanceModel.load(path), graph, **params)
 
 
+def causal_answer_model(params: dict[str, Any], scorer_configured: bool) -> str:
+    """The causal retriever's answer model: the one `params` name, else the LLM's answer likelihood wherever a
+    log-probability scorer is configured (the default local model included: the ranking is then measured), else
+    the lexical stand-in (offline, no LLM: a labelled fallback). Tuning, evaluation and the factory all ask here."""
+    return params.get("answer_model") or ("likelihood" if scorer_configured else "lexical")
+
+
 def build_causal(index: CorpusIndex, params: dict[str, Any], neighbors: Neighbors | None = None, llm_client=None,
                  graph: Graph | None = None, scorer: Scorer | None = None):
     """The causal retriever (documents ranked by how much they change the answer, `retrievers.causal`). params:
     - `shortlist`: hybrid (default) | cascade | bm25 | learned - which retriever proposes the candidates the
       answer model judges; `shortlist_params`: that retriever's params (learned: its `model_path`);
-    - `answer_model`: lexical (default: the offline extractive stand-in, no LLM) | llm (sampled answers from the
-      cached LLM client) | likelihood (the LLM's log-probabilities through `scorer`: question surprisal and answer
-      probability, `LikelihoodAnswerModel`); `answer_model_params`: that model's keyword arguments;
+    - `answer_model`: likelihood (the LLM's log-probabilities through `scorer`: question surprisal and answer
+      probability, `LikelihoodAnswerModel`; the default when a scorer is given) | lexical (the offline extractive
+      stand-in, no LLM; the default without a scorer) | llm (sampled answers from the cached LLM client);
+      `answer_model_params`: that model's keyword arguments (`causal_answer_model`);
     - every other key is a `CausalRetrievalOptions` field (shortlist_size, graph_candidates, weights, mode,
       max_hops, hop_decay, min_relevance, diversity_threshold, include_explanations)."""
     params = dict(params)
     kind = params.pop("shortlist", "hybrid")
     shortlist_params = dict(params.pop("shortlist_params", None) or {})
-    model_kind = params.pop("answer_model", "lexical")
+    model_kind = causal_answer_model(params, scorer is not None)
+    params.pop("answer_model", None)
     model_params = dict(params.pop("answer_model_params", None) or {})
     if model_kind == "llm":
         if llm_client is None:

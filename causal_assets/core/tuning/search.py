@@ -46,7 +46,7 @@ from causal_assets.core.evaluation.metrics import named_metric, parse_metric
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions
-from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.core.retrievers.factory import build_retriever, causal_answer_model
 from causal_assets.core.retrievers.learned.features import FeatureExtractor
 from causal_assets.core.retrievers.learned.retriever import (PARAM_GRID, LearnedRetriever, attach_target, candidate_table,
                                                    cross_validate, fit_model, query_folds)
@@ -186,8 +186,9 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     entity_first's budget `k`). `mc_labels`: Monte Carlo labels; only rows of `bench`'s questions are used.
     `forbidden`: split names that must never be tuned on (the eval splits). `extra_sources(name)`: (index, tune-split
     Benchmark, graph) of another benchmark named in `spec.learned_extra`, or None when it is not available.
-    `scorer()`: the LLM's log-probability scorer, asked for only by the causal retriever's `answer_model: likelihood`
-    (its measurements go through the call cache, so every trial after the first re-reads them)."""
+    `scorer()`: the LLM's log-probability scorer; the causal retriever is then tuned with `answer_model: likelihood`
+    unless its params name another (`causal_answer_model`), and without one with the lexical fallback. Its
+    measurements go through the call cache, so every trial after the first re-reads them."""
     if bench.split in forbidden:
         raise ValueError(f"refusing to tune on split {bench.split!r}: it is an evaluation split")
     metric, k = parse_metric(spec.metric)
@@ -233,6 +234,12 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
             space = spec.space(name, bench.within is not None)
             given = flat(listed.get(name, {}), space)
             fixed = nested({k_: v for k_, v in given.items() if k_ not in space})
+            if name == "causal":
+                # stored with the config, so the evaluation runs the answer model that was tuned
+                fixed = {**fixed, "answer_model": causal_answer_model(fixed, scorer is not None)}
+                log(f"causal: answer model {fixed['answer_model']}" + (
+                    "" if fixed["answer_model"] != "lexical" or "answer_model" in given
+                    else " (fallback: no log-probability scorer configured)"))
             if name == "hybrid":
                 # With candidate sets, both BM25 statistics (corpus | candidates) are swept; ties keep corpus.
                 stats = ("corpus", "candidates") if bench.within is not None else ("corpus",)
