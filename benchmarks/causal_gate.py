@@ -83,28 +83,20 @@ def public(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("_")}
 
 
-# Weights searched on train for the causal rows below: the lexical tuning's six, mixes that keep the graph chain
-# beside one measure, and the same with the shortlist's own order as a prior (`shortlist_prior`; alone it is the
-# shortlist's ranking, so its train figure says what the measures add to it).
-W = ("information_contribution", "counterfactual_impact", "causal_chain_strength", "shortlist_prior")
-MEASURE_WEIGHTS = [*DEFAULT_SPACES["causal"]["weights"]] + [dict(zip(W, w)) for w in (
-    (0.5, 0.0, 0.5, 0.0), (0.0, 0.5, 0.5, 0.0), (0.4, 0.4, 0.2, 0.0),
-    (0.0, 0.0, 0.0, 1.0), (0.5, 0.0, 0.0, 0.5), (0.0, 0.5, 0.0, 0.5), (0.25, 0.25, 0.0, 0.5), (0.2, 0.2, 0.0, 0.6),
-    (0.0, 0.0, 0.5, 0.5), (0.2, 0.2, 0.2, 0.4), (0.1, 0.1, 0.0, 0.8))]
-
-
 def tune_causal(index, train, lexical: dict, neighbors, graph, scorer, args, answer_model: str
                 ) -> tuple[dict, dict]:
-    """The causal retriever with `answer_model`, tuned on the train split by the product's tuner: its weights
-    (`MEASURE_WEIGHTS`) and min_relevance searched, its candidates (shortlist, sizes, chain options) those the
-    lexical tuning chose, the diversity filter off (a ranking for MAP keeps every candidate; the filter's context
-    sets would double the prompts)."""
+    """The causal retriever with `answer_model`, tuned on the train split by the product's tuner: its weights (the
+    product's grid, `DEFAULT_SPACES["causal"]["weights"]`, which includes the shortlist's own order as a prior: its
+    train figure alone says what the measures add) and min_relevance searched, its candidates (shortlist, sizes,
+    chain options) those the lexical tuning chose, the diversity filter off (a ranking for MAP keeps every
+    candidate; the filter's context sets would double the prompts)."""
     fixed = {k: v for k, v in lexical.items() if k not in ("weights", "min_relevance", "shortlist_params")}
     listed = {"causal": {**fixed, "answer_model": answer_model, "diversity_threshold": 0.0}}
     if answer_model == "likelihood":
         listed["causal"]["answer_model_params"] = {"max_doc_chars": args.max_doc_chars}
     space = {k: [lexical[k]] for k in DEFAULT_SPACES["causal"] if k in lexical and k not in ("weights", "min_relevance")}
-    space.update(weights=MEASURE_WEIGHTS, min_relevance=sorted({0.0, float(lexical.get("min_relevance", 0.1))}))
+    space.update(weights=DEFAULT_SPACES["causal"]["weights"],
+                 min_relevance=sorted({0.0, float(lexical.get("min_relevance", 0.1))}))
     # learned is tuned again (cross-validated, as the product's tuning does) so that a learned shortlist ranks each
     # train query by the fold model that never saw it; the test rows use the stored model fitted on all of train
     spec = TuningSpec(retrievers=["learned", "causal"] if lexical.get("shortlist") == "learned" else ["causal"],

@@ -42,7 +42,7 @@ class Progress:
         text = f"{self.what}: {done:,}/{self.total:,}"
         if self.total:
             text += f" ({done / self.total:.0%})"
-        text += f", {rate:,.0f}{self.unit}"
+        text += f", {rate:,.0f}{self.unit}" if rate >= 10 else f", {rate:.2g}{self.unit}"   # slow work: 0.31/s
         if done >= self.total:
             return text + f", done in {duration(elapsed)}"
         if done and rate > 0:

@@ -100,8 +100,13 @@ def test_the_llm_likelihood_is_the_answer_model_wherever_a_scorer_is_configured(
     spec = TuningSpec(retrievers=["causal"], spaces={"causal": {"shortlist": ["bm25"], "min_relevance": [0.0, 0.1]}})
     listed = {"causal": {"shortlist": "bm25"}}
     measured = tune(docs.index, bench, spec, listed, graph=None, scorer=lambda: scorer)
-    assert measured.best["causal"]["params"]["answer_model"] == "likelihood"
-    assert set(measured.trials["params"].str.contains('"answer_model": "likelihood"')) == {True}
+    chosen = measured.best["causal"]["params"]
+    assert chosen["answer_model"] == "likelihood" and chosen["diversity_threshold"] == 0.0
+    # candidates first with the lexical model over the whole space, then the LLM's measures weighed on them
+    by_model = measured.trials.assign(llm=measured.trials["params"].str.contains('"answer_model": "likelihood"'))
+    assert list(by_model["llm"]) == sorted(by_model["llm"]) and by_model["llm"].any() and not by_model["llm"].all()
+    assert by_model[by_model["llm"]]["evaluation"].str.endswith("answer likelihood on those candidates").all()
+    assert by_model[by_model["llm"]]["best"].sum() == 1
     fallback = tune(docs.index, bench, spec, listed, graph=None)
     assert fallback.best["causal"]["params"]["answer_model"] == "lexical"
 

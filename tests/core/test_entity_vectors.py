@@ -50,4 +50,7 @@ def test_progress_line():
     p = Progress(200, "embedding", every_s=0)
     p.t0 -= 10
     assert p.line(100) == "embedding: 100/200 (50%), 10/s, about 10 s left"
+    slow = Progress(60, "causal on train: queries", every_s=0)   # an LLM-measured retriever: seconds per query
+    slow.t0 -= 100
+    assert slow.line(31) == "causal on train: queries: 31/60 (52%), 0.31/s, about 1 min 34 s left"
     assert duration(3725) == "1 h 02 min" and duration(185) == "3 min 05 s"

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import pandas as pd
 
 from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.evaluation.metrics import Run, evaluate
+from causal_assets.core.progress import Progress
 from causal_assets.core.retrievers.base import Retriever
 
 RUN_DEPTH = 100  # results kept per query: enough for Recall@100
@@ -21,11 +23,26 @@ class RetrieverRun:
     seconds: float
 
 
-def run_benchmark(retriever: Retriever, bench: Benchmark, depth: int = RUN_DEPTH, name: str | None = None) -> RetrieverRun:
+def run_benchmark(retriever: Retriever, bench: Benchmark, depth: int = RUN_DEPTH, name: str | None = None,
+                  progress: Callable[[str], None] | None = None) -> RetrieverRun:
+    """Every judged query of `bench` through `retriever`. `progress`: where to report queries done / total, rate and
+    ETA (every 30 s, silent for runs shorter than 10 s: e.g. measurements re-read from the call cache) for
+    retrievers slow per query (the causal one asks an LLM); the queries then go one at a time, not as one batch."""
     qids = bench.query_ids()
+    texts = [bench.queries[q] for q in qids]
+    within = [bench.within[q] for q in qids] if bench.within else None
     t0 = time.perf_counter()
-    results = retriever.retrieve_many([bench.queries[q] for q in qids], depth,
-                                      [bench.within[q] for q in qids] if bench.within else None)
+    if progress is None:
+        results = retriever.retrieve_many(texts, depth, within)
+    else:
+        def emit(line: str) -> None:
+            if time.perf_counter() - t0 >= 10:
+                progress(line)
+        meter = Progress(len(qids), f"{name or retriever.name} on {bench.split}: queries", emit, every_s=30)
+        results = []
+        for i, text in enumerate(texts):
+            results += retriever.retrieve_many([text], depth, [within[i]] if within else None)
+            meter.update(i + 1)
     seconds = time.perf_counter() - t0
     rows = [(q, h.chunk_id, h.rank, h.score) for q, hits in zip(qids, results) for h in hits]
     frame = pd.DataFrame(rows, columns=["query_id", "doc_id", "rank", "score"])

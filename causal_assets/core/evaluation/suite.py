@@ -158,7 +158,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                                         llm_client() if uses_llm and llm_client else None,
                                         tuned_graph if run.tuned else graph,
                                         scorer() if scores and scorer else None)
-            rr = run_benchmark(retriever, bench, depth, run.label)
+            rr = run_benchmark(retriever, bench, depth, run.label, progress=log if run.kind == "causal" else None)
             seconds[f"{split}/{run.label}"] = round(rr.seconds, 2)
             metrics.append(score_run(bench, rr).assign(split=split, truth="qrels"))
             pq = evaluate_per_query(bench.qrels, rr.run, ks=(primary[1],), map_k=primary[1])

@@ -280,36 +280,62 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 fixed = {**fixed, "base": {base: best[base]["params"]}}
             sub = sample_queries(bench, spec.max_queries.get(name), spec.seed)
             scored_queries |= set(sub.query_ids())
-            seconds: list[float] = []
 
-            def score(point: dict[str, Any], name=name, sub=sub, fixed=fixed) -> float:
-                t = time.perf_counter()
-                params = {**fixed, **nested(point)}
-                if name in ("fusion", "pairwise"):
-                    # The learned member ranks each train query with the fold model that never saw it, so the
-                    # train figure of a combination is as out-of-sample as learned's own (cross-validated) one.
-                    params = _with_models(params, out_of_fold)
-                if name == "causal" and params.get("shortlist") == "learned" and not _given_model(params):
-                    if "learned" not in models:
-                        seconds.append(time.perf_counter() - t)
-                        return float("-inf")   # no model trained in this run: the point is not available
-                    # each train query shortlisted by the fold model that never saw it, as fusion/pairwise do: the
-                    # model fitted on every train query ranks them nearly perfectly, which no weight may learn from
-                    params["shortlist_params"] = {"retriever": out_of_fold["learned"]} if "learned" in out_of_fold \
-                        else {"model": models["learned"]}
-                retriever = _causal(params) if name == "causal" else \
-                    build_retriever(name, index, params, neighbors, None, graph)
-                rr = run_benchmark(retriever, sub, k, name)
-                value = named_metric(sub.qrels, rr.run, spec.metric)
-                seconds.append(time.perf_counter() - t)
-                return value
+            def search(space: dict[str, list[Any]], fixed: dict[str, Any], start: dict[str, Any], note: str = "",
+                       name=name, sub=sub) -> dict[str, Any]:
+                seconds: list[float] = []
+
+                def score(point: dict[str, Any]) -> float:
+                    t = time.perf_counter()
+                    params = {**fixed, **nested(point)}
+                    if name in ("fusion", "pairwise"):
+                        # The learned member ranks each train query with the fold model that never saw it, so the
+                        # train figure of a combination is as out-of-sample as learned's own (cross-validated) one.
+                        params = _with_models(params, out_of_fold)
+                    if name == "causal" and params.get("shortlist") == "learned" and not _given_model(params):
+                        if "learned" not in models:
+                            seconds.append(time.perf_counter() - t)
+                            return float("-inf")   # no model trained in this run: the point is not available
+                        # each train query shortlisted by the fold model that never saw it, as fusion/pairwise do:
+                        # the model fitted on every train query ranks them nearly perfectly, which no weight may
+                        # learn from
+                        params["shortlist_params"] = {"retriever": out_of_fold["learned"]} \
+                            if "learned" in out_of_fold else {"model": models["learned"]}
+                    retriever = _causal(params) if name == "causal" else \
+                        build_retriever(name, index, params, neighbors, None, graph)
+                    # the causal retriever asks its answer model per candidate: trials report progress and figure
+                    rr = run_benchmark(retriever, sub, k, name, progress=log if name == "causal" else None)
+                    value = named_metric(sub.qrels, rr.run, spec.metric)
+                    seconds.append(time.perf_counter() - t)
+                    if name == "causal":
+                        log(f"causal trial {len(seconds)}: {spec.metric} {value:.4f} in {seconds[-1]:.0f}s")
+                    return value
+
+                points = coordinate_search(space, start, score, spec.passes)
+                keep = [i for i, (_, v) in enumerate(points) if np.isfinite(v)]   # drop unavailable points
+                points, seconds[:] = [points[i] for i in keep], [seconds[i] for i in keep]
+                evaluation = ("train" if sub is bench else f"train sample of {len(sub.query_ids())}") + \
+                    (f", {note}" if note else "")
+                return record(name, points, evaluation, len(sub.query_ids()), seconds, fixed)
 
             start = {**DEFAULT_POINTS.get(name, {}), **{k_: v for k_, v in given.items() if k_ in space}}
-            points = coordinate_search(space, start, score, spec.passes)
-            keep = [i for i, (_, v) in enumerate(points) if np.isfinite(v)]   # drop unavailable points
-            points, seconds[:] = [points[i] for i in keep], [seconds[i] for i in keep]
-            chosen = record(name, points, "train" if sub is bench else f"train sample of {len(sub.query_ids())}",
-                            len(sub.query_ids()), seconds, fixed)
+            note = ""
+            if name == "causal" and fixed["answer_model"] == "likelihood":
+                # Every candidate setting (shortlist, sizes, graph, hops) costs its own LLM measurements, so the
+                # candidates are chosen first with the offline lexical model over the whole space; the LLM's
+                # measures are then weighed on those candidates (weights and min_relevance only), the diversity
+                # filter off: a ranking keeps every candidate, and the filter's context sets double the prompts.
+                llm_params = {k_: v for k_, v in fixed.items() if k_ == "answer_model_params"}
+                lexical = {**{k_: v for k_, v in fixed.items() if k_ != "answer_model_params"}, "answer_model": "lexical"}
+                first = search(space, lexical, start, "candidates, lexical model")
+                weighed = ("weights", "min_relevance")
+                chose = flat(first["params"], space)
+                fixed = {**nested({k_: v for k_, v in chose.items() if k_ not in weighed}), **llm_params,
+                         "answer_model": "likelihood", "diversity_threshold": 0.0}
+                space = {k_: v for k_, v in space.items() if k_ in weighed}
+                start = {k_: chose[k_] for k_ in weighed if k_ in chose}
+                note = "answer likelihood on those candidates"
+            chosen = search(space, fixed, start, note)
             if name == "causal" and chosen["params"].get("shortlist") == "learned" and not _given_model(fixed):
                 chosen["params"]["shortlist_params"] = {"model_path": "@learned"}   # resolved by the store
     trials = pd.DataFrame(rows, columns=TRIAL_COLUMNS)

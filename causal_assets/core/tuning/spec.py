@@ -53,6 +53,13 @@ DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
             {"information_contribution": 0.0, "counterfactual_impact": 0.0, "causal_chain_strength": 1.0},
             {"information_contribution": 0.5, "counterfactual_impact": 0.5, "causal_chain_strength": 0.0},
             {"information_contribution": 0.2, "counterfactual_impact": 0.2, "causal_chain_strength": 0.6},
+            # pairs of measures, and each beside the shortlist's own order (`shortlist_prior`: how much of the
+            # ranking the tuning leaves to the retriever that proposed the candidates; alone = that order)
+            *[dict(zip(("information_contribution", "counterfactual_impact", "causal_chain_strength",
+                        "shortlist_prior"), w))
+              for w in ((0.5, 0.0, 0.5, 0.0), (0.0, 0.5, 0.5, 0.0), (0.4, 0.4, 0.2, 0.0), (0.0, 0.0, 0.0, 1.0),
+                        (0.5, 0.0, 0.0, 0.5), (0.0, 0.5, 0.0, 0.5), (0.25, 0.25, 0.0, 0.5), (0.2, 0.2, 0.0, 0.6),
+                        (0.0, 0.0, 0.5, 0.5), (0.2, 0.2, 0.2, 0.4), (0.1, 0.1, 0.0, 0.8))],
         ],
         "max_hops": [2, 4],
         "hop_decay": [0.5, 0.8],
