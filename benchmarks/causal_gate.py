@@ -83,17 +83,17 @@ def public(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("_")}
 
 
-def tune_causal(index, train, lexical: dict, neighbors, graph, scorer, args, answer_model: str
-                ) -> tuple[dict, dict]:
-    """The causal retriever with `answer_model`, tuned on the train split by the product's tuner: its weights (the
-    product's grid, `DEFAULT_SPACES["causal"]["weights"]`, which includes the shortlist's own order as a prior: its
-    train figure alone says what the measures add) and min_relevance searched, its candidates (shortlist, sizes,
-    chain options) those the lexical tuning chose, the diversity filter off (a ranking for MAP keeps every
-    candidate; the filter's context sets would double the prompts)."""
-    fixed = {k: v for k, v in lexical.items() if k not in ("weights", "min_relevance", "shortlist_params")}
-    listed = {"causal": {**fixed, "answer_model": answer_model, "diversity_threshold": 0.0}}
-    if answer_model == "likelihood":
-        listed["causal"]["answer_model_params"] = {"max_doc_chars": args.max_doc_chars}
+def tune_causal(index, train, lexical: dict, neighbors, graph, scorer, args) -> dict[str, tuple[dict, dict]]:
+    """The causal retriever tuned on the train split by the product's tuner with the likelihood model: its weights
+    (the product's grid, `DEFAULT_SPACES["causal"]["weights"]`, which includes the shortlist's own order as a prior:
+    its train figure alone says what the measures add) and min_relevance searched, its candidates (shortlist,
+    sizes, chain options) those the lexical tuning chose, the diversity filter off (a ranking for MAP keeps every
+    candidate; the filter's context sets would double the prompts). The tuner searches the same space with the
+    lexical model first (its candidate stage), so one tuning gives both rows: {answer model: (params, tuning)}."""
+    fixed = {k: v for k, v in lexical.items()
+             if k not in ("weights", "min_relevance", "shortlist_params", "answer_model")}
+    listed = {"causal": {**fixed, "answer_model": "likelihood", "diversity_threshold": 0.0,
+                         "answer_model_params": {"max_doc_chars": args.max_doc_chars}}}
     space = {k: [lexical[k]] for k in DEFAULT_SPACES["causal"] if k in lexical and k not in ("weights", "min_relevance")}
     space.update(weights=DEFAULT_SPACES["causal"]["weights"],
                  min_relevance=sorted({0.0, float(lexical.get("min_relevance", 0.1))}))
@@ -103,14 +103,18 @@ def tune_causal(index, train, lexical: dict, neighbors, graph, scorer, args, ans
                       metric="map@10", passes=1, spaces={"causal": space}, max_queries={"causal": args.train_questions},
                       learned_targets=["qrels"])
     result = tune(index, train, spec, listed, neighbors, graph, forbidden=("test",), scorer=lambda: scorer)
-    best = result.best["causal"]
-    if best["params"].get("shortlist") == "learned":
-        best["params"]["shortlist_params"] = lexical["shortlist_params"]
-    trials = [json.loads(t.params) | {"map@10": round(float(t.value), 5)} for t in result.trials.itertuples()
-              if t.retriever == "causal"]
-    trials = [{"weights": t["weights"], "min_relevance": t["min_relevance"], "map@10": t["map@10"]} for t in trials]
-    return best["params"], {"value": best["value"], "queries": best["queries"], "trials": trials,
-                            "split": train.split}
+    causal = result.trials[result.trials["retriever"] == "causal"]
+    out = {}
+    for model, stage in causal.groupby(causal["params"].map(lambda p: json.loads(p)["answer_model"])):
+        chosen = stage[stage["best"]].iloc[0]
+        params = json.loads(chosen["params"])
+        if params.get("shortlist") == "learned":
+            params["shortlist_params"] = lexical["shortlist_params"]
+        trials = [{"weights": (t := json.loads(r.params))["weights"], "min_relevance": t["min_relevance"],
+                   "map@10": round(float(r.value), 5)} for r in stage.itertuples()]
+        out[model] = params, {"value": float(chosen["value"]), "queries": int(chosen["queries"]), "trials": trials,
+                              "split": train.split}
+    return out
 
 
 def main() -> None:
@@ -183,9 +187,8 @@ def main() -> None:
         scorer = local_scorer(args.solver, CallCache(str(args.out / "causal_gate_calls.sqlite")), SETTINGS.models_dir)
         train = load_benchmark(spec, tuned.content["tune_split"])
         t0 = time.perf_counter()
-        params, tuning = tune_causal(index, train, tuned.params("causal"), neighbors, graph, scorer, args, "likelihood")
-        lex_params, lex_tuning = tune_causal(index, train, tuned.params("causal"), neighbors, graph, None, args,
-                                             "lexical")
+        rows_by_model = tune_causal(index, train, tuned.params("causal"), neighbors, graph, scorer, args)
+        (params, tuning), (lex_params, lex_tuning) = rows_by_model["likelihood"], rows_by_model["lexical"]
         print(f"{name} likelihood tuned on {tuning['queries']} {train.split} questions in "
               f"{time.perf_counter() - t0:.0f}s: map@10 {tuning['value']:.4f} with weights {params['weights']}, "
               f"min_relevance {params['min_relevance']}", flush=True)
