@@ -8,7 +8,8 @@ product's (`core.labeling.runner.label_question` with the local solver through t
 nothing). Reported against the gold paragraphs (HotpotQA/2Wiki `supporting_facts`, MuSiQue `is_supporting`):
 
 * YES labels: precision / recall / F1 (micro over all (question, paragraph) pairs), UNCERTAIN share;
-* ranking by effect size: top-2 precision, R-precision (top-|gold|), per-question ROC AUC (mean);
+* ranking by effect size (the average effect over the random subsets, as the product ranks labels): top-2
+  precision, R-precision (top-|gold|), per-question ROC AUC (mean);
 * baseline "the paragraph contains the answer string" (normalised, whole tokens; on the text the solver saw):
   the same figures, ties in the ranking broken by position (no information);
 * cost: scoring calls per question, tokens evaluated vs requested (prefix reuse), seconds per question paid in
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,6 +42,7 @@ from causal_assets.core.labeling.solver import LikelihoodSolver  # noqa: E402
 from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
 from causal_assets.core.llm.models import LOCAL_MODELS, local_scorer  # noqa: E402
+from causal_assets.core.schemas import ranking_effect  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
 SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
@@ -128,6 +131,14 @@ def main() -> None:
         run(args, cfg, data, questions, prior, out)
 
 
+def ranked_effects(result) -> list[float]:
+    """Each document's effect size as the product ranks labelled documents (`schemas.ranking_effect`): the average
+    effect over the random subsets, the context effect where a document never varied."""
+    table = pd.DataFrame({"average_effect": [e.marginal_delta_p for e in result.docs],
+                          "effect": [e.delta_p for e in result.docs]})
+    return [float(v) for v in ranking_effect(table)]
+
+
 def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
     scorer = None if prior else local_scorer(args.solver, CallCache(args.cache), ROOT / "data" / "models",
                                          n_threads=args.threads or None)
@@ -159,7 +170,8 @@ def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
                      "tokens_requested": scorer.tokens_requested - rq0}
         contains = [contains_answer(text, [q.answer, *q.aliases]) for _, _, text in pool]
         per_q.append({"question_id": q.question_id, "type": q.type, "gold": q.gold, "contains": contains,
-                      "effects": [float(e.delta_p) for e in result.docs], "labels": [e.label for e in result.docs],
+                      "effects": ranked_effects(result), "context_effects": [float(e.delta_p) for e in result.docs],
+                      "labels": [e.label for e in result.docs],
                       "ci": [[float(e.ci_low), float(e.ci_high)] for e in result.docs], **calls, "trials": trials})
         if n % 5 == 0 or n == len(questions):
             s = summarize(label_quality_rows(per_q))

@@ -7,6 +7,26 @@ trials, labels) get `query_id` in their view, so any two views join on `chunk_id
 """
 from __future__ import annotations
 
+# The effect size labelled documents are ranked by (label quality's top-2 / AUC, graded label truth, the learned
+# model's effect target): a document's effect averaged over the random subsets of the others. The label itself is
+# decided by `effect`, measured in the document's context (with the partners an interaction showed); ranking by
+# that context effect lets a spurious interaction among 24 trials lift a distractor. Chosen on HotpotQA's train
+# half (top-2 0.830 vs 0.791, benchmarks/label_quality.py --reanalyze). Older tables fall back to `effect`/`delta_p`.
+RANKING_EFFECTS = ("average_effect", "effect", "delta_p")
+
+
+def ranking_effect(labels):
+    """The effect size each row of a label table (a DataFrame) is ranked by (see RANKING_EFFECTS), as floats: the
+    first of those columns the table has, a missing value (a document that never varied) taken from the next."""
+    cols = [c for c in RANKING_EFFECTS if c in labels.columns]
+    if not cols:
+        raise ValueError(f"label table has none of the effect columns {RANKING_EFFECTS}: {list(labels.columns)}")
+    out = labels[cols[0]].astype(float)
+    for c in cols[1:]:
+        out = out.fillna(labels[c].astype(float))
+    return out
+
+
 # The name every view exposes -> the name some tables store.
 ID_ALIASES = {"chunk_id": "doc_id", "query_id": "question_id"}
 
@@ -71,7 +91,9 @@ PER_ASSET = {
                             "detail": "Why this query landed in its bucket (terms, overlaps)."},
     "evaluation_queries": {"text": "The question text."},
     "evaluation_qrels": {"relevance": "Relevance grade from the benchmark's judgements (qrels)."},
-    "mc_labels": {"outcome": "What a trial measured: qa_likelihood, likelihood or success.",
+    "mc_labels": {"average_effect": "Effect of including the document averaged over the random subsets of the others "
+                                    "(no interaction context): the effect size labelled documents are ranked by.",
+                  "outcome": "What a trial measured: qa_likelihood, likelihood or success.",
                   "delta_p": "Difference of success rates with and without the document (success outcomes).",
                   "trials_used": "Solver trials the label is estimated from.",
                   "estimator": "regression, adaptive or naive (the simple rule on the same trials).",

@@ -7,7 +7,8 @@ import pandas as pd
 
 from causal_assets.core.evaluation.metrics import evaluate
 from causal_assets.core.evaluation.truth import label_qrels
-from causal_assets.core.labeling.quality import auc, expected_precision_at, label_quality_rows, summarize
+from causal_assets.core.labeling.quality import (auc, expected_precision_at, label_quality_rows,
+                                                per_question_from_tables, summarize)
 
 
 def _labels():
@@ -42,3 +43,19 @@ def test_summary_compares_labels_with_the_containment_heuristic():
     assert s["labels"]["precision"] == 1.0 and s["labels"]["recall"] == 0.5 and s["labels"]["uncertain_share"] == 0.25
     assert s["ranking"]["top2_precision"] == 1.0 and s["ranking"]["auc"] == 1.0
     assert s["containment"]["f1"] == 0.5 and s["containment_ranking"]["top2_precision"] == 0.5
+
+
+def test_labels_are_graded_and_ranked_by_their_average_effect():
+    """The average effect (over the random subsets) grades the YES labels and ranks the pool for label quality;
+    a document without one (it never varied) keeps its context effect; tables without the column use `effect`."""
+    labels = _labels().assign(average_effect=[2.0, -0.5, 3.0, 0.5, -1.0, 0.0, 2.0, 0.0])
+    labels.loc[2, "average_effect"] = float("nan")
+    assert label_qrels(labels) == {"q1": {"a": 2.0, "c": 3.5}}
+    labels.loc[0, "average_effect"] = -0.2          # a YES label stays relevant
+    assert label_qrels(labels)["q1"]["a"] == 1e-6
+    pools = pd.DataFrame({"question_id": ["q1"] * 3, "doc_id": ["a", "b", "c"], "position": [0, 1, 2],
+                          "answer": ["x"] * 3, "aliases": ["[]"] * 3, "text": ["x", "y", "z"]})
+    labels = _labels().assign(average_effect=[1.0, 4.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    per_q = per_question_from_tables(labels, pools, {"q1": {"a": 1, "c": 1}}, "regression")
+    assert per_q[0]["effects"] == [1.0, 4.0, 2.0]   # `b` (NO, large average) ranks first: top-2 finds one gold
+    assert summarize(label_quality_rows(per_q))["ranking"]["top2_precision"] == 0.5

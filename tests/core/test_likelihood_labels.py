@@ -222,3 +222,29 @@ def test_question_weight_scales_the_question_part_of_qa_likelihood(weight, expec
     assert main.loc["a", "label"] == "YES"
     assert main.loc["b", "label"] == expected
     assert main.loc["b", "effect"] == pytest.approx(8.0 * weight, abs=0.3)
+
+
+def test_labels_rank_by_the_average_effect_and_decide_by_the_context_effect():
+    """`a` and `b` help only together (+6 nats when both are present), `c` helps alone (+2.5). Each AND member's
+    label is decided in its context (`effect` ≈ 6: with its partner), while the effect size labels are ranked by
+    is the average over the random subsets of the others (`average_effect` ≈ 3: the partner is there half the
+    time), which is the plain main-effect regression's estimate."""
+    pools = pd.DataFrame({"question_id": ["q"] * 4, "doc_id": list("abcd"), "position": range(4),
+                          "question": ["?"] * 4, "origin": ["seed"] * 4, "text": list("wxyz")})
+    rng = np.random.default_rng(3)
+    x = balanced_design(4, 32, rng)
+    y = -8 + 6.0 * (x[:, 0] & x[:, 1]) + 2.5 * x[:, 2] + rng.normal(0, 0.1, 32)
+    trials = pd.DataFrame({"question_id": "q", "subset": [[d for d, keep in zip("abcd", row) if keep] for row in x],
+                           "loglik": y, "success": pd.NA})
+    labels, pairs = label_table(pools, trials, LabelingParams(estimator="regression", outcome="likelihood",
+                                                              alpha=0.05, threshold_nats=1.0))
+    main = labels[labels.estimator == "regression"].set_index("doc_id")
+    assert (main.loc[["a", "b", "c"], "label"] == "YES").all() and main.loc["d", "label"] == "NO"
+    assert main.loc["a", "effect"] == pytest.approx(6.0, abs=0.5)
+    assert main.loc["c", "effect"] == pytest.approx(2.5, abs=0.3)
+    z = np.column_stack([np.ones(32), 2.0 * x - 1.0])
+    ols = 2 * np.linalg.lstsq(z, y, rcond=None)[0][1:]
+    assert main["average_effect"].to_numpy() == pytest.approx(ols, abs=1e-6)
+    assert main.loc["a", "average_effect"] == pytest.approx(3.0, abs=0.5)
+    assert [c["average_effect"] for c in pairs[0]["candidates"]] == pytest.approx(list(ols), abs=1e-3)
+    assert check_labels(labels).passed

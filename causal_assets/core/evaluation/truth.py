@@ -1,14 +1,18 @@
 """The Monte Carlo labels as evaluation ground truth: which documents measurably helped the solver answer.
 
-A labelled question's relevant documents are its ``YES`` labels, graded by their effect (nats of answer
-log-likelihood, or success probability for pass/fail labels); ``NO`` and ``UNCERTAIN`` documents are not relevant.
+A labelled question's relevant documents are its ``YES`` labels, graded by their effect size (the average effect
+the labels are ranked by, `schemas.ranking_effect`: nats of answer log-likelihood, or success probability
+for pass/fail labels); ``NO`` and ``UNCERTAIN`` documents are not relevant.
 Questions without a ``YES`` label have no relevant document and are left out (their number is reported).
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from causal_assets.core.evaluation.metrics import Qrels
+from causal_assets.core.schemas import ranking_effect
 
 
 def label_qrels(labels: pd.DataFrame | None, question_ids=None) -> Qrels:
@@ -20,8 +24,8 @@ def label_qrels(labels: pd.DataFrame | None, question_ids=None) -> Qrels:
     yes = main[main["label"] == "YES"]
     if question_ids is not None:
         yes = yes[yes["question_id"].isin(set(question_ids))]
-    col = "effect" if "effect" in yes else "delta_p"
     out: Qrels = {}
-    for q, d, e in zip(yes["question_id"], yes["doc_id"], yes[col].astype(float)):
-        out.setdefault(str(q), {})[str(d)] = max(float(e), 1e-6)
+    for q, d, e in zip(yes["question_id"], yes["doc_id"], ranking_effect(yes)):
+        # a YES document is always relevant: a grade above 0 even where its average effect is not positive
+        out.setdefault(str(q), {})[str(d)] = max(float(e), 1e-6) if math.isfinite(e) else 1e-6
     return out

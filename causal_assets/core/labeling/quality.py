@@ -1,6 +1,7 @@
 """Agreement of Monte Carlo labels with a benchmark's gold, and of the "contains the answer" heuristic.
 
-Input: one dict per labelled question with ``gold`` (positions of the gold candidates), ``effects`` and ``labels``
+Input: one dict per labelled question with ``gold`` (positions of the gold candidates), ``effects`` (the effect size
+each candidate is ranked by, `schemas.ranking_effect`) and ``labels``
 (one per candidate, in pool order) and ``contains`` (whether each candidate contains an accepted answer).
 Reported: precision / recall / F1 of the YES set (micro over all pairs), the UNCERTAIN share, and the ranking by
 effect size -- top-2 precision, R-precision (top-|gold|) and per-question ROC AUC. Rankings with ties (the
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from causal_assets.core.labeling.validators import contains_answer
+from causal_assets.core.schemas import ranking_effect
 
 __all__ = ["label_quality_rows", "summarize", "expected_precision_at", "auc", "per_question_from_tables",
            "quality_table"]
@@ -112,7 +114,7 @@ def per_question_from_tables(labels: pd.DataFrame, pools: pd.DataFrame, qrels: d
     """The input of :func:`summarize` from the stored tables: one estimator's labels, the pools (for the order
     and the text the solver saw) and the benchmark's gold judgements (relevant = grade > 0)."""
     rows = labels[labels["estimator"] == estimator]
-    col = "effect" if "effect" in rows else "delta_p"
+    rows = rows.assign(_rank_effect=ranking_effect(rows))
     out = []
     for qid, pool in pools.groupby("question_id", sort=False):
         lab = rows[rows["question_id"] == qid].set_index("doc_id")
@@ -124,7 +126,7 @@ def per_question_from_tables(labels: pd.DataFrame, pools: pd.DataFrame, qrels: d
         answers = [pool.iloc[0]["answer"], *json.loads(pool.iloc[0]["aliases"] or "[]")] \
             if isinstance(pool.iloc[0]["aliases"], str) else [pool.iloc[0]["answer"]]
         out.append({"question_id": qid, "gold": [i for i, d in enumerate(docs) if d in gold],
-                    "effects": [float(lab[col].get(d, float("nan"))) for d in docs],
+                    "effects": [float(lab["_rank_effect"].get(d, float("nan"))) for d in docs],
                     "labels": [str(lab["label"].get(d, "UNCERTAIN")) for d in docs],
                     "contains": [contains_answer(t, answers) for t in pool["text"]]})
     return out

@@ -214,14 +214,14 @@ def estimate(trials: list[dict], doc_ids: list[str], config: LabelingParams, est
                       interaction_z_or=2.5, doc_ids=doc_ids)
 
 
-LABEL_COLUMNS = ["question_id", "doc_id", "label", "effect", "ci_low", "ci_high", "outcome", "delta_p", "trials_used",
-                 "estimator", "base_outcome", "mean_outcome"]
+LABEL_COLUMNS = ["question_id", "doc_id", "label", "effect", "ci_low", "ci_high", "average_effect", "outcome", "delta_p",
+                 "trials_used", "estimator", "base_outcome", "mean_outcome"]
 
 
 def _rows(result: LabelingResult, qid: str, estimator: str, outcome: str, delta_p: dict) -> list[dict]:
     return [dict(question_id=qid, doc_id=e.doc, label=e.label, effect=float(e.delta_p), ci_low=float(e.ci_low),
-                 ci_high=float(e.ci_high), outcome=outcome, delta_p=delta_p.get(e.doc, float("nan")),
-                 trials_used=int(e.trials_used), estimator=estimator, base_outcome=float(result.base_success_rate),
+                 ci_high=float(e.ci_high), average_effect=float(e.marginal_delta_p), outcome=outcome,
+                 delta_p=delta_p.get(e.doc, float("nan")), trials_used=int(e.trials_used), estimator=estimator, base_outcome=float(result.base_success_rate),
                  mean_outcome=float(result.success_rate)) for e in result.docs]
 
 
@@ -229,8 +229,11 @@ def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParam
     """The labels of every question with trials (no LLM call), as rows and as the retrieval dataset's pairs.
 
     Rows for the configured estimator, plus the classic naive rule on the same trials for comparison. ``effect``
-    is in the label outcome's units (nats of answer log-likelihood, or success probability); ``delta_p`` is the
-    classic ΔP where pass/fail trials exist (outcome ``success`` or ``both``), else NaN."""
+    is in the label outcome's units (nats of answer log-likelihood, or success probability), measured in the
+    document's context (with the partners an interaction showed) and decides the label with its interval;
+    ``average_effect`` is the same outcome's effect averaged over the random subsets of the other documents, the
+    effect size documents are ranked by (`schemas.ranking_effect_column`); ``delta_p`` is the classic ΔP where
+    pass/fail trials exist (outcome ``success`` or ``both``), else NaN."""
     rows, pairs = [], []
     outcome = config.label_outcome
     for qid, pool in pools.groupby("question_id", sort=False):
@@ -253,6 +256,7 @@ def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParam
         pairs.append({"id": qid, "query": pool.iloc[0]["question"], "candidates": [
             {"fqn": r["doc_id"], "text": texts[r["doc_id"]], "empirical_relevance": r["label"],
              "effect": round(r["effect"], 4), "ci": [round(r["ci_low"], 4), round(r["ci_high"], 4)],
+             "average_effect": round(r["average_effect"], 4),
              **({"delta_p": round(r["delta_p"], 4)} if delta_p else {}),
              "trials_used": r["trials_used"], "origin": origin[r["doc_id"]]} for r in main_rows],
             "metadata": {"trials": len(records), "outcome": outcome, "threshold": config.label_threshold,

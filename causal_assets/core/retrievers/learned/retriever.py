@@ -40,6 +40,7 @@ from upath import UPath
 from causal_assets.core.evaluation.metrics import Qrels, named_metric
 from causal_assets.core.index.search import CorpusIndex, Hit
 from causal_assets.core.retrievers.learned.features import FEATURES, FeatureExtractor
+from causal_assets.core.schemas import ranking_effect
 
 TARGETS = ("qrels", "delta_p")
 # Hyperparameter candidates, chosen among by grouped CV. The first suits tens of thousands of rows (SciFact
@@ -82,9 +83,8 @@ def attach_target(table: pd.DataFrame, target: str, qrels: Qrels | None = None,
             # The configured estimator's rows (adaptive / regression) where a question has them, else the naive ones.
             labels = labels.sort_values("estimator", key=lambda s: s.eq("naive")) \
                 .drop_duplicates(["question_id", "doc_id"])
-        # the label effect (answer log-likelihood or success probability); older label tables only have ΔP
-        col = "effect" if "effect" in labels else "delta_p"
-        dp = dict(zip(zip(labels["question_id"], labels["doc_id"]), labels[col].astype(float)))
+        # the effect size labels are ranked by (answer log-likelihood or success probability); older tables: ΔP
+        dp = dict(zip(zip(labels["question_id"], labels["doc_id"]), ranking_effect(labels)))
         return table.assign(target=[dp.get((q, d), np.nan) for q, d in zip(table["query_id"], table["doc_id"])])
     raise ValueError(f"unknown target {target!r}; known: {TARGETS}")
 
