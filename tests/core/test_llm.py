@@ -20,6 +20,7 @@ import pytest
 from causal_assets.core.llm import (
     BudgetExceeded, CallBudget, CallCache, LLMClient, LLMInfrastructureError, LocalLlamaServer,
     LocalServerError, default_model_path, make_key)
+from causal_assets.core.llm import server as llm_server
 
 MODEL = "fake-model"
 
@@ -408,3 +409,34 @@ def test_sample_index_and_params_enter_the_key(cache):
         local = LLMClient("http://127.0.0.1:9/v1", MODEL, cache=cache, cache_endpoint=None)
         assert local.key_for("chat", msgs, temperature=0.0, max_tokens=8) == make_key(
             MODEL, "chat", msgs, {"temperature": 0.0, "max_tokens": 8})
+
+
+def test_stop_all_waits_for_a_server_another_thread_is_already_stopping():
+    """Ctrl-C during `ask` reaches the main thread (KeyboardInterrupt inside the server's start-up, which begins
+    stop()) and the supervisor thread (stop_all, then os._exit) at once: stop_all must not return before the
+    server another thread is stopping is gone. A real process group that takes 1.5 s to honour SIGTERM."""
+    slow = textwrap.dedent("""
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.5), sys.exit(0)))
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", slow], stdout=subprocess.PIPE, start_new_session=True)
+    llm_server._UNREAPED[proc.pid] = (proc, 5.0)      # as LocalLlamaServer.start() registers its process
+    try:
+        assert proc.stdout.readline().strip() == b"ready"
+        stopping = threading.Thread(target=llm_server._kill_group, args=(proc, 5.0))   # the main thread's stop()
+        stopping.start()
+        time.sleep(0.2)                        # its SIGTERM is out; the process is still shutting down
+        assert proc.poll() is None
+        t0 = time.monotonic()
+        assert proc.pid in llm_server.stop_all()
+        assert proc.poll() is not None, "stop_all returned while the server was still running"
+        assert time.monotonic() - t0 < 5.0
+        stopping.join(10)
+        assert proc.pid not in llm_server._UNREAPED
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        llm_server._UNREAPED.pop(proc.pid, None)

@@ -52,17 +52,25 @@ def default_model_path() -> Path:
 
 
 _RUNNING: "weakref.WeakSet[LocalLlamaServer]" = weakref.WeakSet()
+# Server processes started here and not reaped yet, whichever thread is stopping them: a Ctrl-C reaches both the
+# main thread (KeyboardInterrupt inside start(), which begins stop()) and `ask`'s supervisor thread (stop_all, then
+# os._exit); the supervisor must wait for a stop another thread began, or it exits before the server is gone.
+_UNREAPED: "dict[int, tuple[subprocess.Popen, float]]" = {}
 
 
 def stop_all() -> list[int]:
-    """Stop every server this process started and has not stopped (an interrupted `causal-assets ask`: the run
-    is abandoned in the middle of a step, so the LLM resource's teardown never runs). Returns their pids."""
+    """Stop every server this process started and has not reaped (an interrupted `causal-assets ask`: the run is
+    abandoned in the middle of a step, so the LLM resource's teardown never runs), including one another thread
+    is stopping at this moment; returns once each is gone. Returns their pids."""
     pids = []
     for server in list(_RUNNING):
         if server.pid is not None:
             pids.append(server.pid)
         server.stop()
-    return pids
+    for pid, (proc, grace_s) in list(_UNREAPED.items()):
+        pids.append(pid)
+        _kill_group(proc, grace_s)
+    return sorted(set(pids))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -75,6 +83,7 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
     """SIGTERM the server's process group, wait `grace_s`, then SIGKILL it. No-op if already reaped
     (never signals a group id that might have been reused)."""
     if proc.poll() is not None:
+        _UNREAPED.pop(proc.pid, None)
         return
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -82,6 +91,7 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
         pass
     try:
         proc.wait(timeout=grace_s)
+        _UNREAPED.pop(proc.pid, None)
         return
     except subprocess.TimeoutExpired:
         pass
@@ -91,6 +101,7 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
         pass
     try:
         proc.wait(timeout=5)
+        _UNREAPED.pop(proc.pid, None)
     except subprocess.TimeoutExpired:  # pragma: no cover - unkillable process
         log.error("llama server pid %s did not exit after SIGKILL", proc.pid)
 
@@ -165,6 +176,7 @@ class LocalLlamaServer:
         t0 = time.monotonic()
         self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=self._log_file,
                                       stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        _UNREAPED[self._proc.pid] = (self._proc, self.stop_grace_s)
         # reap the process group even if the caller forgets stop() (GC or interpreter exit)
         self._finalizer = weakref.finalize(self, _kill_group, self._proc, self.stop_grace_s)
         _RUNNING.add(self)
