@@ -414,10 +414,11 @@ def test_sample_index_and_params_enter_the_key(cache):
 def test_stop_all_waits_for_a_server_another_thread_is_already_stopping():
     """Ctrl-C during `ask` reaches the main thread (KeyboardInterrupt inside the server's start-up, which begins
     stop()) and the supervisor thread (stop_all, then os._exit) at once: stop_all must not return before the
-    server another thread is stopping is gone. A real process group that takes 1.5 s to honour SIGTERM."""
+    server another thread is stopping is gone, and ends it after a short grace. A real process group that takes 3 s
+    to honour SIGTERM."""
     slow = textwrap.dedent("""
         import signal, sys, time
-        signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.5), sys.exit(0)))
+        signal.signal(signal.SIGTERM, lambda *a: (time.sleep(3), sys.exit(0)))
         print("ready", flush=True)
         time.sleep(60)
     """)
@@ -432,7 +433,7 @@ def test_stop_all_waits_for_a_server_another_thread_is_already_stopping():
         t0 = time.monotonic()
         assert proc.pid in llm_server.stop_all()
         assert proc.poll() is not None, "stop_all returned while the server was still running"
-        assert time.monotonic() - t0 < 5.0
+        assert time.monotonic() - t0 < 2.0   # an interrupt's short grace, then SIGKILL: not the 3-s shutdown
         stopping.join(10)
         assert proc.pid not in llm_server._UNREAPED
     finally:

@@ -58,18 +58,23 @@ _RUNNING: "weakref.WeakSet[LocalLlamaServer]" = weakref.WeakSet()
 _UNREAPED: "dict[int, tuple[subprocess.Popen, float]]" = {}
 
 
-def stop_all() -> list[int]:
+# An interrupted run abandons its server: nothing in it is worth a graceful shutdown (the model and llama.cpp's
+# prompt cache live in memory), and a server still loading its model was measured to outlast a 5-s SIGTERM grace.
+INTERRUPT_GRACE_S = 0.5
+
+
+def stop_all(grace_s: float = INTERRUPT_GRACE_S) -> list[int]:
     """Stop every server this process started and has not reaped (an interrupted `causal-assets ask`: the run is
     abandoned in the middle of a step, so the LLM resource's teardown never runs), including one another thread
-    is stopping at this moment; returns once each is gone. Returns their pids."""
+    is stopping at this moment: SIGTERM, `grace_s`, then SIGKILL; returns once each is gone. Returns their pids."""
     pids = []
     for server in list(_RUNNING):
         if server.pid is not None:
             pids.append(server.pid)
-        server.stop()
-    for pid, (proc, grace_s) in list(_UNREAPED.items()):
+        server.stop(grace_s)
+    for pid, (proc, own_grace_s) in list(_UNREAPED.items()):
         pids.append(pid)
-        _kill_group(proc, grace_s)
+        _kill_group(proc, min(grace_s, own_grace_s))
     return sorted(set(pids))
 
 
@@ -208,12 +213,13 @@ class LocalLlamaServer:
                                        f"{self.log_path}:\n{self.log_tail()}")
             time.sleep(0.2)
 
-    def stop(self) -> None:
-        """Kill the server's process group (SIGTERM, then SIGKILL). Idempotent."""
+    def stop(self, grace_s: float | None = None) -> None:
+        """Kill the server's process group (SIGTERM, then SIGKILL after `grace_s`, default `stop_grace_s`).
+        Idempotent."""
         proc, self._proc = self._proc, None
         _RUNNING.discard(self)
         if proc is not None:
-            _kill_group(proc, self.stop_grace_s)
+            _kill_group(proc, self.stop_grace_s if grace_s is None else grace_s)
             log.info("stopped llama server pid=%s (exit %s)", proc.pid, proc.returncode)
         if self._finalizer is not None:
             self._finalizer.detach()
