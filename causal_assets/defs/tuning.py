@@ -66,18 +66,26 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     labels_path = asset_path(storage.base, "mc_labels", spec.name)
     mc_labels = read_parquet(labels_path) if labels_path.exists() else None
 
+    # The learned model's extra training rows depend on which other benchmarks are built in this data dir: said
+    # in the metadata, since the chosen model (and every retriever built on it) changes with them.
+    learned_extra: dict[str, str] = {}
+
     def extra_source(name: str):
         """Another benchmark's tune split and index, for the learned model's extra training rows (never its eval
         splits); None when it is not registered, has no tune split or its index is not materialized."""
         other = benchmark_registry.specs().get(name)
         if other is None or not other.tune_split or not other.available():
+            learned_extra[name] = "not registered or no data"
             return None
         try:
             theirs = CorpusArtifacts(storage.base, other.corpus, ANN)
-            return theirs.index, theirs.benchmark(other, other.tune_split), theirs.graph
+            source = theirs.index, theirs.benchmark(other, other.tune_split), theirs.graph
         except (OSError, ValueError, CorpusError) as e:
             context.log.warning(f"learned_extra {name!r}: index of corpus {other.corpus!r} not loadable ({e})")
+            learned_extra[name] = f"left out: corpus {other.corpus!r} not built"
             return None
+        learned_extra[name] = f"used: {len(source[1].query_ids())} {other.tune_split} questions"
+        return source
 
     # The causal retriever is tuned with the LLM's answer likelihood wherever the LLM can score prompts, else
     # with the lexical fallback (named in the log and the metadata).
@@ -98,6 +106,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         "selected": result.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
         "metric": tuning.metric, "best_by_retriever": MetadataValue.json(best),
         "mc_labels": "used" if mc_labels is not None else "absent",
+        **({"learned_extra": MetadataValue.json(learned_extra)} if learned_extra else {}),
         **({"causal_answer_model": result.best["causal"]["params"].get("answer_model", "")}
            if "causal" in result.best else {}),
         "config": MetadataValue.md("```yaml\n" + stored.path.read_text() + "```"),
