@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from causal_assets.cli import METHODS, build_parser
+from tests.conftest import HOTPOT, require
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("dagster", "torch", "sklearn", "sentence_transformers", "openai", "llama_cpp", "duckdb", "matplotlib",
@@ -52,6 +53,7 @@ def test_unknown_method_is_one_line_listing_the_choices():
 
 
 def test_unknown_corpus_is_one_line_naming_the_known_ones(tmp_path):
+    require(HOTPOT)  # hotpotqa is a known corpus only where the shared data is
     out = run_cli("--base-path", str(tmp_path / "pq"), "search", "x", "--corpus", "defualt")
     assert out.returncode == 2, out.stderr
     [line] = out.stderr.strip().splitlines()
