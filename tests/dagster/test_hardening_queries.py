@@ -13,6 +13,7 @@ from causal_assets.cli import main
 from causal_assets.core.local_search import inbox
 from causal_assets.core.local_search.search import LocalSearch
 from causal_assets.defs import search
+from tests.conftest import HOTPOT, require
 
 
 def _run_sensor(instance, cursor=None, timeout=60):
@@ -34,6 +35,7 @@ def _run_sensor(instance, cursor=None, timeout=60):
 
 
 def test_inbox_skips_special_files_and_still_submits_the_good_ones(tmp_path, monkeypatch):
+    require(HOTPOT)  # the inbox's default corpus; a file naming an unregistered corpus is refused
     monkeypatch.setattr(search, "QUERIES_DIR", tmp_path)
     box = tmp_path / "inbox"
     box.mkdir()

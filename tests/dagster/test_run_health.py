@@ -21,6 +21,7 @@ from dagster import DagsterInstance, DagsterRunStatus
 
 from causal_assets.run_health import LLM_POOL, pool_holders, reap_dead_runs
 from tests.dagster.procs import ROOT, kill_group
+from tests.conftest import HOTPOT, require
 
 HOLDER = textwrap.dedent("""
     import time
@@ -127,6 +128,7 @@ def test_ask_gives_up_on_a_blocked_pool_with_a_clear_message(home, tmp_path):
 
 
 def test_ask_frees_the_slot_of_a_killed_run_and_goes_on(home, tmp_path):
+    require(HOTPOT)  # asks about hotpotqa
     holder = start_holder(home, tmp_path)
     [dead_run] = held_by(home)
     kill_group(holder, signal.SIGKILL)

@@ -12,6 +12,7 @@ from causal_assets.core.local_search import inbox
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.graph import graph_nodes_and_edges
 from causal_assets.defs.search import causal_search, query_partitions, retrieval_results
+from tests.conftest import HOTPOT, require
 
 
 @pytest.mark.slow
@@ -49,6 +50,7 @@ def test_causal_search_for_a_submitted_query(resources, tmp_path):
 
 
 def test_inbox_sensor_turns_files_into_partitions(tmp_path, monkeypatch):
+    require(HOTPOT)  # the inbox's default corpus; a file naming an unregistered corpus is refused
     from causal_assets.defs import search
 
     monkeypatch.setattr(search, "QUERIES_DIR", tmp_path)

@@ -23,6 +23,7 @@ from causal_assets.defs.evaluation import evaluation_tables
 from causal_assets.defs.tuning import tuned_retriever_configs
 from causal_assets.resources import LLM
 from tests.core.test_likelihood_labels import _ChatOnly
+from tests.conftest import SCIFACT, require
 
 INDEX = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary]
 
@@ -161,6 +162,7 @@ def test_evaluation_reads_the_tuned_version_its_upstream_materialization_recorde
 def test_a_new_tuned_config_re_triggers_the_evaluation():
     """Declarative automation: the evaluation is eager on tuned_retriever_configs, and a benchmark that was never
     tuned does not block it."""
+    require(SCIFACT)  # the tuned benchmark
     from causal_assets.definitions import defs
 
     evaluation = [AssetKey(k) for k in ("evaluation_metrics", "evaluation_runs", "evaluation_failures")]
