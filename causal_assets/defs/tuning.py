@@ -82,7 +82,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
             source = theirs.index, theirs.benchmark(other, other.tune_split), theirs.graph
         except (OSError, ValueError, CorpusError) as e:
             context.log.warning(f"learned_extra {name!r}: index of corpus {other.corpus!r} not loadable ({e})")
-            learned_extra[name] = f"left out: corpus {other.corpus!r} not built"
+            learned_extra[name] = f"left out: corpus {other.corpus!r} not loadable"
             return None
         learned_extra[name] = f"used: {len(source[1].query_ids())} {other.tune_split} questions"
         return source

@@ -423,7 +423,7 @@ def test_stop_all_waits_for_a_server_another_thread_is_already_stopping():
         time.sleep(60)
     """)
     proc = subprocess.Popen([sys.executable, "-c", slow], stdout=subprocess.PIPE, start_new_session=True)
-    llm_server._UNREAPED[proc.pid] = (proc, 5.0)      # as LocalLlamaServer.start() registers its process
+    llm_server._UNREAPED[proc.pid] = proc      # as LocalLlamaServer.start() registers its process
     try:
         assert proc.stdout.readline().strip() == b"ready"
         stopping = threading.Thread(target=llm_server._kill_group, args=(proc, 5.0))   # the main thread's stop()

@@ -214,15 +214,16 @@ def estimate(trials: list[dict], doc_ids: list[str], config: LabelingParams, est
                       interaction_z_or=2.5, doc_ids=doc_ids)
 
 
-LABEL_COLUMNS = ["question_id", "doc_id", "label", "effect", "ci_low", "ci_high", "average_effect", "outcome", "delta_p",
-                 "trials_used", "estimator", "base_outcome", "mean_outcome"]
+LABEL_COLUMNS = ["question_id", "doc_id", "label", "effect", "ci_low", "ci_high", "average_effect", "outcome",
+                 "delta_p", "trials_used", "estimator", "base_outcome", "mean_outcome"]
 
 
 def _rows(result: LabelingResult, qid: str, estimator: str, outcome: str, delta_p: dict) -> list[dict]:
     return [dict(question_id=qid, doc_id=e.doc, label=e.label, effect=float(e.delta_p), ci_low=float(e.ci_low),
                  ci_high=float(e.ci_high), average_effect=float(e.marginal_delta_p), outcome=outcome,
-                 delta_p=delta_p.get(e.doc, float("nan")), trials_used=int(e.trials_used), estimator=estimator, base_outcome=float(result.base_success_rate),
-                 mean_outcome=float(result.success_rate)) for e in result.docs]
+                 delta_p=delta_p.get(e.doc, float("nan")), trials_used=int(e.trials_used), estimator=estimator,
+                 base_outcome=float(result.base_success_rate), mean_outcome=float(result.success_rate))
+            for e in result.docs]
 
 
 def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParams) -> tuple[pd.DataFrame, list[dict]]:
@@ -232,7 +233,7 @@ def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParam
     is in the label outcome's units (nats of answer log-likelihood, or success probability), measured in the
     document's context (with the partners an interaction showed) and decides the label with its interval;
     ``average_effect`` is the same outcome's effect averaged over the random subsets of the other documents, the
-    effect size documents are ranked by (`schemas.ranking_effect_column`); ``delta_p`` is the classic ΔP where
+    effect size documents are ranked by (`schemas.ranking_effect`); ``delta_p`` is the classic ΔP where
     pass/fail trials exist (outcome ``success`` or ``both``), else NaN."""
     rows, pairs = [], []
     outcome = config.label_outcome

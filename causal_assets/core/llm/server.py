@@ -51,12 +51,11 @@ def default_model_path() -> Path:
     return Path(preferred[0] if preferred else found[0])
 
 
-_RUNNING: "weakref.WeakSet[LocalLlamaServer]" = weakref.WeakSet()
-# Server processes started here and not reaped yet, whichever thread is stopping them: a Ctrl-C reaches both the
-# main thread (KeyboardInterrupt inside start(), which begins stop()) and `ask`'s supervisor thread (stop_all, then
-# os._exit); the supervisor must wait for a stop another thread began, or it exits before the server is gone.
-_UNREAPED: "dict[int, tuple[subprocess.Popen, float]]" = {}
-
+# Server processes started here and not reaped yet, whichever thread is stopping them (the one registry stop_all
+# reads): a Ctrl-C reaches both the main thread (KeyboardInterrupt inside start(), which begins stop()) and `ask`'s
+# supervisor thread (stop_all, then os._exit); the supervisor must wait for a stop another thread began, or it
+# exits before the server is gone.
+_UNREAPED: "dict[int, subprocess.Popen]" = {}
 
 # An interrupted run abandons its server: nothing in it is worth a graceful shutdown (the model and llama.cpp's
 # prompt cache live in memory), and a server still loading its model was measured to outlast a 5-s SIGTERM grace.
@@ -64,18 +63,14 @@ INTERRUPT_GRACE_S = 0.5
 
 
 def stop_all(grace_s: float = INTERRUPT_GRACE_S) -> list[int]:
-    """Stop every server this process started and has not reaped (an interrupted `causal-assets ask`: the run is
-    abandoned in the middle of a step, so the LLM resource's teardown never runs), including one another thread
-    is stopping at this moment: SIGTERM, `grace_s`, then SIGKILL; returns once each is gone. Returns their pids."""
-    pids = []
-    for server in list(_RUNNING):
-        if server.pid is not None:
-            pids.append(server.pid)
-        server.stop(grace_s)
-    for pid, (proc, own_grace_s) in list(_UNREAPED.items()):
-        pids.append(pid)
-        _kill_group(proc, min(grace_s, own_grace_s))
-    return sorted(set(pids))
+    """Stop every server process this process started and has not reaped (an interrupted `causal-assets ask`: the
+    run is abandoned in the middle of a step, so the LLM resource's teardown never runs), including one another
+    thread is stopping at this moment: SIGTERM, `grace_s`, then SIGKILL; returns once each is gone. Returns their
+    pids."""
+    pids = sorted(_UNREAPED)
+    for proc in list(_UNREAPED.values()):
+        _kill_group(proc, grace_s)
+    return pids
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -86,9 +81,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
     """SIGTERM the server's process group, wait `grace_s`, then SIGKILL it. No-op if already reaped
-    (never signals a group id that might have been reused)."""
+    (never signals a group id that might have been reused). A reaped process leaves `_UNREAPED`."""
+    try:
+        _signal_group(proc, grace_s)
+    finally:
+        if proc.returncode is not None:
+            _UNREAPED.pop(proc.pid, None)
+
+
+def _signal_group(proc: subprocess.Popen, grace_s: float) -> None:
     if proc.poll() is not None:
-        _UNREAPED.pop(proc.pid, None)
         return
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -96,7 +98,6 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
         pass
     try:
         proc.wait(timeout=grace_s)
-        _UNREAPED.pop(proc.pid, None)
         return
     except subprocess.TimeoutExpired:
         pass
@@ -106,7 +107,6 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
         pass
     try:
         proc.wait(timeout=5)
-        _UNREAPED.pop(proc.pid, None)
     except subprocess.TimeoutExpired:  # pragma: no cover - unkillable process
         log.error("llama server pid %s did not exit after SIGKILL", proc.pid)
 
@@ -181,10 +181,9 @@ class LocalLlamaServer:
         t0 = time.monotonic()
         self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=self._log_file,
                                       stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-        _UNREAPED[self._proc.pid] = (self._proc, self.stop_grace_s)
+        _UNREAPED[self._proc.pid] = self._proc
         # reap the process group even if the caller forgets stop() (GC or interpreter exit)
         self._finalizer = weakref.finalize(self, _kill_group, self._proc, self.stop_grace_s)
-        _RUNNING.add(self)
         log.info("started llama server pid=%s on %s (log %s)", self._proc.pid, self.base_url, self.log_path)
         try:
             self._wait_ready(t0)
@@ -213,13 +212,11 @@ class LocalLlamaServer:
                                        f"{self.log_path}:\n{self.log_tail()}")
             time.sleep(0.2)
 
-    def stop(self, grace_s: float | None = None) -> None:
-        """Kill the server's process group (SIGTERM, then SIGKILL after `grace_s`, default `stop_grace_s`).
-        Idempotent."""
+    def stop(self) -> None:
+        """Kill the server's process group (SIGTERM, then SIGKILL). Idempotent."""
         proc, self._proc = self._proc, None
-        _RUNNING.discard(self)
         if proc is not None:
-            _kill_group(proc, self.stop_grace_s if grace_s is None else grace_s)
+            _kill_group(proc, self.stop_grace_s)
             log.info("stopped llama server pid=%s (exit %s)", proc.pid, proc.returncode)
         if self._finalizer is not None:
             self._finalizer.detach()

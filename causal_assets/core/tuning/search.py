@@ -326,7 +326,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 # measures are then weighed on those candidates (weights and min_relevance only), the diversity
                 # filter off: a ranking keeps every candidate, and the filter's context sets double the prompts.
                 llm_params = {k_: v for k_, v in fixed.items() if k_ == "answer_model_params"}
-                lexical = {**{k_: v for k_, v in fixed.items() if k_ != "answer_model_params"}, "answer_model": "lexical"}
+                lexical = {**{k_: v for k_, v in fixed.items() if k_ not in llm_params}, "answer_model": "lexical"}
                 first = search(space, lexical, start, "candidates, lexical model")
                 weighed = ("weights", "min_relevance")
                 chose = flat(first["params"], space)
