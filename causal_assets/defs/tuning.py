@@ -101,10 +101,13 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     trials = result.trials.assign(benchmark=spec.name, split=bench.split, config_version=stored.version)
     trials = trials[["benchmark", "split", *[c for c in trials.columns if c not in ("benchmark", "split")]]]
     best = {n: round(b["value"], 4) for n, b in result.best.items()}
+    # what the selection compared: each retriever's nested CV figure (core.tuning.search)
+    selection = {n: round(b["selection_value"], 4) for n, b in result.best.items() if "selection_value" in b}
     metadata = {
         "tuned": True, "config_version": stored.version, "config_path": MetadataValue.path(str(stored.path)),
         "selected": result.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
         "metric": tuning.metric, "best_by_retriever": MetadataValue.json(best),
+        "selection_by_retriever": MetadataValue.json(selection),
         "mc_labels": "used" if mc_labels is not None else "absent",
         **({"learned_extra": MetadataValue.json(learned_extra)} if learned_extra else {}),
         **({"causal_answer_model": result.best["causal"]["params"].get("answer_model", "")}

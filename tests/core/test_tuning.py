@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.tuning.search import (_given_model, coordinate_search, flat, labels_of, nested, sample_queries,
-                                             tune)
+from causal_assets.core.tuning.search import (TuningResult, _given_model, compare_nested, coordinate_search, flat,
+                                             labels_of, nested, nested_scores, sample_queries, tune)
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
 
@@ -30,6 +30,44 @@ def test_coordinate_search_climbs_and_scores_each_point_once():
 def test_coordinate_search_keeps_the_start_on_ties():
     points = coordinate_search({"x": [1, 2, 3]}, {"x": 2}, lambda p: 0.5, passes=2)
     assert max(points, key=lambda pv: pv[1])[0] == {"x": 2} and len(points) == 3
+
+
+def test_the_nested_figure_does_not_reward_a_lucky_choice():
+    """Point 1 beats the steady point 0 on the whole train set by two queries it happens to get right; chosen on
+    the other folds, each held-out query is scored by whichever point did best without it."""
+    steady = {"a": 0.6, "b": 0.6, "c": 0.6, "d": 0.6}
+    lucky = {"a": 1.0, "b": 1.0, "c": 0.2, "d": 0.3}
+    folds = [["a"], ["b"], ["c"], ["d"]]
+    assert sum(lucky.values()) / 4 > sum(steady.values()) / 4            # the best train figure: lucky, 0.625
+    # a, b held out: steady wins on the rest (0.6 vs 0.5); c, d held out: lucky wins (0.767, 0.733) and scores low
+    assert nested_scores([steady, lucky], folds) == pytest.approx({"a": 0.6, "b": 0.6, "c": 0.2, "d": 0.3})
+    assert nested_scores([lucky], folds) == pytest.approx(lucky)          # nothing chosen: the figure itself
+    assert nested_scores([steady, lucky], [["a", "x"], ["c"]]) == pytest.approx({"a": 0.6, "c": 0.2})
+
+
+def test_selection_compares_nested_figures_on_the_same_queries():
+    best = {"pairwise": {"value": 0.927, "trials": 11}, "learned": {"value": 0.913, "trials": 3},
+            "causal": {"value": 0.921, "trials": 18}}
+    nested_scores_of = {"pairwise": {"a": 0.9, "b": 0.9, "c": 0.9, "d": 0.9},
+                        "learned": {"a": 1.0, "b": 1.0, "c": 0.8, "d": 0.7},
+                        "causal": {"a": 0.95, "b": 0.95}}                   # scored on a sample of two
+    compare_nested(best, nested_scores_of)
+    # on the sample {a, b}: learned 1.0 > causal 0.95 > pairwise 0.9 (over all four, pairwise 0.9 > learned 0.875)
+    assert {n: b["selection_value"] for n, b in best.items()} == pytest.approx(
+        {"pairwise": 0.9, "learned": 1.0, "causal": 0.95})
+    assert "on 2 train queries (those every retriever was scored on)" in best["learned"]["selection_evaluation"]
+    assert TuningResult(pd.DataFrame(), best).selected == "learned"
+    old = {"hybrid": {"value": 0.80}, "rrf": {"value": 0.78}}               # a config from before: its value
+    assert TuningResult(pd.DataFrame(), old).selected == "hybrid"
+
+
+def test_tuning_records_the_nested_figure_of_every_retriever():
+    from tests.core.tiny_corpus import tiny_benchmark, tiny_index
+
+    result = tune(tiny_index(), tiny_benchmark(), TuningSpec(retrievers=["hybrid", "rrf"], metric="mrr@10"), {})
+    for name in ("hybrid", "rrf"):
+        b = result.best[name]
+        assert b["selection_evaluation"].startswith("nested cv") and 0 <= b["selection_value"] <= b["value"] + 1e-9
 
 
 def test_nested_and_flat_are_inverse_up_to_the_space():

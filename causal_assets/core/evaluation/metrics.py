@@ -241,3 +241,11 @@ def named_metric(qrels, run, name: str) -> float:
     metric, k = parse_metric(name)
     m = evaluate(qrels, run, ks=(k,), map_k=k)
     return float(m[(m.metric == metric) & (m.k == k)]["value"].iloc[0])
+
+
+def named_metric_per_query(qrels, run, name: str) -> dict[str, float]:
+    """One metric of a run, by name, per judged query (their mean is `named_metric`)."""
+    metric, k = parse_metric(name)
+    m = evaluate_per_query(qrels, run, ks=(k,), map_k=k)
+    m = m[(m.metric == metric) & (m.k == k)]
+    return dict(zip(m["query_id"].astype(str), m["value"].astype(float)))

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.evaluation.metrics import evaluate
+from causal_assets.core.evaluation.metrics import evaluate_per_query
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.similarity import candidate_scores, fusion_weight_grid, zscore
 
@@ -15,7 +15,8 @@ def sweep_fusion_weight(index: CorpusIndex, bench: Benchmark, grid: list[float] 
                         metric: str = "ndcg", k: int = 10, sparse: str = "bm25", depth: int = 100,
                         within_stats: str = "corpus") -> pd.DataFrame:
     """nDCG@10 (or `metric@k`) of `weight * z(dense) + (1 - weight) * z(sparse)` for each weight in `grid`
-    (`within_stats`: BM25 statistics inside each query's candidate set, `similarity.py`)."""
+    (`within_stats`: BM25 statistics inside each query's candidate set, `similarity.py`); `per_query`: the
+    metric of each judged query."""
     grid = grid or fusion_weight_grid()
     qids = bench.query_ids()
     vectors = index.embedder.encode_queries([bench.queries[q] for q in qids])
@@ -31,8 +32,10 @@ def sweep_fusion_weight(index: CorpusIndex, bench: Benchmark, grid: list[float] 
             fused = w * d + (1 - w) * s
             top = np.argsort(-fused, kind="stable")[:depth]
             run[q] = {str(index.ids[cand[i]]): float(depth - r) for r, i in enumerate(top)}
-        m = evaluate(bench.qrels, run, ks=(k,), map_k=k)
-        rows.append({"weight": w, "value": float(m[(m.metric == metric) & (m.k == k)]["value"].iloc[0])})
+        m = evaluate_per_query(bench.qrels, run, ks=(k,), map_k=k)
+        m = m[(m.metric == metric) & (m.k == k)]
+        rows.append({"weight": w, "value": float(m["value"].mean()) if len(m) else float("nan"),
+                     "per_query": dict(zip(m["query_id"].astype(str), m["value"].astype(float)))})
     return pd.DataFrame(rows).assign(metric=f"{metric}@{k}", split=bench.split, within_stats=within_stats)
 
 
