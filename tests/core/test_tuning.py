@@ -67,7 +67,8 @@ def test_tuning_records_the_nested_figure_of_every_retriever():
     result = tune(tiny_index(), tiny_benchmark(), TuningSpec(retrievers=["hybrid", "rrf"], metric="mrr@10"), {})
     for name in ("hybrid", "rrf"):
         b = result.best[name]
-        assert b["selection_evaluation"].startswith("nested cv") and 0 <= b["selection_value"] <= b["value"] + 1e-9
+        assert b["selection_evaluation"] == f"nested cv over {b['trials']} points, on 8 train queries"
+        assert 0 <= b["selection_value"] <= 1   # not bounded by `value`: each fold may take another point
 
 
 def test_nested_and_flat_are_inverse_up_to_the_space():
