@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.evaluation.metrics import evaluate_per_query
+from causal_assets.core.evaluation.metrics import named_metric_per_query
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.similarity import candidate_scores, fusion_weight_grid, zscore
 
@@ -32,10 +32,9 @@ def sweep_fusion_weight(index: CorpusIndex, bench: Benchmark, grid: list[float] 
             fused = w * d + (1 - w) * s
             top = np.argsort(-fused, kind="stable")[:depth]
             run[q] = {str(index.ids[cand[i]]): float(depth - r) for r, i in enumerate(top)}
-        m = evaluate_per_query(bench.qrels, run, ks=(k,), map_k=k)
-        m = m[(m.metric == metric) & (m.k == k)]
-        rows.append({"weight": w, "value": float(m["value"].mean()) if len(m) else float("nan"),
-                     "per_query": dict(zip(m["query_id"].astype(str), m["value"].astype(float)))})
+        per_query = named_metric_per_query(bench.qrels, run, f"{metric}@{k}")
+        rows.append({"weight": w, "value": float(np.mean(list(per_query.values()))) if per_query else float("nan"),
+                     "per_query": per_query})
     return pd.DataFrame(rows).assign(metric=f"{metric}@{k}", split=bench.split, within_stats=within_stats)
 
 

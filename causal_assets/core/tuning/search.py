@@ -57,7 +57,7 @@ from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOption
 from causal_assets.core.retrievers.factory import build_retriever, causal_answer_model
 from causal_assets.core.retrievers.learned.features import FeatureExtractor
 from causal_assets.core.retrievers.learned.retriever import (PARAM_GRID, LearnedRetriever, attach_target, candidate_table,
-                                                   cross_validate, fit_model, query_folds, run_from_scores)
+                                                   cross_validate, fit_model, query_folds)
 from causal_assets.core.tuning.fusion import sweep_fusion_weight
 from causal_assets.core.tuning.spec import DEFAULT_POINTS, ORDER, TuningSpec
 
@@ -461,11 +461,9 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
         tables[target] = attach_target(table, target, {**bench.qrels, **extra_qrels}, labels)
         for params in PARAM_GRID:
             t = time.perf_counter()
-            value, oof = cross_validate(tables[target], target, params, bench.qrels, spec.metric, spec.cv_folds,
-                                        spec.seed)
-            held = ~np.isnan(oof)
-            run = run_from_scores(tables[target][held], oof[held])
-            per_query.append(named_metric_per_query({q: bench.qrels[q] for q in run}, run, spec.metric))
+            value, _, scores = cross_validate(tables[target], target, params, bench.qrels, spec.metric,
+                                              spec.cv_folds, spec.seed)
+            per_query.append(scores)
             points.append(({"target": target, "hyperparameters": dict(params)}, value))
             secs.append(time.perf_counter() - t)
             log(f"learned: target {target} {params}: cv {spec.metric} {value:.4f}")

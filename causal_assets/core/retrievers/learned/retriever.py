@@ -37,7 +37,7 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 from upath import UPath
 
-from causal_assets.core.evaluation.metrics import Qrels, named_metric
+from causal_assets.core.evaluation.metrics import Qrels, named_metric_per_query
 from causal_assets.core.index.search import CorpusIndex, Hit
 from causal_assets.core.retrievers.learned.features import FEATURES, FeatureExtractor
 from causal_assets.core.schemas import ranking_effect
@@ -178,10 +178,11 @@ def run_from_scores(table: pd.DataFrame, scores: np.ndarray) -> dict[str, dict[s
 
 
 def cross_validate(table: pd.DataFrame, target: str, params: dict[str, Any], eval_qrels: Qrels,
-                   metric: str = "ndcg@10", n_folds: int = 5, seed: int = 0) -> tuple[float, np.ndarray]:
+                   metric: str = "ndcg@10", n_folds: int = 5,
+                   seed: int = 0) -> tuple[float, np.ndarray, dict[str, float]]:
     """Grouped K-fold over the judged queries: each fold's queries are scored by a model trained on the other
-    folds' labelled pairs. Returns (metric of the out-of-fold ranking against `eval_qrels`, out-of-fold scores;
-    NaN for queries outside `eval_qrels`)."""
+    folds' labelled pairs. Returns (metric of the out-of-fold ranking against `eval_qrels`, out-of-fold scores
+    (NaN for queries outside `eval_qrels`), that metric per judged query)."""
     judged = [q for q in table["query_id"].unique() if q in eval_qrels]
     oof = np.full(len(table), np.nan)
     for fold in query_folds(judged, n_folds, seed):
@@ -190,7 +191,8 @@ def cross_validate(table: pd.DataFrame, target: str, params: dict[str, Any], eva
         oof[held] = model.predict(table[held])
     mask = ~np.isnan(oof)
     run = run_from_scores(table[mask], oof[mask])
-    return named_metric({q: eval_qrels[q] for q in run}, run, metric), oof
+    per_query = named_metric_per_query({q: eval_qrels[q] for q in run}, run, metric)
+    return (float(np.mean(list(per_query.values()))) if per_query else float("nan")), oof, per_query
 
 
 class LearnedRetriever:
