@@ -13,8 +13,9 @@ from causal_assets.core.storage import safe_name
 
 SNIPPET_CHARS = 110
 # What each method needs besides the chunks and the sparse index.
-NEEDS_DENSE = {"dense", "hybrid", "rrf", "cascade", "causal", "learned", "entity_first", "fusion", "pairwise"}
-NEEDS_GRAPH = {"cascade", "entity_first", "causal", "learned", "fusion", "pairwise"}  # fusion/pairwise: any member
+COMBINATIONS = {"fusion", "pairwise", "query_likelihood"}   # built over other retrievers named in --params
+NEEDS_DENSE = {"dense", "hybrid", "rrf", "cascade", "causal", "learned", "entity_first", *COMBINATIONS}
+NEEDS_GRAPH = {"cascade", "entity_first", "causal", "learned", *COMBINATIONS}  # combinations: any member
 
 
 def snippet(text: str, chunk_id: str, title: str, width: int = SNIPPET_CHARS) -> str:
@@ -61,10 +62,18 @@ def search(args) -> int:
         from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
         from causal_assets.core.retrievers.factory import build_retriever
 
-        graph = load_graph(args.base_path, args.corpus) if args.method in ("causal", "learned", "fusion", "pairwise") \
+        graph = load_graph(args.base_path, args.corpus) if args.method in {"causal", "learned", *COMBINATIONS} \
             else None
+        scorer = None
+        if args.method == "query_likelihood":
+            # the packaged local solver, in-process and through the call cache (the assets use the `llm` resource's)
+            from causal_assets.core.llm.cache import CallCache
+            from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer
+
+            scorer = local_scorer(args.settings.solver or DEFAULT_SOLVER, CallCache(args.settings.llm_cache),
+                                  args.settings.models_dir)
         retriever = build_retriever(args.method, index, params, load_chunk_neighbors(args.base_path, args.corpus),
-                                    graph=graph)
+                                    graph=graph, scorer=scorer)
         hits = retriever.retrieve_many([query], args.k)[0]
     if args.method in ("bm25", "tfidf"):
         hits = [h for h in hits if h.score > 0]  # a zero score is no match, not a result

@@ -67,7 +67,8 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
     mc_labels = read_parquet(labels_path) if labels_path.exists() else None
     primary = parse_metric(spec.tuning.get("metric") or "ndcg@10")
     # a causal run without a named answer model is measured with the LLM's likelihood where it can score prompts
-    scorer = llm.scorer if any(r.kind == "causal" for r in plan.runs) and llm.scores_prompts() else None
+    scorer = llm.scorer if any(r.kind in ("causal", "query_likelihood") for r in plan.runs) \
+        and llm.scores_prompts() else None
     result = evaluate_plan(spec, artifacts, plan, mc_labels, primary, config.depth, lambda: llm.client,
                            context.log.info, scorer=scorer)
 

@@ -10,8 +10,6 @@ import pytest
 
 from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.corpus.multihop import read_multihop
-from causal_assets.core.llm.cache import CallCache
-from causal_assets.core.llm.models import local_scorer
 from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel
 from causal_assets.core.retrievers.causal.documents import ContextDoc
 from causal_assets.core.retrievers.causal.likelihood_model import LikelihoodAnswerModel
@@ -24,14 +22,6 @@ from tests.core.test_causal_retriever import (BUG_QUERY, CART, DOCS, SHOP, TIMEO
                                               _write)
 
 pytestmark = pytest.mark.llm
-
-
-@pytest.fixture(scope="module")
-def scorer(tmp_path_factory):
-    root = tmp_path_factory.mktemp("likelihood")
-    s = local_scorer("gemma3-270m", CallCache(root / "calls.sqlite"), root / "models", n_threads=2)
-    yield s
-    s.close()
 
 
 def test_the_question_and_its_answer_get_likelier_with_the_supporting_paragraphs(scorer):

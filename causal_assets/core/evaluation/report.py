@@ -26,7 +26,7 @@ FAILURE_EXAMPLES = 3
 # Retriever families: one line style and marker per family, one colour per retriever; tuned variants dashed.
 FAMILIES = {"bm25": "lexical", "tfidf": "lexical", "dense": "dense", "hybrid": "fusion", "rrf": "fusion",
             "cascade": "graph", "entity_first": "graph", "pairwise": "graph", "fusion": "fusion", "causal": "causal",
-            "learned": "learned"}
+            "query_likelihood": "causal", "learned": "learned"}
 FAMILY_STYLE = {"lexical": ("-", "o"), "dense": ("-", "s"), "fusion": ("-.", "D"), "graph": (":", "^"),
                 "causal": ("-", "P"), "learned": ("-", "*"), "other": ("-", "x")}
 

@@ -153,7 +153,8 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
             if overlap and run.tuned:
                 continue
             uses_llm = bool(run.params.get("llm_entities")) or run.params.get("answer_model") == "llm"
-            scores = run.kind == "causal" and causal_answer_model(run.params, scorer is not None) == "likelihood"
+            scores = run.kind == "query_likelihood" or (
+                run.kind == "causal" and causal_answer_model(run.params, scorer is not None) == "likelihood")
             retriever = build_retriever(run.kind, index, run.params, artifacts.neighbors,
                                         llm_client() if uses_llm and llm_client else None,
                                         tuned_graph if run.tuned else graph,

@@ -16,10 +16,11 @@ from causal_assets.core.retrievers.entity_first.llm_entities import LLMEntityExt
 from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
 from causal_assets.core.retrievers.fusion import FusionRetriever, PairwiseTop2
 from causal_assets.core.retrievers.learned.retriever import CausalRelevanceModel, LearnedRetriever
+from causal_assets.core.retrievers.query_likelihood import QueryLikelihoodReranker
 from causal_assets.core.retrievers.similarity import HybridRetriever, RRFRetriever, SimilarityRetriever
 
 BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")
-RETRIEVERS = (*BASELINES, "cascade", "entity_first", "causal", "learned", "fusion", "pairwise")
+RETRIEVERS = (*BASELINES, "cascade", "entity_first", "causal", "learned", "fusion", "pairwise", "query_likelihood")
 SHORTLISTS = ("hybrid", "cascade", "bm25", "learned")
 
 Neighbors = Callable[[str], list[tuple[str, str, float]]]
@@ -33,11 +34,13 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
     EntityFirstRetriever keyword arguments, plus `llm_entities: true` for the LLM-backed query entity extractor;
     learned: `model_path` (or a fitted `model`) and optional `depth`; causal: see `build_causal`; fusion:
     `members` {name: params}, `c`, `weights` {name: weight}, `depth` (weighted RRF of the members' rankings);
-    pairwise: `base` {name: params}, `pool`, `coverage_weight`, `link_weight`, `use_ranks` (top-2 as a pair)).
+    pairwise: `base` {name: params}, `pool`, `coverage_weight`, `link_weight`, `use_ranks` (top-2 as a pair);
+    query_likelihood: `base` {name: params}, `depth`, `weight`, `prompt`, `max_doc_chars` (the base's top reranked
+    by the language model's likelihood of the query).
     `neighbors`: the entity graph's chunk neighbourhood, for graph stages. `graph`: the (graph_nodes,
     graph_edges) frames, for the causal chains and the learned model's graph feature. `llm_client`: an
-    LLMClient, needed only by LLM-backed options; `scorer`: a log-probability `Scorer`, needed only by the causal
-    retriever's `answer_model: likelihood`."""
+    LLMClient, needed only by LLM-backed options; `scorer`: a log-probability `Scorer`, needed by the causal
+    retriever's `answer_model: likelihood` and by query_likelihood."""
     params = dict(params or {})
     if name in ("bm25", "tfidf", "dense"):
         return SimilarityRetriever(index, name, **params)   # params: within_stats (bm25 inside `within`)
@@ -69,6 +72,15 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
             raise ValueError("pairwise needs base: {one retriever name: its params}")
         (b, p), = base.items()
         return PairwiseTop2(index, build_retriever(b, index, p, neighbors, llm_client, graph, scorer), **params)
+    if name == "query_likelihood":
+        base = params.pop("base", None) or {}
+        if not isinstance(base, dict) or len(base) != 1:
+            raise ValueError("query_likelihood needs base: {one retriever name: its params}")
+        if scorer is None:
+            raise ValueError("query_likelihood needs a log-probability scorer (the `llm` resource's)")
+        (b, p), = base.items()
+        return QueryLikelihoodReranker(index, build_retriever(b, index, p, neighbors, llm_client, graph, scorer),
+                                       scorer, **params)
     raise ValueError(f"unknown retriever {name!r}; known: {', '.join(RETRIEVERS)}")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TUNABLE = ("hybrid", "rrf", "cascade", "entity_first", "learned", "fusion", "pairwise", "causal")
+TUNABLE = ("hybrid", "rrf", "cascade", "entity_first", "learned", "fusion", "pairwise", "query_likelihood", "causal")
 # entity_first ranks a fixed candidate set per question (HotpotQA's own paragraphs); it needs `within`.
 NEEDS_WITHIN = ("entity_first",)
 ORDER = {name: i for i, name in enumerate(TUNABLE)}   # hybrid first (learned uses its weight), causal last
@@ -42,6 +42,9 @@ DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
     # The top 2 re-selected as a pair over a tuned base (`pairwise_base`); 0/0 weights are the base itself.
     "pairwise": {"pool": [3, 4, 5], "coverage_weight": [0.0, 0.5, 1.0, 2.0], "link_weight": [0.0, 0.5, 1.0],
                  "use_ranks": [False, True]},
+    # The top `depth` of a tuned base (`query_likelihood_base`) reranked by the solver's likelihood of the query;
+    # weight 0 is the base itself. A benchmark may fix its `prompt` here (a one-value space).
+    "query_likelihood": {"weight": [0.0, 0.25, 0.5, 0.75, 1.0], "depth": [10, 20]},
     "causal": {
         "shortlist": ["hybrid", "learned"],
         "shortlist_size": [5, 8, 10],
@@ -69,6 +72,7 @@ DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
 DEFAULT_POINTS: dict[str, dict[str, Any]] = {
     "fusion": {"c": 60, "weights.learned": 1.0},
     "pairwise": {"pool": 4, "coverage_weight": 0.0, "link_weight": 0.0, "use_ranks": False},
+    "query_likelihood": {"weight": 0.0, "depth": 20},
     "cascade": {"tfidf.initial_k": 100, "embedding.similarity_top_k": 20, "embedding.similarity_cutoff": 0.6,
                 "graph.max_hops": 2, "graph.min_edge_weight": 0.3, "graph.score_decay_factor": 0.8},
     "rrf": {"c": 60, "within_stats": "corpus"},
@@ -97,6 +101,7 @@ class TuningSpec(BaseModel):
     # the figure stay on this benchmark's own tune split, the extra questions are in every training fold.
     learned_extra: list[str] = Field(default_factory=list)
     pairwise_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "entity_first"])  # first tuned one
+    query_likelihood_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "hybrid"])  # first tuned
     seed: int = 0
 
     def resolved_retrievers(self, listed: list[str], has_within: bool) -> list[str]:
