@@ -88,9 +88,10 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         return source
 
     # The causal retriever is tuned with the LLM's answer likelihood wherever the LLM can score prompts, else
-    # with the lexical fallback (named in the log and the metadata).
-    tunes_causal = "causal" in tuning.resolved_retrievers(list(spec.retrievers), bench.within is not None)
-    scorer = llm.scorer if tunes_causal and llm.scores_prompts() else None
+    # with the lexical fallback (named in the log and the metadata); query_likelihood only where it can.
+    scoring = {"causal", "query_likelihood"} & set(tuning.resolved_retrievers(list(spec.retrievers),
+                                                                             bench.within is not None))
+    scorer = llm.scorer if scoring and llm.scores_prompts() else None
     result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, mc_labels,
                   forbidden=tuple(spec.eval_splits), log=context.log.info, extra_sources=extra_source,
                   scorer=scorer)
@@ -108,6 +109,9 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         "selected": result.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
         "metric": tuning.metric, "best_by_retriever": MetadataValue.json(best),
         "selection_by_retriever": MetadataValue.json(selection),
+        # a combination is selectable only beyond one standard error of what it is built on (core.tuning.search)
+        "combination_margins": MetadataValue.json({n: b["selection_margin"] for n, b in result.best.items()
+                                                   if "selection_margin" in b}),
         "mc_labels": "used" if mc_labels is not None else "absent",
         **({"learned_extra": MetadataValue.json(learned_extra)} if learned_extra else {}),
         **({"causal_answer_model": result.best["causal"]["params"].get("answer_model", "")}

@@ -61,6 +61,32 @@ def test_selection_compares_nested_figures_on_the_same_queries():
     assert TuningResult(pd.DataFrame(), old).selected == "hybrid"
 
 
+def test_a_combination_is_selected_only_beyond_the_noise_of_what_it_is_built_on():
+    """pairwise (over fusion, over learned + hybrid) wins the nested figure by a few lucky queries: within one
+    standard error of the paired difference to learned, so learned is selected; a combination that gains on every
+    query over every ingredient is selectable."""
+    learned = {q: 0.8 for q in "abcdefgh"}
+    hybrid = {q: 0.6 for q in "abcdefgh"}
+    fusion = {**learned, "a": 0.9}                                    # +0.0125: one query of eight
+    pairwise = {**fusion, "b": 1.0, "c": 0.7}                         # +0.025 over fusion, +0.0375 over learned
+    best = {"learned": {"value": 0.8, "trials": 3, "params": {"model_path": "@learned"}},
+            "hybrid": {"value": 0.6, "trials": 9, "params": {"weight": 0.5}},
+            "fusion": {"value": 0.81, "trials": 5, "params": {"members": {"learned": {}, "hybrid": {}}}},
+            "pairwise": {"value": 0.84, "trials": 7, "params": {"base": {"fusion": {}}}}}
+    compare_nested(best, {"learned": learned, "hybrid": hybrid, "fusion": fusion, "pairwise": pairwise})
+    assert best["pairwise"]["selection_value"] > best["learned"]["selection_value"]
+    assert not best["pairwise"]["selectable"] and not best["fusion"]["selectable"]
+    assert "not beyond the noise of" in best["pairwise"]["selection_margin"]
+    assert "over fusion" in best["pairwise"]["selection_margin"] and "over learned" in best["pairwise"]["selection_margin"]
+    assert best["learned"]["selectable"] and "selection_margin" not in best["learned"]
+    assert TuningResult(pd.DataFrame(), best).selected == "learned"
+    # a steady gain on every query is beyond the noise: the combination is selected
+    steady = {q: v + 0.05 + 0.01 * (i % 2) for i, (q, v) in enumerate(learned.items())}
+    best["pairwise"]["params"] = {"base": {"learned": {}}}
+    compare_nested(best, {"learned": learned, "hybrid": hybrid, "fusion": fusion, "pairwise": steady})
+    assert best["pairwise"]["selectable"] and TuningResult(pd.DataFrame(), best).selected == "pairwise"
+
+
 def test_tuning_records_the_nested_figure_of_every_retriever():
     from tests.core.tiny_corpus import tiny_benchmark, tiny_index
 

@@ -20,6 +20,10 @@ every trial it scores:
 - **pairwise**: the top 2 re-selected as the best pair (joint coverage of the question's entities, title links)
   over the first tuned of `pairwise_base` (default fusion, learned, entity_first); the zero weights (the base
   itself) are the start, so it changes nothing unless the pair terms gain on train.
+- **query_likelihood**: the top `depth` of the first tuned of `query_likelihood_base` (default fusion, learned,
+  hybrid) reranked by the solver's likelihood of the query (`retrievers.query_likelihood`); weight 0 (the base) is
+  the start. Tuned only where the `llm` resource scores prompts (`scorer`); every trial after the first re-reads
+  the call cache.
 - **causal**: runs after learned, so `shortlist: learned` can use the model just trained.
 
 Only the queries of the `bench` passed in are ever scored, and `tune` refuses a split listed in `forbidden`
@@ -34,9 +38,14 @@ MAP@10, and lost to it by 0.013 on the held-out half). So each retriever is sele
 (`nested_scores`): the train queries in `cv_folds` folds (the learned model's CV folds), each fold scored at the
 point that did best on the other folds' queries, among the points the search scored; and compared on the same
 queries: a retriever scored on a sample (`max_queries`) and one scored on every train query are compared on the
-sample. A combination (fusion, pairwise) is nested over its own points only: its members were chosen on every
-train query. The best train figure stays in the trials and the config (`value`), the nested one beside it
-(`selection_value`, `selection_evaluation`).
+sample. A combination (fusion, pairwise, query_likelihood) is nested over its own points only: its members were chosen on every
+train query. So a combination must also **earn its keep**: it is selectable only where its nested figure beats that
+of every retriever it is built on (its members or base, and theirs in turn) by more than one standard error of the
+paired per-query difference on the common queries (the one-standard-error rule of model selection: a more complex
+model is taken only where it is better beyond the noise of the comparison). On HotpotQA's 60 common train
+questions pairwise over fusion over learned won by 0.01 nested, a few questions' worth. The best train figure stays
+in the trials and the config (`value`), the nested one beside it (`selection_value`, `selection_evaluation`,
+`selectable` with its reason in `selection_margin`).
 """
 from __future__ import annotations
 
@@ -61,6 +70,9 @@ from causal_assets.core.retrievers.learned.retriever import (PARAM_GRID, Learned
 from causal_assets.core.tuning.fusion import sweep_fusion_weight
 from causal_assets.core.tuning.spec import DEFAULT_POINTS, ORDER, TuningSpec
 
+# Retrievers built over other tuned retrievers: a learned member ranks each train query out of fold.
+COMBINATIONS = ("fusion", "pairwise", "query_likelihood")
+
 @dataclass
 class TuningResult:
     trials: pd.DataFrame                         # one row per scored point (see `TRIAL_COLUMNS`)
@@ -70,10 +82,12 @@ class TuningResult:
 
     @property
     def selected(self) -> str | None:
-        """The retriever with the best nested train figure (module docstring; ties: the earlier in `TUNABLE`)."""
-        if not self.best:
+        """The selectable retriever with the best nested train figure (module docstring; ties: the earlier in
+        `TUNABLE`). A config from before `selectable` existed counts every retriever."""
+        eligible = [n for n, b in self.best.items() if b.get("selectable", True)]
+        if not eligible:
             return None
-        return max(self.best, key=lambda n: (self.best[n].get("selection_value", self.best[n]["value"]), -ORDER[n]))
+        return max(eligible, key=lambda n: (self.best[n].get("selection_value", self.best[n]["value"]), -ORDER[n]))
 
 
 TRIAL_COLUMNS = ["retriever", "trial", "params", "metric", "value", "evaluation", "queries", "seconds", "best"]
@@ -172,15 +186,45 @@ def nested_scores(per_trial: list[dict[str, float]], folds: list[list[str]]) -> 
     return out
 
 
+def ingredients(params: dict[str, Any]) -> list[str]:
+    """The retrievers a combination's params build on: fusion's `members`, pairwise's and query_likelihood's `base`."""
+    return [*(params.get("members") or {}), *(params.get("base") or {})]
+
+
 def compare_nested(best: dict[str, dict[str, Any]], nested: dict[str, dict[str, float]]) -> None:
     """Sets each retriever's `selection_value`: the mean of its nested scores over the queries every retriever
-    was scored on (a sampled retriever's sample), so the selection compares like with like."""
+    was scored on (a sampled retriever's sample), so the selection compares like with like; and `selectable`: a
+    combination only where it beats every retriever it is built on, recursively, by more than one standard error of
+    the paired difference on those queries (`selection_margin` says by how much, or which one it did not beat)."""
     common = set.intersection(*(set(v) for v in nested.values())) if nested else set()
     for name, scores in nested.items():
         on = common or set(scores)
         best[name]["selection_value"] = float(np.mean([scores[q] for q in on])) if on else float("nan")
         best[name]["selection_evaluation"] = f"nested cv over {best[name]['trials']} points, on {len(on)} " \
             f"train queries" + (" (those every retriever was scored on)" if len(on) < len(scores) else "")
+
+    def built_on(name: str) -> list[str]:
+        out: list[str] = []
+        for m in ingredients(best[name].get("params") or {}):
+            if m in best and m not in out:
+                out += [m, *(x for x in built_on(m) if x not in out and x != m)]
+        return out
+
+    for name in nested:
+        margins = []
+        for m in built_on(name):
+            if m not in nested:
+                continue
+            on = sorted((common or set(nested[name])) & set(nested[m]))
+            d = np.array([nested[name][q] - nested[m][q] for q in on])
+            se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("inf")
+            margins.append((m, float(d.mean()) if len(d) else float("nan"), se))
+        lost = [(m, diff, se) for m, diff, se in margins if not diff > se]
+        best[name]["selectable"] = not lost
+        if margins:
+            best[name]["selection_margin"] = "; ".join(
+                f"{'+' if diff >= 0 else ''}{diff:.4f} over {m} (1 SE {se:.4f})" for m, diff, se in margins) + \
+                (f": not beyond the noise of {', '.join(m for m, _, _ in lost)}" if lost else "")
 
 
 def coordinate_search(space: dict[str, list[Any]], start: dict[str, Any], score: Callable[[dict[str, Any]], float],
@@ -312,10 +356,14 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 fixed = {**fixed, "members": {m: best[m]["params"] for m in members}}
                 space = {k_: v for k_, v in space.items()
                          if not k_.startswith("weights.") or k_.split(".", 1)[1] in members}
-            if name == "pairwise":
-                base = next((b for b in spec.pairwise_base if b in best), None)
+            if name in ("pairwise", "query_likelihood"):
+                bases = spec.pairwise_base if name == "pairwise" else spec.query_likelihood_base
+                base = next((b for b in bases if b in best), None)
                 if base is None:
-                    log(f"pairwise: none of {spec.pairwise_base} was tuned: skipped")
+                    log(f"{name}: none of {bases} was tuned: skipped")
+                    continue
+                if name == "query_likelihood" and scorer is None:
+                    log("query_likelihood: no log-probability scorer configured: skipped")
                     continue
                 fixed = {**fixed, "base": {base: best[base]["params"]}}
             sub = sample_queries(bench, spec.max_queries.get(name), spec.seed)
@@ -329,7 +377,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 def score(point: dict[str, Any]) -> float:
                     t = time.perf_counter()
                     params = {**fixed, **nested(point)}
-                    if name in ("fusion", "pairwise"):
+                    if name in COMBINATIONS:
                         # The learned member ranks each train query with the fold model that never saw it, so the
                         # train figure of a combination is as out-of-sample as learned's own (cross-validated) one.
                         params = _with_models(params, out_of_fold)
@@ -344,7 +392,8 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                         params["shortlist_params"] = {"retriever": out_of_fold["learned"]} \
                             if "learned" in out_of_fold else {"model": models["learned"]}
                     retriever = _causal(params) if name == "causal" else \
-                        build_retriever(name, index, params, neighbors, None, graph)
+                        build_retriever(name, index, params, neighbors, None, graph,
+                                        scorer() if name == "query_likelihood" else None)
                     # the causal retriever asks its answer model per candidate: trials report progress and figure
                     rr = run_benchmark(retriever, sub, k, name, progress=log if name == "causal" else None)
                     per_query.append(named_metric_per_query(sub.qrels, rr.run, spec.metric))
@@ -385,7 +434,11 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     compare_nested(best, nested_of)
     if best:
         log("selection (nested, same queries): " + ", ".join(
-            f"{n} {b['selection_value']:.4f}" for n, b in sorted(best.items(), key=lambda x: -x[1]["selection_value"])))
+            f"{n} {b['selection_value']:.4f}" + ("" if b.get("selectable", True) else " (not selectable)")
+            for n, b in sorted(best.items(), key=lambda x: -x[1]["selection_value"])))
+        for n, b in best.items():
+            if "selection_margin" in b:
+                log(f"{n}: {b['selection_margin']}")
     trials = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
     return TuningResult(trials, best, models, sorted(scored_queries))
 
