@@ -11,7 +11,8 @@ from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.retrievers.learned.features import (BRIDGE_FEATURES, FEATURES, KINDS, FeatureExtractor,
                                                             GraphProximity, query_entities)
 from causal_assets.core.retrievers.learned.retriever import (CausalRelevanceModel, LearnedRetriever, attach_target,
-                                                             candidate_table, cross_validate, fit_model, query_folds)
+                                                             candidate_table, cross_validate, fit_model, grid_for,
+                                                             _sharing_units, is_ranker, query_folds)
 from tests.core.tiny_corpus import PARAGRAPHS, QUESTIONS, tiny_benchmark, tiny_index
 
 # Small data: shallow trees with small leaves, so a few dozen rows can be fitted.
@@ -150,6 +151,30 @@ def test_the_fitted_model_ranks_its_judged_paragraphs_first_and_round_trips(tmp_
         CausalRelevanceModel.load(tmp_path / "other.joblib")
 
 
+def test_lambdamart_ranks_each_query_with_its_candidates_grouped_and_round_trips(tmp_path):
+    """The listwise grid points (LightGBM's LambdaMART) fit the qrels target with each query's candidates as one
+    group, whatever order the table's rows come in, and persist like the pointwise model; ΔP is fitted pointwise."""
+    index = tiny_index()
+    bench = tiny_benchmark()
+    extractor, table = _table(index, list(QUESTIONS))
+    ranker = {"objective": "lambdarank", "learning_rate": 0.1, "num_leaves": 4, "min_child_samples": 1,
+              "n_estimators": 30, "reg_lambda": 1.0}
+    assert ranker in [dict(p, min_child_samples=1, n_estimators=30) for p in grid_for("qrels") if is_ranker(p)]
+    assert not any(is_ranker(p) for p in grid_for("delta_p")) and len(grid_for("qrels")) > len(grid_for("delta_p"))
+    target = attach_target(table, "qrels", bench.qrels)
+    shuffled = target.sample(frac=1.0, random_state=3)          # queries interleaved: the fit must group them
+    model = fit_model(shuffled, "qrels", ranker, extractor.settings())
+    scores = model.predict(table)
+    relevant = np.array([bench.qrels[q].get(d, 0) > 0 for q, d in zip(table["query_id"], table["doc_id"])])
+    top = pd.Series(scores).groupby(table["query_id"].to_numpy()).idxmax()
+    assert relevant[top.to_numpy()].sum() >= 7                 # its judged paragraph first for 7 of 8 questions
+    loaded = CausalRelevanceModel.load(model.save(tmp_path / "ranker.joblib"))
+    assert np.allclose(loaded.predict(table), scores)
+    with pytest.raises(ValueError, match="LambdaMART fits graded relevance"):
+        fit_model(attach_target(table, "delta_p", mc_labels=pd.DataFrame(
+            {"question_id": ["q1", "q2"], "doc_id": ["seine", "danube"], "effect": [1.0, 0.5]})), "delta_p", ranker, {})
+
+
 def test_fitting_refuses_what_it_cannot_learn_from():
     index = tiny_index()
     _, table = _table(index, ["q1", "q2"])
@@ -157,6 +182,24 @@ def test_fitting_refuses_what_it_cannot_learn_from():
         fit_model(attach_target(table, "qrels", {"q1": {"seine": 1.0}}), "qrels", PARAMS, {})
     with pytest.raises(ValueError, match="single class"):
         fit_model(attach_target(table, "qrels", {"q1": {}, "q2": {}}), "qrels", PARAMS, {})
+
+
+def test_queries_that_share_a_relevant_document_stay_in_one_fold():
+    """Otherwise a held-out query's gold document is a training positive, and the CV rewards remembering it."""
+    ids = [f"q{i}" for i in range(12)]
+    qrels = {"q0": {"d1": 1.0}, "q1": {"d1": 1.0, "d2": 1.0}, "q2": {"d2": 2.0},      # q0-q1-q2 through d1, d2
+             "q3": {"d3": 1.0}, "q4": {"d3": 1.0}, "q5": {"d3": 0.0, "d9": 1.0},    # q5's d3 is not relevant
+             **{q: {f"own{q}": 1.0} for q in ids[6:]}}
+    folds = query_folds(ids, 3, seed=0, qrels=qrels)
+    fold_of = {q: i for i, f in enumerate(folds) for q in f}
+    assert sorted(fold_of) == sorted(ids) and len(folds) == 3
+    assert fold_of["q0"] == fold_of["q1"] == fold_of["q2"] and fold_of["q3"] == fold_of["q4"]
+    assert max(map(len, folds)) - min(map(len, folds)) <= 2             # balanced up to a unit's size
+    units = _sharing_units(ids, qrels)                                   # q5 shares only a non-relevant d3
+    assert ["q0", "q1", "q2"] in units and ["q3", "q4"] in units and ["q5"] in units and len(units) == 9
+    # nothing shared: the plain folds, as without qrels
+    own = {q: {f"own{q}": 1.0} for q in ids}
+    assert query_folds(ids, 3, seed=0, qrels=own) == query_folds(ids, 3, seed=0)
 
 
 def test_query_folds_partition_the_queries_and_cross_validation_scores_held_out_queries():

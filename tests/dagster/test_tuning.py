@@ -17,6 +17,7 @@ from dagster import (AssetKey, AssetMaterialization, AssetSelection, DagsterInst
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.index.dense import Embedder
 from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.retrievers.learned.retriever import grid_for
 from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.evaluation import evaluation_tables
@@ -64,7 +65,7 @@ def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
     assert trials.groupby("retriever")["best"].sum().eq(1).all()      # one winner per retriever
     assert len(trials[trials.retriever == "hybrid"]) == 21             # the whole weight grid
     assert len(trials[trials.retriever == "cascade"]) > 6              # a search, not one point
-    assert len(trials[trials.retriever == "learned"]) == 3             # PARAM_GRID x target qrels (no MC labels)
+    assert len(trials[trials.retriever == "learned"]) == len(grid_for("qrels"))   # the grid x target qrels (no MC labels)
     assert (trials[trials.retriever == "learned"]["evaluation"] == "cv5").all()
     for _, t in trials[trials.best].iterrows():                        # the winner is the best trial it scored
         assert t["value"] == trials[trials.retriever == t["retriever"]]["value"].max()

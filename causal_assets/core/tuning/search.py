@@ -10,8 +10,9 @@ every trial it scores:
   every value of one parameter with the others held at the current best, keeps a change only when it improves
   the metric, and stops after `passes` passes or a pass without improvement. Every scored point is a trial;
   identical points are scored once. Ties keep the current point, so defaults win unless something beats them.
-- **learned**: the causal-relevance model's hyperparameters (`learned.retriever.PARAM_GRID`) and its training target
-  (qrels, or the Monte Carlo labels' ΔP where the train split has them), chosen by grouped (by query) K-fold
+- **learned**: the causal-relevance model's hyperparameters and model family (`learned.retriever.PARAM_GRID`:
+  pointwise trees or LambdaMART) and its training target (qrels, or the Monte Carlo labels' ΔP where the train
+  split has them), chosen by grouped (by query) K-fold
   cross-validation on the ranking metric. Its first stage uses the tuned hybrid weight and BM25 statistics. The winner is refit on
   the whole train split and returned as a model to store.
 - **fusion**: weighted RRF of other tuned retrievers (`fusion_members`, default learned + entity_first) at their
@@ -65,8 +66,8 @@ from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions
 from causal_assets.core.retrievers.factory import build_retriever, causal_answer_model
 from causal_assets.core.retrievers.learned.features import FeatureExtractor
-from causal_assets.core.retrievers.learned.retriever import (PARAM_GRID, LearnedRetriever, attach_target, candidate_table,
-                                                   cross_validate, fit_model, query_folds)
+from causal_assets.core.retrievers.learned.retriever import (LearnedRetriever, attach_target, candidate_table,
+                                                              cross_validate, fit_model, grid_for, query_folds)
 from causal_assets.core.tuning.fusion import sweep_fusion_weight
 from causal_assets.core.tuning.spec import DEFAULT_POINTS, ORDER, TuningSpec
 
@@ -280,7 +281,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     scored_queries: set[str] = set()
     nested_of: dict[str, dict[str, float]] = {}   # retriever -> nested score per train query
     # the learned model's CV folds (`cross_validate`), for every retriever's nested figure
-    folds = query_folds([q for q in bench.query_ids() if q in bench.qrels], spec.cv_folds, spec.seed)
+    folds = query_folds([q for q in bench.query_ids() if q in bench.qrels], spec.cv_folds, spec.seed, bench.qrels)
 
     def record(name: str, points: list[tuple[dict[str, Any], float]], evaluation: str, queries: int,
                seconds: list[float], fixed: dict[str, Any], per_query: list[dict[str, float]]) -> dict[str, Any]:
@@ -512,7 +513,7 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
     points, secs, tables, per_query = [], [], {}, []
     for target in targets:
         tables[target] = attach_target(table, target, {**bench.qrels, **extra_qrels}, labels)
-        for params in PARAM_GRID:
+        for params in grid_for(target):
             t = time.perf_counter()
             value, _, scores = cross_validate(tables[target], target, params, bench.qrels, spec.metric,
                                               spec.cv_folds, spec.seed)
@@ -528,7 +529,7 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
     chosen = tables[point["target"]]
     judged = [q for q in chosen["query_id"].unique() if q in bench.qrels]
     fold_models, fold_of_text = [], {}
-    for f, fold in enumerate(query_folds(judged, spec.cv_folds, spec.seed)):
+    for f, fold in enumerate(query_folds(judged, spec.cv_folds, spec.seed, bench.qrels)):
         held = chosen["query_id"].isin(fold).to_numpy()
         fold_models.append(LearnedRetriever(index, fit_model(chosen[~held], point["target"], point["hyperparameters"],
                                                              extractor.settings()), graph))
