@@ -6,7 +6,7 @@ import pytest
 
 from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.tuning.search import (TuningResult, _given_model, compare_nested, coordinate_search, flat,
-                                             labels_of, nested, nested_scores, sample_queries, tune)
+                                             fold_groups, labels_of, nested, nested_scores, sample_queries, tune)
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
 
@@ -85,6 +85,14 @@ def test_a_combination_is_selected_only_beyond_the_noise_of_what_it_is_built_on(
     best["pairwise"]["params"] = {"base": {"learned": {}}}
     compare_nested(best, {"learned": learned, "hybrid": hybrid, "fusion": fusion, "pairwise": steady})
     assert best["pairwise"]["selectable"] and TuningResult(pd.DataFrame(), best).selected == "pairwise"
+
+
+def test_cv_groups_chooses_what_a_fold_keeps_together():
+    bench = Benchmark("b", "train", {"q1": "a", "q2": "b"}, {"q1": {"d": 1.0}, "q2": {"d": 1.0}})
+    assert fold_groups(TuningSpec(), bench) is bench.qrels                      # default: shared documents
+    assert fold_groups(TuningSpec(cv_groups="queries"), bench) is None
+    with pytest.raises(ValueError, match="cv_groups"):
+        TuningSpec(cv_groups="documents")
 
 
 def test_tuning_records_the_nested_figure_of_every_retriever():

@@ -170,6 +170,11 @@ def _given_model(params: dict[str, Any]) -> bool:
     return given.get("model") is not None or not str(given.get("model_path") or "@").startswith("@")
 
 
+def fold_groups(spec: TuningSpec, bench: Benchmark) -> dict[str, dict[str, float]] | None:
+    """The qrels `query_folds` keeps queries together by (`spec.cv_groups`), or None: each query alone."""
+    return bench.qrels if spec.cv_groups == "shared_documents" else None
+
+
 def nested_scores(per_trial: list[dict[str, float]], folds: list[list[str]]) -> dict[str, float]:
     """Per query, the figure a searched retriever is selected by (module docstring): each fold's queries scored at
     the trial point with the best mean over the other folds' queries (ties: the earliest, as the search's own
@@ -281,7 +286,8 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     scored_queries: set[str] = set()
     nested_of: dict[str, dict[str, float]] = {}   # retriever -> nested score per train query
     # the learned model's CV folds (`cross_validate`), for every retriever's nested figure
-    folds = query_folds([q for q in bench.query_ids() if q in bench.qrels], spec.cv_folds, spec.seed, bench.qrels)
+    folds = query_folds([q for q in bench.query_ids() if q in bench.qrels], spec.cv_folds, spec.seed,
+                        fold_groups(spec, bench))
 
     def record(name: str, points: list[tuple[dict[str, Any], float]], evaluation: str, queries: int,
                seconds: list[float], fixed: dict[str, Any], per_query: list[dict[str, float]]) -> dict[str, Any]:
@@ -516,7 +522,7 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
         for params in grid_for(target):
             t = time.perf_counter()
             value, _, scores = cross_validate(tables[target], target, params, bench.qrels, spec.metric,
-                                              spec.cv_folds, spec.seed)
+                                              spec.cv_folds, spec.seed, fold_groups(spec, bench))
             per_query.append(scores)
             points.append(({"target": target, "hyperparameters": dict(params)}, value))
             secs.append(time.perf_counter() - t)
@@ -529,7 +535,7 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
     chosen = tables[point["target"]]
     judged = [q for q in chosen["query_id"].unique() if q in bench.qrels]
     fold_models, fold_of_text = [], {}
-    for f, fold in enumerate(query_folds(judged, spec.cv_folds, spec.seed, bench.qrels)):
+    for f, fold in enumerate(query_folds(judged, spec.cv_folds, spec.seed, fold_groups(spec, bench))):
         held = chosen["query_id"].isin(fold).to_numpy()
         fold_models.append(LearnedRetriever(index, fit_model(chosen[~held], point["target"], point["hyperparameters"],
                                                              extractor.settings()), graph))

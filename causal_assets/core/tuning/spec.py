@@ -3,7 +3,7 @@ tuned, each one's space of parameters and its starting point. Pure data and vali
 can check a `tuning:` section without loading the search."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,6 +92,11 @@ class TuningSpec(BaseModel):
     metric: str = "ndcg@10"
     passes: int = Field(2, ge=1)                 # coordinate-search passes
     cv_folds: int = Field(5, ge=2)               # learned: grouped folds
+    # What a CV fold keeps together (learned.retriever.query_folds), for every nested figure: queries that share a
+    # relevant document (the estimate for questions about documents the training never saw relevant), or each query
+    # alone (rewards remembering which documents were relevant: right only where new questions keep returning to
+    # the same documents; on SciFact it chose the learned model over the hybrid on memory alone, README).
+    cv_groups: Literal["shared_documents", "queries"] = "shared_documents"
     learned_targets: list[str] = Field(default_factory=lambda: ["qrels", "delta_p"])  # delta_p only with MC labels
     min_mc_questions: int = Field(10, ge=2)      # delta_p is tried only with this many labelled train questions
     max_queries: dict[str, int] = Field(default_factory=lambda: {"causal": 150})  # per retriever, seeded sample

@@ -255,14 +255,15 @@ def run_from_scores(table: pd.DataFrame, scores: np.ndarray) -> dict[str, dict[s
 
 
 def cross_validate(table: pd.DataFrame, target: str, params: dict[str, Any], eval_qrels: Qrels,
-                   metric: str = "ndcg@10", n_folds: int = 5,
-                   seed: int = 0) -> tuple[float, np.ndarray, dict[str, float]]:
-    """Grouped K-fold over the judged queries (queries that share a relevant document in one fold: `query_folds`):
-    each fold's queries are scored by a model trained on the other folds' labelled pairs. Returns (metric of the out-of-fold ranking against `eval_qrels`, out-of-fold scores
+                   metric: str = "ndcg@10", n_folds: int = 5, seed: int = 0,
+                   fold_groups: Qrels | None = None) -> tuple[float, np.ndarray, dict[str, float]]:
+    """Grouped K-fold over the judged queries (with `fold_groups`, queries that share a relevant document of it in
+    one fold: `query_folds`): each fold's queries are scored by a model trained on the other folds' labelled pairs.
+    Returns (metric of the out-of-fold ranking against `eval_qrels`, out-of-fold scores
     (NaN for queries outside `eval_qrels`), that metric per judged query)."""
     judged = [q for q in table["query_id"].unique() if q in eval_qrels]
     oof = np.full(len(table), np.nan)
-    for fold in query_folds(judged, n_folds, seed, eval_qrels):
+    for fold in query_folds(judged, n_folds, seed, fold_groups):
         held = table["query_id"].isin(fold).to_numpy()
         model = fit_model(table[~held], target, params, {})
         oof[held] = model.predict(table[held])
