@@ -38,6 +38,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # a fit, a model file), loaded where they are used so that a search or `--help` does not pay for them.
 HEAVY = frozenset({"torch", "sentence_transformers", "transformers", "onnx", "onnxruntime", "llama_cpp", "faiss",
                    "datasets", "tokenizers", "sklearn", "joblib", "bm25s",
+                   # LightGBM (~1.3 s with its scikit-learn glue): only fitting a LambdaMART point needs it
+                   "lightgbm",
                    # ranx brings scipy.stats and matplotlib (~1.7 s) into every process that loads the code location
                    "ranx"})
 # Our own modules that exist to hold a heavy dependency: the numba BM25 batch kernel (numba + the cached kernel load
