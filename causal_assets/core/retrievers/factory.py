@@ -22,6 +22,8 @@ from causal_assets.core.retrievers.similarity import HybridRetriever, RRFRetriev
 BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")
 RETRIEVERS = (*BASELINES, "cascade", "entity_first", "causal", "learned", "fusion", "pairwise", "query_likelihood")
 SHORTLISTS = ("hybrid", "cascade", "bm25", "learned")
+# Retrievers built over other retrievers named in their params (`members` or `base`).
+COMBINATIONS = ("fusion", "pairwise", "query_likelihood")
 
 Neighbors = Callable[[str], list[tuple[str, str, float]]]
 Graph = tuple[pd.DataFrame, pd.DataFrame]
@@ -66,22 +68,23 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
             raise ValueError("fusion needs members: {retriever name: its params}")
         built = [(m, build_retriever(m, index, p, neighbors, llm_client, graph, scorer)) for m, p in members.items()]
         return FusionRetriever(index, built, **params)
-    if name == "pairwise":
-        base = params.pop("base", None) or {}
-        if not isinstance(base, dict) or len(base) != 1:
-            raise ValueError("pairwise needs base: {one retriever name: its params}")
-        (b, p), = base.items()
-        return PairwiseTop2(index, build_retriever(b, index, p, neighbors, llm_client, graph, scorer), **params)
-    if name == "query_likelihood":
-        base = params.pop("base", None) or {}
-        if not isinstance(base, dict) or len(base) != 1:
-            raise ValueError("query_likelihood needs base: {one retriever name: its params}")
-        if scorer is None:
+    if name in ("pairwise", "query_likelihood"):
+        b, p = _one_base(name, params)
+        if name == "query_likelihood" and scorer is None:
             raise ValueError("query_likelihood needs a log-probability scorer (the `llm` resource's)")
-        (b, p), = base.items()
-        return QueryLikelihoodReranker(index, build_retriever(b, index, p, neighbors, llm_client, graph, scorer),
-                                       scorer, **params)
+        base = build_retriever(b, index, p, neighbors, llm_client, graph, scorer)
+        return PairwiseTop2(index, base, **params) if name == "pairwise" else \
+            QueryLikelihoodReranker(index, base, scorer, **params)
     raise ValueError(f"unknown retriever {name!r}; known: {', '.join(RETRIEVERS)}")
+
+
+def _one_base(name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Pops a combination's `base` ({one retriever name: its params}) from `params`."""
+    base = params.pop("base", None) or {}
+    if not isinstance(base, dict) or len(base) != 1:
+        raise ValueError(f"{name} needs base: {{one retriever name: its params}}")
+    (b, p), = base.items()
+    return b, p
 
 
 def build_learned(index: CorpusIndex, params: dict[str, Any], graph: Graph | None = None):

@@ -64,15 +64,13 @@ from causal_assets.core.evaluation.metrics import named_metric_per_query, parse_
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions
-from causal_assets.core.retrievers.factory import build_retriever, causal_answer_model
+from causal_assets.core.retrievers.factory import COMBINATIONS, build_retriever, causal_answer_model
 from causal_assets.core.retrievers.learned.features import FeatureExtractor
 from causal_assets.core.retrievers.learned.retriever import (LearnedRetriever, attach_target, candidate_table,
                                                               cross_validate, fit_model, grid_for, query_folds)
 from causal_assets.core.tuning.fusion import sweep_fusion_weight
 from causal_assets.core.tuning.spec import DEFAULT_POINTS, ORDER, TuningSpec
 
-# Retrievers built over other tuned retrievers: a learned member ranks each train query out of fold.
-COMBINATIONS = ("fusion", "pairwise", "query_likelihood")
 
 @dataclass
 class TuningResult:

@@ -39,6 +39,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 from threadpoolctl import threadpool_limits
 from upath import UPath
 
@@ -226,24 +228,17 @@ def query_folds(query_ids: Sequence[str], n_folds: int, seed: int = 0,
 
 
 def _sharing_units(ids: list[str], qrels: Qrels) -> list[list[str]]:
-    """The queries of `ids` grouped by shared relevant documents (connected components), in `ids` order."""
-    parent = {q: q for q in ids}
-
-    def root(q: str) -> str:
-        while parent[q] != q:
-            parent[q] = parent[parent[q]]
-            q = parent[q]
-        return q
-
-    first_of_doc: dict[str, str] = {}
-    for q in ids:
-        for d, grade in (qrels.get(q) or {}).items():
-            if grade > 0:
-                other = first_of_doc.setdefault(d, q)
-                parent[root(q)] = root(other)
-    units: dict[str, list[str]] = {}
-    for q in ids:
-        units.setdefault(root(q), []).append(q)
+    """The queries of `ids` grouped by shared relevant documents: the connected components of the query-document
+    graph of `qrels`' positive judgements, each in `ids` order, in the order of their first query."""
+    docs: dict[str, int] = {}
+    edges = [(i, len(ids) + docs.setdefault(d, len(docs))) for i, q in enumerate(ids)
+             for d, grade in (qrels.get(q) or {}).items() if grade > 0]
+    n = len(ids) + len(docs)
+    rows, cols = zip(*edges) if edges else ((), ())
+    _, label = connected_components(sp.coo_matrix((np.ones(len(edges)), (rows, cols)), shape=(n, n)), directed=False)
+    units: dict[int, list[str]] = {}
+    for i, q in enumerate(ids):
+        units.setdefault(int(label[i]), []).append(q)
     return list(units.values())
 
 
