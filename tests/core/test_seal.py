@@ -142,3 +142,21 @@ def test_entity_extractor_hook_and_determinism(setup):
     assert "Manchester Orchestra" in r.last_traces[qids.index("5ae151985542990adbacf74d")]["entities"]
     _, again = _run(setup, qids, entity_extractor=extractor)
     assert [[x.chunk_id for x in h] for h in hits] == [[x.chunk_id for x in h] for h in again]
+
+
+def test_title_links_qualified_heads_and_quoted_names():
+    """A ", Place" title links where the text names its head and every qualifier, not from the head alone; a
+    quoted italic name links; a title inside the paragraph's own name does not."""
+    from causal_assets.core.retrievers.entity_first.retriever import compute_title_links
+    titles = ["Catawissa (tugboat)", "Waterford, New York", "College of Engineering, Kallooppara", "Bill Nelson",
+              "Space Shuttle Columbia", "Waterford Crystal"]
+    texts = ["Catawissa was a historic tugboat located at Waterford in Saratoga County, New York.",
+             "Waterford is a town in Saratoga County.",
+             "A college.",
+             "He flew on the Space Shuttle \u201cColumbia\u201d. He studied at a College of Engineering.",
+             "Space Shuttle \"Columbia\" was the first orbiter.",
+             "Waterford Crystal is a manufacturer of crystal in Waterford, Ireland."]
+    links = compute_title_links(titles, texts)
+    assert links[0] == [1]          # head + qualifier
+    assert links[3] == [4]          # quoted name; the bare head "College of Engineering" does not link
+    assert 1 not in links[5]        # the head inside its own name ("Waterford Crystal"), and no "New York"

@@ -50,6 +50,7 @@ STRONG_TITLE = 0.5  # default title-match score from which a paragraph counts as
 # lower-case match of a capitalised title, and of a match inside a longer title's match.
 TITLE_MATCH = {"alias": 0.9, "entity": 0.8, "words": 0.5, "lowercase": 0.5, "nested": 0.5}
 _DISAMBIGUATOR = re.compile(r"\s*\([^()]*\)\s*$")  # "Big Stone Gap (film)" -> "Big Stone Gap"
+_QUOTES = re.compile(r"[\"“”]")
 
 
 def title_forms(title: str) -> list[str]:
@@ -101,24 +102,43 @@ def comparison_targets(question: str, entities: Sequence[str]) -> list[str]:
 def compute_title_links(titles: Sequence[str], texts: Sequence[str]) -> list[list[int]]:
     """links[i] = indices j != i whose title paragraph i's text mentions (a hyperlink stand-in).
 
-    - Only the disambiguator-free form links: a ", Place"-less head ("College of Engineering" from
-      "College of Engineering, Kallooppara") is too generic to stand for the page.
+    - The disambiguator-free form links ("Waterford, New York"), and so does its ", Place"-less head where the text
+      also names every qualifier ("located at Waterford in Saratoga County, New York"): the head alone
+      ("College of Engineering" from "College of Engineering, Kallooppara") is too generic to stand for the page.
+    - Double quotes are not part of a name: Wikipedia text quotes italic titles ('Space Shuttle "Columbia"').
     - Case-sensitive on word boundaries: titles are names, and "Musket" must not link from "flintlock musket".
     - A title strictly inside the paragraph's own name is its name, not a link ("Thurgood Marshall College"
       in the text of "Thurgood Marshall College Fund").
     """
-    base = [title_forms(t)[0] if title_forms(t) else "" for t in titles]
+    texts = [_QUOTES.sub("", t) for t in texts]
+    base = [" ".join(_QUOTES.sub("", title_forms(t)[0]).split()) if title_forms(t) else "" for t in titles]
     patterns = [_phrase(b, case_sensitive=True) if b else None for b in base]
+    # ("Waterford", ["New York"]) of "Waterford, New York": the head and the qualifiers a text must also name
+    qualified = [(parts[0], parts[1:]) if len(parts) > 1 and len(parts[0]) > 3 else None
+                 for parts in ([p.strip() for p in b.split(",") if p.strip()] for b in base)]
     # A match contains the title's first word verbatim: a substring test on it rules out most pairs before any
     # regex runs (the pairs are quadratic in the candidates).
-    heads = [b.split()[0] if b else "" for b in base]
+    heads = [(_WORD.findall(b) or [b])[0] if b else "" for b in base]
+
+    def names(i: int, j: int) -> bool:
+        if patterns[j] is None or heads[j] not in texts[i]:
+            return False
+        if patterns[j].search(texts[i]):
+            return True
+        if qualified[j] is None:
+            return False
+        head, quals = qualified[j]
+        return bool(_phrase(head, case_sensitive=True).search(texts[i])) and \
+            all(_phrase(q, case_sensitive=True).search(texts[i]) for q in quals)
+
     links = []
     for i in range(len(titles)):
         own = base[i].casefold()
         links.append([j for j in range(len(titles)) if j != i and patterns[j] is not None
-                      and heads[j] in texts[i]
                       and not (base[j].casefold() != own and _phrase(base[j]).search(base[i]))
-                      and patterns[j].search(texts[i])])
+                      and not (qualified[j] is not None and qualified[j][0].casefold() != own
+                               and _phrase(qualified[j][0]).search(base[i]))
+                      and names(i, j)])
     return links
 
 
