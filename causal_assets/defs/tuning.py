@@ -15,6 +15,7 @@ from dagster import (AssetDep, AssetExecutionContext, AssetSelection, Automation
 from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
+from causal_assets.core.retrievers.factory import SCORING
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.tuning.spec import TuningSpec
@@ -89,7 +90,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
 
     # The causal retriever is tuned with the LLM's answer likelihood wherever the LLM can score prompts, else
     # with the lexical fallback (named in the log and the metadata); query_likelihood only where it can.
-    scoring = {"causal", "query_likelihood"} & set(tuning.resolved_retrievers(list(spec.retrievers),
+    scoring = set(SCORING) & set(tuning.resolved_retrievers(list(spec.retrievers),
                                                                              bench.within is not None))
     scorer = llm.scorer if scoring and llm.scores_prompts() else None
     result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, mc_labels,

@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.tuning.search import (TuningResult, _given_model, compare_nested, coordinate_search, flat,
+from causal_assets.core.tuning.search import (FoldChoices, TuningResult, _given_model, compare_nested,
+                                             coordinate_search, flat,
                                              fold_groups, labels_of, nested, nested_scores, sample_queries, tune)
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
@@ -85,6 +86,34 @@ def test_a_combination_is_selected_only_beyond_the_noise_of_what_it_is_built_on(
     best["pairwise"]["params"] = {"base": {"learned": {}}}
     compare_nested(best, {"learned": learned, "hybrid": hybrid, "fusion": fusion, "pairwise": steady})
     assert best["pairwise"]["selectable"] and TuningResult(pd.DataFrame(), best).selected == "pairwise"
+
+
+def test_a_combination_does_not_inherit_the_train_optimism_of_its_ingredients():
+    """pairwise at its zero weights is its base (fusion) itself. Fusion's best train point is lucky (two queries), so
+    fusion's nested figure is below its train figure; pairwise, whose base is that point chosen on every train query,
+    must score what fusion scores nested, not fusion's train figure (the HotpotQA case: 0.9290 vs 0.9218)."""
+    steady = {"a": 0.6, "b": 0.6, "c": 0.6, "d": 0.6}
+    lucky = {"a": 1.0, "b": 1.0, "c": 0.2, "d": 0.3}
+    folds = [["a"], ["b"], ["c"], ["d"]]
+    fusion_points = [{"c": 60, "members": {"learned": {}}}, {"c": 1, "members": {"learned": {}}}]
+    choices = FoldChoices(folds)
+    choices.add("fusion", fusion_points, [steady, lucky])
+    assert choices.chosen_without("fusion", 0) == fusion_points[0]          # without a: steady (0.6 vs 0.5)
+    assert choices.chosen_without("fusion", 2) == fusion_points[1]          # without c: lucky (0.767 vs 0.6)
+    runs = []
+
+    def run(params):                                                        # pairwise at 0/0 = its base's ranking
+        runs.append(params)
+        return steady if params["base"]["fusion"]["c"] == 60 else lucky
+
+    chosen = fusion_points[1]                                              # the best train figure: lucky, 0.625
+    choices.add("pairwise", [{"coverage_weight": 0.0, "base": {"fusion": chosen}}], [lucky])
+    figure = choices.nested("pairwise", run)
+    assert figure == pytest.approx(nested_scores([steady, lucky], folds))  # = fusion's own nested figure
+    assert sum(figure.values()) / 4 < sum(lucky.values()) / 4
+    assert len(runs) == 2                            # folds a, b moved the base and re-ran; c, d kept the run
+    assert choices.at_fold({"members": {"learned": {"m": 1}, "fusion": chosen}}, 0) == \
+        {"members": {"learned": {"m": 1}, "fusion": fusion_points[0]}}     # a retriever not searched is kept
 
 
 def test_cv_groups_chooses_what_a_fold_keeps_together():

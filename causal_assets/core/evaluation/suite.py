@@ -20,7 +20,7 @@ from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query
 from causal_assets.core.evaluation.report import overfitting_gauge
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.evaluation.truth import label_qrels
-from causal_assets.core.retrievers.factory import build_retriever, causal_answer_model
+from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
 from causal_assets.core.tuning.store import TunedConfig
 
 FAILURE_K = 10
@@ -153,8 +153,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
             if overlap and run.tuned:
                 continue
             uses_llm = bool(run.params.get("llm_entities")) or run.params.get("answer_model") == "llm"
-            scores = run.kind == "query_likelihood" or (
-                run.kind == "causal" and causal_answer_model(run.params, scorer is not None) == "likelihood")
+            scores = uses_scorer(run.kind, run.params, scorer is not None)
             retriever = build_retriever(run.kind, index, run.params, artifacts.neighbors,
                                         llm_client() if uses_llm and llm_client else None,
                                         tuned_graph if run.tuned else graph,

@@ -24,6 +24,9 @@ RETRIEVERS = (*BASELINES, "cascade", "entity_first", "causal", "learned", "fusio
 SHORTLISTS = ("hybrid", "cascade", "bm25", "learned")
 # Retrievers built over other retrievers named in their params (`members` or `base`).
 COMBINATIONS = ("fusion", "pairwise", "query_likelihood")
+# Retrievers that may measure with the LLM's log-probability scorer (`uses_scorer`): the Dagster layer starts the
+# `llm` resource's scorer only for a plan that holds one of them.
+SCORING = ("causal", "query_likelihood")
 
 Neighbors = Callable[[str], list[tuple[str, str, float]]]
 Graph = tuple[pd.DataFrame, pd.DataFrame]
@@ -103,6 +106,13 @@ def causal_answer_model(params: dict[str, Any], scorer_configured: bool) -> str:
     log-probability scorer is configured (the default local model included: the ranking is then measured), else
     the lexical stand-in (offline, no LLM: a labelled fallback). Tuning, evaluation and the factory all ask here."""
     return params.get("answer_model") or ("likelihood" if scorer_configured else "lexical")
+
+
+def uses_scorer(kind: str, params: dict[str, Any], scorer_configured: bool) -> bool:
+    """Whether a `kind` retriever with `params` measures with the log-probability scorer: query_likelihood always,
+    causal where its answer model is the likelihood (`causal_answer_model`)."""
+    return kind == "query_likelihood" or (
+        kind == "causal" and causal_answer_model(params, scorer_configured) == "likelihood")
 
 
 def build_causal(index: CorpusIndex, params: dict[str, Any], neighbors: Neighbors | None = None, llm_client=None,
