@@ -46,18 +46,24 @@ def test_the_nested_figure_does_not_reward_a_lucky_choice():
     assert nested_scores([steady, lucky], [["a", "x"], ["c"]]) == pytest.approx({"a": 0.6, "c": 0.2})
 
 
-def test_selection_compares_nested_figures_on_the_same_queries():
+def test_selection_compares_nested_figures_on_the_queries_both_were_scored_on():
+    """pairwise beats learned on all four queries; causal, scored on a sample of two, beats pairwise there but not
+    learned: the best on every query is kept. Only a sampled retriever that beats every fully scored one on its
+    sample is selected over them."""
     best = {"pairwise": {"value": 0.927, "trials": 11}, "learned": {"value": 0.913, "trials": 3},
             "causal": {"value": 0.921, "trials": 18}}
     nested_scores_of = {"pairwise": {"a": 0.9, "b": 0.9, "c": 0.9, "d": 0.9},
                         "learned": {"a": 1.0, "b": 1.0, "c": 0.8, "d": 0.7},
                         "causal": {"a": 0.95, "b": 0.95}}                   # scored on a sample of two
     compare_nested(best, nested_scores_of)
-    # on the sample {a, b}: learned 1.0 > causal 0.95 > pairwise 0.9 (over all four, pairwise 0.9 > learned 0.875)
     assert {n: b["selection_value"] for n, b in best.items()} == pytest.approx(
-        {"pairwise": 0.9, "learned": 1.0, "causal": 0.95})
-    assert "on 2 train queries (those every retriever was scored on)" in best["learned"]["selection_evaluation"]
-    assert TuningResult(pd.DataFrame(), best).selected == "learned"
+        {"pairwise": 0.9, "learned": 0.875, "causal": 0.95})
+    assert best["causal"]["selection_evaluation"].endswith("on 2 train queries (a sample)")
+    assert best["learned"]["selection_evaluation"].endswith("on 4 train queries")
+    assert TuningResult(pd.DataFrame(), best).selected == "pairwise"
+    # a sample on which causal beats both: causal
+    compare_nested(best, {**nested_scores_of, "causal": {"a": 1.0, "b": 1.0, "c": 1.0}})
+    assert TuningResult(pd.DataFrame(), best).selected == "causal" and not best["pairwise"].get("selected")
     old = {"hybrid": {"value": 0.80}, "rrf": {"value": 0.78}}               # a config from before: its value
     assert TuningResult(pd.DataFrame(), old).selected == "hybrid"
 
