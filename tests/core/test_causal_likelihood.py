@@ -89,8 +89,12 @@ def test_the_llm_likelihood_is_the_answer_model_wherever_a_scorer_is_configured(
     bench = Benchmark("docs", "train", {"q1": TIMEOUT_QUERY}, {"q1": {"a.md#0": 1.0, "b.md#0": 1.0}})
     spec = TuningSpec(retrievers=["causal"], spaces={"causal": {"shortlist": ["bm25"], "min_relevance": [0.0, 0.1]}})
     listed = {"causal": {"shortlist": "bm25"}}
-    measured = tune(docs.index, bench, spec, listed, graph=None, scorer=lambda: scorer)
+    logged: list[str] = []
+    measured = tune(docs.index, bench, spec, listed, graph=None, scorer=lambda: scorer, log=logged.append)
     chosen = measured.best["causal"]["params"]
+    # its nested figure pays for both searches' choices (the candidate settings too), not the second's alone
+    assert any(m.startswith("causal: nested") and m.endswith("over both searches") for m in logged)
+    assert 0.0 <= measured.best["causal"]["selection_value"] <= 1.0
     assert chosen["answer_model"] == "likelihood" and chosen["diversity_threshold"] == 0.0
     # candidates first with the lexical model over the whole space, then the LLM's measures weighed on them
     by_model = measured.trials.assign(llm=measured.trials["params"].str.contains('"answer_model": "likelihood"'))

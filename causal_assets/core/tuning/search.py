@@ -132,7 +132,11 @@ def sample_queries(bench: Benchmark, n: int | None, seed: int = 0) -> Benchmark:
     if n is None or n >= len(qids):
         return bench
     keep = sorted(np.random.default_rng(seed).choice(len(qids), n, replace=False))
-    ids = [qids[i] for i in keep]
+    return restrict(bench, [qids[i] for i in keep])
+
+
+def restrict(bench: Benchmark, ids: list[str]) -> Benchmark:
+    """`bench` with only the queries `ids`."""
     return Benchmark(bench.name, bench.split, {q: bench.queries[q] for q in ids}, {q: bench.qrels[q] for q in ids},
                      {q: bench.within[q] for q in ids} if bench.within else None,
                      {q: bench.answers[q] for q in ids if q in bench.answers},
@@ -373,6 +377,43 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
             runs[key] = named_metric_per_query(sub.qrels, rr.run, spec.metric)
         return runs[key]
 
+    def learned_shortlist(params: dict[str, Any]) -> dict[str, Any]:
+        """Causal params whose learned shortlist is this run's: each train query shortlisted by the fold model that
+        never saw it, as fusion/pairwise do (the model fitted on every train query ranks them nearly perfectly,
+        which no weight may learn from)."""
+        return {**params, "shortlist_params": {"retriever": out_of_fold["learned"]} if "learned" in out_of_fold
+                else {"model": models["learned"]}}
+
+    def two_search_nested(candidates: tuple[list[dict[str, Any]], list[dict[str, float]]],
+                          sub: Benchmark, weighed: tuple[str, ...]) -> dict[str, float]:
+        """The causal retriever's nested figure over both of its searches: each fold's queries scored with the
+        candidate settings (the lexical search) and the weights (the LLM's) each chosen without that fold. Where the
+        settings chosen without the fold are those chosen on every query, that is the second search's own nested
+        figure; else the fold's queries are re-run with those settings (and the weights chosen without the fold,
+        which were searched on the settings of every query). Without this the settings' choice on every query
+        passed into the figure unpaid."""
+        (first, first_scores), (second, second_scores) = candidates, choices.searched["causal"]
+        everywhere = first[best_without(first_scores, set())]
+        scored = set().union(*second_scores) if second_scores else set()
+        out: dict[str, float] = {}
+        for fold in folds:
+            held = [q for q in fold if q in scored]
+            if not held:
+                continue
+            settings = first[best_without(first_scores, set(held))]
+            j = best_without(second_scores, set(held))
+            if settings == everywhere:
+                out.update({q: second_scores[j].get(q, 0.0) for q in held})
+                continue
+            params = {**second[j], **{k_: v for k_, v in settings.items() if k_ not in weighed}}
+            if params.get("shortlist") == "learned" and not _given_model(params):
+                params = learned_shortlist(params)
+            part = restrict(sub, held)
+            rr = run_benchmark(_causal(params), part, k, "causal", progress=log)
+            out.update({q: v for q, v in named_metric_per_query(part.qrels, rr.run, spec.metric).items()})
+            log(f"causal: fold of {len(held)} queries re-run with the settings chosen without it")
+        return out
+
     with cached_query_vectors(index):
         for name in names:
             t0 = time.perf_counter()
@@ -443,11 +484,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                             seconds.append(time.perf_counter() - t)
                             per_query.append(None)
                             return float("-inf")   # no model trained in this run: the point is not available
-                        # each train query shortlisted by the fold model that never saw it, as fusion/pairwise do:
-                        # the model fitted on every train query ranks them nearly perfectly, which no weight may
-                        # learn from
-                        params["shortlist_params"] = {"retriever": out_of_fold["learned"]} \
-                            if "learned" in out_of_fold else {"model": models["learned"]}
+                        params = learned_shortlist(params)
                     if name == "causal":
                         # the causal retriever asks its answer model per candidate: trials report progress and figure
                         rr = run_benchmark(_causal(params), sub, k, name, progress=log)
@@ -474,7 +511,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 return chosen
 
             start = {**DEFAULT_POINTS.get(name, {}), **{k_: v for k_, v in given.items() if k_ in space}}
-            note = ""
+            note, candidates = "", None
             if name == "causal" and fixed["answer_model"] == "likelihood":
                 # Every candidate setting (shortlist, sizes, graph, hops) costs its own LLM measurements, so the
                 # candidates are chosen first with the offline lexical model over the whole space; the LLM's
@@ -483,6 +520,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 llm_params = {k_: v for k_, v in fixed.items() if k_ == "answer_model_params"}
                 lexical = {**{k_: v for k_, v in fixed.items() if k_ not in llm_params}, "answer_model": "lexical"}
                 first = search(space, lexical, start, "candidates, lexical model")
+                candidates = choices.searched["causal"]
                 weighed = ("weights", "min_relevance")
                 chose = flat(first["params"], space)
                 fixed = {**nested({k_: v for k_, v in chose.items() if k_ not in weighed}), **llm_params,
@@ -491,6 +529,11 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 start = {k_: chose[k_] for k_ in weighed if k_ in chose}
                 note = "answer likelihood on those candidates"
             chosen = search(space, fixed, start, note)
+            if candidates is not None:
+                # the second search's keys and what it sets itself (the LLM's model, the filter off)
+                nested_of[name] = two_search_nested(candidates, sub, (*weighed, "answer_model", "answer_model_params",
+                                                                      "diversity_threshold"))
+                log(f"causal: nested {np.mean(list(nested_of[name].values())):.4f} over both searches")
             if name == "causal" and chosen["params"].get("shortlist") == "learned" and not _given_model(fixed):
                 chosen["params"]["shortlist_params"] = {"model_path": "@learned"}   # resolved by the store
     compare_nested(best, nested_of)
