@@ -94,6 +94,20 @@ def test_a_combination_is_selected_only_beyond_the_noise_of_what_it_is_built_on(
     assert best["pairwise"]["selectable"] and TuningResult(pd.DataFrame(), best).selected == "pairwise"
 
 
+def test_the_causal_retriever_must_beat_the_shortlist_it_reranks_beyond_the_noise():
+    """The causal retriever re-ranks a tuned retriever's shortlist with LLM measures per candidate: like a
+    combination it is taken only where it beats that retriever by more than one standard error."""
+    learned = {q: 0.8 for q in "abcdef"}
+    best = {"learned": {"value": 0.8, "trials": 6, "params": {"model_path": "@learned"}},
+            "causal": {"value": 0.85, "trials": 46, "params": {"shortlist": "learned", "answer_model": "likelihood"}}}
+    compare_nested(best, {"learned": learned, "causal": {**learned, "a": 1.0}})     # one query of six
+    assert not best["causal"]["selectable"] and "over learned" in best["causal"]["selection_margin"]
+    assert TuningResult(pd.DataFrame(), best).selected == "learned"
+    best["causal"]["params"]["shortlist"] = "bm25"                                  # not a tuned retriever
+    compare_nested(best, {"learned": learned, "causal": {**learned, "a": 1.0}})
+    assert best["causal"]["selectable"] and TuningResult(pd.DataFrame(), best).selected == "causal"
+
+
 def test_a_combination_does_not_inherit_the_train_optimism_of_its_ingredients():
     """pairwise at its zero weights is its base (fusion) itself. Fusion's best train point is lucky (two queries), so
     fusion's nested figure is below its train figure; pairwise, whose base is that point chosen on every train query,

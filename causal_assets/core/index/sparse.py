@@ -163,8 +163,12 @@ def build_bm25(tokens: list[list[str]], k1: float = BM25_K1, b: float = BM25_B) 
     model.index(tokens, show_progress=False)
     s = model.scores
     matrix = sp.csc_matrix((s["data"], s["indices"], s["indptr"]), shape=(s["num_docs"], len(s["indptr"]) - 1))
-    vocab = {t: i for t, i in model.vocab_dict.items() if t != ""}  # bm25s adds an empty token for empty queries
-    return SparseIndex("bm25", vocab, matrix.astype(np.float32))
+    # Columns in sorted term order: bm25s numbers terms in set order, which follows Python's per-process hash seed,
+    # and a query's float32 sum runs over its columns in that order, so the same index scored a title 4.8e-7
+    # differently from one process to the next, enough to reorder near-ties and move a tree model's splits.
+    terms = sorted(t for t in model.vocab_dict if t != "")   # bm25s adds an empty token for empty queries
+    matrix = matrix[:, [model.vocab_dict[t] for t in terms]]
+    return SparseIndex("bm25", {t: i for i, t in enumerate(terms)}, matrix.astype(np.float32))
 
 
 def build_tfidf(tokens: list[list[str]]) -> SparseIndex:

@@ -45,7 +45,8 @@ own choice without that fold; the learned member ranks each query with the fold 
 must also **earn its keep**: it is selectable only where its nested figure beats that
 of every retriever it is built on (its members or base, and theirs in turn) by more than one standard error of the
 paired per-query difference on the common queries (the one-standard-error rule of model selection: a more complex
-model is taken only where it is better beyond the noise of the comparison). On HotpotQA's 60 common train
+model is taken only where it is better beyond the noise of the comparison). The causal retriever is held to the same
+rule over the retriever whose shortlist it re-ranks (`ingredients`), at the cost of LLM measures per candidate. On HotpotQA's 60 common train
 questions pairwise over fusion over learned won by 0.01 nested, a few questions' worth. The best train figure stays
 in the trials and the config (`value`), the nested one beside it (`selection_value`, `selection_evaluation`,
 `selectable` with its reason in `selection_margin`).
@@ -206,8 +207,11 @@ def best_without(per_trial: list[dict[str, float]], held: set[str]) -> int:
 
 
 def ingredients(params: dict[str, Any]) -> list[str]:
-    """The retrievers a combination's params build on: fusion's `members`, pairwise's and query_likelihood's `base`."""
-    return [*(params.get("members") or {}), *(params.get("base") or {})]
+    """The retrievers a retriever's params build on: fusion's `members`, pairwise's and query_likelihood's `base`,
+    and the causal retriever's `shortlist` (it re-ranks that retriever's top candidates by the LLM's measures)."""
+    shortlist = params.get("shortlist")
+    return [*(params.get("members") or {}), *(params.get("base") or {}),
+            *([shortlist] if isinstance(shortlist, str) else [])]
 
 
 def compare_nested(best: dict[str, dict[str, Any]], nested: dict[str, dict[str, float]]) -> None:
