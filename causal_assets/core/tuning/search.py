@@ -188,15 +188,20 @@ def nested_scores(per_trial: list[dict[str, float]], folds: list[list[str]]) -> 
     """Per query, the figure a searched retriever is selected by (module docstring): each fold's queries scored at
     the trial point with the best mean over the other folds' queries (ties: the earliest, as the search's own
     choice). `per_trial`: per point, the metric per query; queries outside every fold are left out."""
-    queries = set().union(*per_trial) if per_trial else set()
     out: dict[str, float] = {}
-    for fold in folds:
-        held = [q for q in fold if q in queries]
-        if not held:
-            continue
+    for _, held in held_folds(folds, per_trial):
         i = best_without(per_trial, set(held))
         out.update({q: per_trial[i].get(q, 0.0) for q in held})
     return out
+
+
+def held_folds(folds: list[list[str]], per_trial: list[dict[str, float]]) -> Iterator[tuple[int, list[str]]]:
+    """(fold number, its queries that `per_trial` scored) for each fold holding any of them."""
+    scored = set().union(*per_trial) if per_trial else set()
+    for f, fold in enumerate(folds):
+        held = [q for q in fold if q in scored]
+        if held:
+            yield f, held
 
 
 def best_without(per_trial: list[dict[str, float]], held: set[str]) -> int:
@@ -398,23 +403,18 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
         passed into the figure unpaid."""
         (first, first_scores), (second, second_scores) = candidates, choices.searched["causal"]
         everywhere = first[best_without(first_scores, set())]
-        scored = set().union(*second_scores) if second_scores else set()
-        out: dict[str, float] = {}
-        for fold in folds:
-            held = [q for q in fold if q in scored]
-            if not held:
-                continue
+        out = nested_scores(second_scores, folds)   # right for every fold whose settings do not move
+        for _, held in held_folds(folds, second_scores):
             settings = first[best_without(first_scores, set(held))]
-            j = best_without(second_scores, set(held))
             if settings == everywhere:
-                out.update({q: second_scores[j].get(q, 0.0) for q in held})
                 continue
+            j = best_without(second_scores, set(held))
             params = {**second[j], **{k_: v for k_, v in settings.items() if k_ not in weighed}}
             if params.get("shortlist") == "learned" and not _given_model(params):
                 params = learned_shortlist(params)
             part = restrict(sub, held)
             rr = run_benchmark(_causal(params), part, k, "causal", progress=log)
-            out.update({q: v for q, v in named_metric_per_query(part.qrels, rr.run, spec.metric).items()})
+            out.update(named_metric_per_query(part.qrels, rr.run, spec.metric))
             log(f"causal: fold of {len(held)} queries re-run with the settings chosen without it")
         return out
 
@@ -588,12 +588,8 @@ class FoldChoices:
         pairwise at its zero weights (= fusion at its best train point) scored 0.9290 "nested" where fusion's own
         nested figure was 0.9218, and was selected over it by the one-SE rule."""
         params, per_query = self.searched[name]
-        scored = set().union(*per_query) if per_query else set()
         out: dict[str, float] = {}
-        for f, fold in enumerate(self.folds):
-            held = [q for q in fold if q in scored]
-            if not held:
-                continue
+        for f, held in held_folds(self.folds, per_query):
             moved = [self.at_fold(p, f) for p in params]
             scores = [pq if m == p else run(m) for p, m, pq in zip(params, moved, per_query)]
             self.searched[(name, f)] = (moved, scores)
