@@ -93,6 +93,9 @@ def test_bridge_features_link_candidates_that_name_each_other():
     assert f.at["gustave_eiffel", "bridge_from_named"] == pytest.approx(tower) and tower > 0
     assert f.at["gustave_eiffel", "mentions_named"] == pytest.approx(tower)
     assert f.at["seine", "bridge_from_named"] == f.at["big_ben", "bridge_from_named"] == 0.0
+    # in-question statistics: the question names one title, which ranks first by title match
+    assert (f["named_count"] == float((f["title_match"] >= 0.9).sum())).all() and f["named_count"].iloc[0] >= 1
+    assert f.at["eiffel_tower", "title_match_rank"] == 0.0 < f.at["seine", "title_match_rank"]
     assert len(extractor.candidates(question, np.zeros(index.embeddings.shape[1]), ["not-a-chunk"]).positions) == 0
 
 

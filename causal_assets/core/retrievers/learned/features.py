@@ -20,6 +20,10 @@ the corpus or from the candidates alone (`within_stats`, see `similarity.py`). F
 - entity_coverage                       share of the query's entities (rule-based spans + code identifiers)
                                         named in the title or text (word boundaries, case-insensitive)
 - title_match                           how strongly the question names the title (`entity_first.retriever.title_match_scores`)
+- named_count, title_match_rank         in-question statistics of title_match: how many candidates' titles the
+                                        question names (>= `NAMED`: one for a bridge question, two for a comparison,
+                                        so the trees can tell when a named title's links matter), and log1p of this
+                                        candidate's rank by title_match among the candidates
 - graph_proximity                       1 / hops from the nodes of the query's entities to the document's node in
                                         the entity/dependency graph (undirected, community nodes left out, at
                                         most `max_hops`); 0 when unreachable or when the corpus has no graph
@@ -56,8 +60,9 @@ from causal_assets.core.text.titles import entity_key
 KINDS = ("document", "paragraph", "module", "class", "function", "method", "text", "other")
 FEATURES = ("bm25", "bm25_z", "bm25_rank", "bm25_share", "dense", "dense_z", "dense_rank", "dense_gap",
             "prior", "prior_rank", "prf_dense", "prf_dense_z", "title_bm25", "title_bm25_z", "term_coverage",
-            "title_coverage", "entity_coverage", "title_match", "graph_proximity", "doc_terms", "query_terms",
-            "redundancy", *(f"kind_{k}" for k in KINDS), "bridge_from_named", "mentions_named", "bridge_prior")
+            "title_coverage", "entity_coverage", "title_match", "named_count", "title_match_rank", "graph_proximity",
+            "doc_terms", "query_terms", "redundancy", *(f"kind_{k}" for k in KINDS), "bridge_from_named", "mentions_named", "bridge_prior")
+NAMED = 0.9   # a title_match this strong means the question names the title (its full form or alias)
 BRIDGE_FEATURES = ("bridge_from_named", "mentions_named", "bridge_prior")
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.]*")
 
@@ -183,6 +188,8 @@ class FeatureExtractor:
         feats["entity_coverage"] = self._entity_coverage(entities, pos)
         feats["title_match"] = title_match_scores(query, titles, entities) if self._title_index is not None \
             else np.zeros(len(pos))
+        feats["named_count"] = np.full(len(pos), float((feats["title_match"] >= NAMED).sum()))
+        feats["title_match_rank"] = _log_rank(feats["title_match"])
         feats["graph_proximity"] = self.graph.proximity(entities, [str(index.ids[p]) for p in pos]) \
             if self.graph is not None else np.zeros(len(pos))
         feats["doc_terms"] = self._doc_terms[pos]
