@@ -139,15 +139,21 @@ def write_result(topic: str, figures: list[Figure], details: dict, started: dict
     """data/benchmarks/<topic>[_quick].json: machine at start and end, the figures, and the raw measurements."""
     result = {"topic": topic, "quick": quick, "machine_start": started, "load_average_end": load_average(),
               "peak_rss_mib": peak_rss_mib(), "figures": [f.to_json() for f in figures], "details": details}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{topic}{'_quick' if quick else ''}.json"
-    path.write_text(json.dumps(result, indent=2, default=_jsonable) + "\n")
+    path = write_json(f"{topic}{'_quick' if quick else ''}", result, out_dir)
     for f in figures:
         verdict = {True: "PASS", False: "MISS", None: "-"}[f.passed]
         target = f" (target {f.comparison} {f.target:g} {f.unit})" if f.target is not None else ""
         value = "n/a" if f.value is None else f"{f.value:.4g}"
         print(f"[{verdict}] {f.name}: {value} {f.unit}{target}", flush=True)
     print(f"wrote {path}", flush=True)
+    return path
+
+
+def write_json(name: str, data: dict, out_dir: Path = OUT_DIR) -> Path:
+    """data/benchmarks/<name>.json (a study's or a benchmark's record)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
     return path
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import OUT_DIR, PARQUET, machine  # noqa: E402
+from common import PARQUET, machine, write_json  # noqa: E402
 
 from causal_assets.core.benchmarks import Benchmark, load_benchmark, load_benchmark_registry  # noqa: E402
 from causal_assets.core.evaluation.metrics import named_metric  # noqa: E402
@@ -144,9 +144,7 @@ def main() -> None:
            "first_last_loss": [losses[0], losses[-1]], "train_seconds": round(train_s, 1),
            "base_encode_seconds": round(encode_s, 1), "machine_start": started, "machine_end": machine(),
            "base": base, "fine_tuned": tuned}
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = OUT_DIR / f"dense_finetune_{args.benchmark}.json"
-    path.write_text(json.dumps(out, indent=2))
+    path = write_json(f"dense_finetune_{args.benchmark}", out)
     print(f"wrote {path}")
 
 

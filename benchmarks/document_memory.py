@@ -14,14 +14,13 @@ Needs the benchmark's index and a tuned config (for the hybrid weight). Writes d
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import OUT_DIR, PARQUET, ROOT, machine  # noqa: E402
+from common import PARQUET, ROOT, machine, write_json  # noqa: E402
 
 from causal_assets.core.artifacts import CorpusArtifacts  # noqa: E402
 from causal_assets.core.benchmarks import load_benchmark_registry  # noqa: E402
@@ -91,10 +90,7 @@ def main() -> None:
     out = {"topic": "document_memory", "benchmark": spec.name, "fit_on": spec.tune_split, "held_out": held_split,
            "metric": tuning.metric, "held_out_queries": len(ids), "gold_seen_in_train": len(seen),
            "first_stage": extractor.settings(), "models": rows, "machine_start": started, "machine_end": machine()}
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = OUT_DIR / "document_memory.json"
-    path.write_text(json.dumps(out, indent=2))
-    print(f"wrote {path}")
+    print(f"wrote {write_json('document_memory', out)}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import OUT_DIR, PARQUET, machine  # noqa: E402
+from common import PARQUET, machine, write_json  # noqa: E402
 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
 from causal_assets.core.evaluation.metrics import named_metric  # noqa: E402
@@ -85,9 +85,7 @@ def main() -> None:
     out = {"topic": "passage_maxp", "metric": "ndcg@10", "windows": len(texts), "abstracts": len(ids),
            "window_sentences": WINDOW, "backend": index.embedder.backend, "embed_seconds": round(embed_s, 1),
            "machine_start": started, "machine_end": machine(), "results": result}
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    (OUT_DIR / "passage_maxp.json").write_text(json.dumps(out, indent=2))
-    print(f"wrote {OUT_DIR / 'passage_maxp.json'}")
+    print(f"wrote {write_json('passage_maxp', out)}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import OUT_DIR, PARQUET, machine  # noqa: E402
+from common import OUT_DIR, PARQUET, machine, write_json  # noqa: E402
 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
 from causal_assets.core.evaluation.metrics import named_metric_per_query  # noqa: E402
@@ -88,9 +88,7 @@ def main() -> None:
            "by_weight": mean, "dense": mean["0.0"], "nested_cv5": round(float(np.mean(nested)), 4),
            "machine_start": started, "machine_end": machine()}
     print(json.dumps({k: v for k, v in out.items() if not k.startswith("machine")}, indent=1))
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = OUT_DIR / f"query_likelihood_{args.benchmark}.json"
-    path.write_text(json.dumps(out, indent=2))
+    path = write_json(f"query_likelihood_{args.benchmark}", out)
     print(f"wrote {path}")
 
 
