@@ -494,7 +494,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                         rr = run_benchmark(_causal(params), sub, k, name, progress=log)
                         per_query.append(named_metric_per_query(sub.qrels, rr.run, spec.metric))
                     else:
-                        per_query.append(run_point(name, {**fixed, **nested(point)}, sub))
+                        per_query.append(run_point(name, params, sub))
                     value = float(np.mean(list(per_query[-1].values()))) if per_query[-1] else float("nan")
                     seconds.append(time.perf_counter() - t)
                     if name == "causal":
