@@ -1,4 +1,5 @@
-"""Tried for issue 16 and not adopted (yet): in-domain fine-tuning of the MiniLM encoder on a benchmark's train qrels.
+"""The measurement behind `tuned_encoder` (core/tuning/encoder.py): in-domain fine-tuning of the MiniLM encoder on a
+benchmark's train qrels, with the asset's own fitting code, judged on held-out train queries and on `test`.
 
 The encoder is trained on 4/5 of the train queries (multiple-negatives ranking loss: each query against its gold
 document, the batch's other gold documents and one BM25 hard negative per query, scale 20, AdamW with linear
@@ -29,11 +30,11 @@ from causal_assets.core.benchmarks import Benchmark, load_benchmark, load_benchm
 from causal_assets.core.evaluation.metrics import named_metric  # noqa: E402
 from causal_assets.core.index.dense import model_dir  # noqa: E402
 from causal_assets.core.index.search import CorpusIndex  # noqa: E402
-from causal_assets.core.tuning.spec import TuningSpec  # noqa: E402
+from causal_assets.core.tuning.encoder import SEQ_LEN, fine_tune, training_pairs  # noqa: E402
+from causal_assets.core.tuning.spec import EncoderSpec, TuningSpec  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
 WEIGHTS = (0.5, 0.65, 0.8)
-BATCH, SCALE, HARD_NEGATIVES, SEQ_LEN = 32, 20.0, 20, 256
 
 
 def scores(bench, ids, matrix: np.ndarray, metric: str) -> float:
@@ -63,39 +64,6 @@ def figures(model, texts, ids, index, benches: dict, metric: str) -> dict:
     return out
 
 
-def fine_tune(model, pairs: list[tuple[str, int, list[int]]], texts: list[str], epochs: int, lr: float) -> list[float]:
-    import torch  # the benchmark's optional heavy dependency, as in core/index/dense.py
-
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    rng = random.Random(0)
-    total = epochs * -(-len(pairs) // BATCH)
-    step, losses = 0, []
-    model.train()
-    for _ in range(epochs):
-        rng.shuffle(pairs)
-        for s in range(0, len(pairs), BATCH):
-            batch = pairs[s:s + BATCH]
-            gold = [p for _, p, _ in batch]
-            columns = gold + [rng.choice(n) for _, _, n in batch]
-            docs = [texts[p] for p in columns]
-            q = torch.nn.functional.normalize(model(model.preprocess([x for x, _, _ in batch]))["sentence_embedding"], dim=-1)
-            d = torch.nn.functional.normalize(model(model.preprocess(docs))["sentence_embedding"], dim=-1)
-            logits = SCALE * q @ d.T
-            # this query's gold document in another column (another query's gold or hard negative) is not a negative
-            same = torch.tensor([[j != i and columns[j] == gold[i] for j in range(len(columns))]
-                                 for i in range(len(batch))])
-            loss = torch.nn.functional.cross_entropy(logits.masked_fill(same, -1e4), torch.arange(len(batch)))
-            step += 1
-            for g in opt.param_groups:   # linear warm-up over the first 10%, then linear decay
-                g["lr"] = lr * max(0.0, min(step / max(1, 0.1 * total), (total - step + 1) / (0.9 * total)))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(round(loss.item(), 4))
-    model.eval()
-    return losses
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--benchmark", default="scifact")
@@ -121,13 +89,7 @@ def main() -> None:
     fit_on, held_out = part(train, [q for q in qids if q not in held]), part(train, sorted(held))
     benches = {"train_held_out": held_out, "test": load_benchmark(spec, "test")}
     metric = TuningSpec.model_validate(spec.tuning).metric
-    position = {c: i for i, c in enumerate(ids)}
-    pairs = []
-    for q in fit_on.query_ids():
-        bm25 = index.scores(fit_on.queries[q], "bm25")
-        negatives = [int(j) for j in np.argsort(-bm25)[:HARD_NEGATIVES] if ids[j] not in fit_on.qrels[q]]
-        pairs += [(fit_on.queries[q], position[d], negatives or [int(np.argmax(-bm25))])
-                  for d, rel in fit_on.qrels[q].items() if rel > 0 and d in position]
+    pairs = training_pairs(index, fit_on, fit_on.query_ids())
     model = SentenceTransformer(model_dir(), device="cpu")
     model.max_seq_length = SEQ_LEN
     t0 = time.perf_counter()
@@ -135,12 +97,12 @@ def main() -> None:
     encode_s = time.perf_counter() - t0
     print("base", json.dumps(base), flush=True)
     t0 = time.perf_counter()
-    losses = fine_tune(model, pairs, texts, args.epochs, args.lr)
+    losses = fine_tune(model, pairs, texts, EncoderSpec(epochs=args.epochs, lr=args.lr))
     train_s = time.perf_counter() - t0
     tuned = figures(model, texts, ids, index, benches, metric)
     print("fine-tuned", json.dumps(tuned), flush=True)
     out = {"topic": "dense_finetune", "benchmark": args.benchmark, "metric": metric, "pairs": len(pairs),
-           "fit_queries": len(fit_on.query_ids()), "epochs": args.epochs, "lr": args.lr, "batch": BATCH,
+           "fit_queries": len(fit_on.query_ids()), "epochs": args.epochs, "lr": args.lr, "batch": EncoderSpec().batch_size,
            "first_last_loss": [losses[0], losses[-1]], "train_seconds": round(train_s, 1),
            "base_encode_seconds": round(encode_s, 1), "machine_start": started, "machine_end": machine(),
            "base": base, "fine_tuned": tuned}

@@ -16,10 +16,12 @@ from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.store import index_fingerprint, load_tuned
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
-from causal_assets.defs.tuning import TUNED, eager_tolerating_missing
+from causal_assets.defs.tuning import TUNED, TUNED_EMBEDDINGS, eager_tolerating_missing, tuned_embeddings_path
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = "evaluation"
+# a new tuned configuration re-runs the evaluation; a benchmark never tuned, labelled or encoder-tuned does not block it
+EAGER = eager_tolerating_missing(TUNED, "mc_labels", TUNED_EMBEDDINGS)
 
 
 class EvaluationConfig(Config):
@@ -37,14 +39,14 @@ class EvaluationConfig(Config):
 
 @multi_asset(
     partitions_def=benchmark_partitions, group_name=GROUP,
-    deps=[*CORPUS_ARTIFACTS, AssetDep(TUNED), AssetDep("mc_labels")],
+    deps=[*CORPUS_ARTIFACTS, AssetDep(TUNED), AssetDep("mc_labels"), AssetDep(TUNED_EMBEDDINGS)],
     # Eager: a new tuned configuration re-runs the evaluation; a benchmark never tuned does not block it.
     outs={
-        "evaluation_metrics": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Every retriever's metrics (nDCG, MAP, MRR, recall, precision, hit rate at several k) per benchmark split, against the benchmark's judgements (truth qrels) and against the Monte Carlo labels (truth mc_labels); the report with intervals and significance is in the metadata."),
-        "evaluation_runs": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Each retriever's ranked results per question (top 100)."),
-        "evaluation_failures": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="Why a query found no relevant document in the top 10, per query and retriever: vocabulary mismatch, too vague a query, a distractor sharing the keywords, or other (rules in the report)."),
-        "evaluation_queries": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="The evaluated questions (benchmark, split, query_id, text), to join runs and failures to their text."),
-        "evaluation_qrels": AssetOut(automation_condition=eager_tolerating_missing(TUNED, "mc_labels"), kinds={"parquet"}, description="The benchmark's judgements of the evaluated questions (benchmark, split, query_id, chunk_id, relevance)."),
+        "evaluation_metrics": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="Every retriever's metrics (nDCG, MAP, MRR, recall, precision, hit rate at several k) per benchmark split, against the benchmark's judgements (truth qrels) and against the Monte Carlo labels (truth mc_labels); the report with intervals and significance is in the metadata."),
+        "evaluation_runs": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="Each retriever's ranked results per question (top 100)."),
+        "evaluation_failures": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="Why a query found no relevant document in the top 10, per query and retriever: vocabulary mismatch, too vague a query, a distractor sharing the keywords, or other (rules in the report)."),
+        "evaluation_queries": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="The evaluated questions (benchmark, split, query_id, text), to join runs and failures to their text."),
+        "evaluation_qrels": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="The benchmark's judgements of the evaluated questions (benchmark, split, query_id, chunk_id, relevance)."),
     },
     check_specs=[spec("evaluation_metrics", "metrics_in_unit_range", "Every metric value is finite and in [0, 1]."),
                  spec("evaluation_runs", "runs_ranked", "Finite scores; ranks 1..n per (split, retriever, query); "
@@ -60,7 +62,13 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
     version = tuned_version(context, spec.name) if config.tuned else None
     tuned = load_tuned(storage.reports_path / "tuned", spec.name, version) if version else None
     configured = {n: spec.retrievers.get(n, {}) for n in config.retrievers} if config.retrievers else spec.retrievers
-    plan = plan_evaluation(configured, tuned, index_fingerprint(artifacts.index), spec.corpus, spec.tune_split,
+    # `*_tuned` runs use the index they were tuned on: with the fine-tuned encoder's vectors where tuned_encoder
+    # adopted one (the configured baselines keep the corpus's vectors)
+    tuned_artifacts = artifacts
+    encoder = tuned_embeddings_path(storage, spec.name) if tuned is not None else None
+    if encoder is not None and tuned.content.get("index") != index_fingerprint(artifacts.index):
+        tuned_artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, encoder)
+    plan = plan_evaluation(configured, tuned, index_fingerprint(tuned_artifacts.index), spec.corpus, spec.tune_split,
                            config.fusion_weight, config.within_stats)
     if config.tuned and version is None and spec.tune_split:
         plan.notes.append("no tuned config yet (materialize tuned_retriever_configs): only the configured retrievers")
@@ -71,7 +79,7 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
     scorer = llm.scorer if any(r.kind in SCORING for r in plan.runs) \
         and llm.scores_prompts() else None
     result = evaluate_plan(spec, artifacts, plan, mc_labels, primary, config.depth, lambda: llm.client,
-                           context.log.info, scorer=scorer)
+                           context.log.info, scorer=scorer, tuned_artifacts=tuned_artifacts)
 
     metrics_df = result.metrics
     markdown, path = write_report(spec.name, metrics_df, result.failures, result.notes, storage.reports_path,

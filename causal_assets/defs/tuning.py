@@ -1,4 +1,8 @@
-"""Stage 5, tuning: `tuned_retriever_configs` searches the parameters of the tunable retrievers (hybrid, RRF,
+"""Stage 5, tuning: `tuned_encoder` fine-tunes the dense encoder on a benchmark's tune split where its registry
+entry asks for it (`tuning.encoder`), and adopts it only if it wins on held-out tune queries (`tuned_embeddings`:
+the corpus's vectors under it).
+
+`tuned_retriever_configs` searches the parameters of the tunable retrievers (hybrid, RRF,
 cascade, entity-first, causal, learned) on a benchmark's tune split only, records every trial as a Parquet
 table (DuckDB view `tuned_retriever_configs`), and stores the winning configuration versioned by content hash
 (YAML + model files under `<reports>/tuned/<benchmark>/`, see `core/tuning/store.py`). The version is the
@@ -6,17 +10,19 @@ materialization's data version and `config_version` metadata: the evaluation eva
 tuned retriever as `<name>_tuned` on the held-out eval splits, and takes its configured baselines' BM25
 statistics and hybrid weight from it (each parameter is chosen here, once).
 """
+import shutil
 import warnings
 
 import pandas as pd
-from dagster import (AssetDep, AssetExecutionContext, AssetSelection, AutomationCondition, BetaWarning, Config,
-                     DataVersion, MetadataValue, Output, asset)
+from dagster import (AssetDep, AssetExecutionContext, AssetOut, AssetSelection, AutomationCondition, BetaWarning,
+                     Config, DataVersion, MetadataValue, Output, asset, multi_asset)
 
 from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.retrievers.factory import SCORING
 from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.tuning.encoder import BACKEND, encoder_version, tune_encoder
 from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import index_fingerprint, save_tuned
@@ -26,6 +32,10 @@ from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = "tuning"
 TUNED = "tuned_retriever_configs"
+ENCODER, TUNED_EMBEDDINGS = "tuned_encoder", "tuned_embeddings"
+ENCODER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "held_out_base", "held_out_tuned", "fit_queries",
+                   "held_out_queries", "pairs", "epochs", "lr", "fit_seconds", "encode_seconds", "model", "version"]
+EMBEDDING_COLUMNS = ["corpus", "chunk_id", "chunk_idx", "content_hash", "model", "backend", "embedding"]
 
 
 def eager_tolerating_missing(*keys: str) -> AutomationCondition:
@@ -35,6 +45,81 @@ def eager_tolerating_missing(*keys: str) -> AutomationCondition:
         "any_deps_missing", AutomationCondition.any_deps_missing().ignore(AssetSelection.assets(*keys)))
 
 
+def tuned_embeddings_path(storage: Storage, benchmark: str):
+    """The benchmark's `tuned_embeddings` table when its last `tuned_encoder` adopted a fine-tuned encoder, else None
+    (never tuned, not asked for, or the base vectors won on the held-out queries)."""
+    record = asset_path(storage.base, ENCODER, benchmark)
+    if not record.exists():
+        return None
+    adopted = read_parquet(record, columns=["adopted"])["adopted"]
+    return asset_path(storage.base, TUNED_EMBEDDINGS, benchmark) if len(adopted) and bool(adopted.iloc[0]) else None
+
+
+@multi_asset(
+    partitions_def=benchmark_partitions, group_name=GROUP, deps=[*CORPUS_ARTIFACTS],
+    outs={ENCODER: AssetOut(kinds={"pytorch", "parquet"}, automation_condition=AutomationCondition.eager(),
+                            description="Whether a dense encoder fine-tuned on the tune split was adopted: its and the "
+                                        "corpus vectors' hybrid figures on held-out tune queries, the fit, the model "
+                                        "directory."),
+          TUNED_EMBEDDINGS: AssetOut(kinds={"parquet"}, automation_condition=AutomationCondition.eager(),
+                                     description="The corpus's chunk vectors under the adopted fine-tuned encoder "
+                                                 "(columns as corpus_embeddings); empty when none was adopted.")},
+)
+def tuned_encoder(context: AssetExecutionContext, storage: Storage, benchmark_registry: BenchmarkRegistry):
+    """Fine-tune the corpus's encoder on the tune split's judged pairs (`core/tuning/encoder.py`) where the
+    registry's `tuning.encoder` asks for it; tuned_retriever_configs and the `*_tuned` evaluation runs then use it."""
+    spec = benchmark_registry.spec(context.partition_key)
+    tuning = TuningSpec.model_validate(spec.tuning)
+    empty = pd.DataFrame(columns=EMBEDDING_COLUMNS)
+    reason = "no tune split" if not spec.tune_split else \
+        "not asked for (registry tuning.encoder)" if tuning.encoder is None else ""
+    if reason:
+        record = pd.DataFrame([{c: None for c in ENCODER_COLUMNS} | {"benchmark": spec.name, "adopted": False,
+                                                                     "reason": reason}], columns=ENCODER_COLUMNS)
+        yield Output(empty, output_name=TUNED_EMBEDDINGS, metadata={"chunks": 0})
+        yield Output(record.astype({"adopted": bool}), output_name=ENCODER,
+                     metadata={"adopted": False, "reason": reason})
+        return
+    artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
+    index, bench = artifacts.index, artifacts.benchmark(spec, spec.tune_split)
+    version = encoder_version(index, bench, tuning.encoder, index.embedder.model_name, tuning.seed)
+    result = tune_encoder(index, bench, tuning.encoder, tuning.metric, tuning.seed, context.log.info)
+    model_path = ""
+    if result.adopted:
+        # beside the learned models of the same benchmark; written under a temporary name, then renamed, so a
+        # killed run leaves no half-written model where a table points
+        target = storage.reports_path / "tuned" / spec.name / f"encoder-{version}"
+        partial = target.with_name(target.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        result.model.save(str(partial))
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+        model_path = str(target.resolve())
+    best = {"base": max(result.base.values()), "tuned": max(result.tuned.values())}
+    record = pd.DataFrame([{
+        "benchmark": spec.name, "adopted": result.adopted,
+        "reason": f"held-out {tuning.metric} {best['tuned']:.4f} vs {best['base']:.4f} with the corpus's vectors",
+        "metric": tuning.metric, "held_out_base": best["base"], "held_out_tuned": best["tuned"],
+        "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
+        "epochs": tuning.encoder.epochs, "lr": tuning.encoder.lr, "fit_seconds": result.seconds["fit"],
+        "encode_seconds": result.seconds["encode"], "model": model_path, "version": version}], columns=ENCODER_COLUMNS)
+    embeddings = pd.DataFrame({
+        "corpus": spec.corpus, "chunk_id": index.chunks["chunk_id"], "chunk_idx": index.chunks["chunk_idx"],
+        "content_hash": index.chunks["content_hash"], "model": model_path, "backend": BACKEND,
+        "embedding": list(result.embeddings)}) if result.adopted else empty
+    # the vectors first: a run killed between the two outputs leaves the previous record, which never points at
+    # vectors that are not there
+    yield Output(embeddings, output_name=TUNED_EMBEDDINGS, metadata={"chunks": len(embeddings)})
+    yield Output(record, output_name=ENCODER, metadata={
+        "adopted": bool(result.adopted), "version": version, "metric": tuning.metric,
+        "held_out_by_weight": MetadataValue.json({"base": {str(k): v for k, v in result.base.items()},
+                                                  "tuned": {str(k): v for k, v in result.tuned.items()}}),
+        "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
+        "loss_first_last": MetadataValue.json([round(x, 4) for x in result.losses]),
+        "seconds": MetadataValue.json(result.seconds),
+        **({"model": MetadataValue.path(model_path)} if model_path else {})})
+
+
 class TuningConfig(Config):
     retrievers: list[str] | None = None   # default: the benchmark's `tuning.retrievers`, else its list + learned
     max_queries: int | None = None        # a seeded sample of the tune split (quick runs); None: all of it
@@ -42,8 +127,8 @@ class TuningConfig(Config):
 
 @asset(
     partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet"},
-    deps=[*CORPUS_ARTIFACTS, AssetDep("mc_labels")],
-    automation_condition=eager_tolerating_missing("mc_labels"),
+    deps=[*CORPUS_ARTIFACTS, AssetDep("mc_labels"), AssetDep(ENCODER), AssetDep(TUNED_EMBEDDINGS)],
+    automation_condition=eager_tolerating_missing("mc_labels", ENCODER, TUNED_EMBEDDINGS),
     description="Every tuning trial (retriever, params, train metric); the winner is stored versioned under "
                 "reports/tuned/<benchmark>/ and evaluated on the held-out split by evaluation_metrics.",
     check_specs=[spec(TUNED, "tuned_on_train_only", "No trial ran on an evaluation split; every trial's metric is "
@@ -61,7 +146,9 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         return
     tuning = TuningSpec.model_validate({**spec.tuning, **({"retrievers": config.retrievers}
                                                           if config.retrievers is not None else {})})
-    artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
+    # the fine-tuned encoder's vectors where tuned_encoder adopted one (its held-out decision), else the corpus's
+    encoder = tuned_embeddings_path(storage, spec.name)
+    artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, encoder)
     bench = sample_queries(artifacts.benchmark(spec, spec.tune_split), config.max_queries, tuning.seed)
     index, graph = artifacts.index, artifacts.graph
     labels_path = asset_path(storage.base, "mc_labels", spec.name)
@@ -114,6 +201,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         "combination_margins": MetadataValue.json({n: b["selection_margin"] for n, b in result.best.items()
                                                    if "selection_margin" in b}),
         "mc_labels": "used" if mc_labels is not None else "absent",
+        "encoder": f"tuned ({index.embedder.model_name})" if encoder is not None else index.embedder.model_name,
         **({"learned_extra": MetadataValue.json(learned_extra)} if learned_extra else {}),
         **({"causal_answer_model": result.best["causal"]["params"].get("answer_model", "")}
            if "causal" in result.best else {}),

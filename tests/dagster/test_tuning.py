@@ -4,6 +4,7 @@ the held-out split. Plus the automation wiring: a new tuned configuration re-tri
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import duckdb
 
@@ -21,7 +22,7 @@ from causal_assets.core.retrievers.learned.retriever import grid_for
 from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.evaluation import evaluation_tables
-from causal_assets.defs.tuning import tuned_retriever_configs
+from causal_assets.defs.tuning import tuned_encoder, tuned_retriever_configs
 from causal_assets.resources import LLM
 from tests.core.test_likelihood_labels import _ChatOnly
 from tests.conftest import SCIFACT, require
@@ -201,3 +202,52 @@ def test_the_llm_resource_knows_a_chat_only_endpoint_cannot_score(tmp_path):
                   cache_path=str(tmp_path / "c.db"))
         assert llm.scores_prompts() is False
     assert LLM(cache_path=str(tmp_path / "c.db")).scores_prompts() is True   # the packaged model, in-process
+
+
+@pytest.mark.slow   # ~1 min: fits MiniLM on the small sample's train claims
+def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs(resources):
+    """Not asked for: a record saying so and no vectors. Asked for (and adopted whatever the held-out figures say,
+    min_gain -1, so the path is certain): the model directory and the corpus's vectors under it, the tuned
+    configuration made on that index, and its `*_tuned` runs evaluated on it while the baselines keep the corpus's."""
+    instance = DagsterInstance.ephemeral()
+    base = resources["storage"].base_path
+    assert materialize(INDEX, resources=resources, partition_key="scifact", instance=instance).success
+    encoder_assets = [tuned_encoder, *INDEX]
+    assert materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],
+                       instance=instance).success
+    record = pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")
+    assert not record["adopted"].iloc[0] and "not asked for" in record["reason"].iloc[0]
+    assert pd.read_parquet(f"{base}/tuned_embeddings/scifact.parquet").empty
+
+    registry_path = Path(resources["benchmark_registry"].path)
+    registry = yaml.safe_load(registry_path.read_text())
+    [scifact] = [b for b in registry["benchmarks"] if b["name"] == "scifact"]
+    scifact["tuning"] = {"retrievers": ["hybrid", "cascade"],
+                         "encoder": {"held_out": 0.25, "batch_size": 8, "min_gain": -1.0}}
+    registry_path.write_text(yaml.safe_dump(registry))
+    everything = [tuned_encoder, tuned_retriever_configs, evaluation_tables, *INDEX]
+    result = materialize(everything, resources=resources, partition_key="scifact", instance=instance,
+                         selection=[tuned_encoder, tuned_retriever_configs, evaluation_tables])
+    assert result.success
+    record = pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")
+    assert record["adopted"].iloc[0] and record["held_out_queries"].iloc[0] >= 1
+    model = record["model"].iloc[0]
+    assert Path(model, "config.json").exists() and not list(Path(model).parent.glob("*.partial"))
+    vectors = pd.read_parquet(f"{base}/tuned_embeddings/scifact.parquet")
+    chunks = pd.read_parquet(f"{base}/corpus_chunks/scifact.parquet")
+    assert vectors["chunk_id"].tolist() == chunks["chunk_id"].tolist() and set(vectors["model"]) == {model}
+    [tuning] = _events(result, "tuned_retriever_configs")
+    assert tuning.metadata["encoder"].value == f"tuned ({model})"
+    version = tuning.metadata["config_version"].value
+    tuned = load_tuned(resources["storage"].reports_path / "tuned", "scifact", version)
+    assert tuned.content["index"]["embedding_model"] == model
+    metrics = pd.read_parquet(f"{base}/evaluation_metrics/scifact.parquet")
+    # the tuned runs were not refused as off-index, and cascade embeds with the index's model
+    assert {"hybrid", "hybrid_tuned", "cascade_tuned"} <= set(metrics["retriever"])
+    report = (resources["storage"].reports_path / "scifact.md").read_text()
+    assert "embed with the encoder fine-tuned on `train`" in report
+
+    # a table whose rows are not the corpus's chunks is refused by name, not silently misaligned
+    vectors.iloc[:-1].to_parquet(f"{base}/tuned_embeddings/scifact.parquet")
+    with pytest.raises(ValueError, match="tuned_embeddings/scifact.parquet: .* do not match"):
+        CorpusIndex.load(base, "scifact", vectors=f"{base}/tuned_embeddings/scifact.parquet")

@@ -113,12 +113,20 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                   mc_labels: pd.DataFrame | None, primary: tuple[str, int], depth: int = 100,
                   llm_client: Callable[[], Any] | None = None,
                   log: Callable[[str], None] = lambda m: None,
-                  scorer: Callable[[], Any] | None = None) -> EvaluationResult:
-    """Run `plan` on every eval split of `spec`. `llm_client()` is asked for only by LLM-backed options
+                  scorer: Callable[[], Any] | None = None,
+                  tuned_artifacts: CorpusArtifacts | None = None) -> EvaluationResult:
+    """Run `plan` on every eval split of `spec`; the `*_tuned` runs on `tuned_artifacts`' index (the one they were
+    tuned on: another encoder's vectors of the same chunks), else on `artifacts`'.
+
+    `llm_client()` is asked for only by LLM-backed options
     (`llm_entities`, `answer_model: llm`) and `scorer()` only by the causal retriever's likelihood model (named, or
     its default when a scorer is given), so an evaluation without them starts no LLM server and loads no model."""
     index = artifacts.index
+    tuned_index = tuned_artifacts.index if tuned_artifacts is not None else index
     notes = [f"corpus `{spec.corpus}`: {len(index.ids)} chunks; runs kept to depth {depth}", *plan.notes]
+    if tuned_index is not index and plan.tuned is not None:
+        notes.append(f"`*_tuned` runs embed with the encoder fine-tuned on `{plan.tuned.content['tune_split']}` "
+                     f"(tuned_encoder: `{tuned_index.embedder.model_name}`); the other runs with the corpus's")
     tuned = plan.tuned
     # The graph frames feed the learned model's graph feature and the causal chains. A tuned retriever gets them
     # only if it was tuned with them (a model trained without the graph feature must not see it switched on).
@@ -154,7 +162,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                 continue
             uses_llm = bool(run.params.get("llm_entities")) or run.params.get("answer_model") == "llm"
             scores = uses_scorer(run.kind, run.params, scorer is not None)
-            retriever = build_retriever(run.kind, index, run.params, artifacts.neighbors,
+            retriever = build_retriever(run.kind, tuned_index if run.tuned else index, run.params, artifacts.neighbors,
                                         llm_client() if uses_llm and llm_client else None,
                                         tuned_graph if run.tuned else graph,
                                         scorer() if scores and scorer else None)

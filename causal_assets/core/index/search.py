@@ -83,7 +83,9 @@ class CorpusIndex:
 
     @classmethod
     def load(cls, base: str | UPath, corpus: str, dense: bool = True,
-             ann_config: AnnConfig | None = None) -> "CorpusIndex":
+             ann_config: AnnConfig | None = None, vectors: str | UPath | None = None) -> "CorpusIndex":
+        """The materialized index of `corpus`; `vectors`: another table of its chunk vectors (same columns as
+        `corpus_embeddings`, e.g. a benchmark's `tuned_embeddings`), whose model then embeds the queries."""
         chunks = read_parquet(asset_path(base, CHUNKS, corpus)).sort_values("chunk_idx").reset_index(drop=True)
         postings = read_parquet(asset_path(base, POSTINGS, corpus))
         vocab = read_parquet(asset_path(base, VOCABULARY, corpus))
@@ -91,7 +93,11 @@ class CorpusIndex:
         sparse = {m: SparseIndex.from_frames(m, postings, vocab, len(chunks)) for m in vocab["method"].unique()}
         embeddings, model, backend = None, DEFAULT_MODEL, None
         if dense:
-            emb = read_parquet(asset_path(base, EMBEDDINGS, corpus)).sort_values("chunk_idx")
+            emb = read_parquet(vectors or asset_path(base, EMBEDDINGS, corpus)).sort_values("chunk_idx")
+            if vectors is not None and (len(emb) != len(chunks)
+                                        or (emb["chunk_id"].to_numpy() != chunks["chunk_id"].to_numpy()).any()):
+                raise ValueError(f"{vectors}: {len(emb)} vectors do not match the {len(chunks)} chunks of corpus "
+                                 f"{corpus!r} (re-materialize it)")
             embeddings = np.stack(emb["embedding"].to_numpy()).astype(np.float32)
             model = emb["model"].iloc[0]
             # Queries are embedded by the backend that embedded the chunks (tables from before backends: torch).

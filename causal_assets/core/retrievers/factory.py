@@ -54,7 +54,10 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
     if name == "rrf":
         return RRFRetriever(index, **params)
     if name == "cascade":
-        return CascadeRetriever(index, RetrievalConfig.model_validate(params), neighbors)
+        # the embedding stage embeds with the index's own model unless the params name one (then it must match)
+        embedding = {"embedding_model": index.embedder.model_name, **(params or {}).get("embedding", {})}
+        return CascadeRetriever(index, RetrievalConfig.model_validate({**(params or {}), "embedding": embedding}),
+                                neighbors)
     if name == "entity_first":
         if params.pop("llm_entities", False):
             if llm_client is None:

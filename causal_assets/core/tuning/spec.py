@@ -84,6 +84,20 @@ DEFAULT_POINTS: dict[str, dict[str, Any]] = {
 }
 
 
+class EncoderSpec(BaseModel):
+    """`tuning.encoder`: fine-tune the dense encoder on the tune split (`core/tuning/encoder.py`); absent: not tuned."""
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: int = Field(1, ge=1)
+    lr: float = Field(2e-5, gt=0)
+    batch_size: int = Field(32, ge=2)
+    held_out: float = Field(0.2, gt=0, lt=1)    # share of the judged tune queries the decision is made on
+    weights: list[float] = Field(default_factory=lambda: [0.5, 0.65, 0.8])   # hybrid dense shares compared
+    # adopted only if the best held-out figure gains more than this (negative: unless it loses more than -min_gain)
+    min_gain: float = Field(0.0, ge=-1, le=1)
+    threads: int = Field(0, ge=0)               # torch intra-op threads while fitting; 0: torch's default
+
+
 class TuningSpec(BaseModel):
     """A benchmark's `tuning:` section (registry), validated; every field has a default."""
     model_config = ConfigDict(extra="forbid")
@@ -107,6 +121,7 @@ class TuningSpec(BaseModel):
     learned_extra: list[str] = Field(default_factory=list)
     pairwise_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "entity_first"])  # first tuned one
     query_likelihood_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "hybrid"])  # first tuned
+    encoder: EncoderSpec | None = None           # fine-tune the dense encoder first (tuned_encoder asset)
     seed: int = 0
 
     def resolved_retrievers(self, listed: list[str], has_within: bool) -> list[str]:

@@ -1,0 +1,66 @@
+"""core/tuning/encoder: the dense encoder fine-tuned on a tune split's judged pairs, and its held-out decision
+(the real packaged MiniLM, fitted for a few steps on the tiny corpus)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from causal_assets.core.index.dense import load_model
+from causal_assets.core.index.build import chunk_texts
+from causal_assets.core.tuning.encoder import held_out_split, training_pairs, tune_encoder
+from causal_assets.core.tuning.spec import EncoderSpec, TuningSpec
+from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
+
+
+def test_training_pairs_hold_the_judged_document_and_unjudged_hard_negatives():
+    index, bench = tiny_index(), tiny_benchmark()
+    pairs = training_pairs(index, bench, ["q1", "q2"])
+    assert [(q, str(index.ids[p])) for q, p, _ in pairs] == [(QUESTIONS["q1"][0], "seine"),
+                                                             (QUESTIONS["q2"][0], "gustave_eiffel")]
+    for (_, gold, negatives), q in zip(pairs, ["q1", "q2"]):
+        assert negatives and gold not in negatives
+        assert not {str(index.ids[n]) for n in negatives} & set(bench.qrels[q])
+
+
+def test_held_out_split_is_seeded_and_disjoint():
+    qids = [f"q{i}" for i in range(10)]
+    fit, held = held_out_split(qids, 0.2, seed=0)
+    assert len(held) == 2 and len(fit) == 8 and not set(fit) & set(held) and set(fit) | set(held) == set(qids)
+    assert held_out_split(list(reversed(qids)), 0.2, seed=0) == (fit, held)   # the order given does not matter
+    assert held_out_split(qids, 0.2, seed=1) != (fit, held)
+
+
+def test_tune_encoder_fits_on_the_rest_and_decides_on_the_held_out_queries():
+    index, bench = tiny_index(), tiny_benchmark()
+    spec = EncoderSpec(held_out=0.25, batch_size=4, epochs=2, lr=5e-5)
+    result = tune_encoder(index, bench, spec, "ndcg@10", seed=0)
+    fit, held = held_out_split(list(bench.queries), 0.25, 0)
+    assert (result.fit_queries, result.held_out_queries, result.pairs) == (len(fit), len(held), len(fit)) == (6, 2, 6)
+    assert set(result.base) == set(result.tuned) == {0.5, 0.65, 0.8}
+    assert result.adopted == (max(result.tuned.values()) > max(result.base.values()))
+    assert result.embeddings.shape == index.embeddings.shape
+    assert np.allclose(np.linalg.norm(result.embeddings, axis=1), 1.0, atol=1e-4)
+    # the model moved away from the packaged encoder (both fp32 PyTorch here)
+    texts = chunk_texts(index.chunks)[:3]
+    assert not np.allclose(result.model.encode(texts), load_model().encode(texts), atol=1e-4)
+    # the same fit under a threshold it cannot pass is not adopted, with the same figures
+    strict = tune_encoder(index, bench, spec.model_copy(update={"min_gain": 1.0}), "ndcg@10", seed=0)
+    assert not strict.adopted and strict.tuned == result.tuned and strict.base == result.base
+
+
+def test_tune_encoder_refuses_candidate_sets_and_too_few_queries():
+    index = tiny_index()
+    with pytest.raises(ValueError, match="ranks each question's own candidates"):
+        tune_encoder(index, tiny_benchmark(within={q: ["seine", "danube"] for q in QUESTIONS}), EncoderSpec(),
+                     "ndcg@10")
+    with pytest.raises(ValueError, match="none left to fit on"):
+        tune_encoder(index, tiny_benchmark(["q1"]), EncoderSpec(), "ndcg@10")
+
+
+def test_encoder_spec_is_validated_in_the_tuning_section():
+    assert TuningSpec.model_validate({}).encoder is None
+    assert TuningSpec.model_validate({"encoder": {}}).encoder == EncoderSpec()
+    with pytest.raises(ValueError, match="held_out"):
+        TuningSpec.model_validate({"encoder": {"held_out": 1.5}})
+    with pytest.raises(ValueError, match="epoch"):
+        TuningSpec.model_validate({"encoder": {"epoch": 2}})   # a misspelt key is an error, not ignored
