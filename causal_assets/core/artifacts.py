@@ -23,14 +23,14 @@ Neighbors = Callable[[str], list[tuple[str, str, float]]]
 class CorpusArtifacts:
     """The materialized artifacts of corpus `corpus` under the storage base `base`, loaded on first use."""
 
-    def __init__(self, base, corpus: str, ann_config: AnnConfig | None = None, embeddings=None):
+    def __init__(self, base, corpus: str, ann_config: AnnConfig | None = None, vectors=None):
         self.base, self.corpus, self.ann_config = base, corpus, ann_config
-        self.embeddings = embeddings   # another vectors table (a benchmark's tuned_embeddings), else the corpus's
+        self.vectors = vectors   # another table of chunk vectors (a benchmark's tuned_embeddings), else the corpus's
         self._benchmarks: dict[tuple[str, str], Benchmark] = {}
 
     @cached_property
     def index(self) -> CorpusIndex:
-        return CorpusIndex.load(self.base, self.corpus, ann_config=self.ann_config, vectors=self.embeddings)
+        return CorpusIndex.load(self.base, self.corpus, ann_config=self.ann_config, vectors=self.vectors)
 
     @cached_property
     def graph(self) -> tuple[pd.DataFrame, pd.DataFrame] | None:
