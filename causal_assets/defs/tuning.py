@@ -11,7 +11,9 @@ tuned retriever as `<name>_tuned` on the held-out eval splits, and takes its con
 statistics and hybrid weight from it (each parameter is chosen here, once).
 """
 import shutil
+import tempfile
 import warnings
+from pathlib import Path
 
 import pandas as pd
 from dagster import (AssetDep, AssetExecutionContext, AssetOut, AssetSelection, AutomationCondition, BetaWarning,
@@ -83,18 +85,21 @@ def tuned_encoder(context: AssetExecutionContext, storage: Storage, benchmark_re
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
     index, bench = artifacts.index, artifacts.benchmark(spec, spec.tune_split)
     version = encoder_version(index, bench, tuning.encoder, index.embedder.model_name, tuning.seed)
-    result = tune_encoder(index, bench, tuning.encoder, tuning.metric, tuning.seed, context.log.info)
-    model_path = ""
-    if result.adopted:
-        # beside the learned models of the same benchmark; written under a temporary name, then renamed, so a
-        # killed run leaves no half-written model where a table points
-        target = storage.reports_path / "tuned" / spec.name / f"encoder-{version}"
-        partial = target.with_name(target.name + ".partial")
+    # beside the learned models of the same benchmark; fitted into a fresh `.partial` directory (what a killed run
+    # leaves there is cleared by the next one), renamed only if adopted, so no table points at a half-written model
+    target = storage.reports_path / "tuned" / spec.name / f"encoder-{version}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f"{target.name}.partial*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    partial = Path(tempfile.mkdtemp(prefix=f"{target.name}.partial-", dir=target.parent))
+    try:
+        result = tune_encoder(index, bench, tuning.encoder, tuning.metric, partial, tuning.seed, context.log.info)
+        if result.adopted:
+            shutil.rmtree(target, ignore_errors=True)
+            partial.rename(target)
+    finally:
         shutil.rmtree(partial, ignore_errors=True)
-        result.model.save(str(partial))
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
-        model_path = str(target.resolve())
+    model_path = str(target.resolve()) if result.adopted else ""
     best = {"base": max(result.base.values()), "tuned": max(result.tuned.values())}
     record = pd.DataFrame([{
         "benchmark": spec.name, "adopted": result.adopted,

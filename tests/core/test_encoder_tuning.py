@@ -2,10 +2,15 @@
 (the real packaged MiniLM, fitted for a few steps on the tiny corpus)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from causal_assets.core.index.dense import load_model
+from causal_assets.core.evaluation.metrics import named_metric
+from causal_assets.core.evaluation.runner import run_benchmark
+from causal_assets.core.index.dense import Embedder, load_model
+from causal_assets.core.retrievers.similarity import HybridRetriever
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.tuning.encoder import held_out_split, training_pairs, tune_encoder
 from causal_assets.core.tuning.spec import EncoderSpec, TuningSpec
@@ -30,31 +35,40 @@ def test_held_out_split_is_seeded_and_disjoint():
     assert held_out_split(qids, 0.2, seed=1) != (fit, held)
 
 
-def test_tune_encoder_fits_on_the_rest_and_decides_on_the_held_out_queries():
+def test_tune_encoder_fits_on_the_rest_and_decides_on_the_held_out_queries(tmp_path):
     index, bench = tiny_index(), tiny_benchmark()
     spec = EncoderSpec(held_out=0.25, batch_size=4, epochs=2, lr=5e-5)
-    result = tune_encoder(index, bench, spec, "ndcg@10", seed=0)
+    result = tune_encoder(index, bench, spec, "ndcg@10", tmp_path / "fit", seed=0)
     fit, held = held_out_split(list(bench.queries), 0.25, 0)
     assert (result.fit_queries, result.held_out_queries, result.pairs) == (len(fit), len(held), len(fit)) == (6, 2, 6)
     assert set(result.base) == set(result.tuned) == {0.5, 0.65, 0.8}
     assert result.adopted == (max(result.tuned.values()) > max(result.base.values()))
     assert result.embeddings.shape == index.embeddings.shape
     assert np.allclose(np.linalg.norm(result.embeddings, axis=1), 1.0, atol=1e-4)
-    # the model moved away from the packaged encoder (both fp32 PyTorch here)
-    texts = chunk_texts(index.chunks)[:3]
-    assert not np.allclose(result.model.encode(texts), load_model().encode(texts), atol=1e-4)
+    # the saved model is the one whose vectors were compared, and it moved away from the packaged encoder
+    texts = chunk_texts(index.chunks)
+    saved = Embedder(str(tmp_path / "fit"), backend="torch")
+    assert np.allclose(saved.encode(texts), result.embeddings, atol=1e-5)
+    assert not np.allclose(result.embeddings, load_model().encode(texts, normalize_embeddings=True), atol=1e-4)
+    # the held-out figures are the tuned hybrid's own (HybridRetriever through run_benchmark) on those vectors
+    held_bench = tiny_benchmark(held)
+    tuned_index = replace(index, embeddings=result.embeddings, embedder=saved)
+    for w, figure in result.tuned.items():
+        run = run_benchmark(HybridRetriever(tuned_index, w), held_bench).run
+        assert figure == round(named_metric(held_bench.qrels, run, "ndcg@10"), 4)
     # the same fit under a threshold it cannot pass is not adopted, with the same figures
-    strict = tune_encoder(index, bench, spec.model_copy(update={"min_gain": 1.0}), "ndcg@10", seed=0)
+    strict = tune_encoder(index, bench, spec.model_copy(update={"min_gain": 1.0}), "ndcg@10", tmp_path / "strict",
+                          seed=0)
     assert not strict.adopted and strict.tuned == result.tuned and strict.base == result.base
 
 
-def test_tune_encoder_refuses_candidate_sets_and_too_few_queries():
+def test_tune_encoder_refuses_candidate_sets_and_too_few_queries(tmp_path):
     index = tiny_index()
     with pytest.raises(ValueError, match="ranks each question's own candidates"):
         tune_encoder(index, tiny_benchmark(within={q: ["seine", "danube"] for q in QUESTIONS}), EncoderSpec(),
-                     "ndcg@10")
+                     "ndcg@10", tmp_path)
     with pytest.raises(ValueError, match="none left to fit on"):
-        tune_encoder(index, tiny_benchmark(["q1"]), EncoderSpec(), "ndcg@10")
+        tune_encoder(index, tiny_benchmark(["q1"]), EncoderSpec(), "ndcg@10", tmp_path)
 
 
 def test_encoder_spec_is_validated_in_the_tuning_section():

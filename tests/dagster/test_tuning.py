@@ -232,7 +232,7 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     record = pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")
     assert record["adopted"].iloc[0] and record["held_out_queries"].iloc[0] >= 1
     model = record["model"].iloc[0]
-    assert Path(model, "config.json").exists() and not list(Path(model).parent.glob("*.partial"))
+    assert Path(model, "config.json").exists() and not list(Path(model).parent.glob("*.partial*"))
     vectors = pd.read_parquet(f"{base}/tuned_embeddings/scifact.parquet")
     chunks = pd.read_parquet(f"{base}/corpus_chunks/scifact.parquet")
     assert vectors["chunk_id"].tolist() == chunks["chunk_id"].tolist() and set(vectors["model"]) == {model}

@@ -55,8 +55,8 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
         return RRFRetriever(index, **params)
     if name == "cascade":
         # the embedding stage embeds with the index's own model unless the params name one (then it must match)
-        embedding = {"embedding_model": index.embedder.model_name, **(params or {}).get("embedding", {})}
-        return CascadeRetriever(index, RetrievalConfig.model_validate({**(params or {}), "embedding": embedding}),
+        embedding = {"embedding_model": index.embedder.model_name, **params.get("embedding", {})}
+        return CascadeRetriever(index, RetrievalConfig.model_validate({**params, "embedding": embedding}),
                                 neighbors)
     if name == "entity_first":
         if params.pop("llm_entities", False):

@@ -17,17 +17,19 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.evaluation.metrics import named_metric
+from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.build import chunk_texts
-from causal_assets.core.index.dense import model_dir, torch_threads
+from causal_assets.core.index.dense import Embedder, model_dir, torch_threads
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.retrievers.similarity import zscore
+from causal_assets.core.retrievers.similarity import HybridRetriever
 from causal_assets.core.tuning.spec import EncoderSpec
 
 SCALE = 20.0         # logit scale of the in-batch softmax (sentence-transformers' MultipleNegativesRankingLoss)
@@ -46,8 +48,7 @@ class EncoderResult:
     pairs: int
     losses: tuple[float, float]     # first and last batch loss
     seconds: dict[str, float]
-    model: object | None            # the fine-tuned SentenceTransformer (adopted or not)
-    embeddings: np.ndarray | None   # its vectors of every chunk, in chunk order
+    embeddings: np.ndarray          # the fine-tuned encoder's vectors of every chunk, in chunk order
 
 
 def training_pairs(index: CorpusIndex, bench: Benchmark, qids: list[str]) -> list[tuple[str, int, list[int]]]:
@@ -102,22 +103,13 @@ def fine_tune(model, pairs: list[tuple[str, int, list[int]]], texts: list[str], 
     return losses
 
 
-def hybrid_figures(index: CorpusIndex, bench: Benchmark, qids: list[str], docs: np.ndarray, queries: np.ndarray,
-                   weights: list[float], metric: str) -> dict[float, float]:
-    """`metric` of the z-score hybrid (weight x z(dense) + (1 - weight) x z(BM25), over the whole corpus) per weight."""
-    ids = index.ids.astype(str)
-    dense = queries @ docs.T
-    bm25 = np.stack([index.scores(bench.queries[q], "bm25") for q in qids]).astype(np.float64)
-    qrels = {q: bench.qrels[q] for q in qids}
-    out = {}
-    for w in weights:
-        runs = {}
-        for i, q in enumerate(qids):
-            s = w * zscore(dense[i].astype(np.float64)) + (1 - w) * zscore(bm25[i])
-            top = np.argsort(-s, kind="stable")[:100]
-            runs[q] = {ids[j]: float(s[j]) for j in top}
-        out[float(w)] = round(named_metric(qrels, runs, metric), 4)
-    return out
+def hybrid_figures(index: CorpusIndex, bench: Benchmark, qids: list[str], weights: list[float],
+                   metric: str) -> dict[float, float]:
+    """`metric` on `qids` of the z-score hybrid over `index` per dense share: the `HybridRetriever` the tuning then
+    sweeps, so the decision is about the figure the tuned hybrid computes (ANN scale included)."""
+    held = Benchmark(bench.name, bench.split, {q: bench.queries[q] for q in qids}, {q: bench.qrels[q] for q in qids})
+    return {float(w): round(named_metric(held.qrels, run_benchmark(HybridRetriever(index, w), held).run, metric), 4)
+            for w in weights}
 
 
 def held_out_split(qids: list[str], share: float, seed: int) -> tuple[list[str], list[str]]:
@@ -138,9 +130,10 @@ def encoder_version(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, bas
     return h.hexdigest()[:12]
 
 
-def tune_encoder(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, metric: str, seed: int = 0,
-                 log: Callable[[str], None] = lambda m: None) -> EncoderResult:
-    """Fit on the tune split minus its held-out share, compare on the held-out share (module docstring)."""
+def tune_encoder(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, metric: str, save_to: str | Path,
+                 seed: int = 0, log: Callable[[str], None] = lambda m: None) -> EncoderResult:
+    """Fit on the tune split minus its held-out share, save the encoder to the new directory `save_to` (adopted or
+    not: the caller keeps or deletes it), compare on the held-out share (module docstring)."""
     from sentence_transformers import SentenceTransformer  # optional heavy dependency (torch), as in dense.py
 
     if bench.within:
@@ -156,8 +149,7 @@ def tune_encoder(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, metric
     texts = chunk_texts(index.chunks)
     pairs = training_pairs(index, bench, fit)
     seconds: dict[str, float] = {}
-    base = hybrid_figures(index, bench, held, index.embeddings,
-                          index.embedder.encode_queries([bench.queries[q] for q in held]), spec.weights, metric)
+    base = hybrid_figures(index, bench, held, spec.weights, metric)
     log(f"encoder: base vectors on {len(held)} held-out queries: {base}")
     model = SentenceTransformer(model_dir(index.embedder.model_name), device="cpu", local_files_only=True)
     model.max_seq_length = SEQ_LEN
@@ -167,14 +159,15 @@ def tune_encoder(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, metric
         seconds["fit"] = round(time.perf_counter() - t0, 1)
         log(f"encoder: fitted on {len(pairs)} pairs of {len(fit)} queries in {seconds['fit']}s "
             f"(loss {losses[0]:.3f} -> {losses[-1]:.3f})")
+        # saved, then read back as the evaluation will read it: the compared vectors and queries are the ones the
+        # tuned retrievers get (a directory name not loaded before: models are cached by it)
+        model.save(str(save_to))
+        embedder = Embedder(str(save_to), backend=BACKEND)
         t0 = time.perf_counter()
-        docs = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True,
-                            show_progress_bar=False).astype(np.float32)
-        queries = model.encode([bench.queries[q] for q in held], normalize_embeddings=True, convert_to_numpy=True,
-                               show_progress_bar=False).astype(np.float32)
+        tuned_index = replace(index, embeddings=embedder.encode(texts), embedder=embedder)
         seconds["encode"] = round(time.perf_counter() - t0, 1)
-    tuned = hybrid_figures(index, bench, held, docs, queries, spec.weights, metric)
+        tuned = hybrid_figures(tuned_index, bench, held, spec.weights, metric)
     adopted = max(tuned.values()) > max(base.values()) + spec.min_gain
     log(f"encoder: fine-tuned vectors on the held-out queries: {tuned}: {'adopted' if adopted else 'not adopted'}")
     return EncoderResult(adopted, base, tuned, len(fit), len(held), len(pairs), (losses[0], losses[-1]), seconds,
-                         model, docs)
+                         tuned_index.embeddings)
