@@ -58,22 +58,13 @@ def test_dg_list_defs_json(tmp_path):
     assert {"default_lineage_job", "corpus_index_job"} <= jobs
 
 
-def default_signals() -> None:
-    """In the child before exec: SIGINT and SIGTERM as a terminal or a service manager leaves them. A harness that
-    starts the suite in the background of a non-interactive shell (`cmd &`, nohup) passes SIGINT on *ignored*, and
-    dagster dev maps SIGTERM to SIGINT's disposition (`setup_interrupt_handlers`), so `dg dev` and its code servers
-    would then ignore SIGTERM too (seen in CI: up 60+ s after SIGTERM; SigIgn bit 15 set in /proc/<pid>/status)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 @pytest.mark.slow
 def test_dg_dev_serves_the_location_and_stops_on_sigterm(tmp_path):
     port = free_port()
     log = open(tmp_path / "dg_dev.log", "w")
+    # SIGINT/SIGTERM as a terminal leaves them (tests/conftest.py): dg dev maps SIGTERM to SIGINT's disposition
     proc = subprocess.Popen([DG, "dev", "-h", "127.0.0.1", "-p", str(port)], cwd=ROOT, env=dg_env(tmp_path),
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=default_signals)
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     query = b'{"query": "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"}'
     t0 = time.monotonic()
     try:
