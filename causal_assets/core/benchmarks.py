@@ -171,6 +171,14 @@ class Benchmark:
         return [q for q in self.queries if q in self.qrels]
 
 
+def restrict(bench: Benchmark, ids: list[str]) -> Benchmark:
+    """`bench` with only the queries `ids`."""
+    return Benchmark(bench.name, bench.split, {q: bench.queries[q] for q in ids}, {q: bench.qrels[q] for q in ids},
+                     {q: bench.within[q] for q in ids} if bench.within else None,
+                     {q: bench.answers[q] for q in ids if q in bench.answers},
+                     {q: bench.aliases[q] for q in ids if q in bench.aliases})
+
+
 DEFAULT_REGISTRY = REGISTRY_DIR / "benchmarks.yaml"
 
 

@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.benchmarks import Benchmark, restrict
 from causal_assets.core.evaluation.metrics import named_metric
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.build import chunk_texts
@@ -103,11 +103,9 @@ def fine_tune(model, pairs: list[tuple[str, int, list[int]]], texts: list[str], 
     return losses
 
 
-def hybrid_figures(index: CorpusIndex, bench: Benchmark, qids: list[str], weights: list[float],
-                   metric: str) -> dict[float, float]:
-    """`metric` on `qids` of the z-score hybrid over `index` per dense share: the `HybridRetriever` the tuning then
+def hybrid_figures(index: CorpusIndex, held: Benchmark, weights: list[float], metric: str) -> dict[float, float]:
+    """`metric` on `held` of the z-score hybrid over `index` per dense share: the `HybridRetriever` the tuning then
     sweeps, so the decision is about the figure the tuned hybrid computes (ANN scale included)."""
-    held = Benchmark(bench.name, bench.split, {q: bench.queries[q] for q in qids}, {q: bench.qrels[q] for q in qids})
     return {float(w): round(named_metric(held.qrels, run_benchmark(HybridRetriever(index, w), held).run, metric), 4)
             for w in weights}
 
@@ -149,7 +147,8 @@ def tune_encoder(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, metric
     texts = chunk_texts(index.chunks)
     pairs = training_pairs(index, bench, fit)
     seconds: dict[str, float] = {}
-    base = hybrid_figures(index, bench, held, spec.weights, metric)
+    held_bench = restrict(bench, held)
+    base = hybrid_figures(index, held_bench, spec.weights, metric)
     log(f"encoder: base vectors on {len(held)} held-out queries: {base}")
     model = SentenceTransformer(model_dir(index.embedder.model_name), device="cpu", local_files_only=True)
     model.max_seq_length = SEQ_LEN
@@ -166,7 +165,7 @@ def tune_encoder(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, metric
         t0 = time.perf_counter()
         tuned_index = replace(index, embeddings=embedder.encode(texts), embedder=embedder)
         seconds["encode"] = round(time.perf_counter() - t0, 1)
-        tuned = hybrid_figures(tuned_index, bench, held, spec.weights, metric)
+        tuned = hybrid_figures(tuned_index, held_bench, spec.weights, metric)
     adopted = max(tuned.values()) > max(base.values()) + spec.min_gain
     log(f"encoder: fine-tuned vectors on the held-out queries: {tuned}: {'adopted' if adopted else 'not adopted'}")
     return EncoderResult(adopted, base, tuned, len(fit), len(held), len(pairs), (losses[0], losses[-1]), seconds,

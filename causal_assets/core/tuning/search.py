@@ -62,7 +62,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.benchmarks import Benchmark, restrict
 from causal_assets.core.evaluation.metrics import named_metric_per_query, parse_metric
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.search import CorpusIndex
@@ -134,14 +134,6 @@ def sample_queries(bench: Benchmark, n: int | None, seed: int = 0) -> Benchmark:
         return bench
     keep = sorted(np.random.default_rng(seed).choice(len(qids), n, replace=False))
     return restrict(bench, [qids[i] for i in keep])
-
-
-def restrict(bench: Benchmark, ids: list[str]) -> Benchmark:
-    """`bench` with only the queries `ids`."""
-    return Benchmark(bench.name, bench.split, {q: bench.queries[q] for q in ids}, {q: bench.qrels[q] for q in ids},
-                     {q: bench.within[q] for q in ids} if bench.within else None,
-                     {q: bench.answers[q] for q in ids if q in bench.answers},
-                     {q: bench.aliases[q] for q in ids if q in bench.aliases})
 
 
 class _CachedQueryVectors:
