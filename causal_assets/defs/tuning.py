@@ -10,6 +10,7 @@ materialization's data version and `config_version` metadata: the evaluation eva
 tuned retriever as `<name>_tuned` on the held-out eval splits, and takes its configured baselines' BM25
 statistics and hybrid weight from it (each parameter is chosen here, once).
 """
+import json
 import shutil
 import tempfile
 import warnings
@@ -36,7 +37,8 @@ GROUP = "tuning"
 TUNED = "tuned_retriever_configs"
 ENCODER, TUNED_EMBEDDINGS = "tuned_encoder", "tuned_embeddings"
 ENCODER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "held_out_base", "held_out_tuned", "fit_queries",
-                   "held_out_queries", "pairs", "epochs", "lr", "fit_seconds", "encode_seconds", "model", "version"]
+                   "held_out_queries", "pairs", "epochs", "lr", "fit_seconds", "encode_seconds", "model", "version",
+                   "held_out_by_weight"]
 EMBEDDING_COLUMNS = ["corpus", "chunk_id", "chunk_idx", "content_hash", "model", "backend", "embedding"]
 
 
@@ -57,6 +59,40 @@ def tuned_embeddings_path(storage: Storage, benchmark: str):
     return asset_path(storage.base, TUNED_EMBEDDINGS, benchmark) if len(adopted) and bool(adopted.iloc[0]) else None
 
 
+def versioned(value, version: str, **kwargs) -> Output:
+    """An output whose data version is `version` (a beta parameter in dagster 1.13): the UI shows what reads it
+    stale only when the version changed, not when the same content was materialized again."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)
+        return Output(value, data_version=DataVersion(version), **kwargs)
+
+
+class EncoderConfig(Config):
+    # fit again even when the last materialization already fitted this encoder version (the same chunks, tune
+    # split, spec, base model and seed) and its model and vectors are still there
+    refit: bool = False
+
+
+def previous_fit(storage: Storage, benchmark: str, version: str, target: Path,
+                 chunks: int) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The last materialization's (record, vectors) when it fitted `version` and what it adopted is intact: a job
+    that selects the whole tuning group then costs no second fit (~10 min on SciFact) for an unchanged version."""
+    record_path = asset_path(storage.base, ENCODER, benchmark)
+    vectors_path = asset_path(storage.base, TUNED_EMBEDDINGS, benchmark)
+    if not (record_path.exists() and vectors_path.exists()):
+        return None
+    record = read_parquet(record_path)
+    if len(record) != 1 or list(record.columns) != ENCODER_COLUMNS or record["version"].iloc[0] != version:
+        return None   # another version, or a record written before the per-weight figures were kept
+    if not bool(record["adopted"].iloc[0]):
+        return record, pd.DataFrame(columns=EMBEDDING_COLUMNS)
+    vectors = read_parquet(vectors_path)
+    model = str(record["model"].iloc[0])
+    intact = (Path(model) == target.resolve() and (target / "config.json").exists() and len(vectors) == chunks
+              and set(vectors["model"]) == {model})
+    return (record, vectors) if intact else None
+
+
 @multi_asset(
     partitions_def=benchmark_partitions, group_name=GROUP, deps=[*CORPUS_ARTIFACTS],
     outs={ENCODER: AssetOut(kinds={"pytorch", "parquet"}, automation_condition=AutomationCondition.eager(),
@@ -67,9 +103,11 @@ def tuned_embeddings_path(storage: Storage, benchmark: str):
                                      description="The corpus's chunk vectors under the adopted fine-tuned encoder "
                                                  "(columns as corpus_embeddings); empty when none was adopted.")},
 )
-def tuned_encoder(context: AssetExecutionContext, storage: Storage, benchmark_registry: BenchmarkRegistry):
+def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage: Storage,
+                  benchmark_registry: BenchmarkRegistry):
     """Fine-tune the corpus's encoder on the tune split's judged pairs (`core/tuning/encoder.py`) where the
-    registry's `tuning.encoder` asks for it; tuned_retriever_configs and the `*_tuned` evaluation runs then use it."""
+    registry's `tuning.encoder` asks for it; tuned_retriever_configs and the `*_tuned` evaluation runs then use it.
+    A version fitted by the last materialization is kept, not fitted again (`refit: true` forces a fit)."""
     spec = benchmark_registry.spec(context.partition_key)
     tuning = TuningSpec.model_validate(spec.tuning)
     empty = pd.DataFrame(columns=EMBEDDING_COLUMNS)
@@ -88,6 +126,18 @@ def tuned_encoder(context: AssetExecutionContext, storage: Storage, benchmark_re
     # beside the learned models of the same benchmark; fitted into a fresh `.partial` directory (what a killed run
     # leaves there is cleared by the next one), renamed only if adopted, so no table points at a half-written model
     target = storage.reports_path / "tuned" / spec.name / f"encoder-{version}"
+    previous = None if config.refit else previous_fit(storage, spec.name, version, target, len(index.chunks))
+    if previous is not None:
+        record, embeddings = previous
+        context.log.info(f"encoder {version}: fitted by the last materialization ({record['reason'].iloc[0]}), "
+                         f"kept (config refit: true fits it again)")
+        yield versioned(embeddings, version, output_name=TUNED_EMBEDDINGS,
+                        metadata={"chunks": len(embeddings), "reused": True})
+        yield versioned(record, version, output_name=ENCODER, metadata={
+            "adopted": bool(record["adopted"].iloc[0]), "version": version, "metric": tuning.metric, "reused": True,
+            "held_out_by_weight": MetadataValue.json(json.loads(record["held_out_by_weight"].iloc[0])),
+            **({"model": MetadataValue.path(record["model"].iloc[0])} if record["model"].iloc[0] else {})})
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     for stale in target.parent.glob(f"{target.name}.partial*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -101,24 +151,27 @@ def tuned_encoder(context: AssetExecutionContext, storage: Storage, benchmark_re
         shutil.rmtree(partial, ignore_errors=True)
     model_path = str(target.resolve()) if result.adopted else ""
     best = {"base": max(result.base.values()), "tuned": max(result.tuned.values())}
+    by_weight = {"base": {str(k): v for k, v in result.base.items()},
+                 "tuned": {str(k): v for k, v in result.tuned.items()}}
     record = pd.DataFrame([{
         "benchmark": spec.name, "adopted": result.adopted,
         "reason": f"held-out {tuning.metric} {best['tuned']:.4f} vs {best['base']:.4f} with the corpus's vectors",
         "metric": tuning.metric, "held_out_base": best["base"], "held_out_tuned": best["tuned"],
         "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
         "epochs": tuning.encoder.epochs, "lr": tuning.encoder.lr, "fit_seconds": result.seconds["fit"],
-        "encode_seconds": result.seconds["encode"], "model": model_path, "version": version}], columns=ENCODER_COLUMNS)
+        "encode_seconds": result.seconds["encode"], "model": model_path, "version": version,
+        "held_out_by_weight": json.dumps(by_weight)}], columns=ENCODER_COLUMNS)
     embeddings = pd.DataFrame({
         "corpus": spec.corpus, "chunk_id": index.chunks["chunk_id"], "chunk_idx": index.chunks["chunk_idx"],
         "content_hash": index.chunks["content_hash"], "model": model_path, "backend": BACKEND,
         "embedding": list(result.embeddings)}) if result.adopted else empty
     # the vectors first: a run killed between the two outputs leaves the previous record, which never points at
     # vectors that are not there
-    yield Output(embeddings, output_name=TUNED_EMBEDDINGS, metadata={"chunks": len(embeddings)})
-    yield Output(record, output_name=ENCODER, metadata={
-        "adopted": bool(result.adopted), "version": version, "metric": tuning.metric,
-        "held_out_by_weight": MetadataValue.json({"base": {str(k): v for k, v in result.base.items()},
-                                                  "tuned": {str(k): v for k, v in result.tuned.items()}}),
+    yield versioned(embeddings, version, output_name=TUNED_EMBEDDINGS,
+                    metadata={"chunks": len(embeddings), "reused": False})
+    yield versioned(record, version, output_name=ENCODER, metadata={
+        "adopted": bool(result.adopted), "version": version, "metric": tuning.metric, "reused": False,
+        "held_out_by_weight": MetadataValue.json(by_weight),
         "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
         "loss_first_last": MetadataValue.json([round(x, 4) for x in result.losses]),
         "seconds": MetadataValue.json(result.seconds),
@@ -212,10 +265,6 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
            if "causal" in result.best else {}),
         "config": MetadataValue.md("```yaml\n" + stored.path.read_text() + "```"),
     }
-    # The version is also the asset's data version (a beta parameter in dagster 1.13), so the UI shows the
-    # evaluation stale when a tuning produced another configuration.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", BetaWarning)
-        output = Output(trials, data_version=DataVersion(stored.version), metadata=metadata)
-    yield output
+    # the configuration's version is the data version: the evaluation shows stale when a tuning produced another
+    yield versioned(trials, stored.version, metadata=metadata)
     yield check_result(TUNED, "tuned_on_train_only", check_tuning_trials(trials, spec.eval_splits))

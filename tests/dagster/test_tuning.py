@@ -247,6 +247,21 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     report = (resources["storage"].reports_path / "scifact.md").read_text()
     assert "embed with the encoder fine-tuned on `train`" in report
 
+    # the same version again (a job selecting the whole group): kept, not fitted again; `refit: true` fits again
+    again = materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],
+                        instance=instance)
+    [kept] = _events(again, "tuned_encoder")
+    assert kept.metadata["reused"].value is True and kept.metadata["model"].value == model
+    assert kept.tags["dagster/data_version"] == record["version"].iloc[0]   # readers are not made stale
+    assert pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet").equals(record)
+    assert pd.read_parquet(f"{base}/tuned_embeddings/scifact.parquet").equals(vectors)
+    refit = materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],
+                        instance=instance, run_config={"ops": {"tuned_encoder": {"config": {"refit": True}}}})
+    [fitted] = _events(refit, "tuned_encoder")
+    assert fitted.metadata["reused"].value is False and fitted.metadata["version"].value == record["version"].iloc[0]
+    assert json.loads(pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")["held_out_by_weight"].iloc[0]) == \
+        fitted.metadata["held_out_by_weight"].value
+
     # a table whose rows are not the corpus's chunks is refused by name, not silently misaligned
     vectors.iloc[:-1].to_parquet(f"{base}/tuned_embeddings/scifact.parquet")
     with pytest.raises(ValueError, match="tuned_embeddings/scifact.parquet: .* do not match"):
