@@ -23,6 +23,7 @@ from dagster import (AssetDep, AssetExecutionContext, AssetOut, AssetSelection, 
 from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
+from causal_assets.core.index.dense import model_reference, resolve_model_reference
 from causal_assets.core.retrievers.factory import SCORING
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.encoder import BACKEND, encoder_version, tune_encoder
@@ -87,9 +88,9 @@ def previous_fit(storage: Storage, benchmark: str, version: str, target: Path,
     if not bool(record["adopted"].iloc[0]):
         return record, pd.DataFrame(columns=EMBEDDING_COLUMNS)
     vectors = read_parquet(vectors_path)
-    model = str(record["model"].iloc[0])
-    intact = (Path(model) == target.resolve() and (target / "config.json").exists() and len(vectors) == chunks
-              and set(vectors["model"]) == {model})
+    models = {resolve_model_reference(str(m), vectors_path) for m in vectors["model"]}
+    intact = (resolve_model_reference(str(record["model"].iloc[0]), record_path) == str(target.resolve())
+              and models == {str(target.resolve())} and (target / "config.json").exists() and len(vectors) == chunks)
     return (record, vectors) if intact else None
 
 
@@ -136,7 +137,7 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
         yield versioned(record, version, output_name=ENCODER, metadata={
             "adopted": bool(record["adopted"].iloc[0]), "version": version, "metric": tuning.metric, "reused": True,
             "held_out_by_weight": MetadataValue.json(json.loads(record["held_out_by_weight"].iloc[0])),
-            **({"model": MetadataValue.path(record["model"].iloc[0])} if record["model"].iloc[0] else {})})
+            **({"model": MetadataValue.path(str(target.resolve()))} if record["adopted"].iloc[0] else {})})
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     for stale in target.parent.glob(f"{target.name}.partial*"):
@@ -149,7 +150,10 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
             partial.rename(target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+    # each table names the model relative to itself (a moved data directory keeps it), the metadata absolutely
     model_path = str(target.resolve()) if result.adopted else ""
+    named_in = {table: model_reference(model_path, asset_path(storage.base, table, spec.name)) if model_path else ""
+                for table in (ENCODER, TUNED_EMBEDDINGS)}
     best = {"base": max(result.base.values()), "tuned": max(result.tuned.values())}
     by_weight = {"base": {str(k): v for k, v in result.base.items()},
                  "tuned": {str(k): v for k, v in result.tuned.items()}}
@@ -159,11 +163,11 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
         "metric": tuning.metric, "held_out_base": best["base"], "held_out_tuned": best["tuned"],
         "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
         "epochs": tuning.encoder.epochs, "lr": tuning.encoder.lr, "fit_seconds": result.seconds["fit"],
-        "encode_seconds": result.seconds["encode"], "model": model_path, "version": version,
+        "encode_seconds": result.seconds["encode"], "model": named_in[ENCODER], "version": version,
         "held_out_by_weight": json.dumps(by_weight)}], columns=ENCODER_COLUMNS)
     embeddings = pd.DataFrame({
         "corpus": spec.corpus, "chunk_id": index.chunks["chunk_id"], "chunk_idx": index.chunks["chunk_idx"],
-        "content_hash": index.chunks["content_hash"], "model": model_path, "backend": BACKEND,
+        "content_hash": index.chunks["content_hash"], "model": named_in[TUNED_EMBEDDINGS], "backend": BACKEND,
         "embedding": list(result.embeddings)}) if result.adopted else empty
     # the vectors first: a run killed between the two outputs leaves the previous record, which never points at
     # vectors that are not there

@@ -184,3 +184,19 @@ def test_onnx_export_is_offline_cached_and_matches_torch(tmp_path, monkeypatch):
     assert np.einsum("ij,ij->i", int8.encode(texts), reference).min() > 0.98
     # one text per run: a text's int8 vector does not depend on the texts encoded with it
     assert np.array_equal(int8.encode(texts[:1]), int8.encode(texts)[:1])
+
+
+def test_a_vectors_table_names_its_model_relative_to_itself(tmp_path):
+    """A fine-tuned encoder's directory is named relative to the table that uses it, so the whole data directory can
+    move; model names, absolute paths and tables off the local disk keep the name as it is."""
+    table, model = tmp_path / "parquet/tuned_embeddings/b.parquet", tmp_path / "reports/tuned/b/encoder-1"
+    reference = dense.model_reference(model, table)
+    assert reference == "../../reports/tuned/b/encoder-1"
+    assert dense.resolve_model_reference(reference, table) == str(model)
+    moved = tmp_path / "elsewhere/parquet/tuned_embeddings/b.parquet"
+    assert dense.resolve_model_reference(reference, moved) == str(tmp_path / "elsewhere/reports/tuned/b/encoder-1")
+    assert dense.model_reference(model, "memory://bucket/tuned_embeddings/b.parquet") == str(model)
+    for name in (DEFAULT_MODEL, str(model)):
+        assert dense.resolve_model_reference(name, table) == name
+    assert Embedder(str(model)).reference == str(model)
+    assert Embedder(str(model), reference=reference).reference == reference

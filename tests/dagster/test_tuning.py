@@ -4,6 +4,7 @@ the held-out split. Plus the automation wiring: a new tuned configuration re-tri
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -16,10 +17,10 @@ from dagster import (AssetKey, AssetMaterialization, AssetSelection, DagsterInst
                      materialize)
 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
-from causal_assets.core.index.dense import Embedder
+from causal_assets.core.index.dense import Embedder, resolve_model_reference
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.learned.retriever import grid_for
-from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
+from causal_assets.core.tuning.store import content_hash, index_fingerprint, load_tuned, save_tuned
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.evaluation import evaluation_tables
 from causal_assets.defs.tuning import tuned_encoder, tuned_retriever_configs
@@ -231,13 +232,17 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     assert result.success
     record = pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")
     assert record["adopted"].iloc[0] and record["held_out_queries"].iloc[0] >= 1
+    # named relative to the table (both tables sit at the same depth), found beside the tuned configurations
     model = record["model"].iloc[0]
-    assert Path(model, "config.json").exists() and not list(Path(model).parent.glob("*.partial*"))
+    model_dir = resolve_model_reference(model, f"{base}/tuned_encoder/scifact.parquet")
+    assert model.startswith("../") and Path(model_dir).parent == (resources["storage"].reports_path / "tuned" /
+                                                                  "scifact").resolve()
+    assert Path(model_dir, "config.json").exists() and not list(Path(model_dir).parent.glob("*.partial*"))
     vectors = pd.read_parquet(f"{base}/tuned_embeddings/scifact.parquet")
     chunks = pd.read_parquet(f"{base}/corpus_chunks/scifact.parquet")
     assert vectors["chunk_id"].tolist() == chunks["chunk_id"].tolist() and set(vectors["model"]) == {model}
     [tuning] = _events(result, "tuned_retriever_configs")
-    assert tuning.metadata["encoder"].value == f"tuned ({model})"
+    assert tuning.metadata["encoder"].value == f"tuned ({model_dir})"
     version = tuning.metadata["config_version"].value
     tuned = load_tuned(resources["storage"].reports_path / "tuned", "scifact", version)
     assert tuned.content["index"]["embedding_model"] == model
@@ -251,7 +256,7 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     again = materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],
                         instance=instance)
     [kept] = _events(again, "tuned_encoder")
-    assert kept.metadata["reused"].value is True and kept.metadata["model"].value == model
+    assert kept.metadata["reused"].value is True and kept.metadata["model"].value == model_dir
     assert kept.tags["dagster/data_version"] == record["version"].iloc[0]   # readers are not made stale
     assert pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet").equals(record)
     assert pd.read_parquet(f"{base}/tuned_embeddings/scifact.parquet").equals(vectors)
@@ -261,6 +266,19 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     assert fitted.metadata["reused"].value is False and fitted.metadata["version"].value == record["version"].iloc[0]
     assert json.loads(pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")["held_out_by_weight"].iloc[0]) == \
         fitted.metadata["held_out_by_weight"].value
+
+    # the data directory moved as a whole (another checkout, a container's mount): the tuned index still loads its
+    # encoder, from the new place, and still matches the configuration tuned on it
+    base_dir = Path(base).parent
+    moved = base_dir / "moved"
+    moved.mkdir()
+    for part in ("parquet", "reports"):
+        shutil.copytree(base_dir / part, moved / part)
+    shutil.rmtree(model_dir)
+    index = CorpusIndex.load(moved / "parquet", "scifact", vectors=moved / "parquet/tuned_embeddings/scifact.parquet")
+    assert Path(index.embedder.model_name).is_relative_to(moved)
+    assert index_fingerprint(index) == tuned.content["index"]
+    assert index.embedder.encode_queries(["a claim"]).shape == (1, vectors["embedding"].iloc[0].shape[0])
 
     # a table whose rows are not the corpus's chunks is refused by name, not silently misaligned
     vectors.iloc[:-1].to_parquet(f"{base}/tuned_embeddings/scifact.parquet")

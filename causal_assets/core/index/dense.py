@@ -52,6 +52,28 @@ def model_dir(name: str = DEFAULT_MODEL) -> str:
     return name
 
 
+LOCAL = ("", "file", "local")   # fsspec protocols of the local disk
+
+
+def model_reference(model: str | os.PathLike, table: str | UPath) -> str:
+    """How a vectors table names a model directory of its own making: relative to the table's directory when both
+    are on the local disk, so a data directory moved as a whole (another checkout, a container's mount) still
+    finds its models; else the absolute path."""
+    table = UPath(table)
+    model = os.path.abspath(model)
+    if table.protocol not in LOCAL:
+        return model
+    return os.path.relpath(model, os.path.dirname(os.path.abspath(table.path)))
+
+
+def resolve_model_reference(reference: str, table: str | UPath) -> str:
+    """The model directory a vectors table names (`model_reference`); model names and absolute paths as they are."""
+    table = UPath(table)
+    if not reference.startswith(("./", "../")) or table.protocol not in LOCAL:
+        return reference
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(table.path)), reference))
+
+
 @lru_cache(maxsize=2)
 def load_model(name: str = DEFAULT_MODEL, device: str = "cpu"):
     """The fp32 PyTorch model (sentence-transformers) on `device` (e.g. cuda on a GPU worker)."""
@@ -80,8 +102,11 @@ class Embedder:
     for batches, 0 = every core (a few queries always run on one thread)."""
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, backend: str = DEFAULT_BACKEND,
-                 models_dir: str | None = None, threads: int = 0, device: str = "cpu"):
+                 models_dir: str | None = None, threads: int = 0, device: str = "cpu", reference: str | None = None):
         self.model_name = model
+        # how records name the model: a vectors table's own reference (relative to the table, `model_reference`),
+        # so a configuration tuned on the index still matches it after the data directory moved
+        self.reference = reference or model
         self.batch_size = batch_size
         self.backend = check_backend(backend)
         self.models_dir = models_dir

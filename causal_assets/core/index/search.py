@@ -19,7 +19,7 @@ from upath import UPath
 
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k
-from causal_assets.core.index.dense import DEFAULT_BACKEND, DEFAULT_MODEL, Embedder
+from causal_assets.core.index.dense import DEFAULT_BACKEND, DEFAULT_MODEL, Embedder, resolve_model_reference
 from causal_assets.core.index.exact import INT8_SCAN_MIN, Int8Scan, single_thread_blas, top_positions
 from causal_assets.core.index.sparse import SparseIndex
 from causal_assets.core.storage import asset_path, read_parquet
@@ -91,7 +91,7 @@ class CorpusIndex:
         vocab = read_parquet(asset_path(base, VOCABULARY, corpus))
         check_sparse_build(postings, vocab, corpus, len(chunks))
         sparse = {m: SparseIndex.from_frames(m, postings, vocab, len(chunks)) for m in vocab["method"].unique()}
-        embeddings, model, backend = None, DEFAULT_MODEL, None
+        embeddings, model, reference, backend = None, DEFAULT_MODEL, None, None
         if dense:
             emb = read_parquet(vectors or asset_path(base, EMBEDDINGS, corpus)).sort_values("chunk_idx")
             if vectors is not None and (len(emb) != len(chunks)
@@ -99,13 +99,14 @@ class CorpusIndex:
                 raise ValueError(f"{vectors}: {len(emb)} vectors do not match the {len(chunks)} chunks of corpus "
                                  f"{corpus!r} (re-materialize it)")
             embeddings = np.stack(emb["embedding"].to_numpy()).astype(np.float32)
-            model = emb["model"].iloc[0]
+            reference = emb["model"].iloc[0]
+            model = resolve_model_reference(reference, vectors) if vectors is not None else reference
             # Queries are embedded by the backend that embedded the chunks (tables from before backends: torch).
             backend = str(emb["backend"].iloc[0]) if "backend" in emb else "torch"
         split = bool(json.loads(chunks["index_options"].iloc[0]).get("split_identifiers", False)) \
             if "index_options" in chunks else False
-        return cls(corpus, chunks, sparse, embeddings, split, Embedder(model, backend=backend or DEFAULT_BACKEND),
-                   ann_config or AnnConfig())
+        embedder = Embedder(model, backend=backend or DEFAULT_BACKEND, reference=reference)
+        return cls(corpus, chunks, sparse, embeddings, split, embedder, ann_config or AnnConfig())
 
     def terms(self, query: str) -> list[str]:
         return analyze(query, self.split_identifiers)

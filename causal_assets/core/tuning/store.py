@@ -42,7 +42,7 @@ from causal_assets.core.index.search import CorpusIndex
 def index_fingerprint(index: CorpusIndex) -> dict[str, Any]:
     ids = hashlib.sha256("\n".join(map(str, index.ids)).encode()).hexdigest()[:12]
     return {"corpus": index.corpus, "chunks": int(len(index.ids)), "ids_sha": ids,
-            "embedding_model": str(getattr(index.embedder, "model_name", ""))}
+            "embedding_model": str(getattr(index.embedder, "reference", getattr(index.embedder, "model_name", "")))}
 
 
 def content_hash(content: dict[str, Any]) -> str:
