@@ -123,7 +123,7 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
         return
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
     index, bench = artifacts.index, artifacts.benchmark(spec, spec.tune_split)
-    version = encoder_version(index, bench, tuning.encoder, index.embedder.model_name, tuning.seed)
+    version = encoder_version(index, bench, tuning.encoder, tuning.seed)
     # beside the learned models of the same benchmark; fitted into a fresh `.partial` directory (what a killed run
     # leaves there is cleared by the next one), renamed only if adopted, so no table points at a half-written model
     target = storage.reports_path / "tuned" / spec.name / f"encoder-{version}"

@@ -12,7 +12,8 @@ from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.dense import Embedder, load_model
 from causal_assets.core.retrievers.similarity import HybridRetriever
 from causal_assets.core.index.build import chunk_texts
-from causal_assets.core.tuning.encoder import held_out_split, training_pairs, tune_encoder
+from causal_assets.core.tuning import encoder
+from causal_assets.core.tuning.encoder import encoder_version, held_out_split, training_pairs, tune_encoder
 from causal_assets.core.tuning.spec import EncoderSpec, TuningSpec
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
 
@@ -33,6 +34,23 @@ def test_held_out_split_is_seeded_and_disjoint():
     assert len(held) == 2 and len(fit) == 8 and not set(fit) & set(held) and set(fit) | set(held) == set(qids)
     assert held_out_split(list(reversed(qids)), 0.2, seed=0) == (fit, held)   # the order given does not matter
     assert held_out_split(qids, 0.2, seed=1) != (fit, held)
+
+
+def test_the_encoder_version_changes_with_what_decides_the_fit(monkeypatch):
+    """The asset keeps the last fit of the same version: the version must move with the data, the spec, the seed,
+    the vectors it is compared with and the fitting code, and with nothing else."""
+    index, bench = tiny_index(), tiny_benchmark()
+    spec = EncoderSpec()
+    version = encoder_version(index, bench, spec, 0)
+    assert encoder_version(tiny_index(), tiny_benchmark(), EncoderSpec(), 0) == version
+    other_backend = replace(index, embedder=Embedder(index.embedder.model_name, backend="torch")) \
+        if index.embedder.backend != "torch" else replace(index, embedder=Embedder(backend="onnx"))
+    fewer = tiny_benchmark(list(bench.queries)[:-1])
+    assert len({version, encoder_version(index, bench, spec.model_copy(update={"lr": 1e-5}), 0),
+                encoder_version(index, bench, spec, 1), encoder_version(other_backend, bench, spec, 0),
+                encoder_version(index, fewer, spec, 0)}) == 5
+    monkeypatch.setattr(encoder, "recipe", lambda: "other code")
+    assert encoder_version(index, bench, spec, 0) != version
 
 
 def test_tune_encoder_fits_on_the_rest_and_decides_on_the_held_out_queries(tmp_path):

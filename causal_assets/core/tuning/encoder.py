@@ -18,6 +18,7 @@ import hashlib
 import random
 import time
 from dataclasses import dataclass, replace
+from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
@@ -118,11 +119,20 @@ def held_out_split(qids: list[str], share: float, seed: int) -> tuple[list[str],
     return sorted(order[n:]), sorted(order[:n])
 
 
-def encoder_version(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, base_model: str, seed: int) -> str:
-    """What determines the fitted encoder: the corpus's chunks, the tune split's queries and judgements, the spec."""
+def recipe() -> str:
+    """The fitting code: this module's source and the versions of the libraries that run it."""
+    libraries = [f"{name}=={metadata.version(name)}" for name in ("torch", "sentence-transformers", "transformers")]
+    return hashlib.sha256(Path(__file__).read_bytes() + repr(libraries).encode()).hexdigest()[:12]
+
+
+def encoder_version(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, seed: int) -> str:
+    """What determines the fit and its decision: the corpus's chunks and the vectors it is compared with (their
+    model and backend), the tune split's queries and judgements, the spec, the seed and the fitting code. The asset
+    keeps the last fit of the same version, so a kept fit is never one that other code or data made."""
     h = hashlib.sha256()
     for part in (index.chunks["content_hash"].astype(str).tolist(), sorted(bench.queries.items()),
-                 sorted((q, sorted(r.items())) for q, r in bench.qrels.items()), spec.model_dump(), base_model, seed):
+                 sorted((q, sorted(r.items())) for q, r in bench.qrels.items()), spec.model_dump(),
+                 index.embedder.cache_key, seed, recipe()):
         h.update(repr(part).encode())
         h.update(b"\x1e")
     return h.hexdigest()[:12]
