@@ -45,7 +45,7 @@ SHOWN = [("precision", 2), ("recall", 5), ("all_gold", 2), ("ndcg", 10), ("mrr",
 def all_gold_hits(runs, qrels, k: int) -> np.ndarray:
     """Per judged query of one retriever's runs: 1 when its top k holds every relevant document."""
     top = runs[runs["rank"] <= k].groupby("query_id")["doc_id"].apply(set).to_dict()
-    return np.array([float(set(r) <= top.get(q, set())) for q, r in qrels.items() if r])
+    return np.array([float(set(qrels[q]) <= top.get(q, set())) for q in sorted(qrels) if qrels[q]])
 
 
 def all_gold_at(runs, qrels, k: int) -> dict[str, float]:
@@ -66,7 +66,9 @@ def interval(runs, qrels, metric: str, k: int) -> dict[str, float]:
     else:
         run = {q: dict(zip(g["doc_id"].astype(str), g["score"].astype(float))) for q, g in runs.groupby("query_id")}
         per_query = evaluate_per_query(qrels, run, ks=(k,), map_k=k)
-        values = per_query[(per_query["metric"] == metric) & (per_query["k"] == k)]["value"].to_numpy()
+        # in query order: the resampling is seeded, so the interval is the same in every process
+        values = per_query[(per_query["metric"] == metric) & (per_query["k"] == k)].sort_values("query_id")["value"]
+        values = values.to_numpy()
     lo, hi = bootstrap_ci(values)
     return {"mean": round(float(values.mean()), 4), "ci95": [round(lo, 4), round(hi, 4)], "queries": len(values)}
 
