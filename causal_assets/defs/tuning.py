@@ -69,8 +69,8 @@ def versioned(value, version: str, **kwargs) -> Output:
 
 
 class EncoderConfig(Config):
-    # fit again even when the last materialization already fitted this encoder version (the same chunks, tune
-    # split, spec, base model and seed) and its model and vectors are still there
+    # fit again even when the last materialization already fitted this encoder version (`encoder_version`: the
+    # same data, spec, seed and fitting code) and its model and vectors are still there
     refit: bool = False
 
 
