@@ -85,6 +85,10 @@ def previous_fit(storage: Storage, benchmark: str, version: str, target: Path,
     record = read_parquet(record_path)
     if len(record) != 1 or list(record.columns) != ENCODER_COLUMNS or record["version"].iloc[0] != version:
         return None   # another version, or a record written before the per-weight figures were kept
+    try:
+        json.loads(record["held_out_by_weight"].iloc[0])
+    except (TypeError, ValueError):
+        return None   # not a record this asset wrote: fit again rather than fail on it
     if not bool(record["adopted"].iloc[0]):
         return record, pd.DataFrame(columns=EMBEDDING_COLUMNS)
     vectors = read_parquet(vectors_path)

@@ -264,6 +264,11 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
                         instance=instance, run_config={"ops": {"tuned_encoder": {"config": {"refit": True}}}})
     [fitted] = _events(refit, "tuned_encoder")
     assert fitted.metadata["reused"].value is False and fitted.metadata["version"].value == record["version"].iloc[0]
+    # a record this asset did not write (its per-weight figures are not JSON) is fitted again, not failed on
+    record.assign(held_out_by_weight="{not json").to_parquet(f"{base}/tuned_encoder/scifact.parquet")
+    [fitted] = _events(materialize(encoder_assets, resources=resources, partition_key="scifact",
+                                   selection=[tuned_encoder], instance=instance), "tuned_encoder")
+    assert fitted.metadata["reused"].value is False
     assert json.loads(pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")["held_out_by_weight"].iloc[0]) == \
         fitted.metadata["held_out_by_weight"].value
 
