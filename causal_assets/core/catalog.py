@@ -33,11 +33,9 @@ import duckdb
 from upath import UPath
 
 from causal_assets.core.schemas import ID_ALIASES, column_docs
+from causal_assets.core.storage import LOCAL_PROTOCOLS
 
 log = logging.getLogger(__name__)
-
-
-LOCAL_PROTOCOLS = ("", "file", "local")
 
 
 def fsspec_filesystem(base: str | UPath):

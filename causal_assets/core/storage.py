@@ -23,13 +23,15 @@ def safe_name(name: str, what: str = "partition") -> str:
     return name
 
 
+LOCAL_PROTOCOLS = ("", "file", "local")   # fsspec protocols of the local disk
+
+
 def check_within(base: str | UPath, path: str | UPath) -> UPath:
     """`path` itself if it lies under `base` once normalised; a partition key such as '../../x' would otherwise
     read or write anywhere the process may."""
     base, path = UPath(base), UPath(path)
     root, target = posixpath.normpath(base.path), posixpath.normpath(path.path)
-    local = ("", "file", "local")
-    same_fs = base.protocol == path.protocol or (base.protocol in local and path.protocol in local)
+    same_fs = base.protocol == path.protocol or (base.protocol in LOCAL_PROTOCOLS and path.protocol in LOCAL_PROTOCOLS)
     if not same_fs or not (target == root or target.startswith(root.rstrip("/") + "/")):
         raise ValueError(f"{path}: outside the storage base path {base} (refusing to read or write it)")
     return path

@@ -21,7 +21,7 @@ from upath import UPath
 from causal_assets.core.index.onnx_backend import onnx_encoder
 from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.core.progress import ProgressLog, chain
-from causal_assets.core.storage import read_parquet, write_parquet_atomic
+from causal_assets.core.storage import LOCAL_PROTOCOLS, read_parquet, write_parquet_atomic
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +52,13 @@ def model_dir(name: str = DEFAULT_MODEL) -> str:
     return name
 
 
-LOCAL = ("", "file", "local")   # fsspec protocols of the local disk
-
-
 def model_reference(model: str | os.PathLike, table: str | UPath) -> str:
     """How a vectors table names a model directory of its own making: relative to the table's directory when both
     are on the local disk, so a data directory moved as a whole (another checkout, a container's mount) still
     finds its models; else the absolute path."""
     table = UPath(table)
     model = os.path.abspath(model)
-    if table.protocol not in LOCAL:
+    if table.protocol not in LOCAL_PROTOCOLS:
         return model
     return os.path.relpath(model, os.path.dirname(os.path.abspath(table.path)))
 
@@ -69,7 +66,7 @@ def model_reference(model: str | os.PathLike, table: str | UPath) -> str:
 def resolve_model_reference(reference: str, table: str | UPath) -> str:
     """The model directory a vectors table names (`model_reference`); model names and absolute paths as they are."""
     table = UPath(table)
-    if not reference.startswith(("./", "../")) or table.protocol not in LOCAL:
+    if not reference.startswith(("./", "../")) or table.protocol not in LOCAL_PROTOCOLS:
         return reference
     return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(table.path)), reference))
 
