@@ -37,9 +37,9 @@ from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 GROUP = "tuning"
 TUNED = "tuned_retriever_configs"
 ENCODER, TUNED_EMBEDDINGS = "tuned_encoder", "tuned_embeddings"
-ENCODER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "held_out_base", "held_out_tuned", "fit_queries",
-                   "held_out_queries", "pairs", "epochs", "lr", "fit_seconds", "encode_seconds", "model", "version",
-                   "held_out_by_weight"]
+ENCODER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "held_out_base", "held_out_tuned", "held_out_gain",
+                   "held_out_gain_se", "fit_queries", "held_out_queries", "pairs", "epochs", "lr", "fit_seconds",
+                   "encode_seconds", "model", "version", "held_out_by_weight"]
 EMBEDDING_COLUMNS = ["corpus", "chunk_id", "chunk_idx", "content_hash", "model", "backend", "embedding"]
 
 
@@ -141,6 +141,8 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
         yield versioned(record, version, output_name=ENCODER, metadata={
             "adopted": bool(record["adopted"].iloc[0]), "version": version, "metric": tuning.metric, "reused": True,
             "held_out_by_weight": MetadataValue.json(json.loads(record["held_out_by_weight"].iloc[0])),
+            "held_out_gain": float(record["held_out_gain"].iloc[0]),
+            "held_out_gain_se": float(record["held_out_gain_se"].iloc[0]),
             **({"model": MetadataValue.path(str(target.resolve()))} if record["adopted"].iloc[0] else {})})
         return
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -163,8 +165,11 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
                  "tuned": {str(k): v for k, v in result.tuned.items()}}
     record = pd.DataFrame([{
         "benchmark": spec.name, "adopted": result.adopted,
-        "reason": f"held-out {tuning.metric} {best['tuned']:.4f} vs {best['base']:.4f} with the corpus's vectors",
+        "reason": f"held-out {tuning.metric} {best['tuned']:.4f} vs {best['base']:.4f} with the corpus's vectors: "
+                  f"{result.gain:+.4f} per query, {'beyond' if result.adopted else 'within'} the margin "
+                  f"(min_gain {tuning.encoder.min_gain} + {tuning.encoder.standard_errors} x 1 SE {result.gain_se:.4f})",
         "metric": tuning.metric, "held_out_base": best["base"], "held_out_tuned": best["tuned"],
+        "held_out_gain": round(result.gain, 4), "held_out_gain_se": round(result.gain_se, 4),
         "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
         "epochs": tuning.encoder.epochs, "lr": tuning.encoder.lr, "fit_seconds": result.seconds["fit"],
         "encode_seconds": result.seconds["encode"], "model": named_in[ENCODER], "version": version,
@@ -180,6 +185,7 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
     yield versioned(record, version, output_name=ENCODER, metadata={
         "adopted": bool(result.adopted), "version": version, "metric": tuning.metric, "reused": False,
         "held_out_by_weight": MetadataValue.json(by_weight),
+        "held_out_gain": round(result.gain, 4), "held_out_gain_se": round(result.gain_se, 4),
         "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
         "loss_first_last": MetadataValue.json([round(x, 4) for x in result.losses]),
         "seconds": MetadataValue.json(result.seconds),

@@ -13,7 +13,8 @@ from causal_assets.core.index.dense import Embedder, load_model
 from causal_assets.core.retrievers.similarity import HybridRetriever
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.tuning import encoder
-from causal_assets.core.tuning.encoder import encoder_version, held_out_split, training_pairs, tune_encoder
+from causal_assets.core.tuning.encoder import (encoder_version, held_out_split, means, paired_gain, training_pairs,
+                                               tune_encoder)
 from causal_assets.core.tuning.spec import EncoderSpec, TuningSpec
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
 
@@ -60,7 +61,10 @@ def test_tune_encoder_fits_on_the_rest_and_decides_on_the_held_out_queries(tmp_p
     fit, held = held_out_split(list(bench.queries), 0.25, 0)
     assert (result.fit_queries, result.held_out_queries, result.pairs) == (len(fit), len(held), len(fit)) == (6, 2, 6)
     assert set(result.base) == set(result.tuned) == {0.5, 0.65, 0.8}
-    assert result.adopted == (max(result.tuned.values()) > max(result.base.values()))
+    # the gain is the paired per-query difference of the best weights, adopted beyond one standard error of it
+    assert result.gain == pytest.approx(max(result.tuned.values()) - max(result.base.values()), abs=1e-3)
+    assert result.gain_se >= 0
+    assert result.adopted == (result.gain > result.gain_se)
     assert result.embeddings.shape == index.embeddings.shape
     assert np.allclose(np.linalg.norm(result.embeddings, axis=1), 1.0, atol=1e-4)
     # the saved model is the one whose vectors were compared, and it moved away from the packaged encoder
@@ -78,6 +82,16 @@ def test_tune_encoder_fits_on_the_rest_and_decides_on_the_held_out_queries(tmp_p
     strict = tune_encoder(index, bench, spec.model_copy(update={"min_gain": 1.0}), "ndcg@10", tmp_path / "strict",
                           seed=0)
     assert not strict.adopted and strict.tuned == result.tuned and strict.base == result.base
+
+
+def test_the_encoder_gain_is_paired_per_query_between_the_best_weights():
+    base = {0.5: {"a": 0.2, "b": 0.4, "c": 0.6}, 0.8: {"a": 0.5, "b": 0.5, "c": 0.5}}
+    tuned = {0.5: {"a": 0.9, "b": 0.1, "c": 0.7}, 0.8: {"a": 0.6, "b": 0.7, "c": 0.5}}
+    gain, se = paired_gain(base, tuned)       # tuned at 0.8 (mean 0.6) against base at 0.5 or 0.8 (0.4 and 0.5)
+    d = np.array([0.1, 0.2, 0.0])
+    assert gain == pytest.approx(d.mean()) and se == pytest.approx(d.std(ddof=1) / np.sqrt(3))
+    assert means(tuned) == {0.5: 0.5667, 0.8: 0.6}
+    assert paired_gain({0.5: {"a": 0.1}}, {0.5: {"a": 0.3}})[1] == float("inf")   # one query: no error estimate
 
 
 def test_tune_encoder_refuses_candidate_sets_and_too_few_queries(tmp_path):

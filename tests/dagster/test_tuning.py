@@ -232,6 +232,9 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     assert result.success
     record = pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")
     assert record["adopted"].iloc[0] and record["held_out_queries"].iloc[0] >= 1
+    # the decision's paired gain and its standard error are recorded, and the margin they were held to named
+    gain, se = record["held_out_gain"].iloc[0], record["held_out_gain_se"].iloc[0]
+    assert gain > -1.0 + se and f"{gain:+.4f} per query, beyond the margin" in record["reason"].iloc[0]
     # named relative to the table (both tables sit at the same depth), found beside the tuned configurations
     model = record["model"].iloc[0]
     model_dir = resolve_model_reference(model, f"{base}/tuned_encoder/scifact.parquet")
@@ -257,6 +260,7 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
                         instance=instance)
     [kept] = _events(again, "tuned_encoder")
     assert kept.metadata["reused"].value is True and kept.metadata["model"].value == model_dir
+    assert kept.metadata["held_out_gain_se"].value == pytest.approx(se)
     assert kept.tags["dagster/data_version"] == record["version"].iloc[0]   # readers are not made stale
     assert pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet").equals(record)
     assert pd.read_parquet(f"{base}/tuned_embeddings/scifact.parquet").equals(vectors)

@@ -93,8 +93,10 @@ class EncoderSpec(BaseModel):
     batch_size: int = Field(32, ge=2)
     held_out: float = Field(0.2, gt=0, lt=1)    # share of the judged tune queries the decision is made on
     weights: list[float] = Field(default_factory=lambda: [0.5, 0.65, 0.8])   # hybrid dense shares compared
-    # adopted only if the best held-out figure gains more than this (negative: unless it loses more than -min_gain)
+    # adopted only if the best held-out figure gains more than min_gain + standard_errors x the standard error of
+    # the paired per-query difference (negative min_gain: unless it loses more than that; standard_errors 0: any gain)
     min_gain: float = Field(0.0, ge=-1, le=1)
+    standard_errors: float = Field(1.0, ge=0)
     threads: int = Field(0, ge=0)               # torch intra-op threads while fitting; 0: torch's default
 
 
