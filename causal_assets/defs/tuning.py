@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
+import yaml
 from dagster import (AssetDep, AssetExecutionContext, AssetOut, AssetSelection, AutomationCondition, BetaWarning,
                      Config, DataVersion, MetadataValue, Output, asset, multi_asset)
 
@@ -29,7 +30,8 @@ from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.encoder import BACKEND, encoder_version, tune_encoder
 from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.tuning.spec import TuningSpec
-from causal_assets.core.tuning.store import index_fingerprint, save_tuned
+from causal_assets.core.tuning.store import (TunedConfig, benchmark_digest, code_version, frame_digest, index_digest,
+                                             index_fingerprint, inputs_version, load_tuned, save_tuned)
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
@@ -195,6 +197,26 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
 class TuningConfig(Config):
     retrievers: list[str] | None = None   # default: the benchmark's `tuning.retrievers`, else its list + learned
     max_queries: int | None = None        # a seeded sample of the tune split (quick runs); None: all of it
+    # tune again even when the last materialization tuned the same inputs (`inputs_version`: the index, graph,
+    # questions, labels, other benchmarks' training rows, scoring LLM, specs and core code) and its files are there
+    retune: bool = False
+
+
+def previous_tuning(storage: Storage, benchmark: str, inputs: str) -> tuple[pd.DataFrame, TunedConfig] | None:
+    """The last materialization's (trials, configuration) when it tuned the same `inputs` and the configuration
+    and its models are intact: a job that selects the whole tuning group then tunes nothing twice."""
+    path = asset_path(storage.base, TUNED, benchmark)
+    if not path.exists():
+        return None
+    trials = read_parquet(path)
+    if not len(trials) or "inputs_version" not in trials.columns or set(trials["inputs_version"]) != {inputs} \
+            or trials["config_version"].nunique() != 1:
+        return None
+    try:
+        stored = load_tuned(storage.reports_path / "tuned", benchmark, str(trials["config_version"].iloc[0]))
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        return None   # removed or edited by hand: tune again rather than fail on it
+    return (trials, stored) if stored.models_present() else None
 
 
 @asset(
@@ -212,7 +234,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     if not spec.tune_split:
         context.log.info(f"{spec.name}: no tune split, nothing is tuned (eval splits are never tuned on)")
         empty = pd.DataFrame(columns=["benchmark", "split", "retriever", "trial", "params", "metric", "value",
-                                      "evaluation", "queries", "seconds", "best", "config_version"])
+                                      "evaluation", "queries", "seconds", "best", "config_version", "inputs_version"])
         yield Output(empty, metadata={"tuned": False})
         yield check_result(TUNED, "tuned_on_train_only", check_tuning_trials(empty, spec.eval_splits))
         return
@@ -247,36 +269,59 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         learned_extra[name] = f"used: {len(source[1].query_ids())} {other.tune_split} questions"
         return source
 
+    resolved = tuning.resolved_retrievers(list(spec.retrievers), bench.within is not None)
+    # loaded before tuning (not when the learned model asks), so what they hold is part of the inputs' version
+    extras = {name: extra_source(name) for name in tuning.learned_extra if name != spec.name} \
+        if "learned" in resolved else {}
     # The causal retriever is tuned with the LLM's answer likelihood wherever the LLM can score prompts, else
     # with the lexical fallback (named in the log and the metadata); query_likelihood only where it can.
-    scoring = set(SCORING) & set(tuning.resolved_retrievers(list(spec.retrievers),
-                                                                             bench.within is not None))
-    scorer = llm.scorer if scoring and llm.scores_prompts() else None
-    result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, mc_labels,
-                  forbidden=tuple(spec.eval_splits), log=context.log.info, extra_sources=extra_source,
-                  scorer=scorer)
-    content = {"benchmark": spec.name, "corpus": spec.corpus, "tune_split": spec.tune_split,
-               "metric": tuning.metric, "index": index_fingerprint(index), "graph": graph is not None,
-               "selected": result.selected, "retrievers": result.best}
-    stored = save_tuned(storage.reports_path / "tuned", spec.name, content, result.models)
-    trials = result.trials.assign(benchmark=spec.name, split=bench.split, config_version=stored.version)
-    trials = trials[["benchmark", "split", *[c for c in trials.columns if c not in ("benchmark", "split")]]]
-    best = {n: round(b["value"], 4) for n, b in result.best.items()}
+    scorer = llm.scorer if set(SCORING) & set(resolved) and llm.scores_prompts() else None
+    inputs = inputs_version({
+        "benchmark": spec.model_dump(exclude={"path"}), "tuning": tuning.model_dump(), "ann": repr(ANN),
+        "index": index_digest(index), "questions": benchmark_digest(bench),
+        "graph": [frame_digest(f) for f in graph] if graph is not None else None,
+        "mc_labels": frame_digest(mc_labels),
+        "learned_extra": {name: [index_digest(x[0]), benchmark_digest(x[1]),
+                                 [frame_digest(f) for f in x[2]] if x[2] is not None else None] if x else None
+                          for name, x in extras.items()},
+        # the scoring model by name: a server that changes what a name serves needs `retune: true`
+        "llm": {"base_url": llm.base_url, "model": llm.model, "solver": llm.solver,
+                "scoring_mode": llm.scoring_mode} if scorer is not None else None,
+        "code": code_version()})
+    kept = None if config.retune else previous_tuning(storage, spec.name, inputs)
+    if kept is not None:
+        trials, stored = kept
+        context.log.info(f"{spec.name}: the last materialization tuned these inputs ({inputs}): configuration "
+                         f"{stored.version} kept (config retune: true tunes again)")
+    else:
+        result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, mc_labels,
+                      forbidden=tuple(spec.eval_splits), log=context.log.info, extra_sources=extras.get,
+                      scorer=scorer)
+        content = {"benchmark": spec.name, "corpus": spec.corpus, "tune_split": spec.tune_split,
+                   "metric": tuning.metric, "index": index_fingerprint(index), "graph": graph is not None,
+                   "selected": result.selected, "retrievers": result.best}
+        stored = save_tuned(storage.reports_path / "tuned", spec.name, content, result.models)
+        trials = result.trials.assign(benchmark=spec.name, split=bench.split, config_version=stored.version,
+                                      inputs_version=inputs)
+        trials = trials[["benchmark", "split", *[c for c in trials.columns if c not in ("benchmark", "split")]]]
+    chosen = stored.retrievers
+    best = {n: round(b["value"], 4) for n, b in chosen.items()}
     # what the selection compared: each retriever's nested CV figure (core.tuning.search)
-    selection = {n: round(b["selection_value"], 4) for n, b in result.best.items() if "selection_value" in b}
+    selection = {n: round(b["selection_value"], 4) for n, b in chosen.items() if "selection_value" in b}
     metadata = {
-        "tuned": True, "config_version": stored.version, "config_path": MetadataValue.path(str(stored.path)),
-        "selected": result.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
+        "tuned": True, "reused": kept is not None, "inputs_version": inputs, "config_version": stored.version,
+        "config_path": MetadataValue.path(str(stored.path)),
+        "selected": stored.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
         "metric": tuning.metric, "best_by_retriever": MetadataValue.json(best),
         "selection_by_retriever": MetadataValue.json(selection),
         # a combination is selectable only beyond one standard error of what it is built on (core.tuning.search)
-        "combination_margins": MetadataValue.json({n: b["selection_margin"] for n, b in result.best.items()
+        "combination_margins": MetadataValue.json({n: b["selection_margin"] for n, b in chosen.items()
                                                    if "selection_margin" in b}),
         "mc_labels": "used" if mc_labels is not None else "absent",
         "encoder": f"tuned ({index.embedder.model_name})" if encoder is not None else index.embedder.model_name,
         **({"learned_extra": MetadataValue.json(learned_extra)} if learned_extra else {}),
-        **({"causal_answer_model": result.best["causal"]["params"].get("answer_model", "")}
-           if "causal" in result.best else {}),
+        **({"causal_answer_model": chosen["causal"]["params"].get("answer_model", "")}
+           if "causal" in chosen else {}),
         "config": MetadataValue.md("```yaml\n" + stored.path.read_text() + "```"),
     }
     # the configuration's version is the data version: the evaluation shows stale when a tuning produced another

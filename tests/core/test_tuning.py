@@ -1,6 +1,8 @@
 """The tuning search and the versioned configuration store, without Dagster."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -9,7 +11,9 @@ from causal_assets.core.tuning.search import (FoldChoices, TuningResult, _given_
                                              coordinate_search, flat,
                                              fold_groups, labels_of, nested, nested_scores, sample_queries, tune)
 from causal_assets.core.tuning.spec import TuningSpec
-from causal_assets.core.tuning.store import content_hash, load_tuned, save_tuned
+from causal_assets.core.tuning import store
+from causal_assets.core.tuning.store import (benchmark_digest, code_version, content_hash, frame_digest,
+                                             inputs_version, load_tuned, save_tuned)
 
 
 def test_coordinate_search_climbs_and_scores_each_point_once():
@@ -223,6 +227,54 @@ def test_store_versions_by_content(tmp_path):
     assert load_tuned(tmp_path, "b", first.version).params("hybrid") == {"weight": 0.7}
     with pytest.raises(FileNotFoundError, match="never_tuned"):
         load_tuned(tmp_path, "never_tuned", first.version)
+    # a file edited by hand is refused, and the same content saved again writes it again
+    path = tmp_path / "b" / f"{first.version}.yaml"
+    path.write_text(path.read_text().replace("weight: 0.7", "weight: 0.9"))
+    with pytest.raises(ValueError, match="does not match its version"):
+        load_tuned(tmp_path, "b", first.version)
+    assert save_tuned(tmp_path, "b", content(0.7), {"learned": model}).version == first.version
+    assert load_tuned(tmp_path, "b", first.version).params("hybrid") == {"weight": 0.7}
+
+
+def test_models_present_names_a_missing_model_file(tmp_path):
+    from sklearn.dummy import DummyClassifier
+
+    content = {"benchmark": "b", "selected": "learned",
+               "retrievers": {"learned": {"params": {"depth": 100}, "value": 0.8},
+                              "causal": {"params": {"shortlist_params": {"model_path": "@learned"}}, "value": 0.6}}}
+    stored = save_tuned(tmp_path, "b", content, {"learned": DummyClassifier().fit([[0], [1]], [0, 1])})
+    assert stored.models_present()
+    Path(stored.params("learned")["model_path"]).unlink()
+    assert not load_tuned(tmp_path, "b", stored.version).models_present()
+
+
+def test_the_inputs_version_moves_with_every_input_and_nothing_else():
+    """tuned_retriever_configs keeps the last tuning of the same inputs: each digest must see a change of content
+    and be the same in every process (no Python hash, no object identity)."""
+    frame = pd.DataFrame({"a": [1, 2], "b": ["x", "y"], "c": [{"k": 1}, None]})
+    assert frame_digest(frame) == frame_digest(frame.copy()) and frame_digest(None) == ""
+    assert len({frame_digest(frame), frame_digest(frame.assign(b=["x", "z"])), frame_digest(frame[::-1]),
+                frame_digest(frame.rename(columns={"a": "d"}))}) == 4
+    bench = Benchmark("b", "train", {"q": "a question"}, {"q": {"d": 1}})
+    assert benchmark_digest(bench) == benchmark_digest(Benchmark("b", "train", {"q": "a question"}, {"q": {"d": 1}}))
+    assert len({benchmark_digest(bench), benchmark_digest(Benchmark("b", "train", {"q": "a question"}, {"q": {"e": 1}})),
+                benchmark_digest(Benchmark("b", "train", {"q": "a question"}, {"q": {"d": 1}}, {"q": ["d", "e"]})),
+                benchmark_digest(Benchmark("b", "train", {"q": "a question"}, {"q": {"d": 1}}, answers={"q": "x"}))}) == 4
+    parts = {"index": {"content": "1"}, "llm": None}
+    assert inputs_version(parts) == inputs_version(dict(reversed(parts.items())))
+    assert inputs_version(parts) != inputs_version({**parts, "llm": {"model": "other"}})
+    assert len(code_version()) == 12
+
+
+def test_the_code_version_reads_the_core_package(tmp_path, monkeypatch):
+    (tmp_path / "core" / "index").mkdir(parents=True)
+    (tmp_path / "core" / "index" / "search.py").write_text("A = 1\n")
+    monkeypatch.setattr(store, "CORE", tmp_path / "core")
+    before = code_version()
+    (tmp_path / "core" / "index" / "search.py").write_text("A = 2\n")
+    assert code_version() != before
+    (tmp_path / "core" / "index" / "search.py").write_text("A = 1\n")
+    assert code_version() == before
 
 
 def test_a_learned_shortlist_model_given_by_the_caller_is_used_not_replaced():

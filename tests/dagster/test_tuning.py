@@ -88,11 +88,30 @@ def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
     model_file = tuned_dir / content["retrievers"]["learned"]["params"]["model_path"]
     assert model_file.exists() and content["retrievers"]["learned"]["model_sha256"] in model_file.name
 
-    # An unchanged tuning outcome keeps its version; an edited configuration is refused.
+    # The same inputs again (a job selecting the whole group): the tuning is kept, not run, with the same table
+    # and data version, so nothing downstream turns stale; no query reaches the tuner.
+    assert meta["reused"].value is False and trials["inputs_version"].eq(meta["inputs_version"].value).all()
+    seen.clear()
+    monkeypatch.setattr(CorpusIndex, "terms", lambda self, q: (seen.append(q), terms(self, q))[1])
     again = materialize([tuned_retriever_configs, *INDEX], resources=resources, partition_key="scifact",
                         selection=[tuned_retriever_configs], instance=instance)
-    assert _events(again, "tuned_retriever_configs")[0].metadata["config_version"].value == version
+    monkeypatch.undo()
+    [kept] = _events(again, "tuned_retriever_configs")
+    assert kept.metadata["reused"].value is True and kept.metadata["config_version"].value == version
+    assert kept.tags["dagster/data_version"] == version and not seen
+    assert kept.metadata["best_by_retriever"].value == meta["best_by_retriever"].value
+    pd.testing.assert_frame_equal(pd.read_parquet(f"{base}/tuned_retriever_configs/scifact.parquet"), trials)
     assert load_tuned(tuned_dir.parent, "scifact", version).version == version
+    # `retune: true` tunes again (the same outcome, so the same version); a missing model file does too
+    retuned = materialize([tuned_retriever_configs, *INDEX], resources=resources, partition_key="scifact",
+                          selection=[tuned_retriever_configs], instance=instance,
+                          run_config={"ops": {"tuned_retriever_configs": {"config": {"retune": True}}}})
+    [retuned_meta] = [e.metadata for e in _events(retuned, "tuned_retriever_configs")]
+    assert retuned_meta["reused"].value is False and retuned_meta["config_version"].value == version
+    model_file.unlink()
+    rebuilt = materialize([tuned_retriever_configs, *INDEX], resources=resources, partition_key="scifact",
+                          selection=[tuned_retriever_configs], instance=instance)
+    assert _events(rebuilt, "tuned_retriever_configs")[0].metadata["reused"].value is False and model_file.exists()
 
     evaluated = materialize([evaluation_tables, tuned_retriever_configs, *INDEX], resources=resources,
                             partition_key="scifact", selection=[evaluation_tables], instance=instance)
@@ -112,6 +131,21 @@ def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
     edited.write_text(edited.read_text().replace("tune_split: train", "tune_split: test"))
     with pytest.raises(ValueError, match="does not match its version"):
         load_tuned(tuned_dir.parent, "scifact", version)
+    # an edited configuration is not kept: the same inputs are tuned again and the file written again
+    restored = materialize([tuned_retriever_configs, *INDEX], resources=resources, partition_key="scifact",
+                           selection=[tuned_retriever_configs], instance=instance)
+    assert _events(restored, "tuned_retriever_configs")[0].metadata["reused"].value is False
+    assert load_tuned(tuned_dir.parent, "scifact", version).content == content
+    # another input (here the benchmark's tuning section) is another tuning
+    registry_path = Path(resources["benchmark_registry"].path)
+    registry = yaml.safe_load(registry_path.read_text())
+    [scifact] = [b for b in registry["benchmarks"] if b["name"] == "scifact"]
+    scifact.setdefault("tuning", {})["passes"] = 1
+    registry_path.write_text(yaml.safe_dump(registry))
+    other = materialize([tuned_retriever_configs, *INDEX], resources=resources, partition_key="scifact",
+                        selection=[tuned_retriever_configs], instance=instance)
+    other_meta = _events(other, "tuned_retriever_configs")[0].metadata
+    assert other_meta["reused"].value is False and other_meta["inputs_version"].value != meta["inputs_version"].value
 
 
 def _tuning_run_config(retrievers: list[str]) -> dict:

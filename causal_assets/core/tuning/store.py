@@ -29,20 +29,69 @@ import io
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import joblib
+import pandas as pd
 import yaml
 
+from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.index.search import CorpusIndex
 
 def index_fingerprint(index: CorpusIndex) -> dict[str, Any]:
     ids = hashlib.sha256("\n".join(map(str, index.ids)).encode()).hexdigest()[:12]
     return {"corpus": index.corpus, "chunks": int(len(index.ids)), "ids_sha": ids,
             "embedding_model": str(getattr(index.embedder, "reference", getattr(index.embedder, "model_name", "")))}
+
+
+CORE = Path(__file__).resolve().parents[1]   # causal_assets/core: every retriever, feature and search the tuning runs
+# the libraries whose results a tuning depends on (models, scores, metrics); an upgrade of one tunes again
+LIBRARIES = ("numpy", "scipy", "pandas", "scikit-learn", "lightgbm", "bm25s", "ranx", "faiss-cpu", "networkx",
+             "sentence-transformers", "transformers", "torch", "onnxruntime")
+
+
+def code_version() -> str:
+    """The code a tuning runs: `causal_assets/core`'s sources and the versions of the libraries it computes with.
+    Deliberately coarse: any edit to the core package tunes again, so a kept tuning is never one other code made."""
+    h = hashlib.sha256()
+    for path in sorted(CORE.rglob("*.py")):
+        h.update(path.relative_to(CORE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in LIBRARIES:
+        try:
+            h.update(f"{name}=={metadata.version(name)}\n".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{name} absent\n".encode())
+    return h.hexdigest()[:12]
+
+
+def frame_digest(frame: pd.DataFrame | None) -> str:
+    """A content hash of a table (columns, then every row's values in order); "" for no table."""
+    if frame is None:
+        return ""
+    h = hashlib.sha256(repr(list(frame.columns)).encode())
+    h.update(pd.util.hash_pandas_object(frame.astype(str), index=False).to_numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def index_digest(index: CorpusIndex) -> dict[str, Any]:
+    """`index_fingerprint` plus a hash of every chunk's content and index options: what the index holds."""
+    columns = [c for c in ("chunk_id", "content_hash", "index_options") if c in index.chunks.columns]
+    return {**index_fingerprint(index), "content": frame_digest(index.chunks[columns])}
+
+
+def benchmark_digest(bench: Benchmark) -> str:
+    """A hash of a benchmark's questions, judgements, candidate sets and answers."""
+    return hashlib.sha256(json.dumps(asdict(bench), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def inputs_version(parts: dict[str, Any]) -> str:
+    """The hash of everything a tuning reads (`parts`: plain, JSON-able values and digests), so the same inputs
+    give the same version in every process."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def content_hash(content: dict[str, Any]) -> str:
@@ -66,6 +115,11 @@ class TunedConfig:
     def params(self, name: str) -> dict[str, Any]:
         """The retriever's params with model references resolved to absolute paths."""
         return _resolve(self.retrievers[name]["params"], self.path.parent, self.retrievers)
+
+    def models_present(self) -> bool:
+        """Every model file the configuration names is there."""
+        return all((self.path.parent / r["params"]["model_path"]).is_file() for r in self.retrievers.values()
+                   if r.get("params", {}).get("model_path") not in (None, "@learned"))
 
 
 def _resolve(params: dict[str, Any], base: Path, retrievers: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -110,11 +164,18 @@ def save_tuned(root: str | Path, benchmark: str, content: dict[str, Any], models
         content["retrievers"][name]["model_sha256"] = sha
     version = content_hash(content)
     path = folder / f"{version}.yaml"
-    if not path.exists():
+    if not _intact(path, version):   # new, or edited by hand since: written (again) as this content
         doc = {"version": version, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "content": content}
         _write_atomic(path, yaml.safe_dump(doc, sort_keys=False).encode())
     return TunedConfig(version, content, path)
+
+
+def _intact(path: Path, version: str) -> bool:
+    try:
+        return content_hash(yaml.safe_load(path.read_text())["content"]) == version
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return False
 
 
 def load_tuned(root: str | Path, benchmark: str, version: str) -> TunedConfig:
