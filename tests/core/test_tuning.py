@@ -1,6 +1,7 @@
 """The tuning search and the versioned configuration store, without Dagster."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -12,8 +13,10 @@ from causal_assets.core.tuning.search import (FoldChoices, TuningResult, _given_
                                              fold_groups, labels_of, nested, nested_scores, sample_queries, tune)
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning import store
-from causal_assets.core.tuning.store import (benchmark_digest, code_version, content_hash, frame_digest,
+from causal_assets.core.index.dense import Embedder
+from causal_assets.core.tuning.store import (benchmark_digest, code_version, content_hash, frame_digest, index_digest,
                                              inputs_version, load_tuned, save_tuned)
+from tests.core.tiny_corpus import tiny_index
 
 
 def test_coordinate_search_climbs_and_scores_each_point_once():
@@ -264,6 +267,16 @@ def test_the_inputs_version_moves_with_every_input_and_nothing_else():
     assert inputs_version(parts) == inputs_version(dict(reversed(parts.items())))
     assert inputs_version(parts) != inputs_version({**parts, "llm": {"model": "other"}})
     assert len(code_version()) == 12
+
+
+def test_the_index_digest_sees_the_chunks_content_and_the_query_backend():
+    index = tiny_index()
+    digest = index_digest(index)
+    assert index_digest(tiny_index()) == digest
+    hashes = index.chunks["content_hash"].where(index.chunks.index != 0, "edited")
+    assert index_digest(replace(index, chunks=index.chunks.assign(content_hash=hashes)))["content"] != digest["content"]
+    other = "onnx" if index.embedder.backend == "torch" else "torch"
+    assert index_digest(replace(index, embedder=Embedder(index.embedder.model_name, backend=other))) != digest
 
 
 def test_the_code_version_reads_the_core_package(tmp_path, monkeypatch):

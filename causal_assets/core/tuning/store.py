@@ -78,9 +78,11 @@ def frame_digest(frame: pd.DataFrame | None) -> str:
 
 
 def index_digest(index: CorpusIndex) -> dict[str, Any]:
-    """`index_fingerprint` plus a hash of every chunk's content and index options: what the index holds."""
+    """`index_fingerprint` plus a hash of every chunk's content and index options and the backend queries are
+    encoded with (fp32 and int8 vectors score differently): what the index holds and how it is searched."""
     columns = [c for c in ("chunk_id", "content_hash", "index_options") if c in index.chunks.columns]
-    return {**index_fingerprint(index), "content": frame_digest(index.chunks[columns])}
+    return {**index_fingerprint(index), "content": frame_digest(index.chunks[columns]),
+            "backend": str(getattr(index.embedder, "backend", ""))}
 
 
 def benchmark_digest(bench: Benchmark) -> str:
