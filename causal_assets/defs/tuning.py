@@ -17,7 +17,6 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
-import yaml
 from dagster import (AssetDep, AssetExecutionContext, AssetOut, AssetSelection, AutomationCondition, BetaWarning,
                      Config, DataVersion, MetadataValue, Output, asset, multi_asset)
 
@@ -30,8 +29,8 @@ from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.encoder import BACKEND, encoder_version, tune_encoder
 from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.tuning.spec import TuningSpec
-from causal_assets.core.tuning.store import (TunedConfig, benchmark_digest, code_version, frame_digest, index_digest,
-                                             index_fingerprint, inputs_version, load_tuned, save_tuned)
+from causal_assets.core.tuning.store import (TunedConfig, code_version, frame_digest, index_fingerprint, inputs_version,
+                                             intact_tuned, save_tuned, source_digest)
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
@@ -212,11 +211,9 @@ def previous_tuning(storage: Storage, benchmark: str, inputs: str) -> tuple[pd.D
     if not len(trials) or "inputs_version" not in trials.columns or set(trials["inputs_version"]) != {inputs} \
             or trials["config_version"].nunique() != 1:
         return None
-    try:
-        stored = load_tuned(storage.reports_path / "tuned", benchmark, str(trials["config_version"].iloc[0]))
-    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
-        return None   # removed or edited by hand: tune again rather than fail on it
-    return (trials, stored) if stored.models_present() else None
+    # removed or edited by hand, or a model missing: tune again rather than fail on it
+    stored = intact_tuned(storage.reports_path / "tuned", benchmark, str(trials["config_version"].iloc[0]))
+    return (trials, stored) if stored is not None else None
 
 
 @asset(
@@ -278,12 +275,8 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     scorer = llm.scorer if set(SCORING) & set(resolved) and llm.scores_prompts() else None
     inputs = inputs_version({
         "benchmark": spec.model_dump(exclude={"path"}), "tuning": tuning.model_dump(), "ann": repr(ANN),
-        "index": index_digest(index), "questions": benchmark_digest(bench),
-        "graph": [frame_digest(f) for f in graph] if graph is not None else None,
-        "mc_labels": frame_digest(mc_labels),
-        "learned_extra": {name: [index_digest(x[0]), benchmark_digest(x[1]),
-                                 [frame_digest(f) for f in x[2]] if x[2] is not None else None] if x else None
-                          for name, x in extras.items()},
+        **source_digest(index, bench, graph), "mc_labels": frame_digest(mc_labels),
+        "learned_extra": {name: source_digest(*x) if x else None for name, x in extras.items()},
         # the scoring model by name: a server that changes what a name serves needs `retune: true`
         "llm": {"base_url": llm.base_url, "model": llm.model, "solver": llm.solver,
                 "scoring_mode": llm.scoring_mode} if scorer is not None else None,

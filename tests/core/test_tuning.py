@@ -15,7 +15,7 @@ from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning import store
 from causal_assets.core.index.dense import Embedder
 from causal_assets.core.tuning.store import (benchmark_digest, code_version, content_hash, frame_digest, index_digest,
-                                             inputs_version, load_tuned, save_tuned)
+                                             inputs_version, intact_tuned, load_tuned, save_tuned)
 from tests.core.tiny_corpus import tiny_index
 
 
@@ -246,9 +246,10 @@ def test_models_present_names_a_missing_model_file(tmp_path):
                "retrievers": {"learned": {"params": {"depth": 100}, "value": 0.8},
                               "causal": {"params": {"shortlist_params": {"model_path": "@learned"}}, "value": 0.6}}}
     stored = save_tuned(tmp_path, "b", content, {"learned": DummyClassifier().fit([[0], [1]], [0, 1])})
-    assert stored.models_present()
+    assert stored.models_present() and intact_tuned(tmp_path, "b", stored.version).content == stored.content
     Path(stored.params("learned")["model_path"]).unlink()
     assert not load_tuned(tmp_path, "b", stored.version).models_present()
+    assert intact_tuned(tmp_path, "b", stored.version) is None and intact_tuned(tmp_path, "b", "0" * 12) is None
 
 
 def test_the_inputs_version_moves_with_every_input_and_nothing_else():

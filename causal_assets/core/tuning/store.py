@@ -90,6 +90,13 @@ def benchmark_digest(bench: Benchmark) -> str:
     return hashlib.sha256(json.dumps(asdict(bench), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def source_digest(index: CorpusIndex, bench: Benchmark,
+                  graph: tuple[pd.DataFrame, pd.DataFrame] | None) -> dict[str, Any]:
+    """What a tuning reads of one benchmark: its index, its questions and its graph frames."""
+    return {"index": index_digest(index), "questions": benchmark_digest(bench),
+            "graph": [frame_digest(f) for f in graph] if graph is not None else None}
+
+
 def inputs_version(parts: dict[str, Any]) -> str:
     """The hash of everything a tuning reads (`parts`: plain, JSON-able values and digests), so the same inputs
     give the same version in every process."""
@@ -166,18 +173,31 @@ def save_tuned(root: str | Path, benchmark: str, content: dict[str, Any], models
         content["retrievers"][name]["model_sha256"] = sha
     version = content_hash(content)
     path = folder / f"{version}.yaml"
-    if not _intact(path, version):   # new, or edited by hand since: written (again) as this content
+    if _stored_content(path, version) is None:   # new, or edited by hand since: written (again) as this content
         doc = {"version": version, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "content": content}
         _write_atomic(path, yaml.safe_dump(doc, sort_keys=False).encode())
     return TunedConfig(version, content, path)
 
 
-def _intact(path: Path, version: str) -> bool:
+def _stored_content(path: Path, version: str) -> dict[str, Any] | None:
+    """The content of a configuration file that is there and hashes to `version`, else None."""
     try:
-        return content_hash(yaml.safe_load(path.read_text())["content"]) == version
+        content = yaml.safe_load(path.read_text())["content"]
+        return content if content_hash(content) == version else None
     except (OSError, KeyError, TypeError, yaml.YAMLError):
-        return False
+        return None
+
+
+def intact_tuned(root: str | Path, benchmark: str, version: str) -> TunedConfig | None:
+    """Version `version` when its file is there, unedited, and every model it names is there; else None (where
+    `load_tuned` would raise, for a caller that tunes again instead)."""
+    path = Path(root) / benchmark / f"{version}.yaml"
+    content = _stored_content(path, version)
+    if content is None:
+        return None
+    stored = TunedConfig(version, content, path)
+    return stored if stored.models_present() else None
 
 
 def load_tuned(root: str | Path, benchmark: str, version: str) -> TunedConfig:
