@@ -68,23 +68,29 @@ def test_prefix_reuse_gives_the_same_log_probabilities(tmp_path, models_dir, hot
 @pytest.mark.slow
 def test_server_endpoint_scores_like_the_in_process_model(tmp_path, models_dir):
     """The real llama.cpp server's echo + logprobs path agrees with the in-process scorer on the same weights
-    (Gemma: prompts start with BOS, the case llama-cpp-python's server echoes correctly)."""
-    prompt = "Context documents:\n[1] Rush\nRush is a Canadian rock band.\n\nQuestion: Which band is Canadian?\nAnswer:"
+    (Gemma: prompts start with BOS, the case llama-cpp-python's server echoes correctly), and reads the question's
+    span off the same echo. One short document: llama-cpp-python's server sorts the whole vocabulary (262k for
+    Gemma) in Python for every echoed token, ~0.4 s a token on 2 cores."""
+    question, docs = "Which band is Canadian?", [("Rush", "Rush is a Canadian rock band.")]
+    prompt, span = solver_prompt(question, docs, "answer_f1"), question_span(question, docs)
     cont = (" Rush",)
-    local = local_scorer("gemma3-270m", None, models_dir, n_threads=2).score_many([ScoreRequest(prompt, cont)])[0]
+    local = local_scorer("gemma3-270m", None, models_dir, n_threads=2).score_many([ScoreRequest(prompt, cont, span)])[0]
     with LocalLlamaServer(model_path=local_model_path("gemma3-270m", models_dir), n_threads=2, n_ctx=512) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="none", max_retries=0, timeout=120)
         remote = EndpointScorer(client, srv.alias, CallCache(tmp_path / "c.db"), mode="echo") \
-            .score_many([ScoreRequest(prompt, cont)])[0]
+            .score_many([ScoreRequest(prompt, cont, span)])[0]
     assert remote.n_tokens == local.n_tokens
     assert abs(remote.best - local.best) < 0.05, (remote.best, local.best)
+    assert remote.span_tokens == local.span_tokens > 3
+    assert remote.span_logprob == pytest.approx(local.span_logprob, abs=0.1)
 
 
 @pytest.mark.slow
 def test_question_span_is_read_off_the_answers_prompt_evaluation(tmp_path, models_dir, hotpot_question):
     """qa_likelihood costs one request per trial: the question's log-probability read off the answer's prompt
-    equals scoring the question as a continuation of the prompt before it (a separate request), and the real
-    server's echo path reads the same span."""
+    equals scoring the question as a continuation of the prompt before it (a separate request). The real
+    server's echo path reads the same span: `test_server_endpoint_scores_like_the_in_process_model`, on a short
+    prompt (the server's echo costs ~0.4 s a prompt token here)."""
     q = hotpot_question
     docs = [(p.title, p.text[:200]) for p in q.paragraphs[:3]]
     prompt, span = solver_prompt(q.question, docs, "answer_f1"), question_span(q.question, docs)
@@ -100,12 +106,6 @@ def test_question_span_is_read_off_the_answers_prompt_evaluation(tmp_path, model
     again = scorer.score_many([ScoreRequest(prompt, cont, span)])[0]           # from the cache, span included
     assert again.cached and again.span_logprob == one.span_logprob
     assert scorer.score_many([ScoreRequest(prompt, cont)])[0].span_logprob is None
-    with LocalLlamaServer(model_path=local_model_path("gemma3-270m", models_dir), n_threads=2, n_ctx=1024) as srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="none", max_retries=0, timeout=300)
-        remote = EndpointScorer(client, srv.alias, None, mode="echo").score_many([ScoreRequest(prompt, cont, span)])[0]
-    assert remote.span_tokens == one.span_tokens
-    assert remote.span_logprob == pytest.approx(one.span_logprob, abs=0.1)
-    assert remote.best == pytest.approx(one.best, abs=0.1)
 
 
 class _ChatOnly:
