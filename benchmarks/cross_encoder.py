@@ -147,6 +147,8 @@ def main() -> None:
         runs: dict[str, dict] = {}
         for q in qids:
             top = sorted(base[q], key=base[q].get, reverse=True)[: args.depth]
+            if not top:   # a query the reference run did not rank: it scores 0 at every `a`
+                continue
             with torch.no_grad():
                 ce = logits([(bench.queries[q], texts[index.position[d]]) for d in top]).numpy().astype(np.float64)
             prior = np.array([base[q][d] for d in top])
