@@ -40,7 +40,8 @@ from causal_assets.core.index.build import chunk_texts  # noqa: E402
 from causal_assets.core.index.dense import model_dir  # noqa: E402
 from causal_assets.core.index.search import CorpusIndex  # noqa: E402
 from causal_assets.core.storage import asset_path, read_parquet  # noqa: E402
-from causal_assets.core.tuning.encoder import held_out_split  # noqa: E402
+from causal_assets.core.retrievers.similarity import zscore  # noqa: E402
+from causal_assets.core.tuning.encoder import held_out_split, paired_gain  # noqa: E402
 from causal_assets.core.tuning.spec import TuningSpec  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
@@ -48,19 +49,9 @@ MIX = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 REFERENCE_RUNS = ("learned_tuned", "fusion_tuned")
 
 
-def z(v: np.ndarray) -> np.ndarray:
-    return (v - v.mean()) / (v.std() + 1e-12)
-
-
 def per_query(qrels, run, qids, metric) -> np.ndarray:
     per = named_metric_per_query({q: qrels[q] for q in qids}, run, metric)
     return np.array([per.get(q, 0.0) for q in qids])
-
-
-def paired(figures: dict[str, np.ndarray], a: float) -> dict[str, float]:
-    """Mean per-query gain of mixing weight `a` over no cross-encoder, and its standard error."""
-    d = figures[str(a)] - figures[str(0.0)]
-    return {"a": a, "gain": round(float(d.mean()), 4), "se": round(float(d.std(ddof=1) / np.sqrt(len(d))), 4)}
 
 
 def main() -> None:
@@ -95,7 +86,7 @@ def main() -> None:
 
     def hybrid(bench, qids):
         vectors = index.embedder.encode_queries([bench.queries[q] for q in qids])
-        return {q: args.weight * z(index.embeddings @ v) + (1 - args.weight) * z(
+        return {q: args.weight * zscore(index.embeddings @ v) + (1 - args.weight) * zscore(
             index.scores(bench.queries[q], "bm25").astype(np.float64)) for q, v in zip(qids, vectors)}
 
     start = args.model or model_dir()
@@ -107,9 +98,9 @@ def main() -> None:
                   padding=True, return_tensors="pt")
         return model(**enc).logits.squeeze(-1)
 
-    fit_scores = hybrid(train, fit)
+    fit_scores = hybrid(train, fit) if not args.model else {}   # hard negatives: only a fit needs them
     groups = []
-    for q in fit:
+    for q in fit_scores:
         negatives = [int(i) for i in np.argsort(-fit_scores[q])[:30] if ids[i] not in train.qrels[q]]
         groups += [(train.queries[q], index.position[d], negatives) for d, r in train.qrels[q].items()
                    if r > 0 and d in index.position]
@@ -153,12 +144,15 @@ def main() -> None:
                 ce = logits([(bench.queries[q], texts[index.position[d]]) for d in top]).numpy().astype(np.float64)
             prior = np.array([base[q][d] for d in top])
             for a in MIX:
-                runs.setdefault(str(a), {})[q] = dict(zip(top, (z(prior) + a * z(ce)).tolist()))
+                runs.setdefault(str(a), {})[q] = dict(zip(top, (zscore(prior) + a * zscore(ce)).tolist()))
             runs.setdefault("cross_encoder_alone", {})[q] = dict(zip(top, ce.tolist()))
         return {k: per_query(bench.qrels, run, qids, metric) for k, run in runs.items()}
 
-    def summary(figures: dict[str, np.ndarray], a: float) -> dict:
-        return {**{k: round(float(v.mean()), 4) for k, v in figures.items()}, "paired_gain": paired(figures, a)}
+    def summary(figures: dict[str, np.ndarray], qids, a: float) -> dict:
+        """Each mean, and the paired per-query gain of mixing weight `a` over no cross-encoder with its SE."""
+        gain, se = paired_gain({0.0: dict(zip(qids, figures[str(0.0)]))}, {a: dict(zip(qids, figures[str(a)]))})
+        return {**{k: round(float(v.mean()), 4) for k, v in figures.items()},
+                "paired_gain": {"a": a, "gain": round(gain, 4), "se": round(se, 4)}}
 
     def hybrid_run(bench, qids):
         return {q: {ids[i]: float(s[i]) for i in np.argsort(-s)[:100]} for q, s in hybrid(bench, qids).items()}
@@ -166,16 +160,16 @@ def main() -> None:
     t0 = time.perf_counter()
     held_figures = rerank(train, held, hybrid_run(train, held))
     chosen = max(MIX, key=lambda a: float(held_figures[str(a)].mean()))
-    out = {"held_out_train": {"queries": len(held), "hybrid": summary(held_figures, chosen)}}
+    out = {"held_out_train": {"queries": len(held), "hybrid": summary(held_figures, held, chosen)}}
     print("held-out", json.dumps(out["held_out_train"]), flush=True)
     tq = test.query_ids()
-    out["test"] = {"queries": len(tq), "hybrid": summary(rerank(test, tq, hybrid_run(test, tq)), chosen)}
+    out["test"] = {"queries": len(tq), "hybrid": summary(rerank(test, tq, hybrid_run(test, tq)), tq, chosen)}
     runs = read_parquet(asset_path(args.base, "evaluation_runs", args.benchmark))
     for name in REFERENCE_RUNS:
         r = runs[(runs["retriever"] == name) & (runs["split"] == "test")]
         if len(r):
             base = {q: dict(zip(g["doc_id"].astype(str), g["score"].astype(float))) for q, g in r.groupby("query_id")}
-            out["test"][name] = summary(rerank(test, tq, {q: base.get(q, {}) for q in tq}), chosen)
+            out["test"][name] = summary(rerank(test, tq, {q: base.get(q, {}) for q in tq}), tq, chosen)
     score_s = time.perf_counter() - t0
     print("test", json.dumps(out["test"]), flush=True)
     record = {"topic": "cross_encoder", "benchmark": args.benchmark, "metric": metric, "groups": len(groups),
