@@ -18,7 +18,7 @@ defs = Definitions(
     assets=[corpus.corpus_chunks, corpus.corpus_embeddings, corpus.sparse_postings_and_vocabulary,
             graph.graph_nodes_and_edges, graph.graph_entity_embeddings,
             labels.candidate_pools, labels.mc_trials, labels.mc_labels, labels.label_quality,
-            tuning.tuned_encoder, tuning.tuned_retriever_configs,
+            tuning.tuned_encoder, tuning.tuned_reranker, tuning.tuned_retriever_configs,
             evaluation.evaluation_tables,
             search.retrieval_results, search.causal_search,
             scale_out.embedding_shards, scale_out.mc_trial_shards,

@@ -13,7 +13,7 @@ from causal_assets.core.storage import safe_name
 
 SNIPPET_CHARS = 110
 # What each method needs besides the chunks and the sparse index.
-COMBINATIONS = {"fusion", "pairwise", "query_likelihood"}   # built over other retrievers named in --params
+COMBINATIONS = {"fusion", "pairwise", "query_likelihood", "cross_encoder"}  # over other retrievers named in --params
 NEEDS_DENSE = {"dense", "hybrid", "rrf", "cascade", "causal", "learned", "entity_first", *COMBINATIONS}
 NEEDS_GRAPH = {"cascade", "entity_first", "causal", "learned", *COMBINATIONS}  # combinations: any member
 

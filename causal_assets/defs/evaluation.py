@@ -16,12 +16,13 @@ from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.store import index_fingerprint, load_tuned
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
-from causal_assets.defs.tuning import TUNED, TUNED_EMBEDDINGS, eager_tolerating_missing, tuned_embeddings_path
+from causal_assets.defs.tuning import (RERANKER, TUNED, TUNED_EMBEDDINGS, adopted_reranker, eager_tolerating_missing,
+                                       tuned_embeddings_path)
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = "evaluation"
 # a new tuned configuration re-runs the evaluation; a benchmark never tuned, labelled or encoder-tuned does not block it
-EAGER = eager_tolerating_missing(TUNED, "mc_labels", TUNED_EMBEDDINGS)
+EAGER = eager_tolerating_missing(TUNED, "mc_labels", TUNED_EMBEDDINGS, RERANKER)
 
 
 class EvaluationConfig(Config):
@@ -39,7 +40,7 @@ class EvaluationConfig(Config):
 
 @multi_asset(
     partitions_def=benchmark_partitions, group_name=GROUP,
-    deps=[*CORPUS_ARTIFACTS, AssetDep(TUNED), AssetDep("mc_labels"), AssetDep(TUNED_EMBEDDINGS)],
+    deps=[*CORPUS_ARTIFACTS, AssetDep(TUNED), AssetDep("mc_labels"), AssetDep(TUNED_EMBEDDINGS), AssetDep(RERANKER)],
     # Eager: a new tuned configuration re-runs the evaluation; a benchmark never tuned does not block it.
     outs={
         "evaluation_metrics": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="Every retriever's metrics (nDCG, MAP, MRR, recall, precision, hit rate at several k) per benchmark split, against the benchmark's judgements (truth qrels) and against the Monte Carlo labels (truth mc_labels); the report with intervals and significance is in the metadata."),
@@ -68,8 +69,10 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
     encoder = tuned_embeddings_path(storage, spec.name) if tuned is not None else None
     if encoder is not None and tuned.content.get("index") != index_fingerprint(artifacts.index):
         tuned_artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, encoder)
+    # the selected tuned retriever reranked by the cross-encoder tuned_reranker adopted, where it adopted one
+    reranker = adopted_reranker(storage, spec.name) if tuned is not None else None
     plan = plan_evaluation(configured, tuned, index_fingerprint(tuned_artifacts.index), spec.corpus, spec.tune_split,
-                           config.fusion_weight, config.within_stats)
+                           config.fusion_weight, config.within_stats, reranker)
     if config.tuned and version is None and spec.tune_split:
         plan.notes.append("no tuned config yet (materialize tuned_retriever_configs): only the configured retrievers")
     labels_path = asset_path(storage.base, "mc_labels", spec.name)

@@ -27,6 +27,7 @@ from causal_assets.core.index.dense import model_reference, resolve_model_refere
 from causal_assets.core.retrievers.factory import SCORING
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.encoder import BACKEND, encoder_version, tune_encoder
+from causal_assets.core.tuning.reranker import reranker_version, tune_reranker
 from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import (TunedConfig, code_version, frame_digest, index_fingerprint, inputs_version,
@@ -41,6 +42,11 @@ ENCODER, TUNED_EMBEDDINGS = "tuned_encoder", "tuned_embeddings"
 ENCODER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "held_out_base", "held_out_tuned", "held_out_gain",
                    "held_out_gain_se", "fit_queries", "held_out_queries", "pairs", "epochs", "lr", "fit_seconds",
                    "encode_seconds", "model", "version", "held_out_by_weight"]
+RERANKER = "tuned_reranker"
+RERANKER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "weight", "depth", "max_length", "base_weight",
+                    "held_out_base", "held_out_reranked", "held_out_gain", "held_out_gain_se", "fit_queries",
+                    "held_out_queries", "pairs", "epochs", "lr", "fit_seconds", "held_out_seconds", "model", "version",
+                    "held_out_by_mix"]
 EMBEDDING_COLUMNS = ["corpus", "chunk_id", "chunk_idx", "content_hash", "model", "backend", "embedding"]
 
 
@@ -191,6 +197,110 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
         "loss_first_last": MetadataValue.json([round(x, 4) for x in result.losses]),
         "seconds": MetadataValue.json(result.seconds),
         **({"model": MetadataValue.path(model_path)} if model_path else {})})
+
+
+class RerankerConfig(Config):
+    # fit again even when the last materialization already fitted this reranker version (`reranker_version`)
+    refit: bool = False
+
+
+def adopted_reranker(storage: Storage, benchmark: str) -> dict | None:
+    """The `cross_encoder` params (model_path, weight, depth, max_length) and version of the benchmark's last
+    `tuned_reranker` when it adopted one and its model is there, else None."""
+    path = asset_path(storage.base, RERANKER, benchmark)
+    if not path.exists():
+        return None
+    record = read_parquet(path)
+    if len(record) != 1 or list(record.columns) != RERANKER_COLUMNS or not bool(record["adopted"].iloc[0]):
+        return None
+    row = record.iloc[0]
+    model = resolve_model_reference(str(row["model"]), path)
+    if not (Path(model) / "config.json").exists():
+        return None
+    return {"model_path": model, "weight": float(row["weight"]), "depth": int(row["depth"]),
+            "max_length": int(row["max_length"]), "version": str(row["version"])}
+
+
+def reranker_metadata(record: pd.DataFrame, reused: bool) -> dict:
+    row = record.iloc[0]
+    adopted = bool(row["adopted"])
+    return {"adopted": adopted, "reason": str(row["reason"]), "reused": reused,
+            **({"version": str(row["version"]), "weight": float(row["weight"]),
+                "held_out_by_mix": MetadataValue.json(json.loads(row["held_out_by_mix"])),
+                "held_out_gain": float(row["held_out_gain"]), "held_out_gain_se": float(row["held_out_gain_se"]),
+                "fit_seconds": float(row["fit_seconds"])} if row["version"] else {})}
+
+
+@asset(
+    partitions_def=benchmark_partitions, group_name=GROUP, kinds={"pytorch", "parquet"},
+    deps=[*CORPUS_ARTIFACTS, AssetDep(ENCODER), AssetDep(TUNED_EMBEDDINGS)],
+    automation_condition=AutomationCondition.eager(),
+    description="Whether a cross-encoder fitted on the tune split was adopted to rerank the selected retriever: "
+                "its held-out figures per mixing weight against the hybrid alone, the fit, the model directory.",
+)
+def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, storage: Storage,
+                   benchmark_registry: BenchmarkRegistry):
+    """Fit a cross-encoder on the tune split's judged pairs (`core/tuning/reranker.py`) where the registry's
+    `tuning.reranker` asks for it, and adopt it only if it wins on held-out tune queries; the evaluation then
+    reranks the selected tuned retriever with it (`cross_encoder_tuned`). A version fitted by the last
+    materialization is kept, not fitted again (`refit: true` forces a fit)."""
+    spec = benchmark_registry.spec(context.partition_key)
+    tuning = TuningSpec.model_validate(spec.tuning)
+    reason = "no tune split" if not spec.tune_split else \
+        "not asked for (registry tuning.reranker)" if tuning.reranker is None else ""
+    if reason:
+        record = pd.DataFrame([{c: None for c in RERANKER_COLUMNS} | {"benchmark": spec.name, "adopted": False,
+                                                                      "reason": reason, "version": ""}],
+                              columns=RERANKER_COLUMNS).astype({"adopted": bool})
+        yield Output(record, metadata=reranker_metadata(record, False))
+        return
+    # the hybrid it reranks and draws negatives from: with the tuned encoder's vectors where one was adopted
+    artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, tuned_embeddings_path(storage, spec.name))
+    index, bench = artifacts.index, artifacts.benchmark(spec, spec.tune_split)
+    version = reranker_version(index, bench, tuning.reranker, tuning.seed)
+    target = storage.reports_path / "tuned" / spec.name / f"reranker-{version}"
+    path = asset_path(storage.base, RERANKER, spec.name)
+    if not config.refit and path.exists():
+        record = read_parquet(path)
+        if len(record) == 1 and list(record.columns) == RERANKER_COLUMNS and record["version"].iloc[0] == version \
+                and (not bool(record["adopted"].iloc[0]) or (target / "config.json").exists()):
+            context.log.info(f"reranker {version}: fitted by the last materialization, kept (config refit: true "
+                             f"fits it again)")
+            yield versioned(record, version, metadata=reranker_metadata(record, True))
+            return
+    # fitted into a fresh `.partial` directory, renamed only if adopted (as tuned_encoder)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f"{target.name}.partial*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    partial = Path(tempfile.mkdtemp(prefix=f"{target.name}.partial-", dir=target.parent))
+    try:
+        result = tune_reranker(index, bench, tuning.reranker, tuning.metric, partial, tuning.seed, context.log.info)
+        if result.adopted:
+            shutil.rmtree(target, ignore_errors=True)
+            partial.rename(target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    r = tuning.reranker
+    record = pd.DataFrame([{
+        "benchmark": spec.name, "adopted": result.adopted,
+        "reason": f"held-out {tuning.metric} {result.by_mix[result.weight]:.4f} reranked (weight {result.weight}) "
+                  f"vs {result.by_mix[0.0]:.4f} for the hybrid alone: {result.gain:+.4f} per query, "
+                  f"{'beyond' if result.adopted else 'within'} the margin (min_gain {r.min_gain} + "
+                  f"{r.standard_errors} x 1 SE {result.gain_se:.4f})",
+        "metric": tuning.metric, "weight": result.weight, "depth": r.depth, "max_length": r.max_length,
+        "base_weight": result.base_weight, "held_out_base": result.by_mix[0.0],
+        "held_out_reranked": result.by_mix[result.weight], "held_out_gain": round(result.gain, 4),
+        "held_out_gain_se": round(result.gain_se, 4), "fit_queries": result.fit_queries,
+        "held_out_queries": result.held_out_queries, "pairs": result.groups, "epochs": r.epochs, "lr": r.lr,
+        "fit_seconds": result.seconds["fit"], "held_out_seconds": result.seconds["held_out"],
+        # relative to the table (a moved data directory keeps it), as tuned_encoder's
+        "model": model_reference(str(target.resolve()), path) if result.adopted else "", "version": version,
+        "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()})}], columns=RERANKER_COLUMNS)
+    yield versioned(record, version, metadata={**reranker_metadata(record, False),
+                                               "loss_first_last": MetadataValue.json([round(x, 4)
+                                                                                      for x in result.losses]),
+                                               **({"model": MetadataValue.path(str(target.resolve()))}
+                                                  if result.adopted else {})})
 
 
 class TuningConfig(Config):

@@ -23,7 +23,7 @@ from causal_assets.core.retrievers.learned.retriever import grid_for
 from causal_assets.core.tuning.store import content_hash, index_fingerprint, load_tuned, save_tuned
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.evaluation import evaluation_tables
-from causal_assets.defs.tuning import tuned_encoder, tuned_retriever_configs
+from causal_assets.defs.tuning import tuned_encoder, tuned_reranker, tuned_retriever_configs
 from causal_assets.resources import LLM
 from tests.core.test_likelihood_labels import _ChatOnly
 from tests.conftest import SCIFACT, require
@@ -257,13 +257,21 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     registry_path = Path(resources["benchmark_registry"].path)
     registry = yaml.safe_load(registry_path.read_text())
     [scifact] = [b for b in registry["benchmarks"] if b["name"] == "scifact"]
+    # the reranker too, adopted whatever the held-out figures say (one short epoch: the path, not the quality)
     scifact["tuning"] = {"retrievers": ["hybrid", "cascade"],
-                         "encoder": {"held_out": 0.25, "batch_size": 8, "min_gain": -1.0}}
+                         "encoder": {"held_out": 0.25, "batch_size": 8, "min_gain": -1.0},
+                         "reranker": {"held_out": 0.25, "epochs": 1, "negatives": 1, "max_length": 64, "depth": 5,
+                                      "mix": [0.5], "min_gain": -1.0}}
     registry_path.write_text(yaml.safe_dump(registry))
-    everything = [tuned_encoder, tuned_retriever_configs, evaluation_tables, *INDEX]
+    everything = [tuned_encoder, tuned_reranker, tuned_retriever_configs, evaluation_tables, *INDEX]
     result = materialize(everything, resources=resources, partition_key="scifact", instance=instance,
-                         selection=[tuned_encoder, tuned_retriever_configs, evaluation_tables])
+                         selection=[tuned_encoder, tuned_reranker, tuned_retriever_configs, evaluation_tables])
     assert result.success
+    reranker = pd.read_parquet(f"{base}/tuned_reranker/scifact.parquet")
+    assert reranker["adopted"].iloc[0] and reranker["weight"].iloc[0] == 0.5
+    assert "beyond the margin" in reranker["reason"].iloc[0]
+    ce_dir = resolve_model_reference(reranker["model"].iloc[0], f"{base}/tuned_reranker/scifact.parquet")
+    assert Path(ce_dir).name == f"reranker-{reranker['version'].iloc[0]}" and Path(ce_dir, "config.json").exists()
     record = pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")
     assert record["adopted"].iloc[0] and record["held_out_queries"].iloc[0] >= 1
     # the decision's paired gain and its standard error are recorded, and the margin they were held to named
@@ -284,10 +292,25 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     tuned = load_tuned(resources["storage"].reports_path / "tuned", "scifact", version)
     assert tuned.content["index"]["embedding_model"] == model
     metrics = pd.read_parquet(f"{base}/evaluation_metrics/scifact.parquet")
-    # the tuned runs were not refused as off-index, and cascade embeds with the index's model
-    assert {"hybrid", "hybrid_tuned", "cascade_tuned"} <= set(metrics["retriever"])
+    # the tuned runs were not refused as off-index, and cascade embeds with the index's model; the selected one is
+    # also evaluated reranked by the adopted cross-encoder
+    assert {"hybrid", "hybrid_tuned", "cascade_tuned", "cross_encoder_tuned"} <= set(metrics["retriever"])
     report = (resources["storage"].reports_path / "scifact.md").read_text()
     assert "embed with the encoder fine-tuned on `train`" in report
+    assert f"`cross_encoder_tuned`: the selected `{tuned.selected}_tuned`" in report
+    runs = pd.read_parquet(f"{base}/evaluation_runs/scifact.parquet")
+    reranked, selected = (runs[runs["retriever"] == r] for r in ("cross_encoder_tuned", f"{tuned.selected}_tuned"))
+    # the same documents below the reranked top 5, in the same order
+    for q, g in list(reranked.groupby("query_id"))[:5]:
+        s = selected[selected["query_id"] == q].sort_values("rank")
+        g = g.sort_values("rank")
+        assert set(g["doc_id"].iloc[:5]) == set(s["doc_id"].iloc[:5])
+        assert g["doc_id"].iloc[5:].tolist() == s["doc_id"].iloc[5:len(g)].tolist()
+    kept_ce = materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources, partition_key="scifact",
+                          selection=[tuned_reranker], instance=instance)
+    [kept] = _events(kept_ce, "tuned_reranker")
+    assert kept.metadata["reused"].value is True
+    assert kept.tags["dagster/data_version"] == reranker["version"].iloc[0]
 
     # the same version again (a job selecting the whole group): kept, not fitted again; `refit: true` fits again
     again = materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],

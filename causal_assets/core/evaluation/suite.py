@@ -51,10 +51,12 @@ class EvaluationPlan:
 
 def plan_evaluation(configured: dict[str, dict[str, Any]], tuned: TunedConfig | None, fingerprint: dict[str, Any],
                     corpus: str, tune_split: str | None, weight: float | None = None,
-                    within_stats: str | None = None) -> EvaluationPlan:
-    """The runs of an evaluation: each configured retriever, then each retriever of `tuned` as `<name>_tuned`.
-    `fingerprint`: the index evaluated on (a configuration tuned on another index is not evaluated). `weight` /
-    `within_stats`: explicit choices for the configured baselines; None takes the tuned hybrid's."""
+                    within_stats: str | None = None, reranker: dict[str, Any] | None = None) -> EvaluationPlan:
+    """The runs of an evaluation: each configured retriever, then each retriever of `tuned` as `<name>_tuned`, then
+    the selected one reranked by `reranker` as `cross_encoder_tuned` (`reranker`: the adopted cross-encoder's
+    params and `version`, tuned_reranker). `fingerprint`: the index evaluated on (a configuration tuned on another
+    index is not evaluated). `weight` / `within_stats`: explicit choices for the configured baselines; None takes
+    the tuned hybrid's."""
     notes: list[str] = []
     if tuned is not None and tuned.content.get("index") != fingerprint:
         notes.append(f"tuned config `{tuned.version}` was tuned on another index of `{corpus}`: not evaluated "
@@ -91,6 +93,13 @@ def plan_evaluation(configured: dict[str, dict[str, Any]], tuned: TunedConfig | 
         figures = ", ".join(f"{n} {b['value']:.4f} ({b['evaluation']})" for n, b in tuned.retrievers.items())
         notes.append(f"`*_tuned`: tuned config `{tuned.version}`, searched on `{tuned.content['tune_split']}` only "
                      f"by {tuned.content['metric']} ({figures}); selected there: `{tuned.selected}_tuned`")
+        if reranker is not None and tuned.selected:
+            params = {k: v for k, v in reranker.items() if k != "version"}
+            runs.append(PlannedRun("cross_encoder_tuned", "cross_encoder",
+                                   {"base": {tuned.selected: tuned.params(tuned.selected)}, **params}))
+            notes.append(f"`cross_encoder_tuned`: the selected `{tuned.selected}_tuned`, its top "
+                         f"{params['depth']} reranked by the cross-encoder `{reranker['version']}` (tuned_reranker: "
+                         f"fitted on the tune split, adopted and weighted {params['weight']} on its held-out queries)")
     return EvaluationPlan(runs, tuned, weight, within_stats, notes)
 
 

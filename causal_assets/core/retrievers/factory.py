@@ -12,6 +12,7 @@ from causal_assets.core.retrievers.cascade import CascadeRetriever, RetrievalCon
 from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel, LLMAnswerModel
 from causal_assets.core.retrievers.causal.likelihood_model import LikelihoodAnswerModel
 from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions, CausalRetriever
+from causal_assets.core.retrievers.cross_encoder import CrossEncoderReranker
 from causal_assets.core.retrievers.entity_first.llm_entities import LLMEntityExtractor
 from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
 from causal_assets.core.retrievers.fusion import FusionRetriever, PairwiseTop2
@@ -20,10 +21,11 @@ from causal_assets.core.retrievers.query_likelihood import QueryLikelihoodRerank
 from causal_assets.core.retrievers.similarity import HybridRetriever, RRFRetriever, SimilarityRetriever
 
 BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")
-RETRIEVERS = (*BASELINES, "cascade", "entity_first", "causal", "learned", "fusion", "pairwise", "query_likelihood")
+RETRIEVERS = (*BASELINES, "cascade", "entity_first", "causal", "learned", "fusion", "pairwise", "query_likelihood",
+              "cross_encoder")
 SHORTLISTS = ("hybrid", "cascade", "bm25", "learned")
 # Retrievers built over other retrievers named in their params (`members` or `base`).
-COMBINATIONS = ("fusion", "pairwise", "query_likelihood")
+COMBINATIONS = ("fusion", "pairwise", "query_likelihood", "cross_encoder")
 # Retrievers that may measure with the LLM's log-probability scorer (`uses_scorer`): the Dagster layer starts the
 # `llm` resource's scorer only for a plan that holds one of them.
 SCORING = ("causal", "query_likelihood")
@@ -41,7 +43,8 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
     `members` {name: params}, `c`, `weights` {name: weight}, `depth` (weighted RRF of the members' rankings);
     pairwise: `base` {name: params}, `pool`, `coverage_weight`, `link_weight`, `use_ranks` (top-2 as a pair);
     query_likelihood: `base` {name: params}, `depth`, `weight`, `prompt`, `max_doc_chars` (the base's top reranked
-    by the language model's likelihood of the query).
+    by the language model's likelihood of the query); cross_encoder: `base` {name: params}, `model_path` (a fitted
+    cross-encoder, e.g. from tuned_reranker), `weight`, `depth`, `max_length` (the base's top reranked by it).
     `neighbors`: the entity graph's chunk neighbourhood, for graph stages. `graph`: the (graph_nodes,
     graph_edges) frames, for the causal chains and the learned model's graph feature. `llm_client`: an
     LLMClient, needed only by LLM-backed options; `scorer`: a log-probability `Scorer`, needed by the causal
@@ -74,6 +77,12 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
             raise ValueError("fusion needs members: {retriever name: its params}")
         built = [(m, build_retriever(m, index, p, neighbors, llm_client, graph, scorer)) for m, p in members.items()]
         return FusionRetriever(index, built, **params)
+    if name == "cross_encoder":
+        b, p = _one_base(name, params)
+        if not params.get("model_path"):
+            raise ValueError("cross_encoder needs model_path (a fitted cross-encoder, e.g. from tuned_reranker)")
+        base = build_retriever(b, index, p, neighbors, llm_client, graph, scorer)
+        return CrossEncoderReranker(index, base, params.pop("model_path"), **params)
     if name in ("pairwise", "query_likelihood"):
         b, p = _one_base(name, params)
         if name == "query_likelihood" and scorer is None:

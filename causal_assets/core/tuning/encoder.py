@@ -70,6 +70,12 @@ def training_pairs(index: CorpusIndex, bench: Benchmark, qids: list[str]) -> lis
     return pairs
 
 
+def warmup_decay(lr: float, step: int, total: int) -> float:
+    """The learning rate at `step` (1-based) of `total`: linear warm-up over the first 10% of steps, then linear
+    decay to 0 (the schedule of sentence-transformers' and transformers' fits; every fit here uses it)."""
+    return lr * max(0.0, min(step / max(1, 0.1 * total), (total - step + 1) / (0.9 * total)))
+
+
 def fine_tune(model, pairs: list[tuple[str, int, list[int]]], texts: list[str], spec: EncoderSpec,
               seed: int = 0) -> list[float]:
     """Multiple-negatives ranking loss with AdamW, linear warm-up over the first 10% of steps then linear decay.
@@ -100,7 +106,7 @@ def fine_tune(model, pairs: list[tuple[str, int, list[int]]], texts: list[str], 
             loss = torch.nn.functional.cross_entropy(logits.masked_fill(same, -1e4), torch.arange(len(batch)))
             step += 1
             for g in opt.param_groups:
-                g["lr"] = spec.lr * max(0.0, min(step / max(1, 0.1 * total), (total - step + 1) / (0.9 * total)))
+                g["lr"] = warmup_decay(spec.lr, step, total)
             opt.zero_grad()
             loss.backward()
             opt.step()

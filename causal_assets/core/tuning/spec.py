@@ -100,6 +100,28 @@ class EncoderSpec(BaseModel):
     threads: int = Field(0, ge=0)               # torch intra-op threads while fitting; 0: torch's default
 
 
+class RerankerSpec(BaseModel):
+    """`tuning.reranker`: fit a cross-encoder on the tune split and rerank the selected retriever with it where it
+    wins on held-out tune queries (`core/tuning/reranker.py`, the `tuned_reranker` asset); absent: no reranker."""
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: int = Field(3, ge=1)
+    lr: float = Field(5e-5, gt=0)
+    batch_size: int = Field(8, ge=1)            # relevant pairs per step, each with its `negatives`
+    negatives: int = Field(3, ge=1)             # hard negatives per relevant pair, drawn from the hybrid's top `pool`
+    pool: int = Field(30, ge=2)
+    max_length: int = Field(160, ge=8)          # tokens per (query, document) pair: SciFact's claims + ~130 of abstract
+    depth: int = Field(20, ge=2)                # the base's hits that are reranked
+    held_out: float = Field(0.2, gt=0, lt=1)    # share of the judged tune queries the decision is made on
+    # the reranked hybrid's dense share is chosen among these on the held-out queries; then the cross-encoder's
+    # weight among `mix` (0: the hybrid alone)
+    weights: list[float] = Field(default_factory=lambda: [0.5, 0.65, 0.8])
+    mix: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0, 1.5, 2.0])
+    min_gain: float = Field(0.0, ge=-1, le=1)   # adopted beyond min_gain + standard_errors x 1 SE (as the encoder)
+    standard_errors: float = Field(1.0, ge=0)
+    threads: int = Field(0, ge=0)               # torch intra-op threads while fitting and scoring; 0: torch's default
+
+
 class TuningSpec(BaseModel):
     """A benchmark's `tuning:` section (registry), validated; every field has a default."""
     model_config = ConfigDict(extra="forbid")
@@ -124,6 +146,7 @@ class TuningSpec(BaseModel):
     pairwise_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "entity_first"])  # first tuned one
     query_likelihood_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "hybrid"])  # first tuned
     encoder: EncoderSpec | None = None           # fine-tune the dense encoder first (tuned_encoder asset)
+    reranker: RerankerSpec | None = None         # a cross-encoder over the selected retriever (tuned_reranker asset)
     seed: int = 0
 
     def resolved_retrievers(self, listed: list[str], has_within: bool) -> list[str]:

