@@ -75,6 +75,23 @@ def versioned(value, version: str, **kwargs) -> Output:
         return Output(value, data_version=DataVersion(version), **kwargs)
 
 
+def fit_into(target: Path, fit):
+    """`fit(directory)` into a fresh `.partial` directory beside `target` (what a killed run left there is cleared
+    first), renamed to `target` only if the result was adopted: no table points at a half-written model."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f"{target.name}.partial*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    partial = Path(tempfile.mkdtemp(prefix=f"{target.name}.partial-", dir=target.parent))
+    try:
+        result = fit(partial)
+        if result.adopted:
+            shutil.rmtree(target, ignore_errors=True)
+            partial.rename(target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return result
+
+
 class EncoderConfig(Config):
     # fit again even when the last materialization already fitted this encoder version (`encoder_version`: the
     # same data, spec, seed and fitting code) and its model and vectors are still there
@@ -135,8 +152,7 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
     index, bench = artifacts.index, artifacts.benchmark(spec, spec.tune_split)
     version = encoder_version(index, bench, tuning.encoder, tuning.seed)
-    # beside the learned models of the same benchmark; fitted into a fresh `.partial` directory (what a killed run
-    # leaves there is cleared by the next one), renamed only if adopted, so no table points at a half-written model
+    # beside the learned models of the same benchmark (fitted through `fit_into`)
     target = storage.reports_path / "tuned" / spec.name / f"encoder-{version}"
     previous = None if config.refit else previous_fit(storage, spec.name, version, target, len(index.chunks))
     if previous is not None:
@@ -152,17 +168,8 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
             "held_out_gain_se": float(record["held_out_gain_se"].iloc[0]),
             **({"model": MetadataValue.path(str(target.resolve()))} if record["adopted"].iloc[0] else {})})
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f"{target.name}.partial*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    partial = Path(tempfile.mkdtemp(prefix=f"{target.name}.partial-", dir=target.parent))
-    try:
-        result = tune_encoder(index, bench, tuning.encoder, tuning.metric, partial, tuning.seed, context.log.info)
-        if result.adopted:
-            shutil.rmtree(target, ignore_errors=True)
-            partial.rename(target)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+    result = fit_into(target, lambda partial: tune_encoder(index, bench, tuning.encoder, tuning.metric, partial,
+                                                           tuning.seed, context.log.info))
     # each table names the model relative to itself (a moved data directory keeps it), the metadata absolutely
     model_path = str(target.resolve()) if result.adopted else ""
     named_in = {table: model_reference(model_path, asset_path(storage.base, table, spec.name)) if model_path else ""
@@ -268,18 +275,8 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
                              f"fits it again)")
             yield versioned(record, version, metadata=reranker_metadata(record, True))
             return
-    # fitted into a fresh `.partial` directory, renamed only if adopted (as tuned_encoder)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f"{target.name}.partial*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    partial = Path(tempfile.mkdtemp(prefix=f"{target.name}.partial-", dir=target.parent))
-    try:
-        result = tune_reranker(index, bench, tuning.reranker, tuning.metric, partial, tuning.seed, context.log.info)
-        if result.adopted:
-            shutil.rmtree(target, ignore_errors=True)
-            partial.rename(target)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+    result = fit_into(target, lambda partial: tune_reranker(index, bench, tuning.reranker, tuning.metric, partial,
+                                                            tuning.seed, context.log.info))
     r = tuning.reranker
     record = pd.DataFrame([{
         "benchmark": spec.name, "adopted": result.adopted,

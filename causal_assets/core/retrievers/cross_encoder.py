@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.retrievers.similarity import zscore
+from causal_assets.core.retrievers.similarity import rerank_head, zscore
 
 
 class CrossEncoder:
@@ -82,10 +82,5 @@ class CrossEncoderReranker:
                 continue
             logits = self.model.score(q, self.index, [h.chunk_id for h in head])
             mixed = zscore(np.array([h.score for h in head], dtype=np.float64)) + self.weight * zscore(logits)
-            order = np.argsort(-mixed, kind="stable")
-            # the hits below `depth` follow, scored below every reranked one in the base's order
-            tail = hits[self.depth:]
-            scores = [float(mixed[i]) for i in order] + [float(mixed.min()) - 1.0 - r for r in range(len(tail))]
-            ranked = [head[i] for i in order] + tail
-            out.append([Hit(h.chunk_id, scores[r], r + 1, h.title, h.kind) for r, h in enumerate(ranked[:k])])
+            out.append(rerank_head(hits, mixed, k))   # the hits below `depth` follow in the base's order
         return out

@@ -21,7 +21,7 @@ import numpy as np
 from causal_assets.core.index.search import CorpusIndex, Hit
 from causal_assets.core.llm.errors import LLMError
 from causal_assets.core.llm.scoring import Scorer, ScoreRequest
-from causal_assets.core.retrievers.similarity import zscore
+from causal_assets.core.retrievers.similarity import rerank_head, zscore
 
 # The document, then the cue for the query. Generic on purpose: it names no benchmark's kind of query.
 DEFAULT_PROMPT = "{document}\n\nA search query this text answers:"
@@ -68,10 +68,5 @@ class QueryLikelihoodReranker:
                 logp.append(r.best)
             mixed = zscore(np.array([h.score for h in head], dtype=np.float64)) + \
                 self.weight * zscore(np.array(logp, dtype=np.float64))
-            order = np.argsort(-mixed, kind="stable")
-            # the hits below `depth` follow, scored below every reranked one in the base's order
-            tail = hits[self.depth:]
-            scores = [float(mixed[i]) for i in order] + [float(mixed.min()) - 1.0 - r for r in range(len(tail))]
-            ranked = [head[i] for i in order] + tail
-            out.append([Hit(h.chunk_id, scores[r], r + 1, h.title, h.kind) for r, h in enumerate(ranked[:k])])
+            out.append(rerank_head(hits, mixed, k))   # the hits below `depth` follow in the base's order
         return out

@@ -86,6 +86,16 @@ def zscore(x: np.ndarray) -> np.ndarray:
     return (x - x.mean()) / std if std > 0 else np.zeros_like(x)
 
 
+def rerank_head(hits: list[Hit], mixed: np.ndarray, k: int) -> list[Hit]:
+    """`hits` with its first `len(mixed)` reordered by `mixed` (higher first; ties keep the given order) and the rest
+    after them in their own order, scored below every reranked one: a reranker's output, ranks 1..k."""
+    order = np.argsort(-mixed, kind="stable")
+    tail = hits[len(mixed):]
+    scores = [float(mixed[i]) for i in order] + [float(mixed.min()) - 1.0 - r for r in range(len(tail))]
+    ranked = [hits[i] for i in order] + tail
+    return [Hit(h.chunk_id, scores[r], r + 1, h.title, h.kind) for r, h in enumerate(ranked[:k])]
+
+
 @dataclass
 class SimilarityRetriever:
     index: CorpusIndex

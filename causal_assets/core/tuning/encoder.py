@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from pydantic import BaseModel
 
 from causal_assets.core.benchmarks import Benchmark, restrict
 from causal_assets.core.evaluation.metrics import named_metric_per_query
@@ -72,47 +73,60 @@ def training_pairs(index: CorpusIndex, bench: Benchmark, qids: list[str]) -> lis
 
 def warmup_decay(lr: float, step: int, total: int) -> float:
     """The learning rate at `step` (1-based) of `total`: linear warm-up over the first 10% of steps, then linear
-    decay to 0 (the schedule of sentence-transformers' and transformers' fits; every fit here uses it)."""
+    decay to 0 (the schedule of sentence-transformers' and transformers' fits)."""
     return lr * max(0.0, min(step / max(1, 0.1 * total), (total - step + 1) / (0.9 * total)))
 
 
-def fine_tune(model, pairs: list[tuple[str, int, list[int]]], texts: list[str], spec: EncoderSpec,
-              seed: int = 0) -> list[float]:
-    """Multiple-negatives ranking loss with AdamW, linear warm-up over the first 10% of steps then linear decay.
-    Returns the loss of every batch."""
-    import torch  # optional heavy dependency (as in core/index/dense.py): only where an encoder is fine-tuned
+def train_in_batches(parameters, items: list, epochs: int, batch_size: int, lr: float, seed: int,
+                     batch_loss: Callable[[list, random.Random], object]) -> list[list[float]]:
+    """AdamW over `items` in seeded, reshuffled batches at the `warmup_decay` learning rate; `batch_loss(batch, rng)`
+    gives a batch's loss tensor. Every fit here (encoder, reranker) trains through this. Returns each epoch's batch
+    losses."""
+    import torch  # optional heavy dependency (as in core/index/dense.py): only where a model is fitted
 
     torch.manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr)
+    opt = torch.optim.AdamW(parameters, lr=lr)
     rng = random.Random(seed)
-    pairs = list(pairs)
-    total = spec.epochs * -(-len(pairs) // spec.batch_size)
-    step, losses = 0, []
-    model.train()
-    for _ in range(spec.epochs):
-        rng.shuffle(pairs)
-        for s in range(0, len(pairs), spec.batch_size):
-            batch = pairs[s:s + spec.batch_size]
-            gold = [p for _, p, _ in batch]
-            columns = gold + [rng.choice(n) for _, _, n in batch]
-
-            def embed(items: list[str]):
-                return torch.nn.functional.normalize(model(model.preprocess(items))["sentence_embedding"], dim=-1)
-
-            logits = SCALE * embed([x for x, _, _ in batch]) @ embed([texts[p] for p in columns]).T
-            # a query's relevant document in another column (another query's, or drawn as a negative) is no negative
-            same = torch.tensor([[j != i and columns[j] == gold[i] for j in range(len(columns))]
-                                 for i in range(len(batch))])
-            loss = torch.nn.functional.cross_entropy(logits.masked_fill(same, -1e4), torch.arange(len(batch)))
+    items = list(items)
+    total = epochs * -(-len(items) // batch_size)
+    step, out = 0, []
+    for _ in range(epochs):
+        rng.shuffle(items)
+        losses = []
+        for s in range(0, len(items), batch_size):
+            loss = batch_loss(items[s:s + batch_size], rng)
             step += 1
             for g in opt.param_groups:
-                g["lr"] = warmup_decay(spec.lr, step, total)
+                g["lr"] = warmup_decay(lr, step, total)
             opt.zero_grad()
             loss.backward()
             opt.step()
             losses.append(float(loss.item()))
+        out.append(losses)
+    return out
+
+
+def fine_tune(model, pairs: list[tuple[str, int, list[int]]], texts: list[str], spec: EncoderSpec,
+              seed: int = 0) -> list[float]:
+    """Multiple-negatives ranking loss (`train_in_batches`). Returns the loss of every batch."""
+    import torch  # the same optional dependency
+
+    def embed(items: list[str]):
+        return torch.nn.functional.normalize(model(model.preprocess(items))["sentence_embedding"], dim=-1)
+
+    def batch_loss(batch, rng: random.Random):
+        gold = [p for _, p, _ in batch]
+        columns = gold + [rng.choice(n) for _, _, n in batch]
+        logits = SCALE * embed([x for x, _, _ in batch]) @ embed([texts[p] for p in columns]).T
+        # a query's relevant document in another column (another query's, or drawn as a negative) is no negative
+        same = torch.tensor([[j != i and columns[j] == gold[i] for j in range(len(columns))]
+                             for i in range(len(batch))])
+        return torch.nn.functional.cross_entropy(logits.masked_fill(same, -1e4), torch.arange(len(batch)))
+
+    model.train()
+    epochs = train_in_batches(model.parameters(), pairs, spec.epochs, spec.batch_size, spec.lr, seed, batch_loss)
     model.eval()
-    return losses
+    return [x for losses in epochs for x in losses]
 
 
 def hybrid_figures(index: CorpusIndex, held: Benchmark, weights: list[float],
@@ -146,23 +160,41 @@ def held_out_split(qids: list[str], share: float, seed: int) -> tuple[list[str],
     return sorted(order[n:]), sorted(order[:n])
 
 
+def fit_and_held_out(bench: Benchmark, share: float, seed: int, section: str) -> tuple[list[str], list[str]]:
+    """`held_out_split` of the judged queries of `bench`; refused, naming the registry `section`, when none is left
+    to fit on."""
+    judged = [q for q in bench.query_ids() if any(v > 0 for v in bench.qrels.get(q, {}).values())]
+    fit, held = held_out_split(judged, share, seed)
+    if not fit:
+        raise ValueError(f"{section}: {len(judged)} judged queries on {bench.split!r} of {bench.name!r}: none left "
+                         f"to fit on after holding out {share:.0%}")
+    return fit, held
+
+
 def recipe() -> str:
     """The fitting code: this module's source and the versions of the libraries that run it."""
     libraries = [f"{name}=={metadata.version(name)}" for name in ("torch", "sentence-transformers", "transformers")]
     return hashlib.sha256(Path(__file__).read_bytes() + repr(libraries).encode()).hexdigest()[:12]
 
 
-def encoder_version(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, seed: int) -> str:
-    """What determines the fit and its decision: the corpus's chunks and the vectors it is compared with (their
-    model and backend), the tune split's queries and judgements, the spec, the seed and the fitting code. The asset
-    keeps the last fit of the same version, so a kept fit is never one that other code or data made."""
+def fit_version(index: CorpusIndex, bench: Benchmark, spec: BaseModel, seed: int, code: str) -> str:
+    """A fit's version: what determines the fit and its decision. The corpus's chunks and the vectors the decision
+    compares or ranks with (their model and backend), the tune split's queries, judgements and candidate sets, the
+    spec, the seed and the fitting `code`. The assets keep the last fit of the same version, so a kept fit is never
+    one that other code or data made."""
     h = hashlib.sha256()
     for part in (index.chunks["content_hash"].astype(str).tolist(), sorted(bench.queries.items()),
-                 sorted((q, sorted(r.items())) for q, r in bench.qrels.items()), spec.model_dump(),
-                 index.embedder.cache_key, seed, recipe()):
+                 sorted((q, sorted(r.items())) for q, r in bench.qrels.items()),
+                 sorted((q, list(c)) for q, c in (bench.within or {}).items()), spec.model_dump(),
+                 index.embedder.cache_key if index.embedder is not None else None, seed, code):
         h.update(repr(part).encode())
         h.update(b"\x1e")
     return h.hexdigest()[:12]
+
+
+def encoder_version(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, seed: int) -> str:
+    """The encoder fit's version (`fit_version`, with this module's `recipe`)."""
+    return fit_version(index, bench, spec, seed, recipe())
 
 
 def tune_encoder(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, metric: str, save_to: str | Path,
@@ -176,11 +208,7 @@ def tune_encoder(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, metric
                          f"encoder is tuned only where queries rank the whole corpus")
     if index.embeddings is None:
         raise ValueError(f"tuning.encoder: corpus {index.corpus!r} has no embeddings to compare against")
-    judged = [q for q in bench.query_ids() if any(v > 0 for v in bench.qrels.get(q, {}).values())]
-    fit, held = held_out_split(judged, spec.held_out, seed)
-    if not fit:
-        raise ValueError(f"tuning.encoder: {len(judged)} judged queries on {bench.split!r} of {bench.name!r}: none "
-                         f"left to fit on after holding out {spec.held_out:.0%}")
+    fit, held = fit_and_held_out(bench, spec.held_out, seed, "tuning.encoder")
     texts = chunk_texts(index.chunks)
     pairs = training_pairs(index, bench, fit)
     seconds: dict[str, float] = {}

@@ -35,11 +35,9 @@ from causal_assets.core.retrievers import cross_encoder
 from causal_assets.core.retrievers.cross_encoder import CrossEncoder, CrossEncoderReranker
 from causal_assets.core.retrievers.similarity import HybridRetriever
 from causal_assets.core.tuning import encoder
-from causal_assets.core.tuning.encoder import held_out_split, hybrid_figures, means, paired_gain, warmup_decay
+from causal_assets.core.tuning.encoder import (fit_and_held_out, fit_version, hybrid_figures, means, paired_gain,
+                                               train_in_batches)
 from causal_assets.core.tuning.spec import RerankerSpec
-
-WEIGHT_DECAY = 0.01   # AdamW's, as transformers' Trainer defaults to for fine-tuning
-
 
 @dataclass
 class RerankerResult:
@@ -75,39 +73,23 @@ def training_groups(index: CorpusIndex, bench: Benchmark, qids: list[str], base_
 
 def fit(model: CrossEncoder, groups: list[tuple[str, str, list[str]]], index: CorpusIndex, spec: RerankerSpec,
         seed: int = 0) -> list[float]:
-    """Listwise cross-entropy (the relevant document first among its negatives) with AdamW and the encoder's
-    warm-up and decay. Returns each epoch's mean batch loss."""
+    """Listwise cross-entropy, the relevant document first among its negatives (`train_in_batches`, as the
+    encoder). Returns each epoch's mean batch loss."""
     import torch  # optional heavy dependency (as in core/index/dense.py): only where a cross-encoder is fitted
 
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.model.parameters(), lr=spec.lr, weight_decay=WEIGHT_DECAY)
-    groups = list(groups)
-    total = spec.epochs * -(-len(groups) // spec.batch_size)
-    step, epochs = 0, []
+    def batch_loss(batch, rng: random.Random):
+        # every group the same width (few candidates: negatives drawn again), the relevant document at 0
+        docs = [[d] + (rng.sample(n, spec.negatives) if len(n) >= spec.negatives
+                       else [rng.choice(n) for _ in range(spec.negatives)]) for _, d, n in batch]
+        logits = model.logits([q for (q, _, _), ds in zip(batch, docs) for _ in ds],
+                              [index.text(d) for ds in docs for d in ds])
+        return torch.nn.functional.cross_entropy(logits.view(len(batch), -1), torch.zeros(len(batch), dtype=torch.long))
+
     model.model.train()
-    for _ in range(spec.epochs):
-        rng.shuffle(groups)
-        losses = []
-        for s in range(0, len(groups), spec.batch_size):
-            batch = groups[s:s + spec.batch_size]
-            # every group the same width (few candidates: negatives drawn again), the relevant document at 0
-            docs = [[d] + (rng.sample(n, spec.negatives) if len(n) >= spec.negatives
-                           else [rng.choice(n) for _ in range(spec.negatives)]) for _, d, n in batch]
-            logits = model.logits([q for (q, _, _), ds in zip(batch, docs) for _ in ds],
-                                  [index.text(d) for ds in docs for d in ds])
-            loss = torch.nn.functional.cross_entropy(logits.view(len(batch), -1),
-                                                     torch.zeros(len(batch), dtype=torch.long))
-            step += 1
-            for g in opt.param_groups:
-                g["lr"] = warmup_decay(spec.lr, step, total)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(float(loss.item()))
-        epochs.append(float(np.mean(losses)))
+    epochs = train_in_batches(model.model.parameters(), groups, spec.epochs, spec.batch_size, spec.lr, seed,
+                              batch_loss)
     model.model.eval()
-    return epochs
+    return [float(np.mean(losses)) for losses in epochs]
 
 
 def recipe() -> str:
@@ -119,17 +101,9 @@ def recipe() -> str:
 
 
 def reranker_version(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, seed: int) -> str:
-    """What determines the fit and its decision: the corpus's chunks and the vectors of the hybrid it reranks (their
-    model: the tuned encoder's where one was adopted), the tune split's queries and judgements, the spec, the seed
-    and the code. The asset keeps the last fit of the same version."""
-    h = hashlib.sha256()
-    for part in (index.chunks["content_hash"].astype(str).tolist(), sorted(bench.queries.items()),
-                 sorted((q, sorted(r.items())) for q, r in bench.qrels.items()),
-                 sorted((q, list(c)) for q, c in (bench.within or {}).items()), spec.model_dump(),
-                 index.embedder.cache_key if index.embedder is not None else None, seed, recipe()):
-        h.update(repr(part).encode())
-        h.update(b"\x1e")
-    return h.hexdigest()[:12]
+    """The reranker fit's version (`fit_version`, with this module's `recipe`): with the vectors of the hybrid it
+    reranks and draws negatives from (the tuned encoder's where one was adopted)."""
+    return fit_version(index, bench, spec, seed, recipe())
 
 
 def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metric: str, save_to: str | Path,
@@ -140,11 +114,7 @@ def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metr
 
     if index.embeddings is None:
         raise ValueError(f"tuning.reranker: corpus {index.corpus!r} has no embeddings for the hybrid it reranks")
-    judged = [q for q in bench.query_ids() if any(v > 0 for v in bench.qrels.get(q, {}).values())]
-    fit_ids, held = held_out_split(judged, spec.held_out, seed)
-    if not fit_ids:
-        raise ValueError(f"tuning.reranker: {len(judged)} judged queries on {bench.split!r} of {bench.name!r}: none "
-                         f"left to fit on after holding out {spec.held_out:.0%}")
+    fit_ids, held = fit_and_held_out(bench, spec.held_out, seed, "tuning.reranker")
     held_bench = restrict(bench, held)
     base_per_query = hybrid_figures(index, held_bench, spec.weights, metric)
     base = means(base_per_query)
