@@ -6,7 +6,8 @@ on 4/5 of the train claims, adopted and weighted on the other fifth), and the ev
 retriever with it (`cross_encoder_tuned`). This script reads that adopted model (or `--model DIR`, a directory a
 fit saved) and reranks the top `depth` of each `*_tuned` run that `evaluation_runs` holds on the held-out split, by
 `z(run) + a * z(cross-encoder)` for each `a` in MIX, with the paired per-query gain of the adopted `a` over `a = 0`
-and its standard error. Choosing a retriever or an `a` from this table would be tuning on test: it is the record
+and its standard error (at `a = 0` a run's figure is its evaluation figure, but where its scores tie: RRF's ties
+are broken here by the metric library, there by the run's ranks). Choosing a retriever or an `a` from this table would be tuning on test: it is the record
 of what the train-only choice left on the table, not a choice.
 
     python benchmarks/cross_encoder.py [--benchmark scifact] [--base data/parquet] [--model DIR]
@@ -65,7 +66,9 @@ def main() -> None:
     bench = load_benchmark(spec, args.split)
     qids = [q for q in bench.query_ids() if any(v > 0 for v in bench.qrels.get(q, {}).values())]
     runs = read_parquet(asset_path(args.base, "evaluation_runs", args.benchmark))
-    runs = runs[(runs["split"] == args.split) & runs["retriever"].str.endswith("_tuned")]
+    # every tuned run but the one that is already reranked by it
+    runs = runs[(runs["split"] == args.split) & runs["retriever"].str.endswith("_tuned")
+                & (runs["retriever"] != "cross_encoder_tuned")]
     out, t0 = {}, time.perf_counter()
     for name, r in runs.groupby("retriever"):
         base = {q: g.sort_values("rank") for q, g in r.groupby("query_id")}
