@@ -41,6 +41,12 @@ from causal_assets.settings import Settings  # noqa: E402
 MIX = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 
+def per_query(qrels, run, qids, metric) -> list[float]:
+    """`metric` per query of `qids` over one run (one metric call for the whole run); unranked queries score 0."""
+    scores = named_metric_per_query(qrels, run, metric)
+    return [scores.get(q, 0.0) for q in qids]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--benchmark", default="scifact")
@@ -72,21 +78,19 @@ def main() -> None:
     out, t0 = {}, time.perf_counter()
     for name, r in runs.groupby("retriever"):
         base = {q: g.sort_values("rank") for q, g in r.groupby("query_id")}
-        per_a: dict[float, dict[str, float]] = {a: {} for a in MIX}
+        reranked: dict[float, dict[str, dict[str, float]]] = {a: {} for a in MIX}
         for q in qids:
             g = base.get(q)
             if g is None or not len(g):
-                for a in MIX:
-                    per_a[a][q] = 0.0
-                continue
+                continue   # a query the run did not rank: it scores 0 at every `a`
             top = g["doc_id"].astype(str).tolist()[:depth]
             prior = zscore(g["score"].to_numpy(np.float64)[:depth])
             ce = zscore(model.score(bench.queries[q], index, top))
             for a in MIX:
-                mixed = prior + a * ce
-                ranked = {d: float(s) for d, s in zip(top, mixed)}
-                per = named_metric_per_query({q: bench.qrels[q]}, {q: ranked}, tuning.metric)
-                per_a[a][q] = float(per.get(q, 0.0))
+                reranked[a][q] = {d: float(s) for d, s in zip(top, prior + a * ce)}
+        qrels = {q: bench.qrels[q] for q in qids}
+        per_a = {a: {q: float(v) for q, v in zip(qids, per_query(qrels, reranked[a], qids, tuning.metric))}
+                 for a in MIX}
         gain, se = paired_gain({0.0: per_a[0.0]}, {adopted_weight: per_a[adopted_weight]})
         out[name] = {**{str(a): round(float(np.mean(list(v.values()))), 4) for a, v in per_a.items()},
                      "paired_gain": {"a": adopted_weight, "gain": round(gain, 4), "se": round(se, 4)}}

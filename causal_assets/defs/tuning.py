@@ -211,17 +211,24 @@ class RerankerConfig(Config):
     refit: bool = False
 
 
-def adopted_reranker(storage: Storage, benchmark: str) -> dict | None:
-    """The `cross_encoder` params (model_path, weight, depth, max_length) and version of the benchmark's last
-    `tuned_reranker` when it adopted one and its model is there, else None."""
+def stored_reranker(storage: Storage, benchmark: str) -> pd.DataFrame | None:
+    """The benchmark's last `tuned_reranker` record when it is one this asset wrote (one row, its columns), else
+    None."""
     path = asset_path(storage.base, RERANKER, benchmark)
     if not path.exists():
         return None
     record = read_parquet(path)
-    if len(record) != 1 or list(record.columns) != RERANKER_COLUMNS or not bool(record["adopted"].iloc[0]):
+    return record if len(record) == 1 and list(record.columns) == RERANKER_COLUMNS else None
+
+
+def adopted_reranker(storage: Storage, benchmark: str) -> dict | None:
+    """The `cross_encoder` params (model_path, weight, depth, max_length) and version of the benchmark's last
+    `tuned_reranker` when it adopted one and its model is there, else None."""
+    record = stored_reranker(storage, benchmark)
+    if record is None or not bool(record["adopted"].iloc[0]):
         return None
     row = record.iloc[0]
-    model = resolve_model_reference(str(row["model"]), path)
+    model = resolve_model_reference(str(row["model"]), asset_path(storage.base, RERANKER, benchmark))
     if not (Path(model) / "config.json").exists():
         return None
     return {"model_path": model, "weight": float(row["weight"]), "depth": int(row["depth"]),
@@ -266,15 +273,13 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     index, bench = artifacts.index, artifacts.benchmark(spec, spec.tune_split)
     version = reranker_version(index, bench, tuning.reranker, tuning.seed)
     target = storage.reports_path / "tuned" / spec.name / f"reranker-{version}"
-    path = asset_path(storage.base, RERANKER, spec.name)
-    if not config.refit and path.exists():
-        record = read_parquet(path)
-        if len(record) == 1 and list(record.columns) == RERANKER_COLUMNS and record["version"].iloc[0] == version \
-                and (not bool(record["adopted"].iloc[0]) or (target / "config.json").exists()):
-            context.log.info(f"reranker {version}: fitted by the last materialization, kept (config refit: true "
-                             f"fits it again)")
-            yield versioned(record, version, metadata=reranker_metadata(record, True))
-            return
+    record = None if config.refit else stored_reranker(storage, spec.name)
+    if record is not None and record["version"].iloc[0] == version \
+            and (not bool(record["adopted"].iloc[0]) or (target / "config.json").exists()):
+        context.log.info(f"reranker {version}: fitted by the last materialization, kept (config refit: true fits it "
+                         f"again)")
+        yield versioned(record, version, metadata=reranker_metadata(record, True))
+        return
     result = fit_into(target, lambda partial: tune_reranker(index, bench, tuning.reranker, tuning.metric, partial,
                                                             tuning.seed, context.log.info))
     r = tuning.reranker
@@ -291,7 +296,8 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
         "held_out_queries": result.held_out_queries, "pairs": result.groups, "epochs": r.epochs, "lr": r.lr,
         "fit_seconds": result.seconds["fit"], "held_out_seconds": result.seconds["held_out"],
         # relative to the table (a moved data directory keeps it), as tuned_encoder's
-        "model": model_reference(str(target.resolve()), path) if result.adopted else "", "version": version,
+        "model": model_reference(str(target.resolve()), asset_path(storage.base, RERANKER, spec.name))
+        if result.adopted else "", "version": version,
         "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()})}], columns=RERANKER_COLUMNS)
     yield versioned(record, version, metadata={**reranker_metadata(record, False),
                                                "loss_first_last": MetadataValue.json([round(x, 4)
