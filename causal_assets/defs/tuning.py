@@ -24,6 +24,7 @@ from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.dense import model_reference, resolve_model_reference
+from causal_assets.core.retrievers.cross_encoder import member_dirs
 from causal_assets.core.retrievers.factory import SCORING
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.encoder import BACKEND, encoder_version, tune_encoder
@@ -45,8 +46,8 @@ ENCODER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "held_out_base", 
 RERANKER = "tuned_reranker"
 RERANKER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "weight", "depth", "max_length", "base_weight",
                     "held_out_base", "held_out_reranked", "held_out_gain", "held_out_gain_se", "fit_queries",
-                    "held_out_queries", "pairs", "epochs", "lr", "fit_seconds", "held_out_seconds", "model", "version",
-                    "held_out_by_mix"]
+                    "held_out_queries", "pairs", "epochs", "lr", "members", "fit_seconds", "held_out_seconds", "model",
+                    "version", "held_out_by_mix", "held_out_by_member"]
 EMBEDDING_COLUMNS = ["corpus", "chunk_id", "chunk_idx", "content_hash", "model", "backend", "embedding"]
 
 
@@ -229,7 +230,7 @@ def adopted_reranker(storage: Storage, benchmark: str) -> dict | None:
         return None
     row = record.iloc[0]
     model = resolve_model_reference(str(row["model"]), asset_path(storage.base, RERANKER, benchmark))
-    if not (Path(model) / "config.json").exists():
+    if not member_dirs(model):
         return None
     return {"model_path": model, "weight": float(row["weight"]), "depth": int(row["depth"]),
             "max_length": int(row["max_length"]), "version": str(row["version"])}
@@ -242,6 +243,8 @@ def reranker_metadata(record: pd.DataFrame, reused: bool) -> dict:
             **({"version": str(row["version"]), "weight": float(row["weight"]),
                 "held_out_by_mix": MetadataValue.json(json.loads(row["held_out_by_mix"])),
                 "held_out_gain": float(row["held_out_gain"]), "held_out_gain_se": float(row["held_out_gain_se"]),
+                "members": int(row["members"]),
+                "held_out_by_member": MetadataValue.json(json.loads(row["held_out_by_member"])),
                 "fit_seconds": float(row["fit_seconds"])} if row["version"] else {})}
 
 
@@ -275,7 +278,7 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     target = storage.reports_path / "tuned" / spec.name / f"reranker-{version}"
     record = None if config.refit else stored_reranker(storage, spec.name)
     if record is not None and record["version"].iloc[0] == version \
-            and (not bool(record["adopted"].iloc[0]) or (target / "config.json").exists()):
+            and (not bool(record["adopted"].iloc[0]) or member_dirs(target)):
         context.log.info(f"reranker {version}: fitted by the last materialization, kept (config refit: true fits it "
                          f"again)")
         yield versioned(record, version, metadata=reranker_metadata(record, True))
@@ -294,14 +297,16 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
         "held_out_reranked": result.by_mix[result.weight], "held_out_gain": round(result.gain, 4),
         "held_out_gain_se": round(result.gain_se, 4), "fit_queries": result.fit_queries,
         "held_out_queries": result.held_out_queries, "pairs": result.groups, "epochs": r.epochs, "lr": r.lr,
-        "fit_seconds": result.seconds["fit"], "held_out_seconds": result.seconds["held_out"],
+        "members": r.members, "fit_seconds": result.seconds["fit"], "held_out_seconds": result.seconds["held_out"],
         # relative to the table (a moved data directory keeps it), as tuned_encoder's
         "model": model_reference(str(target.resolve()), asset_path(storage.base, RERANKER, spec.name))
         if result.adopted else "", "version": version,
-        "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()})}], columns=RERANKER_COLUMNS)
+        "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()}),
+        "held_out_by_member": json.dumps([{str(k): v for k, v in m.items()} for m in result.by_member])}],
+        columns=RERANKER_COLUMNS)
     yield versioned(record, version, metadata={**reranker_metadata(record, False),
-                                               "loss_first_last": MetadataValue.json([round(x, 4)
-                                                                                      for x in result.losses]),
+                                               "loss_first_last": MetadataValue.json([[round(x, 4) for x in m]
+                                                                                      for m in result.losses]),
                                                **({"model": MetadataValue.path(str(target.resolve()))}
                                                   if result.adopted else {})})
 
@@ -387,7 +392,9 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     # with the lexical fallback (named in the log and the metadata); query_likelihood only where it can.
     scorer = llm.scorer if set(SCORING) & set(resolved) and llm.scores_prompts() else None
     inputs = inputs_version({
-        "benchmark": spec.model_dump(exclude={"path"}), "tuning": tuning.model_dump(), "ann": repr(ANN),
+        # the reranker is fitted after the tuning and never read by it (tuned_reranker)
+        "benchmark": spec.model_dump(exclude={"path", "tuning"}), "tuning": tuning.model_dump(exclude={"reranker"}),
+        "ann": repr(ANN),
         **source_digest(index, bench, graph), "mc_labels": frame_digest(mc_labels),
         "learned_extra": {name: source_digest(*x) if x else None for name, x in extras.items()},
         # the scoring model by name: a server that changes what a name serves needs `retune: true`

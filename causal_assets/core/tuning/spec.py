@@ -108,6 +108,9 @@ class RerankerSpec(BaseModel):
     epochs: int = Field(3, ge=1)
     lr: float = Field(5e-5, gt=0)
     batch_size: int = Field(8, ge=1)            # relevant pairs per step, each with its `negatives`
+    # cross-encoders fitted alike from the seeds seed, seed + 1, ...; their logits averaged: one fit's seed moves its
+    # held-out gain by as much as the gain
+    members: int = Field(1, ge=1)
     negatives: int = Field(3, ge=1)             # hard negatives per relevant pair, drawn from the hybrid's top `pool`
     pool: int = Field(30, ge=2)
     max_length: int = Field(160, ge=8)          # tokens per (query, document) pair: SciFact's claims + ~130 of abstract
