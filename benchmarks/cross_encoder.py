@@ -31,7 +31,7 @@ from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registr
 from causal_assets.core.evaluation.metrics import named_metric_per_query  # noqa: E402
 from causal_assets.core.index.dense import resolve_model_reference  # noqa: E402
 from causal_assets.core.index.search import CorpusIndex  # noqa: E402
-from causal_assets.core.retrievers.cross_encoder import CrossEncoder  # noqa: E402
+from causal_assets.core.retrievers.cross_encoder import load_cross_encoder  # noqa: E402
 from causal_assets.core.retrievers.similarity import zscore  # noqa: E402
 from causal_assets.core.storage import asset_path, read_parquet  # noqa: E402
 from causal_assets.core.tuning.encoder import paired_gain  # noqa: E402
@@ -67,7 +67,7 @@ def main() -> None:
     depth = int(record["depth"]) if record is not None and record["depth"] == record["depth"] else 20
     max_length = int(record["max_length"]) if record is not None and record["max_length"] == record["max_length"] \
         else 160
-    model = CrossEncoder(model_path, max_length)
+    model = load_cross_encoder(model_path, max_length)   # one model or the ensemble of its members
     index = CorpusIndex.load(args.base, spec.corpus)   # only the chunks' texts are read
     bench = load_benchmark(spec, args.split)
     qids = [q for q in bench.query_ids() if any(v > 0 for v in bench.qrels.get(q, {}).values())]
