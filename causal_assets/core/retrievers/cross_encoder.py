@@ -62,14 +62,23 @@ class CrossEncoder:
         return np.array([self.scores[(query, c)] for c in chunk_ids], dtype=np.float64)
 
 
+MEMBER = "member-"   # an ensemble's i-th model lives in <directory>/member-<i>
+
+
+def member_dir(path: str | Path, member: int) -> Path:
+    """Where an ensemble in `path` keeps its member `member`."""
+    return Path(path) / f"{MEMBER}{member}"
+
+
 def member_dirs(path: str | Path) -> list[Path]:
     """The model directories a fitted cross-encoder's directory holds: itself (one model) or its `member-<i>`
     directories in member order (an ensemble); [] when it holds neither."""
     path = Path(path)
     if (path / "config.json").exists():
         return [path]
-    members = [d for d in path.glob("member-*") if d.name[7:].isdigit() and (d / "config.json").exists()]
-    return sorted(members, key=lambda d: int(d.name[7:]))
+    members = [d for d in path.glob(f"{MEMBER}*")
+               if d.name.removeprefix(MEMBER).isdigit() and (d / "config.json").exists()]
+    return sorted(members, key=lambda d: int(d.name.removeprefix(MEMBER)))
 
 
 class CrossEncoderEnsemble:

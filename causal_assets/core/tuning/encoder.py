@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from pydantic import BaseModel
@@ -129,16 +129,21 @@ def fine_tune(model, pairs: list[tuple[str, int, list[int]]], texts: list[str], 
     return [x for losses in epochs for x in losses]
 
 
+def figures_by_setting(held: Benchmark, retrievers: dict[float, Any], metric: str) -> dict[float, dict[str, float]]:
+    """Per setting, `metric` per query of `held` for that setting's retriever, through `run_benchmark` as the
+    evaluation runs it. A query the metric does not score counts 0, as in the mean the evaluation reports."""
+    out = {}
+    for setting, retriever in retrievers.items():
+        scores = named_metric_per_query(held.qrels, run_benchmark(retriever, held).run, metric)
+        out[float(setting)] = {q: float(scores.get(q, 0.0)) for q in held.query_ids()}
+    return out
+
+
 def hybrid_figures(index: CorpusIndex, held: Benchmark, weights: list[float],
                    metric: str) -> dict[float, dict[str, float]]:
     """Per dense share, `metric` per query of `held` for the z-score hybrid over `index`: the `HybridRetriever` the
-    tuning then sweeps, so the decision is about the figure the tuned hybrid computes (ANN scale included). A query
-    the metric does not score counts 0, as in the mean the evaluation reports."""
-    out = {}
-    for w in weights:
-        scores = named_metric_per_query(held.qrels, run_benchmark(HybridRetriever(index, w), held).run, metric)
-        out[float(w)] = {q: float(scores.get(q, 0.0)) for q in held.query_ids()}
-    return out
+    tuning then sweeps, so the decision is about the figure the tuned hybrid computes (ANN scale included)."""
+    return figures_by_setting(held, {w: HybridRetriever(index, w) for w in weights}, metric)
 
 
 def means(per_query: dict[float, dict[str, float]]) -> dict[float, float]:

@@ -30,16 +30,16 @@ from typing import Callable
 import numpy as np
 
 from causal_assets.core.benchmarks import Benchmark, restrict
-from causal_assets.core.evaluation.metrics import named_metric_per_query
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.dense import model_dir, torch_threads
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers import cross_encoder
-from causal_assets.core.retrievers.cross_encoder import CrossEncoder, CrossEncoderEnsemble, CrossEncoderReranker
+from causal_assets.core.retrievers.cross_encoder import (CrossEncoder, CrossEncoderEnsemble, CrossEncoderReranker,
+                                                        member_dir)
 from causal_assets.core.retrievers.similarity import HybridRetriever
 from causal_assets.core.tuning import encoder
-from causal_assets.core.tuning.encoder import (fit_and_held_out, fit_version, hybrid_figures, means, paired_gain,
-                                               train_in_batches)
+from causal_assets.core.tuning.encoder import (figures_by_setting, fit_and_held_out, fit_version, hybrid_figures, means,
+                                               paired_gain, train_in_batches)
 from causal_assets.core.tuning.spec import RerankerSpec
 
 
@@ -111,17 +111,6 @@ def reranker_version(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, s
     return fit_version(index, bench, spec, seed, recipe())
 
 
-def held_out_by_mix(index: CorpusIndex, held_bench: Benchmark, hybrid: HybridRetriever, model, mix: list[float],
-                    depth: int, metric: str) -> dict[float, dict[str, float]]:
-    """Per cross-encoder weight in `mix`, the per-query figure of the hybrid's top `depth` reranked by `model`."""
-    out = {}
-    for a in mix:
-        run = run_benchmark(CrossEncoderReranker(index, hybrid, model, a, depth), held_bench).run
-        scores = named_metric_per_query(held_bench.qrels, run, metric)
-        out[float(a)] = {q: float(scores.get(q, 0.0)) for q in held_bench.query_ids()}
-    return out
-
-
 def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metric: str, save_to: str | Path,
                   seed: int = 0, log: Callable[[str], None] = lambda m: None) -> RerankerResult:
     """Fit `spec.members` cross-encoders on the tune split minus its held-out share (seeds seed, seed + 1, ...;
@@ -151,18 +140,21 @@ def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metr
             log(f"reranker: member {member} fitted on {len(groups)} pairs of {len(fit_ids)} queries, "
                 f"{seconds['fit']}s so far (epoch loss {' -> '.join(f'{x:.3f}' for x in losses[-1])})")
             # saved, then read back as the evaluation will read it: the decision is about the saved models
-            saved = Path(save_to) / f"member-{member}"
+            saved = member_dir(save_to, member)
             model.model.save_pretrained(str(saved))
             model.tokenizer.save_pretrained(str(saved))
             members.append(CrossEncoder(str(saved), spec.max_length))
         t0 = time.perf_counter()
         hybrid = HybridRetriever(index, base_weight)
+
+        def by_mix_of(model) -> dict[float, dict[str, float]]:
+            return figures_by_setting(held_bench, {a: CrossEncoderReranker(index, hybrid, model, a, spec.depth)
+                                                   for a in spec.mix}, metric)
+
         # each member alone, for the record (the members' cached scores make the ensemble's figures cheap)
-        by_member = [means(held_out_by_mix(index, held_bench, hybrid, m, spec.mix, spec.depth, metric))
-                     for m in members] if len(members) > 1 else []
+        by_member = [means(by_mix_of(m)) for m in members] if len(members) > 1 else []
         model = members[0] if len(members) == 1 else CrossEncoderEnsemble(members)
-        by_mix_per_query = {0.0: base_per_query[base_weight],
-                            **held_out_by_mix(index, held_bench, hybrid, model, spec.mix, spec.depth, metric)}
+        by_mix_per_query = {0.0: base_per_query[base_weight], **by_mix_of(model)}
         seconds["held_out"] = round(time.perf_counter() - t0, 1)
     for member, figures in enumerate(by_member):
         log(f"reranker: member {member} alone, held-out {metric} by weight {figures}")
