@@ -100,9 +100,10 @@ class EncoderConfig(Config):
 
 
 def previous_fit(storage: Storage, benchmark: str, version: str, target: Path,
-                 chunks: int) -> tuple[pd.DataFrame, pd.DataFrame] | None:
-    """The last materialization's (record, vectors) when it fitted `version` and what it adopted is intact: a job
-    that selects the whole tuning group then costs no second fit (~10 min on SciFact) for an unchanged version."""
+                 chunks: int) -> tuple[pd.DataFrame, pd.DataFrame, dict] | None:
+    """The last materialization's (record, vectors, held-out figures by weight) when it fitted `version` and what
+    it adopted is intact: a job that selects the whole tuning group then costs no second fit (~10 min on SciFact)
+    for an unchanged version."""
     record_path = asset_path(storage.base, ENCODER, benchmark)
     vectors_path = asset_path(storage.base, TUNED_EMBEDDINGS, benchmark)
     if not (record_path.exists() and vectors_path.exists()):
@@ -111,16 +112,16 @@ def previous_fit(storage: Storage, benchmark: str, version: str, target: Path,
     if len(record) != 1 or list(record.columns) != ENCODER_COLUMNS or record["version"].iloc[0] != version:
         return None   # another version, or a record written before the per-weight figures were kept
     try:
-        json.loads(record["held_out_by_weight"].iloc[0])
+        by_weight = json.loads(record["held_out_by_weight"].iloc[0])
     except (TypeError, ValueError):
         return None   # not a record this asset wrote: fit again rather than fail on it
     if not bool(record["adopted"].iloc[0]):
-        return record, pd.DataFrame(columns=EMBEDDING_COLUMNS)
+        return record, pd.DataFrame(columns=EMBEDDING_COLUMNS), by_weight
     vectors = read_parquet(vectors_path)
     models = {resolve_model_reference(str(m), vectors_path) for m in vectors["model"]}
     intact = (resolve_model_reference(str(record["model"].iloc[0]), record_path) == str(target.resolve())
               and models == {str(target.resolve())} and (target / "config.json").exists() and len(vectors) == chunks)
-    return (record, vectors) if intact else None
+    return (record, vectors, by_weight) if intact else None
 
 
 @multi_asset(
@@ -157,14 +158,14 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
     target = storage.reports_path / "tuned" / spec.name / f"encoder-{version}"
     previous = None if config.refit else previous_fit(storage, spec.name, version, target, len(index.chunks))
     if previous is not None:
-        record, embeddings = previous
+        record, embeddings, by_weight = previous
         context.log.info(f"encoder {version}: fitted by the last materialization ({record['reason'].iloc[0]}), "
                          f"kept (config refit: true fits it again)")
         yield versioned(embeddings, version, output_name=TUNED_EMBEDDINGS,
                         metadata={"chunks": len(embeddings), "reused": True})
         yield versioned(record, version, output_name=ENCODER, metadata={
             "adopted": bool(record["adopted"].iloc[0]), "version": version, "metric": tuning.metric, "reused": True,
-            "held_out_by_weight": MetadataValue.json(json.loads(record["held_out_by_weight"].iloc[0])),
+            "held_out_by_weight": MetadataValue.json(by_weight),
             "held_out_gain": float(record["held_out_gain"].iloc[0]),
             "held_out_gain_se": float(record["held_out_gain_se"].iloc[0]),
             **({"model": MetadataValue.path(str(target.resolve()))} if record["adopted"].iloc[0] else {})})
@@ -279,10 +280,15 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     record = None if config.refit else stored_reranker(storage, spec.name)
     if record is not None and record["version"].iloc[0] == version \
             and (not bool(record["adopted"].iloc[0]) or member_dirs(target)):
-        context.log.info(f"reranker {version}: fitted by the last materialization, kept (config refit: true fits it "
-                         f"again)")
-        yield versioned(record, version, metadata=reranker_metadata(record, True))
-        return
+        try:
+            metadata = reranker_metadata(record, True)
+        except (TypeError, ValueError):
+            metadata = None   # its held-out figures are not JSON, not a record this asset wrote: fit again
+        if metadata is not None:
+            context.log.info(f"reranker {version}: fitted by the last materialization, kept (config refit: true "
+                             f"fits it again)")
+            yield versioned(record, version, metadata=metadata)
+            return
     result = fit_into(target, lambda partial: tune_reranker(index, bench, tuning.reranker, tuning.metric, partial,
                                                             tuning.seed, context.log.info))
     r = tuning.reranker

@@ -313,6 +313,14 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     [kept] = _events(kept_ce, "tuned_reranker")
     assert kept.metadata["reused"].value is True
     assert kept.tags["dagster/data_version"] == reranker["version"].iloc[0]
+    # a record whose held-out figures are not JSON (not one this asset wrote) is fitted again, not failed on
+    reranker.assign(held_out_by_mix="{not json").to_parquet(f"{base}/tuned_reranker/scifact.parquet")
+    [fitted] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
+                                   partition_key="scifact", selection=[tuned_reranker], instance=instance),
+                       "tuned_reranker")
+    assert fitted.metadata["reused"].value is False
+    assert json.loads(pd.read_parquet(f"{base}/tuned_reranker/scifact.parquet")["held_out_by_mix"].iloc[0]) == \
+        fitted.metadata["held_out_by_mix"].value
 
     # the same version again (a job selecting the whole group): kept, not fitted again; `refit: true` fits again
     again = materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],
@@ -320,6 +328,7 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     [kept] = _events(again, "tuned_encoder")
     assert kept.metadata["reused"].value is True and kept.metadata["model"].value == model_dir
     assert kept.metadata["held_out_gain_se"].value == pytest.approx(se)
+    assert kept.metadata["held_out_by_weight"].value == json.loads(record["held_out_by_weight"].iloc[0])
     assert kept.tags["dagster/data_version"] == record["version"].iloc[0]   # readers are not made stale
     assert pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet").equals(record)
     assert pd.read_parquet(f"{base}/tuned_embeddings/scifact.parquet").equals(vectors)
