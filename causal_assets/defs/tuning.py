@@ -28,7 +28,7 @@ from causal_assets.core.retrievers.cross_encoder import member_dirs
 from causal_assets.core.retrievers.factory import SCORING
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.encoder import BACKEND, encoder_version, tune_encoder
-from causal_assets.core.tuning.reranker import reranker_version, tune_reranker
+from causal_assets.core.tuning.reranker import reranker_fit_version, reranker_version, tune_reranker
 from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import (TunedConfig, code_version, frame_digest, index_fingerprint, inputs_version,
@@ -209,7 +209,7 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
 
 
 class RerankerConfig(Config):
-    # fit again even when the last materialization already fitted this reranker version (`reranker_version`)
+    # fit again even when an earlier materialization already fitted these members (`reranker_fit_version`)
     refit: bool = False
 
 
@@ -260,8 +260,9 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
                    benchmark_registry: BenchmarkRegistry):
     """Fit a cross-encoder on the tune split's judged pairs (`core/tuning/reranker.py`) where the registry's
     `tuning.reranker` asks for it, and adopt it only if it wins on held-out tune queries; the evaluation then
-    reranks the selected tuned retriever with it (`cross_encoder_tuned`). A version fitted by the last
-    materialization is kept, not fitted again (`refit: true` forces a fit)."""
+    reranks the selected tuned retriever with it (`cross_encoder_tuned`). A version fitted and decided by the last
+    materialization is kept; members fitted earlier with the same fit version (only `depth`, `mix`, `min_gain` or
+    `standard_errors` changed) are decided on again, not fitted again (`refit: true` forces a fit)."""
     spec = benchmark_registry.spec(context.partition_key)
     tuning = TuningSpec.model_validate(spec.tuning)
     reason = "no tune split" if not spec.tune_split else \
@@ -276,7 +277,9 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, tuned_embeddings_path(storage, spec.name))
     index, bench = artifacts.index, artifacts.benchmark(spec, spec.tune_split)
     version = reranker_version(index, bench, tuning.reranker, tuning.seed)
-    target = storage.reports_path / "tuned" / spec.name / f"reranker-{version}"
+    # named by the fit's version: a new decision over the same members reads them from here
+    target = storage.reports_path / "tuned" / spec.name / \
+        f"reranker-{reranker_fit_version(index, bench, tuning.reranker, tuning.seed)}"
     record = None if config.refit else stored_reranker(storage, spec.name)
     if record is not None and record["version"].iloc[0] == version \
             and (not bool(record["adopted"].iloc[0]) or member_dirs(target)):
@@ -289,9 +292,15 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
                              f"fits it again)")
             yield versioned(record, version, metadata=metadata)
             return
-    result = fit_into(target, lambda partial: tune_reranker(index, bench, tuning.reranker, tuning.metric, partial,
-                                                            tuning.seed, context.log.info))
     r = tuning.reranker
+    fitted = not config.refit and len(member_dirs(target)) == r.members
+    if fitted:
+        context.log.info(f"reranker {version}: the members in {target.name} were fitted by an earlier "
+                         f"materialization; deciding again (config refit: true fits them again)")
+        result = tune_reranker(index, bench, r, tuning.metric, target, tuning.seed, context.log.info, fitted=True)
+    else:
+        result = fit_into(target, lambda partial: tune_reranker(index, bench, r, tuning.metric, partial,
+                                                                tuning.seed, context.log.info))
     record = pd.DataFrame([{
         "benchmark": spec.name, "adopted": result.adopted,
         "reason": f"held-out {tuning.metric} {result.by_mix[result.weight]:.4f} reranked (weight {result.weight}) "
@@ -310,7 +319,7 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
         "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()}),
         "held_out_by_member": json.dumps([{str(k): v for k, v in m.items()} for m in result.by_member])}],
         columns=RERANKER_COLUMNS)
-    yield versioned(record, version, metadata={**reranker_metadata(record, False),
+    yield versioned(record, version, metadata={**reranker_metadata(record, False), "fitted": not fitted,
                                                "loss_first_last": MetadataValue.json([[round(x, 4) for x in m]
                                                                                       for m in result.losses]),
                                                **({"model": MetadataValue.path(str(target.resolve()))}

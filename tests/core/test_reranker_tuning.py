@@ -16,7 +16,8 @@ from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.retrievers.similarity import HybridRetriever, zscore
 from causal_assets.core.tuning import reranker
 from causal_assets.core.tuning.encoder import held_out_split
-from causal_assets.core.tuning.reranker import reranker_version, training_groups, tune_reranker
+from causal_assets.core.tuning.reranker import (reranker_fit_version, reranker_version, training_groups,
+                                                tune_reranker)
 from causal_assets.core.tuning.spec import RerankerSpec, TuningSpec
 from causal_assets.core.tuning.store import TunedConfig, index_fingerprint, save_tuned
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
@@ -117,6 +118,20 @@ def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_
     strict = tune_reranker(index, bench, spec.model_copy(update={"members": 1, "min_gain": 1.0}), "ndcg@10",
                            tmp_path / "strict", seed=0)
     assert not strict.adopted and strict.by_mix == single.by_mix and strict.losses == single.losses
+    # decided again with the saved members (another depth and mix): nothing fitted, the same figures where the
+    # settings are the same, a figure of the new weight computed
+    again = tune_reranker(index, bench, spec.model_copy(update={"mix": [1.0, 2.0]}), "ndcg@10", tmp_path / "fit",
+                          seed=0, fitted=True)
+    assert again.losses == [] and again.seconds["fit"] == 0.0 and again.groups == result.groups
+    assert again.by_mix[1.0] == result.by_mix[1.0] and again.by_member[0][1.0] == result.by_member[0][1.0]
+    assert set(again.by_mix) == {0.0, 1.0, 2.0}
+    deeper = tune_reranker(index, bench, spec.model_copy(update={"depth": 3}), "ndcg@10", tmp_path / "fit", seed=0,
+                           fitted=True)
+    run = run_benchmark(CrossEncoderReranker(index, hybrid, ensemble, 0.5, 3), held_bench).run
+    per = named_metric_per_query(held_bench.qrels, run, "ndcg@10")
+    assert deeper.by_mix[0.5] == round(float(np.mean([per.get(q, 0.0) for q in held])), 4)
+    with pytest.raises(ValueError, match="holds 2 fitted members, the spec asks for 3"):
+        tune_reranker(index, bench, spec.model_copy(update={"members": 3}), "ndcg@10", tmp_path / "fit", fitted=True)
     with pytest.raises(ValueError, match="no fitted cross-encoder"):
         load_cross_encoder(tmp_path)
 
@@ -124,16 +139,22 @@ def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_
 def test_the_reranker_version_changes_with_what_decides_the_fit(monkeypatch):
     index, bench = tiny_index(), tiny_benchmark()
     spec = RerankerSpec()
-    version = reranker_version(index, bench, spec, 0)
-    assert reranker_version(tiny_index(), tiny_benchmark(), RerankerSpec(), 0) == version
+    version, fit = reranker_version(index, bench, spec, 0), reranker_fit_version(index, bench, spec, 0)
+    assert reranker_version(tiny_index(), tiny_benchmark(), RerankerSpec(), 0) == version != fit
     fewer = tiny_benchmark(list(bench.queries)[:-1])
     within = tiny_benchmark(within={q: ["seine", "danube"] for q in QUESTIONS})
-    assert len({version, reranker_version(index, bench, spec.model_copy(update={"depth": 30}), 0),
-                reranker_version(index, bench, spec, 1), reranker_version(index, fewer, spec, 0),
-                reranker_version(index, within, spec, 0),
-                reranker_version(index, bench, spec.model_copy(update={"members": 3}), 0)}) == 6
+    fitted_otherwise = [(index, bench, spec, 1), (index, fewer, spec, 0), (index, within, spec, 0),
+                        *((index, bench, spec.model_copy(update=u), 0)
+                          for u in ({"members": 3}, {"max_length": 320}, {"weights": [0.8]}, {"held_out": 0.3}))]
+    assert len({fit, *(reranker_fit_version(*a) for a in fitted_otherwise)}) == 1 + len(fitted_otherwise)
+    assert len({version, *(reranker_version(*a) for a in fitted_otherwise)}) == 1 + len(fitted_otherwise)
+    # what only decides changes the version, not the fit's: the members are decided on again, not fitted again
+    decided_otherwise = [spec.model_copy(update=u) for u in ({"depth": 30}, {"mix": [1.0]}, {"min_gain": 0.01},
+                                                              {"standard_errors": 2.0})]
+    assert {reranker_fit_version(index, bench, s, 0) for s in decided_otherwise} == {fit}
+    assert len({version, *(reranker_version(index, bench, s, 0) for s in decided_otherwise)}) == 5
     monkeypatch.setattr(reranker, "recipe", lambda: "other code")
-    assert reranker_version(index, bench, spec, 0) != version
+    assert reranker_fit_version(index, bench, spec, 0) != fit and reranker_version(index, bench, spec, 0) != version
 
 
 def test_tune_reranker_refuses_too_few_queries(tmp_path):

@@ -4,6 +4,7 @@ the held-out split. Plus the automation wiring: a new tuned configuration re-tri
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -272,7 +273,8 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     assert reranker["adopted"].iloc[0] and reranker["weight"].iloc[0] == 0.5
     assert "beyond the margin" in reranker["reason"].iloc[0]
     ce_dir = resolve_model_reference(reranker["model"].iloc[0], f"{base}/tuned_reranker/scifact.parquet")
-    assert Path(ce_dir).name == f"reranker-{reranker['version'].iloc[0]}"
+    # named by the members' fit version (`reranker_fit_version`), which the decision's settings are not part of
+    assert re.fullmatch(r"reranker-[0-9a-f]{12}", Path(ce_dir).name) and reranker["version"].iloc[0] not in ce_dir
     assert [d.name for d in member_dirs(ce_dir)] == ["member-0"] and reranker["members"].iloc[0] == 1
     record = pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")
     assert record["adopted"].iloc[0] and record["held_out_queries"].iloc[0] >= 1
@@ -313,14 +315,34 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     [kept] = _events(kept_ce, "tuned_reranker")
     assert kept.metadata["reused"].value is True
     assert kept.tags["dagster/data_version"] == reranker["version"].iloc[0]
-    # a record whose held-out figures are not JSON (not one this asset wrote) is fitted again, not failed on
+    # a record whose held-out figures are not JSON (not one this asset wrote) is decided again, not failed on; its
+    # members are intact and of the same fit version, so they are read, not fitted again
+    member_files = {f: f.stat().st_mtime_ns for f in Path(ce_dir).rglob("*") if f.is_file()}
     reranker.assign(held_out_by_mix="{not json").to_parquet(f"{base}/tuned_reranker/scifact.parquet")
-    [fitted] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
-                                   partition_key="scifact", selection=[tuned_reranker], instance=instance),
-                       "tuned_reranker")
-    assert fitted.metadata["reused"].value is False
-    assert json.loads(pd.read_parquet(f"{base}/tuned_reranker/scifact.parquet")["held_out_by_mix"].iloc[0]) == \
-        fitted.metadata["held_out_by_mix"].value
+    [decided] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
+                                    partition_key="scifact", selection=[tuned_reranker], instance=instance),
+                        "tuned_reranker")
+    assert decided.metadata["reused"].value is False and decided.metadata["fitted"].value is False
+    assert decided.metadata["held_out_by_mix"].value == json.loads(reranker["held_out_by_mix"].iloc[0])
+    timings = ["fit_seconds", "held_out_seconds"]
+    decided_record = pd.read_parquet(f"{base}/tuned_reranker/scifact.parquet")
+    assert decided_record.drop(columns=timings).equals(reranker.drop(columns=timings))
+    assert decided_record["fit_seconds"].iloc[0] == 0.0 < reranker["fit_seconds"].iloc[0]
+    # another mix (a setting that only decides): a new version, decided with the same members, nothing refitted
+    scifact["tuning"]["reranker"]["mix"] = [0.5, 1.0]
+    registry_path.write_text(yaml.safe_dump(registry))
+    [decided] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
+                                    partition_key="scifact", selection=[tuned_reranker], instance=instance),
+                        "tuned_reranker")
+    assert decided.metadata["fitted"].value is False and decided.tags["dagster/data_version"] != \
+        reranker["version"].iloc[0]
+    assert set(decided.metadata["held_out_by_mix"].value) == {"0.0", "0.5", "1.0"}
+    assert decided.metadata["held_out_by_mix"].value["0.5"] == json.loads(reranker["held_out_by_mix"].iloc[0])["0.5"]
+    assert {f: f.stat().st_mtime_ns for f in Path(ce_dir).rglob("*") if f.is_file()} == member_files
+    refit = materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources, partition_key="scifact",
+                        selection=[tuned_reranker], instance=instance,
+                        run_config={"ops": {"tuned_reranker": {"config": {"refit": True}}}})
+    assert _events(refit, "tuned_reranker")[0].metadata["fitted"].value is True
 
     # the same version again (a job selecting the whole group): kept, not fitted again; `refit: true` fits again
     again = materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],

@@ -13,7 +13,12 @@ cross-encoder was fitted on: there its scores are memorised, and every `a` would
 `members` > 1 fits that many cross-encoders alike from the seeds seed, seed + 1, ... and reranks by their mean
 logit: one fit's seed moves its held-out gain by as much as the gain (README, "the cross-encoder through the
 assets"), and averaging cancels part of what a seed alone decides. Each member's own held-out figures are recorded
-beside the ensemble's; the decision is the ensemble's. On CoSQA (200 fit queries) a cross-encoder barely learns and
+beside the ensemble's; the decision is the ensemble's.
+
+The fields that only decide (`DECISION`: `depth`, `mix`, `min_gain`, `standard_errors`) are not part of the fit's
+version (`reranker_fit_version`, the name of the directory the members are saved in): changing one of them decides
+again with the members already fitted (`fitted`), minutes instead of the fit's half hour per member on SciFact. The
+record's version (`reranker_version`) covers both. On CoSQA (200 fit queries) a cross-encoder barely learns and
 gains nothing: the registry asks for one on SciFact only. Measured figures: README, not here (editing this module
 changes the fit's version and refits it).
 """
@@ -35,7 +40,7 @@ from causal_assets.core.index.dense import model_dir, torch_threads
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers import cross_encoder
 from causal_assets.core.retrievers.cross_encoder import (CrossEncoder, CrossEncoderEnsemble, CrossEncoderReranker,
-                                                        member_dir)
+                                                        member_dir, member_dirs)
 from causal_assets.core.retrievers.similarity import HybridRetriever
 from causal_assets.core.tuning import encoder
 from causal_assets.core.tuning.encoder import (figures_by_setting, fit_and_held_out, fit_version, hybrid_figures, means,
@@ -105,17 +110,28 @@ def recipe() -> str:
     return hashlib.sha256(sources + repr(libraries).encode()).hexdigest()[:12]
 
 
+DECISION = ("depth", "mix", "min_gain", "standard_errors")   # spec fields read only after the members are fitted
+
+
+def reranker_fit_version(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, seed: int) -> str:
+    """The version of the members' fit (`fit_version`, with this module's `recipe`, the `DECISION` fields left
+    out): with the vectors of the hybrid it reranks and draws negatives from (the tuned encoder's where one was
+    adopted)."""
+    return fit_version(index, bench, spec.model_copy(update=dict.fromkeys(DECISION)), seed, recipe())
+
+
 def reranker_version(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, seed: int) -> str:
-    """The reranker fit's version (`fit_version`, with this module's `recipe`): with the vectors of the hybrid it
-    reranks and draws negatives from (the tuned encoder's where one was adopted)."""
-    return fit_version(index, bench, spec, seed, recipe())
+    """The version of the fit and its decision: the fit's version and the `DECISION` fields."""
+    decided = (reranker_fit_version(index, bench, spec, seed), [getattr(spec, f) for f in DECISION])
+    return hashlib.sha256(repr(decided).encode()).hexdigest()[:12]
 
 
 def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metric: str, save_to: str | Path,
-                  seed: int = 0, log: Callable[[str], None] = lambda m: None) -> RerankerResult:
+                  seed: int = 0, log: Callable[[str], None] = lambda m: None, fitted: bool = False) -> RerankerResult:
     """Fit `spec.members` cross-encoders on the tune split minus its held-out share (seeds seed, seed + 1, ...;
     saved as `member-<i>` in the new directory `save_to`, adopted or not: the caller keeps or deletes it), decide on
-    the held-out share (module docstring) for their mean logit."""
+    the held-out share (module docstring) for their mean logit. `fitted`: `save_to` already holds the members of
+    this fit version (`reranker_fit_version`); they are read, not fitted again (losses [], fit seconds 0)."""
     import torch  # the same optional dependency as `fit`
 
     if index.embeddings is None:
@@ -130,7 +146,14 @@ def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metr
     losses, members = [], []
     with torch_threads(spec.threads or None):
         groups = training_groups(index, bench, fit_ids, base_weight, spec.pool)
-        for member in range(spec.members):
+        if fitted:
+            dirs = member_dirs(save_to)
+            if len(dirs) != spec.members:
+                raise ValueError(f"tuning.reranker: {str(save_to)!r} holds {len(dirs)} fitted members, the spec "
+                                 f"asks for {spec.members}")
+            members = [CrossEncoder(str(d), spec.max_length) for d in dirs]
+            log(f"reranker: {len(members)} member(s) fitted by an earlier materialization, read from {save_to}")
+        for member in range(0 if fitted else spec.members):
             torch.manual_seed(seed + member)   # the fresh head's initial weights
             # from the packaged MiniLM's weights (the tuned encoder's would start from what a bi-encoder learned)
             model = CrossEncoder(model_dir(), spec.max_length)
