@@ -3,13 +3,15 @@ packaged MiniLM's weights, its held-out decision, and the reranking it does (the
 on the tiny corpus)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from causal_assets.core.evaluation.metrics import named_metric_per_query
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.evaluation.suite import plan_evaluation
-from causal_assets.core.index.dense import model_dir
+from causal_assets.core.index.dense import Embedder, model_dir
 from causal_assets.core.retrievers.cross_encoder import (CrossEncoder, CrossEncoderEnsemble, CrossEncoderReranker,
                                                         load_cross_encoder, member_dirs)
 from causal_assets.core.retrievers.factory import build_retriever
@@ -155,6 +157,22 @@ def test_the_reranker_version_changes_with_what_decides_the_fit(monkeypatch):
     assert len({version, *(reranker_version(index, bench, s, 0) for s in decided_otherwise)}) == 5
     monkeypatch.setattr(reranker, "recipe", lambda: "other code")
     assert reranker_fit_version(index, bench, spec, 0) != fit and reranker_version(index, bench, spec, 0) != version
+
+
+def test_a_fit_version_names_the_tuned_encoder_as_its_table_does_not_where_it_lies():
+    """A data directory copied or moved as a whole keeps its fits: the tuned encoder's vectors table names the
+    encoder relative to itself; the resolved absolute path differs in every copy."""
+    index, bench, spec = tiny_index(), tiny_benchmark(), RerankerSpec()
+    relative = "../../reports/tuned/tiny/encoder-0123456789ab"
+
+    def tuned_at(data_dir: str, reference: str = relative, backend: str = "onnx-int8"):
+        model = f"{data_dir}/reports/tuned/tiny/{reference.rsplit('/', 1)[-1]}"
+        return dataclasses.replace(index, embedder=Embedder(model, backend=backend, reference=reference))
+
+    here = reranker_fit_version(tuned_at("/data/one"), bench, spec, 0)
+    assert reranker_fit_version(tuned_at("/mnt/copy/of/one"), bench, spec, 0) == here
+    assert reranker_fit_version(tuned_at("/data/one", relative.replace("0123", "4567")), bench, spec, 0) != here
+    assert reranker_fit_version(tuned_at("/data/one", backend="torch"), bench, spec, 0) != here
 
 
 def test_tune_reranker_refuses_too_few_queries(tmp_path):

@@ -184,14 +184,17 @@ def recipe() -> str:
 
 def fit_version(index: CorpusIndex, bench: Benchmark, spec: BaseModel, seed: int, code: str) -> str:
     """A fit's version: what determines the fit and its decision. The corpus's chunks and the vectors the decision
-    compares or ranks with (their model and backend), the tune split's queries, judgements and candidate sets, the
-    spec, the seed and the fitting `code`. The assets keep the last fit of the same version, so a kept fit is never
-    one that other code or data made."""
+    compares or ranks with (their model, as the vectors table names it, and backend), the tune split's queries,
+    judgements and candidate sets, the spec, the seed and the fitting `code`. The assets keep the last fit of the
+    same version, so a kept fit is never one that other code or data made. The model by the table's name for it,
+    not its resolved path: a tuned encoder's is relative to the table, so a data directory moved or copied as a
+    whole keeps its fits (its absolute path would refit SciFact's reranker, 96 min, in every copy)."""
     h = hashlib.sha256()
+    embedder = index.embedder
     for part in (index.chunks["content_hash"].astype(str).tolist(), sorted(bench.queries.items()),
                  sorted((q, sorted(r.items())) for q, r in bench.qrels.items()),
                  sorted((q, list(c)) for q, c in (bench.within or {}).items()), spec.model_dump(),
-                 index.embedder.cache_key if index.embedder is not None else None, seed, code):
+                 (embedder.reference, embedder.backend) if embedder is not None else None, seed, code):
         h.update(repr(part).encode())
         h.update(b"\x1e")
     return h.hexdigest()[:12]
