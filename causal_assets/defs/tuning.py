@@ -286,15 +286,15 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
         try:
             metadata = reranker_metadata(record, True)
         except (TypeError, ValueError):
-            metadata = None   # its held-out figures are not JSON, not a record this asset wrote: fit again
+            metadata = None   # its held-out figures are not JSON, not a record this asset wrote: decided again
         if metadata is not None:
             context.log.info(f"reranker {version}: fitted by the last materialization, kept (config refit: true "
                              f"fits it again)")
             yield versioned(record, version, metadata=metadata)
             return
     r = tuning.reranker
-    fitted = not config.refit and len(member_dirs(target)) == r.members
-    if fitted:
+    already_fitted = not config.refit and len(member_dirs(target)) == r.members
+    if already_fitted:
         context.log.info(f"reranker {version}: the members in {target.name} were fitted by an earlier "
                          f"materialization; deciding again (config refit: true fits them again)")
         result = tune_reranker(index, bench, r, tuning.metric, target, tuning.seed, context.log.info, fitted=True)
@@ -319,7 +319,7 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
         "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()}),
         "held_out_by_member": json.dumps([{str(k): v for k, v in m.items()} for m in result.by_member])}],
         columns=RERANKER_COLUMNS)
-    yield versioned(record, version, metadata={**reranker_metadata(record, False), "fitted": not fitted,
+    yield versioned(record, version, metadata={**reranker_metadata(record, False), "fitted": not already_fitted,
                                                "loss_first_last": MetadataValue.json([[round(x, 4) for x in m]
                                                                                       for m in result.losses]),
                                                **({"model": MetadataValue.path(str(target.resolve()))}
