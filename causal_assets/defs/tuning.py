@@ -11,6 +11,7 @@ tuned retriever as `<name>_tuned` on the held-out eval splits, and takes its con
 statistics and hybrid weight from it (each parameter is chosen here, once).
 """
 import json
+import os
 import shutil
 import tempfile
 import warnings
@@ -24,11 +25,11 @@ from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.dense import model_reference, resolve_model_reference
-from causal_assets.core.retrievers.cross_encoder import member_dirs
+from causal_assets.core.retrievers.cross_encoder import member_dir, member_dirs
 from causal_assets.core.retrievers.factory import SCORING
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.encoder import BACKEND, encoder_version, tune_encoder
-from causal_assets.core.tuning.reranker import reranker_fit_version, reranker_version, tune_reranker
+from causal_assets.core.tuning.reranker import reranker_versions, tune_reranker
 from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import (TunedConfig, code_version, frame_digest, index_fingerprint, inputs_version,
@@ -76,14 +77,19 @@ def versioned(value, version: str, **kwargs) -> Output:
         return Output(value, data_version=DataVersion(version), **kwargs)
 
 
-def fit_into(target: Path, fit):
+def fit_into(target: Path, fit, reuse: tuple[str, ...] = ()):
     """`fit(directory)` into a fresh `.partial` directory beside `target` (what a killed run left there is cleared
-    first), renamed to `target` only if the result was adopted: no table points at a half-written model."""
+    first), renamed to `target` only if the result was adopted: no table points at a half-written model. `reuse`:
+    entries of `target` (what an earlier fit adopted there) linked into the fresh directory first, for `fit` to read
+    and the rename to keep; the files are hard links (copies where the file system has none), so `target` itself is
+    never written to and stays whole whatever the new fit decides."""
     target.parent.mkdir(parents=True, exist_ok=True)
     for stale in target.parent.glob(f"{target.name}.partial*"):
         shutil.rmtree(stale, ignore_errors=True)
     partial = Path(tempfile.mkdtemp(prefix=f"{target.name}.partial-", dir=target.parent))
     try:
+        for name in reuse:
+            shutil.copytree(target / name, partial / name, copy_function=link_or_copy)
         result = fit(partial)
         if result.adopted:
             shutil.rmtree(target, ignore_errors=True)
@@ -91,6 +97,14 @@ def fit_into(target: Path, fit):
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return result
+
+
+def link_or_copy(source: str, destination: str) -> None:
+    """A hard link to `source` (no second copy of a model's weights), a copy where the file system refuses one."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
 
 
 class EncoderConfig(Config):
@@ -209,7 +223,8 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
 
 
 class RerankerConfig(Config):
-    # fit again even when an earlier materialization already fitted these members (`reranker_fit_version`)
+    # fit every member again, even those an earlier materialization fitted for this fit version
+    # (`reranker_versions`)
     refit: bool = False
 
 
@@ -231,7 +246,7 @@ def adopted_reranker(storage: Storage, benchmark: str) -> dict | None:
         return None
     row = record.iloc[0]
     model = resolve_model_reference(str(row["model"]), asset_path(storage.base, RERANKER, benchmark))
-    if not member_dirs(model):
+    if len(member_dirs(model)) != int(row["members"]):   # not the ensemble the record decided on
         return None
     return {"model_path": model, "weight": float(row["weight"]), "depth": int(row["depth"]),
             "max_length": int(row["max_length"]), "version": str(row["version"])}
@@ -276,13 +291,13 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     # the hybrid it reranks and draws negatives from: with the tuned encoder's vectors where one was adopted
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, tuned_embeddings_path(storage, spec.name))
     index, bench = artifacts.index, artifacts.benchmark(spec, spec.tune_split)
-    version = reranker_version(index, bench, tuning.reranker, tuning.seed)
-    # named by the fit's version: a new decision over the same members reads them from here
-    target = storage.reports_path / "tuned" / spec.name / \
-        f"reranker-{reranker_fit_version(index, bench, tuning.reranker, tuning.seed)}"
+    r = tuning.reranker
+    fitted_version, version = reranker_versions(index, bench, r, tuning.seed)
+    # named by the fit's version: a new decision, or a raised member count, reads the members already fitted here
+    target = storage.reports_path / "tuned" / spec.name / f"reranker-{fitted_version}"
     record = None if config.refit else stored_reranker(storage, spec.name)
     if record is not None and record["version"].iloc[0] == version \
-            and (not bool(record["adopted"].iloc[0]) or member_dirs(target)):
+            and (not bool(record["adopted"].iloc[0]) or len(member_dirs(target)) == r.members):
         try:
             metadata = reranker_metadata(record, True)
         except (TypeError, ValueError):
@@ -292,15 +307,16 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
                              f"fits it again)")
             yield versioned(record, version, metadata=metadata)
             return
-    r = tuning.reranker
-    already_fitted = not config.refit and len(member_dirs(target)) == r.members
-    if already_fitted:
-        context.log.info(f"reranker {version}: the members in {target.name} were fitted by an earlier "
-                         f"materialization; deciding again (config refit: true fits them again)")
-        result = tune_reranker(index, bench, r, tuning.metric, target, tuning.seed, context.log.info, fitted=True)
-    else:
-        result = fit_into(target, lambda partial: tune_reranker(index, bench, r, tuning.metric, partial,
-                                                                tuning.seed, context.log.info))
+    # the members this count asks for that an earlier adopted fit saved (a lowered count leaves the rest out)
+    saved = set(member_dirs(target))
+    reuse = () if config.refit else tuple(member_dir(target, i).name for i in range(r.members)
+                                          if member_dir(target, i) in saved)
+    if reuse:
+        context.log.info(f"reranker {version}: {len(reuse)} of {r.members} member(s) in {target.name} were fitted "
+                         f"by an earlier materialization and are read, not fitted again (config refit: true fits "
+                         f"them again)")
+    result = fit_into(target, lambda partial: tune_reranker(index, bench, r, tuning.metric, partial, tuning.seed,
+                                                            context.log.info), reuse)
     record = pd.DataFrame([{
         "benchmark": spec.name, "adopted": result.adopted,
         "reason": f"held-out {tuning.metric} {result.by_mix[result.weight]:.4f} reranked (weight {result.weight}) "
@@ -319,9 +335,11 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
         "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()}),
         "held_out_by_member": json.dumps([{str(k): v for k, v in m.items()} for m in result.by_member])}],
         columns=RERANKER_COLUMNS)
-    yield versioned(record, version, metadata={**reranker_metadata(record, False), "fitted": not already_fitted,
-                                               "loss_first_last": MetadataValue.json([[round(x, 4) for x in m]
-                                                                                      for m in result.losses]),
+    yield versioned(record, version, metadata={**reranker_metadata(record, False),
+                                               "members_fitted": len(result.losses), "members_read": len(reuse),
+                                               "loss_first_last": MetadataValue.json(
+                                                   {str(m): [round(x, 4) for x in first_last]
+                                                    for m, first_last in result.losses.items()}),
                                                **({"model": MetadataValue.path(str(target.resolve()))}
                                                   if result.adopted else {})})
 

@@ -18,8 +18,7 @@ from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.retrievers.similarity import HybridRetriever, zscore
 from causal_assets.core.tuning import reranker
 from causal_assets.core.tuning.encoder import held_out_split
-from causal_assets.core.tuning.reranker import (reranker_fit_version, reranker_version, training_groups,
-                                                tune_reranker)
+from causal_assets.core.tuning.reranker import reranker_versions, training_groups, tune_reranker
 from causal_assets.core.tuning.spec import RerankerSpec, TuningSpec
 from causal_assets.core.tuning.store import TunedConfig, index_fingerprint, save_tuned
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
@@ -111,10 +110,10 @@ def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_
             per = named_metric_per_query(held_bench.qrels, run, "ndcg@10")
             assert figures[a] == round(float(np.mean([per.get(q, 0.0) for q in held])), 4)
     # every member learned: its loss fell
-    assert len(result.losses) == 2 and all(last < first for first, last in result.losses)
+    assert list(result.losses) == [0, 1] and all(last < first for first, last in result.losses.values())
     # one member is the first member of the ensemble: the same seed, the same fit, saved as member-0
     single = tune_reranker(index, bench, spec.model_copy(update={"members": 1}), "ndcg@10", tmp_path / "one", seed=0)
-    assert single.losses == result.losses[:1] and single.by_member == []
+    assert single.losses == {0: result.losses[0]} and single.by_member == []
     assert isinstance(load_cross_encoder(tmp_path / "one", 64), CrossEncoder)
     # the same fit under a threshold it cannot pass is not adopted, with the same figures (the fit is seeded)
     strict = tune_reranker(index, bench, spec.model_copy(update={"members": 1, "min_gain": 1.0}), "ndcg@10",
@@ -123,17 +122,23 @@ def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_
     # decided again with the saved members (another depth and mix): nothing fitted, the same figures where the
     # settings are the same, a figure of the new weight computed
     again = tune_reranker(index, bench, spec.model_copy(update={"mix": [1.0, 2.0]}), "ndcg@10", tmp_path / "fit",
-                          seed=0, fitted=True)
-    assert again.losses == [] and again.seconds["fit"] == 0.0 and again.groups == result.groups
+                          seed=0)
+    assert again.losses == {} and again.seconds["fit"] == 0.0 and again.groups == result.groups
     assert again.by_mix[1.0] == result.by_mix[1.0] and again.by_member[0][1.0] == result.by_member[0][1.0]
     assert set(again.by_mix) == {0.0, 1.0, 2.0}
-    deeper = tune_reranker(index, bench, spec.model_copy(update={"depth": 3}), "ndcg@10", tmp_path / "fit", seed=0,
-                           fitted=True)
+    deeper = tune_reranker(index, bench, spec.model_copy(update={"depth": 3}), "ndcg@10", tmp_path / "fit", seed=0)
     run = run_benchmark(CrossEncoderReranker(index, hybrid, ensemble, 0.5, 3), held_bench).run
     per = named_metric_per_query(held_bench.qrels, run, "ndcg@10")
     assert deeper.by_mix[0.5] == round(float(np.mean([per.get(q, 0.0) for q in held])), 4)
-    with pytest.raises(ValueError, match="holds 2 fitted members, the spec asks for 3"):
-        tune_reranker(index, bench, spec.model_copy(update={"members": 3}), "ndcg@10", tmp_path / "fit", fitted=True)
+    # a count raised over one member already saved fits only the new member, the fit a fresh ensemble makes
+    raised = tune_reranker(index, bench, spec, "ndcg@10", tmp_path / "one", seed=0)
+    assert raised.losses == {1: result.losses[1]} and raised.by_mix == result.by_mix
+    assert raised.by_member == result.by_member
+    member = member_dirs(tmp_path / "one")[1]
+    assert np.allclose(CrossEncoder(str(member), 64).score(query, index, ids), second)
+    # a lowered count reads the first members only
+    fewer = tune_reranker(index, bench, spec.model_copy(update={"members": 1}), "ndcg@10", tmp_path / "fit", seed=0)
+    assert fewer.losses == {} and fewer.by_mix == single.by_mix
     with pytest.raises(ValueError, match="no fitted cross-encoder"):
         load_cross_encoder(tmp_path)
 
@@ -141,22 +146,23 @@ def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_
 def test_the_reranker_version_changes_with_what_decides_the_fit(monkeypatch):
     index, bench = tiny_index(), tiny_benchmark()
     spec = RerankerSpec()
-    version, fit = reranker_version(index, bench, spec, 0), reranker_fit_version(index, bench, spec, 0)
-    assert reranker_version(tiny_index(), tiny_benchmark(), RerankerSpec(), 0) == version != fit
+    fit, version = reranker_versions(index, bench, spec, 0)
+    assert reranker_versions(tiny_index(), tiny_benchmark(), RerankerSpec(), 0) == (fit, version) and version != fit
     fewer = tiny_benchmark(list(bench.queries)[:-1])
     within = tiny_benchmark(within={q: ["seine", "danube"] for q in QUESTIONS})
     fitted_otherwise = [(index, bench, spec, 1), (index, fewer, spec, 0), (index, within, spec, 0),
                         *((index, bench, spec.model_copy(update=u), 0)
-                          for u in ({"members": 3}, {"max_length": 320}, {"weights": [0.8]}, {"held_out": 0.3}))]
-    assert len({fit, *(reranker_fit_version(*a) for a in fitted_otherwise)}) == 1 + len(fitted_otherwise)
-    assert len({version, *(reranker_version(*a) for a in fitted_otherwise)}) == 1 + len(fitted_otherwise)
-    # what only decides changes the version, not the fit's: the members are decided on again, not fitted again
+                          for u in ({"max_length": 320}, {"weights": [0.8]}, {"held_out": 0.3}))]
+    versions = [reranker_versions(*a) for a in fitted_otherwise]
+    assert len({fit, *(f for f, _ in versions)}) == len({version, *(v for _, v in versions)}) == 1 + len(versions)
+    # what only decides, and the member count, change the version, not the fit's: the members saved are decided on
+    # again, not fitted again, and a raised count fits only the new ones
     decided_otherwise = [spec.model_copy(update=u) for u in ({"depth": 30}, {"mix": [1.0]}, {"min_gain": 0.01},
-                                                              {"standard_errors": 2.0})]
-    assert {reranker_fit_version(index, bench, s, 0) for s in decided_otherwise} == {fit}
-    assert len({version, *(reranker_version(index, bench, s, 0) for s in decided_otherwise)}) == 5
+                                                              {"standard_errors": 2.0}, {"members": 3})]
+    versions = [reranker_versions(index, bench, s, 0) for s in decided_otherwise]
+    assert {f for f, _ in versions} == {fit} and len({version, *(v for _, v in versions)}) == 6
     monkeypatch.setattr(reranker, "recipe", lambda: "other code")
-    assert reranker_fit_version(index, bench, spec, 0) != fit and reranker_version(index, bench, spec, 0) != version
+    assert all(a != b for a, b in zip(reranker_versions(index, bench, spec, 0), (fit, version)))
 
 
 def test_a_fit_version_names_the_tuned_encoder_as_its_table_does_not_where_it_lies():
@@ -169,10 +175,13 @@ def test_a_fit_version_names_the_tuned_encoder_as_its_table_does_not_where_it_li
         model = f"{data_dir}/reports/tuned/tiny/{reference.rsplit('/', 1)[-1]}"
         return dataclasses.replace(index, embedder=Embedder(model, backend=backend, reference=reference))
 
-    here = reranker_fit_version(tuned_at("/data/one"), bench, spec, 0)
-    assert reranker_fit_version(tuned_at("/mnt/copy/of/one"), bench, spec, 0) == here
-    assert reranker_fit_version(tuned_at("/data/one", relative.replace("0123", "4567")), bench, spec, 0) != here
-    assert reranker_fit_version(tuned_at("/data/one", backend="torch"), bench, spec, 0) != here
+    def fit_of(*args) -> str:
+        return reranker_versions(*args)[0]
+
+    here = fit_of(tuned_at("/data/one"), bench, spec, 0)
+    assert fit_of(tuned_at("/mnt/copy/of/one"), bench, spec, 0) == here
+    assert fit_of(tuned_at("/data/one", relative.replace("0123", "4567")), bench, spec, 0) != here
+    assert fit_of(tuned_at("/data/one", backend="torch"), bench, spec, 0) != here
 
 
 def test_tune_reranker_refuses_too_few_queries(tmp_path):

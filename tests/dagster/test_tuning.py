@@ -25,7 +25,7 @@ from causal_assets.core.retrievers.learned.retriever import grid_for
 from causal_assets.core.tuning.store import content_hash, index_fingerprint, load_tuned, save_tuned
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.evaluation import evaluation_tables
-from causal_assets.defs.tuning import tuned_encoder, tuned_reranker, tuned_retriever_configs
+from causal_assets.defs.tuning import adopted_reranker, tuned_encoder, tuned_reranker, tuned_retriever_configs
 from causal_assets.resources import LLM
 from tests.core.test_likelihood_labels import _ChatOnly
 from tests.conftest import SCIFACT, require
@@ -273,7 +273,8 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     assert reranker["adopted"].iloc[0] and reranker["weight"].iloc[0] == 0.5
     assert "beyond the margin" in reranker["reason"].iloc[0]
     ce_dir = resolve_model_reference(reranker["model"].iloc[0], f"{base}/tuned_reranker/scifact.parquet")
-    # named by the members' fit version (`reranker_fit_version`), which the decision's settings are not part of
+    # named by the members' fit version (`reranker_versions`), which the decision's settings and count are not
+    # part of
     assert re.fullmatch(r"reranker-[0-9a-f]{12}", Path(ce_dir).name) and reranker["version"].iloc[0] not in ce_dir
     assert [d.name for d in member_dirs(ce_dir)] == ["member-0"] and reranker["members"].iloc[0] == 1
     record = pd.read_parquet(f"{base}/tuned_encoder/scifact.parquet")
@@ -322,7 +323,8 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     [decided] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
                                     partition_key="scifact", selection=[tuned_reranker], instance=instance),
                         "tuned_reranker")
-    assert decided.metadata["reused"].value is False and decided.metadata["fitted"].value is False
+    assert decided.metadata["reused"].value is False and decided.metadata["members_fitted"].value == 0
+    assert decided.metadata["members_read"].value == 1
     assert decided.metadata["held_out_by_mix"].value == json.loads(reranker["held_out_by_mix"].iloc[0])
     timings = ["fit_seconds", "held_out_seconds"]
     decided_record = pd.read_parquet(f"{base}/tuned_reranker/scifact.parquet")
@@ -334,15 +336,35 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     [decided] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
                                     partition_key="scifact", selection=[tuned_reranker], instance=instance),
                         "tuned_reranker")
-    assert decided.metadata["fitted"].value is False and decided.tags["dagster/data_version"] != \
+    assert decided.metadata["members_fitted"].value == 0 and decided.tags["dagster/data_version"] != \
         reranker["version"].iloc[0]
     assert set(decided.metadata["held_out_by_mix"].value) == {"0.0", "0.5", "1.0"}
     assert decided.metadata["held_out_by_mix"].value["0.5"] == json.loads(reranker["held_out_by_mix"].iloc[0])["0.5"]
     assert {f: f.stat().st_mtime_ns for f in Path(ce_dir).rglob("*") if f.is_file()} == member_files
+    # a raised count fits the new member only, beside the first one's files as they were
+    scifact["tuning"]["reranker"]["members"] = 2
+    registry_path.write_text(yaml.safe_dump(registry))
+    [raised] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
+                                   partition_key="scifact", selection=[tuned_reranker], instance=instance),
+                       "tuned_reranker")
+    assert (raised.metadata["members_fitted"].value, raised.metadata["members_read"].value) == (1, 1)
+    assert list(raised.metadata["loss_first_last"].value) == ["1"] and raised.metadata["model"].value == ce_dir
+    assert [d.name for d in member_dirs(ce_dir)] == ["member-0", "member-1"]
+    assert {f: f.stat().st_mtime_ns for f in Path(ce_dir, "member-0").rglob("*") if f.is_file()} == member_files
+    assert adopted_reranker(resources["storage"], "scifact")["model_path"] == ce_dir
+    # lowered again: decided on the first member alone, the directory holding what the adopted record names
+    scifact["tuning"]["reranker"]["members"] = 1
+    registry_path.write_text(yaml.safe_dump(registry))
+    [lowered] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
+                                    partition_key="scifact", selection=[tuned_reranker], instance=instance),
+                        "tuned_reranker")
+    assert (lowered.metadata["members_fitted"].value, lowered.metadata["members_read"].value) == (0, 1)
+    assert lowered.metadata["held_out_by_mix"].value == decided.metadata["held_out_by_mix"].value
+    assert [d.name for d in member_dirs(ce_dir)] == ["member-0"]
     refit = materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources, partition_key="scifact",
                         selection=[tuned_reranker], instance=instance,
                         run_config={"ops": {"tuned_reranker": {"config": {"refit": True}}}})
-    assert _events(refit, "tuned_reranker")[0].metadata["fitted"].value is True
+    assert _events(refit, "tuned_reranker")[0].metadata["members_fitted"].value == 1
 
     # the same version again (a job selecting the whole group): kept, not fitted again; `refit: true` fits again
     again = materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],

@@ -15,12 +15,13 @@ logit: one fit's seed moves its held-out gain by as much as the gain (README, "t
 assets"), and averaging cancels part of what a seed alone decides. Each member's own held-out figures are recorded
 beside the ensemble's; the decision is the ensemble's.
 
-The fields that only decide (`DECISION`: `depth`, `mix`, `min_gain`, `standard_errors`) are not part of the fit's
-version (`reranker_fit_version`, the name of the directory the members are saved in): changing one of them decides
-again with the members already fitted (`fitted`), minutes instead of the fit's half hour per member on SciFact. The
-record's version (`reranker_version`) covers both. On CoSQA (200 fit queries) a cross-encoder barely learns and
-gains nothing: the registry asks for one on SciFact only. Measured figures: README, not here (editing this module
-changes the fit's version and refits it).
+Member i is fitted from seed + i on the same pairs whatever the count, so neither the fields that only decide
+(`DECISION`: `depth`, `mix`, `min_gain`, `standard_errors`) nor `members` are part of the fit's version
+(`reranker_versions`; it names the directory the members are saved in, one `member-<i>` each). Members already
+saved there are read, not fitted again: a new decision costs minutes instead of the fit's half hour per member on
+SciFact, and raising `members` fits only the new ones. The record's version covers the count and the decision too.
+On CoSQA (200 fit queries) a cross-encoder barely learns and gains nothing: the registry asks for one on SciFact
+only. Measured figures: README, not here (editing this module changes the fit's version and refits it).
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class RerankerResult:
     fit_queries: int
     held_out_queries: int
     groups: int                     # relevant pairs fitted on, each with its negatives
-    losses: list[tuple[float, float]]  # per member, the mean batch loss of its first and its last epoch
+    losses: dict[int, tuple[float, float]]  # per member fitted here (not read), its first and last epoch's mean loss
     seconds: dict[str, float]
 
 
@@ -111,27 +112,25 @@ def recipe() -> str:
 
 
 DECISION = ("depth", "mix", "min_gain", "standard_errors")   # spec fields read only after the members are fitted
+COUNT = "members"   # member i is the same fit whatever the count: the count names no directory
 
 
-def reranker_fit_version(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, seed: int) -> str:
-    """The version of the members' fit (`fit_version`, with this module's `recipe`, the `DECISION` fields left
-    out): with the vectors of the hybrid it reranks and draws negatives from (the tuned encoder's where one was
-    adopted)."""
-    return fit_version(index, bench, spec.model_copy(update=dict.fromkeys(DECISION)), seed, recipe())
-
-
-def reranker_version(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, seed: int) -> str:
-    """The version of the fit and its decision: the fit's version and the `DECISION` fields."""
-    decided = (reranker_fit_version(index, bench, spec, seed), [getattr(spec, f) for f in DECISION])
-    return hashlib.sha256(repr(decided).encode()).hexdigest()[:12]
+def reranker_versions(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, seed: int) -> tuple[str, str]:
+    """(the members' fit version, the record's version). The fit's is `fit_version` with this module's `recipe`,
+    without `COUNT` and the `DECISION` fields, and with the vectors of the hybrid it reranks and draws negatives from
+    (the tuned encoder's where one was adopted); the record's adds the count and the decision's fields."""
+    fitted = fit_version(index, bench, spec.model_copy(update=dict.fromkeys((COUNT, *DECISION))), seed, recipe())
+    decided = (fitted, [getattr(spec, f) for f in (COUNT, *DECISION)])
+    return fitted, hashlib.sha256(repr(decided).encode()).hexdigest()[:12]
 
 
 def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metric: str, save_to: str | Path,
-                  seed: int = 0, log: Callable[[str], None] = lambda m: None, fitted: bool = False) -> RerankerResult:
+                  seed: int = 0, log: Callable[[str], None] = lambda m: None) -> RerankerResult:
     """Fit `spec.members` cross-encoders on the tune split minus its held-out share (seeds seed, seed + 1, ...;
-    saved as `member-<i>` in the new directory `save_to`, adopted or not: the caller keeps or deletes it), decide on
-    the held-out share (module docstring) for their mean logit. `fitted`: `save_to` already holds the members of
-    this fit version (`reranker_fit_version`); they are read, not fitted again (losses [], fit seconds 0)."""
+    saved as `member-<i>` in `save_to`, adopted or not: the caller keeps or deletes it), decide on the held-out share
+    (module docstring) for their mean logit. A `member-<i>` that `save_to` already holds was fitted for this fit
+    version (`reranker_versions`) by an earlier materialization: it is read, not fitted again (no losses, no fit
+    seconds for it)."""
     import torch  # the same optional dependency as `fit`
 
     if index.embeddings is None:
@@ -143,27 +142,25 @@ def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metr
     base_weight = max(base, key=lambda w: (base[w], -w))
     log(f"reranker: hybrid on {len(held)} held-out queries: {base}; reranked at dense share {base_weight}")
     seconds: dict[str, float] = {"fit": 0.0}
-    losses, members = [], []
+    losses: dict[int, list[float]] = {}
+    members = []
     with torch_threads(spec.threads or None):
         groups = training_groups(index, bench, fit_ids, base_weight, spec.pool)
-        if fitted:
-            dirs = member_dirs(save_to)
-            if len(dirs) != spec.members:
-                raise ValueError(f"tuning.reranker: {str(save_to)!r} holds {len(dirs)} fitted members, the spec "
-                                 f"asks for {spec.members}")
-            members = [CrossEncoder(str(d), spec.max_length) for d in dirs]
-            log(f"reranker: {len(members)} member(s) fitted by an earlier materialization, read from {save_to}")
-        for member in range(0 if fitted else spec.members):
+        for member in range(spec.members):
+            saved = member_dir(save_to, member)
+            if saved in member_dirs(save_to):
+                log(f"reranker: member {member} fitted by an earlier materialization, read from {saved}")
+                members.append(CrossEncoder(str(saved), spec.max_length))
+                continue
             torch.manual_seed(seed + member)   # the fresh head's initial weights
             # from the packaged MiniLM's weights (the tuned encoder's would start from what a bi-encoder learned)
             model = CrossEncoder(model_dir(), spec.max_length)
             t0 = time.perf_counter()
-            losses.append(fit(model, groups, index, spec, seed + member))
+            losses[member] = fit(model, groups, index, spec, seed + member)
             seconds["fit"] = round(seconds["fit"] + time.perf_counter() - t0, 1)
             log(f"reranker: member {member} fitted on {len(groups)} pairs of {len(fit_ids)} queries, "
-                f"{seconds['fit']}s so far (epoch loss {' -> '.join(f'{x:.3f}' for x in losses[-1])})")
+                f"{seconds['fit']}s so far (epoch loss {' -> '.join(f'{x:.3f}' for x in losses[member])})")
             # saved, then read back as the evaluation will read it: the decision is about the saved models
-            saved = member_dir(save_to, member)
             model.model.save_pretrained(str(saved))
             model.tokenizer.save_pretrained(str(saved))
             members.append(CrossEncoder(str(saved), spec.max_length))
@@ -188,4 +185,5 @@ def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metr
     log(f"reranker: held-out {metric} by cross-encoder weight {by_mix} ({len(members)} member(s)): weight {chosen} "
         f"{gain:+.4f} (1 SE {se:.4f}): {'adopted' if adopted else 'not adopted'}")
     return RerankerResult(adopted, float(chosen), float(base_weight), base, by_mix, by_member, gain, se,
-                          len(fit_ids), len(held), len(groups), [(x[0], x[-1]) for x in losses], seconds)
+                          len(fit_ids), len(held), len(groups), {m: (x[0], x[-1]) for m, x in losses.items()},
+                          seconds)
