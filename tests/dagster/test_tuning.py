@@ -241,7 +241,7 @@ def test_the_llm_resource_knows_a_chat_only_endpoint_cannot_score(tmp_path):
     assert LLM(cache_path=str(tmp_path / "c.db")).scores_prompts() is True   # the packaged model, in-process
 
 
-@pytest.mark.slow   # ~1 min: fits MiniLM on the small sample's train claims
+@pytest.mark.slow   # ~2 min beside a busy core: fits MiniLM, then one-epoch cross-encoders (3 members fitted in all)
 def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs(resources):
     """Not asked for: a record saying so and no vectors. Asked for (and adopted whatever the held-out figures say,
     min_gain -1, so the path is certain): the model directory and the corpus's vectors under it, the tuned
@@ -311,18 +311,24 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
         g = g.sort_values("rank")
         assert set(g["doc_id"].iloc[:5]) == set(s["doc_id"].iloc[:5])
         assert g["doc_id"].iloc[5:].tolist() == s["doc_id"].iloc[5:len(g)].tolist()
-    kept_ce = materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources, partition_key="scifact",
-                          selection=[tuned_reranker], instance=instance)
-    [kept] = _events(kept_ce, "tuned_reranker")
+    def reranker_event(reranker_spec: dict | None = None, **kwargs):
+        """`tuned_reranker` materialized alone (after the registry's reranker spec is updated), its event."""
+        if reranker_spec:
+            scifact["tuning"]["reranker"].update(reranker_spec)
+            registry_path.write_text(yaml.safe_dump(registry))
+        [event] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
+                                      partition_key="scifact", selection=[tuned_reranker], instance=instance,
+                                      **kwargs), "tuned_reranker")
+        return event
+
+    kept = reranker_event()
     assert kept.metadata["reused"].value is True
     assert kept.tags["dagster/data_version"] == reranker["version"].iloc[0]
     # a record whose held-out figures are not JSON (not one this asset wrote) is decided again, not failed on; its
     # members are intact and of the same fit version, so they are read, not fitted again
     member_files = {f: f.stat().st_mtime_ns for f in Path(ce_dir).rglob("*") if f.is_file()}
     reranker.assign(held_out_by_mix="{not json").to_parquet(f"{base}/tuned_reranker/scifact.parquet")
-    [decided] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
-                                    partition_key="scifact", selection=[tuned_reranker], instance=instance),
-                        "tuned_reranker")
+    decided = reranker_event()
     assert decided.metadata["reused"].value is False and decided.metadata["members_fitted"].value == 0
     assert decided.metadata["members_read"].value == 1
     assert decided.metadata["held_out_by_mix"].value == json.loads(reranker["held_out_by_mix"].iloc[0])
@@ -331,40 +337,26 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     assert decided_record.drop(columns=timings).equals(reranker.drop(columns=timings))
     assert decided_record["fit_seconds"].iloc[0] == 0.0 < reranker["fit_seconds"].iloc[0]
     # another mix (a setting that only decides): a new version, decided with the same members, nothing refitted
-    scifact["tuning"]["reranker"]["mix"] = [0.5, 1.0]
-    registry_path.write_text(yaml.safe_dump(registry))
-    [decided] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
-                                    partition_key="scifact", selection=[tuned_reranker], instance=instance),
-                        "tuned_reranker")
+    decided = reranker_event({"mix": [0.5, 1.0]})
     assert decided.metadata["members_fitted"].value == 0 and decided.tags["dagster/data_version"] != \
         reranker["version"].iloc[0]
     assert set(decided.metadata["held_out_by_mix"].value) == {"0.0", "0.5", "1.0"}
     assert decided.metadata["held_out_by_mix"].value["0.5"] == json.loads(reranker["held_out_by_mix"].iloc[0])["0.5"]
     assert {f: f.stat().st_mtime_ns for f in Path(ce_dir).rglob("*") if f.is_file()} == member_files
     # a raised count fits the new member only, beside the first one's files as they were
-    scifact["tuning"]["reranker"]["members"] = 2
-    registry_path.write_text(yaml.safe_dump(registry))
-    [raised] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
-                                   partition_key="scifact", selection=[tuned_reranker], instance=instance),
-                       "tuned_reranker")
+    raised = reranker_event({"members": 2})
     assert (raised.metadata["members_fitted"].value, raised.metadata["members_read"].value) == (1, 1)
     assert list(raised.metadata["loss_first_last"].value) == ["1"] and raised.metadata["model"].value == ce_dir
     assert [d.name for d in member_dirs(ce_dir)] == ["member-0", "member-1"]
     assert {f: f.stat().st_mtime_ns for f in Path(ce_dir, "member-0").rglob("*") if f.is_file()} == member_files
     assert adopted_reranker(resources["storage"], "scifact")["model_path"] == ce_dir
     # lowered again: decided on the first member alone, the directory holding what the adopted record names
-    scifact["tuning"]["reranker"]["members"] = 1
-    registry_path.write_text(yaml.safe_dump(registry))
-    [lowered] = _events(materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources,
-                                    partition_key="scifact", selection=[tuned_reranker], instance=instance),
-                        "tuned_reranker")
+    lowered = reranker_event({"members": 1})
     assert (lowered.metadata["members_fitted"].value, lowered.metadata["members_read"].value) == (0, 1)
     assert lowered.metadata["held_out_by_mix"].value == decided.metadata["held_out_by_mix"].value
     assert [d.name for d in member_dirs(ce_dir)] == ["member-0"]
-    refit = materialize([tuned_reranker, tuned_encoder, *INDEX], resources=resources, partition_key="scifact",
-                        selection=[tuned_reranker], instance=instance,
-                        run_config={"ops": {"tuned_reranker": {"config": {"refit": True}}}})
-    assert _events(refit, "tuned_reranker")[0].metadata["members_fitted"].value == 1
+    refit = reranker_event(run_config={"ops": {"tuned_reranker": {"config": {"refit": True}}}})
+    assert refit.metadata["members_fitted"].value == 1
 
     # the same version again (a job selecting the whole group): kept, not fitted again; `refit: true` fits again
     again = materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],
