@@ -276,8 +276,9 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     """Fit a cross-encoder on the tune split's judged pairs (`core/tuning/reranker.py`) where the registry's
     `tuning.reranker` asks for it, and adopt it only if it wins on held-out tune queries; the evaluation then
     reranks the selected tuned retriever with it (`cross_encoder_tuned`). A version fitted and decided by the last
-    materialization is kept; members fitted earlier with the same fit version (only `depth`, `mix`, `min_gain` or
-    `standard_errors` changed) are decided on again, not fitted again (`refit: true` forces a fit)."""
+    materialization is kept; otherwise the members an earlier fit of the same fit version saved are read, not
+    fitted again (only `depth`, `mix`, `min_gain`, `standard_errors` or `members` changed: a raised count fits only
+    the new members), and decided on again (`refit: true` fits every member)."""
     spec = benchmark_registry.spec(context.partition_key)
     tuning = TuningSpec.model_validate(spec.tuning)
     reason = "no tune split" if not spec.tune_split else \
