@@ -29,7 +29,7 @@ from causal_assets.core.retrievers.cross_encoder import member_dir, member_dirs
 from causal_assets.core.retrievers.factory import SCORING
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.encoder import BACKEND, encoder_version, tune_encoder
-from causal_assets.core.tuning.reranker import reranker_versions, tune_reranker
+from causal_assets.core.tuning.reranker import TUNE_SPLIT, reranker_versions, tune_reranker
 from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning.store import (TunedConfig, code_version, frame_digest, index_fingerprint, inputs_version,
@@ -47,7 +47,8 @@ ENCODER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "held_out_base", 
 RERANKER = "tuned_reranker"
 RERANKER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "weight", "depth", "max_length", "base_weight",
                     "held_out_base", "held_out_reranked", "held_out_gain", "held_out_gain_se", "fit_queries",
-                    "held_out_queries", "pairs", "epochs", "lr", "members", "fit_seconds", "held_out_seconds", "model",
+                    "held_out_queries", "pairs", "epochs", "lr", "members", "tune_split_queries", "fit_seconds",
+                    "held_out_seconds", "model",
                     "version", "held_out_by_mix", "held_out_by_member"]
 EMBEDDING_COLUMNS = ["corpus", "chunk_id", "chunk_idx", "content_hash", "model", "backend", "embedding"]
 
@@ -259,7 +260,7 @@ def reranker_metadata(record: pd.DataFrame, reused: bool) -> dict:
             **({"version": str(row["version"]), "weight": float(row["weight"]),
                 "held_out_by_mix": MetadataValue.json(json.loads(row["held_out_by_mix"])),
                 "held_out_gain": float(row["held_out_gain"]), "held_out_gain_se": float(row["held_out_gain_se"]),
-                "members": int(row["members"]),
+                "members": int(row["members"]), "tune_split_queries": int(row["tune_split_queries"]),
                 "held_out_by_member": MetadataValue.json(json.loads(row["held_out_by_member"])),
                 "fit_seconds": float(row["fit_seconds"])} if row["version"] else {})}
 
@@ -277,8 +278,10 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     `tuning.reranker` asks for it, and adopt it only if it wins on held-out tune queries; the evaluation then
     reranks the selected tuned retriever with it (`cross_encoder_tuned`). A version fitted and decided by the last
     materialization is kept; otherwise the members an earlier fit of the same fit version saved are read, not
-    fitted again (only `depth`, `mix`, `min_gain`, `standard_errors` or `members` changed: a raised count fits only
-    the new members), and decided on again (`refit: true` fits every member)."""
+    fitted again (only `depth`, `mix`, `min_gain`, `standard_errors`, `refit_on_tune_split` or `members` changed: a
+    raised count fits only the new members), and decided on again (`refit: true` fits every member). With
+    `refit_on_tune_split`, an adopted ensemble is fitted again on the whole tune split (`tune-split/` in the fit's
+    directory, read as well when there) and the record names that one."""
     spec = benchmark_registry.spec(context.partition_key)
     tuning = TuningSpec.model_validate(spec.tuning)
     reason = "no tune split" if not spec.tune_split else \
@@ -296,9 +299,11 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     fitted_version, version = reranker_versions(index, bench, r, tuning.seed)
     # named by the fit's version: a new decision, or a raised member count, reads the members already fitted here
     target = storage.reports_path / "tuned" / spec.name / f"reranker-{fitted_version}"
+    # the members an adoption reranks with: those decided on, or those fitted again on the whole tune split
+    adopted_dir = target / TUNE_SPLIT if r.refit_on_tune_split else target
     record = None if config.refit else stored_reranker(storage, spec.name)
     if record is not None and record["version"].iloc[0] == version \
-            and (not bool(record["adopted"].iloc[0]) or len(member_dirs(target)) == r.members):
+            and (not bool(record["adopted"].iloc[0]) or len(member_dirs(adopted_dir)) == r.members):
         try:
             metadata = reranker_metadata(record, True)
         except (TypeError, ValueError):
@@ -308,14 +313,15 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
                              f"fits it again)")
             yield versioned(record, version, metadata=metadata)
             return
-    # the members this count asks for that an earlier adopted fit saved (a lowered count leaves the rest out)
-    saved = set(member_dirs(target))
-    reuse = () if config.refit else tuple(member_dir(target, i).name for i in range(r.members)
-                                          if member_dir(target, i) in saved)
+    # the members this count asks for that an earlier adopted fit saved, on the fit share and on the whole tune
+    # split (a lowered count leaves the rest out)
+    saved = {d.relative_to(target).as_posix() for d in (*member_dirs(target), *member_dirs(target / TUNE_SPLIT))}
+    reuse = () if config.refit else tuple(name for i in range(r.members) for name in
+                                          (member_dir("", i).as_posix(), member_dir(TUNE_SPLIT, i).as_posix())
+                                          if name in saved)
     if reuse:
-        context.log.info(f"reranker {version}: {len(reuse)} of {r.members} member(s) in {target.name} were fitted "
-                         f"by an earlier materialization and are read, not fitted again (config refit: true fits "
-                         f"them again)")
+        context.log.info(f"reranker {version}: {', '.join(reuse)} in {target.name} were fitted by an earlier "
+                         f"materialization and are read, not fitted again (config refit: true fits them again)")
     result = fit_into(target, lambda partial: tune_reranker(index, bench, r, tuning.metric, partial, tuning.seed,
                                                             context.log.info), reuse)
     record = pd.DataFrame([{
@@ -323,15 +329,17 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
         "reason": f"held-out {tuning.metric} {result.by_mix[result.weight]:.4f} reranked (weight {result.weight}) "
                   f"vs {result.by_mix[0.0]:.4f} for the hybrid alone: {result.gain:+.4f} per query, "
                   f"{'beyond' if result.adopted else 'within'} the margin (min_gain {r.min_gain} + "
-                  f"{r.standard_errors} x 1 SE {result.gain_se:.4f})",
+                  f"{r.standard_errors} x 1 SE {result.gain_se:.4f})"
+                  + (f"; fitted again on all {result.tune_split_queries} tune queries" if result.model else ""),
         "metric": tuning.metric, "weight": result.weight, "depth": r.depth, "max_length": r.max_length,
         "base_weight": result.base_weight, "held_out_base": result.by_mix[0.0],
         "held_out_reranked": result.by_mix[result.weight], "held_out_gain": round(result.gain, 4),
         "held_out_gain_se": round(result.gain_se, 4), "fit_queries": result.fit_queries,
         "held_out_queries": result.held_out_queries, "pairs": result.groups, "epochs": r.epochs, "lr": r.lr,
-        "members": r.members, "fit_seconds": result.seconds["fit"], "held_out_seconds": result.seconds["held_out"],
+        "members": r.members, "tune_split_queries": result.tune_split_queries, "fit_seconds": result.seconds["fit"], "held_out_seconds": result.seconds["held_out"],
         # relative to the table (a moved data directory keeps it), as tuned_encoder's
-        "model": model_reference(str(target.resolve()), asset_path(storage.base, RERANKER, spec.name))
+        "model": model_reference(str((target / result.model).resolve()),
+                                 asset_path(storage.base, RERANKER, spec.name))
         if result.adopted else "", "version": version,
         "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()}),
         "held_out_by_member": json.dumps([{str(k): v for k, v in m.items()} for m in result.by_member])}],
@@ -339,9 +347,9 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     yield versioned(record, version, metadata={**reranker_metadata(record, False),
                                                "members_fitted": len(result.losses), "members_read": len(reuse),
                                                "loss_first_last": MetadataValue.json(
-                                                   {str(m): [round(x, 4) for x in first_last]
+                                                   {m: [round(x, 4) for x in first_last]
                                                     for m, first_last in result.losses.items()}),
-                                               **({"model": MetadataValue.path(str(target.resolve()))}
+                                               **({"model": MetadataValue.path(str((target / result.model).resolve()))}
                                                   if result.adopted else {})})
 
 

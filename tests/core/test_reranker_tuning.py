@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import torch
 
 from causal_assets.core.evaluation.metrics import named_metric_per_query
 from causal_assets.core.evaluation.runner import run_benchmark
@@ -18,7 +19,7 @@ from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.retrievers.similarity import HybridRetriever, zscore
 from causal_assets.core.tuning import reranker
 from causal_assets.core.tuning.encoder import held_out_split
-from causal_assets.core.tuning.reranker import reranker_versions, training_groups, tune_reranker
+from causal_assets.core.tuning.reranker import TUNE_SPLIT, reranker_versions, training_groups, tune_reranker
 from causal_assets.core.tuning.spec import RerankerSpec, TuningSpec
 from causal_assets.core.tuning.store import TunedConfig, index_fingerprint, save_tuned
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
@@ -110,10 +111,12 @@ def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_
             per = named_metric_per_query(held_bench.qrels, run, "ndcg@10")
             assert figures[a] == round(float(np.mean([per.get(q, 0.0) for q in held])), 4)
     # every member learned: its loss fell
-    assert list(result.losses) == [0, 1] and all(last < first for first, last in result.losses.values())
+    assert list(result.losses) == ["member-0", "member-1"]
+    assert all(last < first for first, last in result.losses.values())
+    assert result.model == "" and result.tune_split_queries == 0   # not asked to fit again on the whole split
     # one member is the first member of the ensemble: the same seed, the same fit, saved as member-0
     single = tune_reranker(index, bench, spec.model_copy(update={"members": 1}), "ndcg@10", tmp_path / "one", seed=0)
-    assert single.losses == {0: result.losses[0]} and single.by_member == []
+    assert single.losses == {"member-0": result.losses["member-0"]} and single.by_member == []
     assert isinstance(load_cross_encoder(tmp_path / "one", 64), CrossEncoder)
     # the same fit under a threshold it cannot pass is not adopted, with the same figures (the fit is seeded)
     strict = tune_reranker(index, bench, spec.model_copy(update={"members": 1, "min_gain": 1.0}), "ndcg@10",
@@ -132,7 +135,7 @@ def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_
     assert deeper.by_mix[0.5] == round(float(np.mean([per.get(q, 0.0) for q in held])), 4)
     # a count raised over one member already saved fits only the new member, the fit a fresh ensemble makes
     raised = tune_reranker(index, bench, spec, "ndcg@10", tmp_path / "one", seed=0)
-    assert raised.losses == {1: result.losses[1]} and raised.by_mix == result.by_mix
+    assert raised.losses == {"member-1": result.losses["member-1"]} and raised.by_mix == result.by_mix
     assert raised.by_member == result.by_member
     member = member_dirs(tmp_path / "one")[1]
     assert np.allclose(CrossEncoder(str(member), 64).score(query, index, ids), second)
@@ -141,6 +144,36 @@ def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_
     assert fewer.losses == {} and fewer.by_mix == single.by_mix
     with pytest.raises(ValueError, match="no fitted cross-encoder"):
         load_cross_encoder(tmp_path)
+
+
+def test_an_adopted_reranker_is_fitted_again_on_the_whole_tune_split(tmp_path):
+    index, bench = tiny_index(), tiny_benchmark()
+    spec = RerankerSpec(held_out=0.25, epochs=2, batch_size=2, negatives=2, pool=6, max_length=64, depth=6,
+                        mix=[0.5, 1.0], min_gain=-1.0, standard_errors=0.0)   # adopted whatever the figures
+    decided = tune_reranker(index, bench, spec, "ndcg@10", tmp_path / "fit", seed=0)
+    assert decided.adopted and decided.model == "" and not (tmp_path / "fit" / TUNE_SPLIT).exists()
+    # asked for: the decision's member is read and decided on as before, then fitted again on all 8 queries
+    whole_spec = spec.model_copy(update={"refit_on_tune_split": True})
+    whole = tune_reranker(index, bench, whole_spec, "ndcg@10", tmp_path / "fit", seed=0)
+    assert whole.by_mix == decided.by_mix and whole.weight == decided.weight and whole.adopted
+    assert (whole.model, whole.tune_split_queries, list(whole.losses)) == (TUNE_SPLIT, 8, ["tune-split/member-0"])
+    [saved] = member_dirs(tmp_path / "fit" / TUNE_SPLIT)
+    # the recipe of member 0 (its seed, the hybrid's negatives at the decided dense share), on every judged query
+    fit, held = held_out_split(list(bench.queries), 0.25, 0)
+    torch.manual_seed(0)
+    expected = CrossEncoder(model_dir(), 64)
+    losses = reranker.fit(expected, training_groups(index, bench, fit + held, whole.base_weight, 6), index,
+                          whole_spec, 0)
+    assert whole.losses["tune-split/member-0"] == (losses[0], losses[-1])
+    query, ids = bench.queries[held[0]], ["seine", "thames", "danube"]
+    refitted = CrossEncoder(str(saved), 64).score(query, index, ids)
+    assert np.allclose(refitted, expected.score(query, index, ids), atol=1e-5)
+    assert not np.allclose(refitted, CrossEncoder(str(member_dirs(tmp_path / "fit")[0]), 64).score(query, index, ids))
+    # read again, not fitted again; not adopted: nothing fitted again
+    assert tune_reranker(index, bench, whole_spec, "ndcg@10", tmp_path / "fit", seed=0).losses == {}
+    strict = tune_reranker(index, bench, whole_spec.model_copy(update={"min_gain": 1.0}), "ndcg@10",
+                           tmp_path / "strict", seed=0)
+    assert not strict.adopted and strict.model == "" and not (tmp_path / "strict" / TUNE_SPLIT).exists()
 
 
 def test_the_reranker_version_changes_with_what_decides_the_fit(monkeypatch):
@@ -158,9 +191,10 @@ def test_the_reranker_version_changes_with_what_decides_the_fit(monkeypatch):
     # what only decides, and the member count, change the version, not the fit's: the members saved are decided on
     # again, not fitted again, and a raised count fits only the new ones
     decided_otherwise = [spec.model_copy(update=u) for u in ({"depth": 30}, {"mix": [1.0]}, {"min_gain": 0.01},
-                                                              {"standard_errors": 2.0}, {"members": 3})]
+                                                              {"standard_errors": 2.0}, {"members": 3},
+                                                              {"refit_on_tune_split": True})]
     versions = [reranker_versions(index, bench, s, 0) for s in decided_otherwise]
-    assert {f for f, _ in versions} == {fit} and len({version, *(v for _, v in versions)}) == 6
+    assert {f for f, _ in versions} == {fit} and len({version, *(v for _, v in versions)}) == 7
     monkeypatch.setattr(reranker, "recipe", lambda: "other code")
     assert all(a != b for a, b in zip(reranker_versions(index, bench, spec, 0), (fit, version)))
 

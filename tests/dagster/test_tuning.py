@@ -346,7 +346,7 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     # a raised count fits the new member only, beside the first one's files as they were
     raised = reranker_event({"members": 2})
     assert (raised.metadata["members_fitted"].value, raised.metadata["members_read"].value) == (1, 1)
-    assert list(raised.metadata["loss_first_last"].value) == ["1"] and raised.metadata["model"].value == ce_dir
+    assert list(raised.metadata["loss_first_last"].value) == ["member-1"] and raised.metadata["model"].value == ce_dir
     assert [d.name for d in member_dirs(ce_dir)] == ["member-0", "member-1"]
     assert {f: f.stat().st_mtime_ns for f in Path(ce_dir, "member-0").rglob("*") if f.is_file()} == member_files
     assert adopted_reranker(resources["storage"], "scifact")["model_path"] == ce_dir
@@ -357,6 +357,19 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     assert [d.name for d in member_dirs(ce_dir)] == ["member-0"]
     refit = reranker_event(run_config={"ops": {"tuned_reranker": {"config": {"refit": True}}}})
     assert refit.metadata["members_fitted"].value == 1
+    # fitted again on the whole tune split once adopted: the decision's member read and decided on as before, the
+    # member the evaluation reranks with fitted on every train query, in the fit's directory
+    whole = reranker_event({"refit_on_tune_split": True})
+    assert (whole.metadata["members_fitted"].value, whole.metadata["members_read"].value) == (1, 1)
+    assert list(whole.metadata["loss_first_last"].value) == ["tune-split/member-0"]
+    assert whole.metadata["held_out_by_mix"].value == refit.metadata["held_out_by_mix"].value
+    whole_record = pd.read_parquet(f"{base}/tuned_reranker/scifact.parquet")
+    assert whole_record["tune_split_queries"].iloc[0] == \
+        whole_record["fit_queries"].iloc[0] + whole_record["held_out_queries"].iloc[0]
+    assert "fitted again on all" in whole_record["reason"].iloc[0]
+    assert adopted_reranker(resources["storage"], "scifact")["model_path"] == str(Path(ce_dir, "tune-split"))
+    assert [d.name for d in member_dirs(ce_dir)] == ["member-0"]
+    assert reranker_event().metadata["reused"].value is True   # both sets intact: kept
 
     # the same version again (a job selecting the whole group): kept, not fitted again; `refit: true` fits again
     again = materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],

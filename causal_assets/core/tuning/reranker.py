@@ -20,6 +20,10 @@ Member i is fitted from seed + i on the same pairs whatever the count, so neithe
 (`reranker_versions`; it names the directory the members are saved in, one `member-<i>` each). Members already
 saved there are read, not fitted again: a new decision costs minutes instead of the fit's half hour per member on
 SciFact, and raising `members` fits only the new ones. The record's version covers the count and the decision too.
+`refit_on_tune_split`: once adopted, the members are fitted again by the same recipe (the same seeds, the same
+hybrid's negatives) on every judged tune query, the held-out share included, and saved in `tune-split/` inside the
+fit's directory; the evaluation reranks with those. The decision (adopt or not, the weight `a`) is the held-out
+share's, made before it was learned from, as a cross-validated search refits its chosen setting on all the data.
 On CoSQA (200 fit queries) a cross-encoder barely learns and gains nothing: the registry asks for one on SciFact
 only. Measured figures: README, not here (editing this module changes the fit's version and refits it).
 """
@@ -62,8 +66,12 @@ class RerankerResult:
     fit_queries: int
     held_out_queries: int
     groups: int                     # relevant pairs fitted on, each with its negatives
-    losses: dict[int, tuple[float, float]]  # per member fitted here (not read), its first and last epoch's mean loss
+    # per member fitted here (not read), by its directory relative to the fit's ("member-0", "tune-split/member-0"):
+    # its first and last epoch's mean loss
+    losses: dict[str, tuple[float, float]]
     seconds: dict[str, float]
+    model: str = ""                 # the adopted members' directory relative to the fit's ("" or TUNE_SPLIT)
+    tune_split_queries: int = 0     # the judged tune queries the adopted members were fitted again on (0: not)
 
 
 def training_groups(index: CorpusIndex, bench: Benchmark, qids: list[str], base_weight: float,
@@ -111,7 +119,9 @@ def recipe() -> str:
     return hashlib.sha256(sources + repr(libraries).encode()).hexdigest()[:12]
 
 
-DECISION = ("depth", "mix", "min_gain", "standard_errors")   # spec fields read only after the members are fitted
+# spec fields read only after the members are fitted (`refit_on_tune_split`'s members are decided by the decision)
+DECISION = ("depth", "mix", "min_gain", "standard_errors", "refit_on_tune_split")
+TUNE_SPLIT = "tune-split"   # where the members fitted again on the whole tune split are saved, in the fit's directory
 COUNT = "members"   # member i is the same fit whatever the count: the count names no directory
 
 
@@ -124,17 +134,50 @@ def reranker_versions(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, 
     return fitted, hashlib.sha256(repr(decided).encode()).hexdigest()[:12]
 
 
+def fitted_members(groups: list[tuple[str, str, list[str]]], index: CorpusIndex, spec: RerankerSpec, seed: int,
+                   fit_dir: Path, within: str, queries: int, log: Callable[[str], None],
+                   losses: dict[str, tuple[float, float]], seconds: dict[str, float]) -> list[CrossEncoder]:
+    """`spec.members` cross-encoders fitted on `groups` (member i from seed + i, from the packaged MiniLM's weights)
+    and saved as `member-<i>` in `fit_dir / within`; a member already saved there is read, not fitted again. Each
+    fitted member's first and last epoch loss goes into `losses` under its directory relative to `fit_dir`, its
+    time into `seconds["fit"]`."""
+    import torch  # the same optional dependency as `fit`
+
+    members = []
+    for member in range(spec.members):
+        saved = member_dir(fit_dir / within, member)
+        name = f"{within}/{saved.name}" if within else saved.name
+        if saved in member_dirs(fit_dir / within):
+            log(f"reranker: {name} fitted by an earlier materialization, read from {saved}")
+            members.append(CrossEncoder(str(saved), spec.max_length))
+            continue
+        torch.manual_seed(seed + member)   # the fresh head's initial weights
+        # from the packaged MiniLM's weights (the tuned encoder's would start from what a bi-encoder learned)
+        model = CrossEncoder(model_dir(), spec.max_length)
+        t0 = time.perf_counter()
+        epochs = fit(model, groups, index, spec, seed + member)
+        losses[name] = (epochs[0], epochs[-1])
+        seconds["fit"] = round(seconds["fit"] + time.perf_counter() - t0, 1)
+        log(f"reranker: {name} fitted on {len(groups)} pairs of {queries} queries, {seconds['fit']}s of fitting so "
+            f"far (epoch loss {' -> '.join(f'{x:.3f}' for x in epochs)})")
+        # saved, then read back as the evaluation will read it: the decision is about the saved models
+        model.model.save_pretrained(str(saved))
+        model.tokenizer.save_pretrained(str(saved))
+        members.append(CrossEncoder(str(saved), spec.max_length))
+    return members
+
+
 def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metric: str, save_to: str | Path,
                   seed: int = 0, log: Callable[[str], None] = lambda m: None) -> RerankerResult:
     """Fit `spec.members` cross-encoders on the tune split minus its held-out share (seeds seed, seed + 1, ...;
     saved as `member-<i>` in `save_to`, adopted or not: the caller keeps or deletes it), decide on the held-out share
-    (module docstring) for their mean logit. A `member-<i>` that `save_to` already holds was fitted for this fit
-    version (`reranker_versions`) by an earlier materialization: it is read, not fitted again (no losses, no fit
-    seconds for it)."""
-    import torch  # the same optional dependency as `fit`
-
+    (module docstring) for their mean logit, and, adopted with `refit_on_tune_split`, fit them again on the whole
+    tune split into `save_to/tune-split`. A member that `save_to` already holds was fitted for this fit version
+    (`reranker_versions`) by an earlier materialization: it is read, not fitted again (no losses, no fit seconds for
+    it)."""
     if index.embeddings is None:
         raise ValueError(f"tuning.reranker: corpus {index.corpus!r} has no embeddings for the hybrid it reranks")
+    save_to = Path(save_to)
     fit_ids, held = fit_and_held_out(bench, spec.held_out, seed, "tuning.reranker")
     held_bench = restrict(bench, held)
     base_per_query = hybrid_figures(index, held_bench, spec.weights, metric)
@@ -142,28 +185,10 @@ def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metr
     base_weight = max(base, key=lambda w: (base[w], -w))
     log(f"reranker: hybrid on {len(held)} held-out queries: {base}; reranked at dense share {base_weight}")
     seconds: dict[str, float] = {"fit": 0.0}
-    losses: dict[int, list[float]] = {}
-    members = []
+    losses: dict[str, tuple[float, float]] = {}
     with torch_threads(spec.threads or None):
         groups = training_groups(index, bench, fit_ids, base_weight, spec.pool)
-        for member in range(spec.members):
-            saved = member_dir(save_to, member)
-            if saved in member_dirs(save_to):
-                log(f"reranker: member {member} fitted by an earlier materialization, read from {saved}")
-                members.append(CrossEncoder(str(saved), spec.max_length))
-                continue
-            torch.manual_seed(seed + member)   # the fresh head's initial weights
-            # from the packaged MiniLM's weights (the tuned encoder's would start from what a bi-encoder learned)
-            model = CrossEncoder(model_dir(), spec.max_length)
-            t0 = time.perf_counter()
-            losses[member] = fit(model, groups, index, spec, seed + member)
-            seconds["fit"] = round(seconds["fit"] + time.perf_counter() - t0, 1)
-            log(f"reranker: member {member} fitted on {len(groups)} pairs of {len(fit_ids)} queries, "
-                f"{seconds['fit']}s so far (epoch loss {' -> '.join(f'{x:.3f}' for x in losses[member])})")
-            # saved, then read back as the evaluation will read it: the decision is about the saved models
-            model.model.save_pretrained(str(saved))
-            model.tokenizer.save_pretrained(str(saved))
-            members.append(CrossEncoder(str(saved), spec.max_length))
+        members = fitted_members(groups, index, spec, seed, save_to, "", len(fit_ids), log, losses, seconds)
         t0 = time.perf_counter()
         hybrid = HybridRetriever(index, base_weight)
 
@@ -176,14 +201,20 @@ def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metr
         model = members[0] if len(members) == 1 else CrossEncoderEnsemble(members)
         by_mix_per_query = {0.0: base_per_query[base_weight], **by_mix_of(model)}
         seconds["held_out"] = round(time.perf_counter() - t0, 1)
-    for member, figures in enumerate(by_member):
-        log(f"reranker: member {member} alone, held-out {metric} by weight {figures}")
-    by_mix = means(by_mix_per_query)
-    chosen = max(spec.mix, key=lambda a: (by_mix[float(a)], -a))
-    gain, se = paired_gain({0.0: by_mix_per_query[0.0]}, {float(chosen): by_mix_per_query[float(chosen)]})
-    adopted = gain > spec.min_gain + spec.standard_errors * se
-    log(f"reranker: held-out {metric} by cross-encoder weight {by_mix} ({len(members)} member(s)): weight {chosen} "
-        f"{gain:+.4f} (1 SE {se:.4f}): {'adopted' if adopted else 'not adopted'}")
+        for member, figures in enumerate(by_member):
+            log(f"reranker: member {member} alone, held-out {metric} by weight {figures}")
+        by_mix = means(by_mix_per_query)
+        chosen = max(spec.mix, key=lambda a: (by_mix[float(a)], -a))
+        gain, se = paired_gain({0.0: by_mix_per_query[0.0]}, {float(chosen): by_mix_per_query[float(chosen)]})
+        adopted = gain > spec.min_gain + spec.standard_errors * se
+        log(f"reranker: held-out {metric} by cross-encoder weight {by_mix} ({len(members)} member(s)): weight "
+            f"{chosen} {gain:+.4f} (1 SE {se:.4f}): {'adopted' if adopted else 'not adopted'}")
+        refit = adopted and spec.refit_on_tune_split
+        if refit:
+            # the order every refit sees (its batches are shuffled from it): the fit share's, then the held-out's
+            every = fit_ids + held
+            fitted_members(training_groups(index, bench, every, base_weight, spec.pool), index, spec, seed,
+                           save_to, TUNE_SPLIT, len(every), log, losses, seconds)
     return RerankerResult(adopted, float(chosen), float(base_weight), base, by_mix, by_member, gain, se,
-                          len(fit_ids), len(held), len(groups), {m: (x[0], x[-1]) for m, x in losses.items()},
-                          seconds)
+                          len(fit_ids), len(held), len(groups), losses, seconds, TUNE_SPLIT if refit else "",
+                          len(fit_ids) + len(held) if refit else 0)

@@ -123,6 +123,9 @@ class RerankerSpec(BaseModel):
     min_gain: float = Field(0.0, ge=-1, le=1)   # adopted beyond min_gain + standard_errors x 1 SE (as the encoder)
     standard_errors: float = Field(1.0, ge=0)
     threads: int = Field(0, ge=0)               # torch intra-op threads while fitting and scoring; 0: torch's default
+    # once adopted, fit the members again on every judged tune query (the held-out share too) and rerank with those
+    # (`core/tuning/reranker.py`): the decision stays the held-out share's; the fit learns from a fifth more queries
+    refit_on_tune_split: bool = False
 
 
 class TuningSpec(BaseModel):
