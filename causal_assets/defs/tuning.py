@@ -48,8 +48,7 @@ RERANKER = "tuned_reranker"
 RERANKER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "weight", "depth", "max_length", "base_weight",
                     "held_out_base", "held_out_reranked", "held_out_gain", "held_out_gain_se", "fit_queries",
                     "held_out_queries", "pairs", "epochs", "lr", "members", "tune_split_queries", "fit_seconds",
-                    "held_out_seconds", "model",
-                    "version", "held_out_by_mix", "held_out_by_member"]
+                    "held_out_seconds", "model", "version", "held_out_by_mix", "held_out_by_member"]
 EMBEDDING_COLUMNS = ["corpus", "chunk_id", "chunk_idx", "content_hash", "model", "backend", "embedding"]
 
 
@@ -313,17 +312,19 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
                              f"fits it again)")
             yield versioned(record, version, metadata=metadata)
             return
-    # the members this count asks for that an earlier adopted fit saved, on the fit share and on the whole tune
-    # split (a lowered count leaves the rest out)
-    saved = {d.relative_to(target).as_posix() for d in (*member_dirs(target), *member_dirs(target / TUNE_SPLIT))}
-    reuse = () if config.refit else tuple(name for i in range(r.members) for name in
-                                          (member_dir("", i).as_posix(), member_dir(TUNE_SPLIT, i).as_posix())
-                                          if name in saved)
+    # the members this count asks for that an earlier adopted fit saved, on the fit share and, where asked for, on
+    # the whole tune split (a lowered count or a refit no longer asked for leaves the rest out)
+    dirs = (target, adopted_dir) if r.refit_on_tune_split else (target,)
+    saved = {d for directory in dirs for d in member_dirs(directory)}
+    reuse = () if config.refit else tuple(member_dir(directory, i).relative_to(target).as_posix()
+                                          for i in range(r.members) for directory in dirs
+                                          if member_dir(directory, i) in saved)
     if reuse:
         context.log.info(f"reranker {version}: {', '.join(reuse)} in {target.name} were fitted by an earlier "
                          f"materialization and are read, not fitted again (config refit: true fits them again)")
     result = fit_into(target, lambda partial: tune_reranker(index, bench, r, tuning.metric, partial, tuning.seed,
                                                             context.log.info), reuse)
+    model_path = str((target / result.model).resolve())
     record = pd.DataFrame([{
         "benchmark": spec.name, "adopted": result.adopted,
         "reason": f"held-out {tuning.metric} {result.by_mix[result.weight]:.4f} reranked (weight {result.weight}) "
@@ -336,10 +337,10 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
         "held_out_reranked": result.by_mix[result.weight], "held_out_gain": round(result.gain, 4),
         "held_out_gain_se": round(result.gain_se, 4), "fit_queries": result.fit_queries,
         "held_out_queries": result.held_out_queries, "pairs": result.groups, "epochs": r.epochs, "lr": r.lr,
-        "members": r.members, "tune_split_queries": result.tune_split_queries, "fit_seconds": result.seconds["fit"], "held_out_seconds": result.seconds["held_out"],
+        "members": r.members, "tune_split_queries": result.tune_split_queries, "fit_seconds": result.seconds["fit"],
+        "held_out_seconds": result.seconds["held_out"],
         # relative to the table (a moved data directory keeps it), as tuned_encoder's
-        "model": model_reference(str((target / result.model).resolve()),
-                                 asset_path(storage.base, RERANKER, spec.name))
+        "model": model_reference(model_path, asset_path(storage.base, RERANKER, spec.name))
         if result.adopted else "", "version": version,
         "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()}),
         "held_out_by_member": json.dumps([{str(k): v for k, v in m.items()} for m in result.by_member])}],
@@ -349,7 +350,7 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
                                                "loss_first_last": MetadataValue.json(
                                                    {m: [round(x, 4) for x in first_last]
                                                     for m, first_last in result.losses.items()}),
-                                               **({"model": MetadataValue.path(str((target / result.model).resolve()))}
+                                               **({"model": MetadataValue.path(model_path)}
                                                   if result.adopted else {})})
 
 

@@ -369,7 +369,12 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     assert "fitted again on all" in whole_record["reason"].iloc[0]
     assert adopted_reranker(resources["storage"], "scifact")["model_path"] == str(Path(ce_dir, "tune-split"))
     assert [d.name for d in member_dirs(ce_dir)] == ["member-0"]
+    assert whole.metadata["model"].value == str(Path(ce_dir, "tune-split"))
     assert reranker_event().metadata["reused"].value is True   # both sets intact: kept
+    # no longer asked for: decided again on the same member, the fit's directory without the refitted one
+    back = reranker_event({"refit_on_tune_split": False})
+    assert (back.metadata["members_fitted"].value, back.metadata["members_read"].value) == (0, 1)
+    assert back.metadata["model"].value == ce_dir and not Path(ce_dir, "tune-split").exists()
 
     # the same version again (a job selecting the whole group): kept, not fitted again; `refit: true` fits again
     again = materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],
