@@ -160,3 +160,19 @@ def test_title_links_qualified_heads_and_quoted_names():
     assert links[0] == [1]          # head + qualifier
     assert links[3] == [4]          # quoted name; the bare head "College of Engineering" does not link
     assert 1 not in links[5]        # the head inside its own name ("Waterford Crystal"), and no "New York"
+
+
+def test_title_links_a_namesake_named_in_full():
+    """A qualified title whose head is inside the paragraph's own name links when the text names it in full
+    (a son's paragraph names his father, both "Humphrey Stafford"), and still not from the head alone."""
+    from causal_assets.core.retrievers.entity_first.retriever import compute_title_links
+    titles = ["Humphrey Stafford, Earl of Stafford", "Humphrey Stafford, 1st Duke of Buckingham",
+              "Humphrey Stafford, 1st Earl of Devon"]
+    texts = ["Humphrey Stafford, known as Earl of Stafford, was the eldest son of Humphrey Stafford, "
+             "1st Duke of Buckingham.",
+             "Humphrey Stafford was a nobleman and Duke of Buckingham.",
+             "Humphrey Stafford was a magnate in Devon."]
+    links = compute_title_links(titles, texts)
+    assert links[0] == [1]          # the father, named in full; the Earl of Devon is never named
+    assert links[1] == []           # "Humphrey Stafford" and "Duke of Buckingham" apart: its own name
+    assert links[2] == []

@@ -108,7 +108,9 @@ def compute_title_links(titles: Sequence[str], texts: Sequence[str]) -> list[lis
     - Double quotes are not part of a name: Wikipedia text quotes italic titles ('Space Shuttle "Columbia"').
     - Case-sensitive on word boundaries: titles are names, and "Musket" must not link from "flintlock musket".
     - A title strictly inside the paragraph's own name is its name, not a link ("Thurgood Marshall College"
-      in the text of "Thurgood Marshall College Fund").
+      in the text of "Thurgood Marshall College Fund"). The same holds for a qualified title's head, which then
+      links only in full: "Humphrey Stafford, Earl of Stafford" names its father "Humphrey Stafford, 1st Duke of
+      Buckingham" in full, and "Humphrey Stafford" alone is the paragraph's own name.
     """
     texts = [_QUOTES.sub("", t) for t in texts]
     base = [" ".join(_QUOTES.sub("", title_forms(t)[0]).split()) if title_forms(t) else "" for t in titles]
@@ -120,12 +122,12 @@ def compute_title_links(titles: Sequence[str], texts: Sequence[str]) -> list[lis
     # regex runs (the pairs are quadratic in the candidates).
     heads = [(_WORD.findall(b) or [b])[0] if b else "" for b in base]
 
-    def names(i: int, j: int) -> bool:
+    def names(i: int, j: int, own: str) -> bool:
         if patterns[j] is None or heads[j] not in texts[i]:
             return False
         if patterns[j].search(texts[i]):
             return True
-        if qualified[j] is None:
+        if qualified[j] is None or (qualified[j][0].casefold() != own and _phrase(qualified[j][0]).search(base[i])):
             return False
         head, quals = qualified[j]
         return bool(_phrase(head, case_sensitive=True).search(texts[i])) and \
@@ -136,9 +138,7 @@ def compute_title_links(titles: Sequence[str], texts: Sequence[str]) -> list[lis
         own = base[i].casefold()
         links.append([j for j in range(len(titles)) if j != i and patterns[j] is not None
                       and not (base[j].casefold() != own and _phrase(base[j]).search(base[i]))
-                      and not (qualified[j] is not None and qualified[j][0].casefold() != own
-                               and _phrase(qualified[j][0]).search(base[i]))
-                      and names(i, j)])
+                      and names(i, j, own)])
     return links
 
 
