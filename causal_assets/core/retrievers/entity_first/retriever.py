@@ -122,24 +122,23 @@ def compute_title_links(titles: Sequence[str], texts: Sequence[str]) -> list[lis
     # regex runs (the pairs are quadratic in the candidates).
     heads = [(_WORD.findall(b) or [b])[0] if b else "" for b in base]
 
-    def names(i: int, j: int, own: str) -> bool:
+    def inside_own_name(name: str, i: int) -> bool:
+        """`name` lies strictly inside paragraph i's own name: it is i's name there, not a link."""
+        return name.casefold() != base[i].casefold() and bool(_phrase(name).search(base[i]))
+
+    def names(i: int, j: int) -> bool:
         if patterns[j] is None or heads[j] not in texts[i]:
             return False
         if patterns[j].search(texts[i]):
             return True
-        if qualified[j] is None or (qualified[j][0].casefold() != own and _phrase(qualified[j][0]).search(base[i])):
+        if qualified[j] is None or inside_own_name(qualified[j][0], i):
             return False
         head, quals = qualified[j]
         return bool(_phrase(head, case_sensitive=True).search(texts[i])) and \
             all(_phrase(q, case_sensitive=True).search(texts[i]) for q in quals)
 
-    links = []
-    for i in range(len(titles)):
-        own = base[i].casefold()
-        links.append([j for j in range(len(titles)) if j != i and patterns[j] is not None
-                      and not (base[j].casefold() != own and _phrase(base[j]).search(base[i]))
-                      and names(i, j, own)])
-    return links
+    return [[j for j in range(len(titles)) if j != i and patterns[j] is not None
+             and not inside_own_name(base[j], i) and names(i, j)] for i in range(len(titles))]
 
 
 def title_match_scores(question: str, titles: Sequence[str], entities: Sequence[str],
