@@ -8,7 +8,8 @@ Reads a materialized corpus index (and graph, and MC labels when present) under 
 configuration to data/benchmarks/tuned/<benchmark>/ (the same versioned store the asset uses) and the figures to
 data/benchmarks/tuned_retrievers_<benchmark>.json. The held-out split is the registry's first eval split that
 shares no query with the tune split (SciFact: test; HotpotQA: the test half). No LLM is started here, so the
-causal retriever is tuned with its offline lexical fallback; `benchmarks/causal_gate.py` tunes and scores it with
+causal retriever is tuned with its offline lexical fallback and the learned model without the question-likelihood
+feature (`tuning.learned_question_likelihood`); `benchmarks/causal_gate.py` tunes and scores it with
 the LLM's answer likelihood, as the asset does wherever the `llm` resource scores prompts.
 """
 from __future__ import annotations

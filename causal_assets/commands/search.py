@@ -60,12 +60,12 @@ def search(args) -> int:
         # Only for the composite methods: the retrievers import scikit-learn, networkx and more (seconds), which a
         # BM25 search must not pay.
         from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
-        from causal_assets.core.retrievers.factory import build_retriever
+        from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
 
         graph = load_graph(args.base_path, args.corpus) if args.method in {"causal", "learned", *COMBINATIONS} \
             else None
         scorer = None
-        if args.method == "query_likelihood":
+        if uses_scorer(args.method, params, False):   # a causal run keeps its lexical default here
             # the packaged local solver, in-process and through the call cache (the assets use the `llm` resource's)
             from causal_assets.core.llm.cache import CallCache
             from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer

@@ -11,7 +11,7 @@ from causal_assets.core.evaluation.metrics import warm_up
 from causal_assets.core.evaluation.report import headline_table, write_report
 from causal_assets.core.evaluation.metrics import parse_metric
 from causal_assets.core.evaluation.suite import evaluate_plan, plan_evaluation
-from causal_assets.core.retrievers.factory import SCORING
+from causal_assets.core.retrievers.factory import uses_scorer
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.tuning.store import index_fingerprint, load_tuned
 from causal_assets.defs.checks import check_result, spec
@@ -79,7 +79,7 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
     mc_labels = read_parquet(labels_path) if labels_path.exists() else None
     primary = parse_metric(spec.tuning.get("metric") or "ndcg@10")
     # a causal run without a named answer model is measured with the LLM's likelihood where it can score prompts
-    scorer = llm.scorer if any(r.kind in SCORING for r in plan.runs) \
+    scorer = llm.scorer if any(uses_scorer(r.kind, r.params, True) for r in plan.runs) \
         and llm.scores_prompts() else None
     result = evaluate_plan(spec, artifacts, plan, mc_labels, primary, config.depth, lambda: llm.client,
                            context.log.info, scorer=scorer, tuned_artifacts=tuned_artifacts)

@@ -432,8 +432,10 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     extras = {name: extra_source(name) for name in tuning.learned_extra if name != spec.name} \
         if "learned" in resolved else {}
     # The causal retriever is tuned with the LLM's answer likelihood wherever the LLM can score prompts, else
-    # with the lexical fallback (named in the log and the metadata); query_likelihood only where it can.
-    scorer = llm.scorer if set(SCORING) & set(resolved) and llm.scores_prompts() else None
+    # with the lexical fallback (named in the log and the metadata); query_likelihood, and the learned model's
+    # question-likelihood feature where the registry offers it, only where it can.
+    scoring = set(SCORING) & set(resolved) or ("learned" in resolved and tuning.learned_question_likelihood)
+    scorer = llm.scorer if scoring and llm.scores_prompts() else None
     inputs = inputs_version({
         # the reranker is fitted after the tuning and never read by it (tuned_reranker)
         "benchmark": spec.model_dump(exclude={"path", "tuning"}), "tuning": tuning.model_dump(exclude={"reranker"}),

@@ -76,7 +76,7 @@ def test_candidate_features_follow_the_first_stage_and_describe_each_candidate()
     assert by_id.at["eiffel_tower", "graph_proximity"] == by_id.at["gustave_eiffel", "graph_proximity"] == 1.0
     assert by_id["term_coverage"].between(0, 1).all() and by_id["term_coverage"].max() > 0
     assert extractor.settings() == {"weight": 0.5, "depth": 6, "prf_weight": 0.7, "prf_docs": 3, "sparse": "bm25",
-                                    "within_stats": "corpus", "max_hops": 3}
+                                    "within_stats": "corpus", "max_hops": 3, "question_likelihood": False}
 
 
 def test_bridge_features_link_candidates_that_name_each_other():

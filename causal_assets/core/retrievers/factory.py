@@ -68,7 +68,7 @@ def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None
             params["entity_extractor"] = LLMEntityExtractor(llm_client)
         return EntityFirstRetriever(index, **params)
     if name == "learned":
-        return build_learned(index, params, graph)
+        return build_learned(index, params, graph, scorer)
     if name == "causal":
         return build_causal(index, params, neighbors, llm_client, graph, scorer)
     if name == "fusion":
@@ -102,7 +102,8 @@ def _one_base(name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return b, p
 
 
-def build_learned(index: CorpusIndex, params: dict[str, Any], graph: Graph | None = None):
+def build_learned(index: CorpusIndex, params: dict[str, Any], graph: Graph | None = None,
+                  scorer: Scorer | None = None):
     params = dict(params)
     if params.get("retriever") is not None:   # a ready retriever (the tuner's out-of-fold stand-in)
         return params["retriever"]
@@ -110,7 +111,21 @@ def build_learned(index: CorpusIndex, params: dict[str, Any], graph: Graph | Non
     path = params.pop("model_path", None)
     if model is None and path is None:
         raise ValueError("learned needs model_path (a trained CausalRelevanceModel, e.g. from tuned_retriever_configs)")
-    return LearnedRetriever(index, model if model is not None else CausalRelevanceModel.load(path), graph, **params)
+    model = model if model is not None else CausalRelevanceModel.load(path)
+    if model.extractor_settings.get("question_likelihood") and scorer is None:
+        raise ValueError("this learned model uses the question-likelihood feature: it needs a log-probability "
+                         "scorer (the `llm` resource's)")
+    return LearnedRetriever(index, model, graph, scorer=scorer, **params)
+
+
+def learned_uses_scorer(params: dict[str, Any]) -> bool:
+    """Whether the learned model `params` name reads the question-likelihood feature (its extractor settings)."""
+    if params.get("retriever") is not None:
+        return False   # a ready retriever holds its own scorer
+    model = params.get("model")
+    if model is None and params.get("model_path") and params["model_path"] != "@learned":
+        model = CausalRelevanceModel.load(params["model_path"])
+    return bool(model is not None and model.extractor_settings.get("question_likelihood"))
 
 
 def causal_answer_model(params: dict[str, Any], scorer_configured: bool) -> str:
@@ -122,9 +137,16 @@ def causal_answer_model(params: dict[str, Any], scorer_configured: bool) -> str:
 
 def uses_scorer(kind: str, params: dict[str, Any], scorer_configured: bool) -> bool:
     """Whether a `kind` retriever with `params` measures with the log-probability scorer: query_likelihood always,
-    causal where its answer model is the likelihood (`causal_answer_model`)."""
-    return kind == "query_likelihood" or (
-        kind == "causal" and causal_answer_model(params, scorer_configured) == "likelihood")
+    causal where its answer model is the likelihood (`causal_answer_model`), a learned model that reads the
+    question-likelihood feature, and a retriever built over one of these (members, base, the causal shortlist)."""
+    if kind == "query_likelihood" or (kind == "causal" and causal_answer_model(params, scorer_configured) == "likelihood"):
+        return True
+    if kind == "learned":
+        return learned_uses_scorer(params)
+    inner = {**(params.get("members") or {}), **(params.get("base") or {})}
+    if kind == "causal" and params.get("shortlist") == "learned":
+        inner["learned"] = params.get("shortlist_params") or {}
+    return any(uses_scorer(k, p or {}, scorer_configured) for k, p in inner.items() if isinstance(p, dict))
 
 
 def build_causal(index: CorpusIndex, params: dict[str, Any], neighbors: Neighbors | None = None, llm_client=None,
@@ -163,7 +185,7 @@ def build_causal(index: CorpusIndex, params: dict[str, Any], neighbors: Neighbor
     elif kind == "cascade":
         shortlist = build_retriever("cascade", index, shortlist_params, neighbors)
     else:
-        first = build_retriever(kind, index, shortlist_params, neighbors, llm_client, graph)
+        first = build_retriever(kind, index, shortlist_params, neighbors, llm_client, graph, scorer)
 
         def shortlist(query, n, within):
             return first.retrieve_many([query], n, [list(within)] if within is not None else None)[0]

@@ -68,7 +68,7 @@ from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions
 from causal_assets.core.retrievers.factory import COMBINATIONS, build_retriever, causal_answer_model, uses_scorer
-from causal_assets.core.retrievers.learned.features import FeatureExtractor
+from causal_assets.core.retrievers.learned.features import QUESTION_LIKELIHOOD, FeatureExtractor
 from causal_assets.core.retrievers.learned.retriever import (LearnedRetriever, attach_target, candidate_table,
                                                               cross_validate, fit_model, grid_for, query_folds)
 from causal_assets.core.tuning.fusion import sweep_fusion_weight
@@ -435,9 +435,13 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 continue
             if name == "learned":
                 hybrid = best.get("hybrid", {}).get("params", {})
+                ql = spec.learned_question_likelihood and scorer is not None
+                if spec.learned_question_likelihood and not ql:
+                    log("learned: no log-probability scorer configured: tuned without the question-likelihood "
+                        "feature")
                 model, points, secs, queries, oof, per_query = _tune_learned(
                     index, bench, spec, graph, mc_labels, hybrid.get("weight", 0.7), log,
-                    hybrid.get("within_stats", "corpus"), extra_sources)
+                    hybrid.get("within_stats", "corpus"), extra_sources, scorer() if ql else None)
                 out_of_fold["learned"] = oof
                 scored_queries |= set(bench.query_ids())
                 chosen = record(name, points, f"cv{spec.cv_folds}", queries, secs, fixed, per_query)
@@ -633,11 +637,14 @@ def labels_of(bench: Benchmark, mc_labels: pd.DataFrame | None) -> pd.DataFrame 
 
 
 def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph, mc_labels, weight: float,
-                  log: Callable[[str], None], within_stats: str = "corpus", extra_sources=None):
-    """Grouped-CV choice of target and hyperparameters, then the refit model. Returns (model, [(point, cv value)],
+                  log: Callable[[str], None], within_stats: str = "corpus", extra_sources=None, scorer=None):
+    """Grouped-CV choice of target and hyperparameters (and, with `scorer`, whether the question-likelihood feature
+    is used: every point with and without it), then the refit model. Returns (model, [(point, cv value)],
     seconds per trial, queries, the out-of-fold learned retriever, per point the cv metric per query)."""
     t0 = time.perf_counter()
-    extractor = FeatureExtractor(index, graph, weight=weight, within_stats=within_stats)
+    likelihood = scorer is not None
+    extractor = FeatureExtractor(index, graph, weight=weight, within_stats=within_stats,
+                                 question_likelihood=likelihood, scorer=scorer)
     qids = bench.query_ids()
     table = candidate_table(extractor, {q: bench.queries[q] for q in qids},
                             index.embedder.encode_queries([bench.queries[q] for q in qids]), bench.within)
@@ -653,7 +660,8 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
         x_index, x_bench, x_graph = source
         x_ids = x_bench.query_ids()
         key = {q: f"{other}:{q}" for q in x_ids}   # query ids of another benchmark, kept apart from ours
-        x_table = candidate_table(FeatureExtractor(x_index, x_graph, weight=weight, within_stats=within_stats),
+        x_table = candidate_table(FeatureExtractor(x_index, x_graph, weight=weight, within_stats=within_stats,
+                                                   question_likelihood=likelihood, scorer=scorer),
                                   {key[q]: x_bench.queries[q] for q in x_ids},
                                   x_index.embedder.encode_queries([x_bench.queries[q] for q in x_ids]),
                                   {key[q]: x_bench.within[q] for q in x_ids} if x_bench.within else None)
@@ -665,28 +673,40 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
     targets = [t for t in spec.learned_targets
                if t == "qrels" or (t == "delta_p" and labels is not None
                                    and labels["question_id"].nunique() >= spec.min_mc_questions)]
+    if likelihood:
+        log(f"learned: question likelihood scored for {len(table)} candidates in {time.perf_counter() - t0:.1f}s "
+            "with the features")
     points, secs, tables, per_query = [], [], {}, []
+    # without the feature first: a CV that cannot tell the two apart (ties keep the earlier point) scores no LLM
+    # call at query time
     for target in targets:
-        tables[target] = attach_target(table, target, {**bench.qrels, **extra_qrels}, labels)
-        for params in grid_for(target):
-            t = time.perf_counter()
-            value, _, scores = cross_validate(tables[target], target, params, bench.qrels, spec.metric,
-                                              spec.cv_folds, spec.seed, fold_groups(spec, bench))
-            per_query.append(scores)
-            points.append(({"target": target, "hyperparameters": dict(params)}, value))
-            secs.append(time.perf_counter() - t)
-            log(f"learned: target {target} {params}: cv {spec.metric} {value:.4f}")
+        for with_likelihood in ((False, True) if likelihood else (False,)):
+            rows = attach_target(table, target, {**bench.qrels, **extra_qrels}, labels)
+            tables[target, with_likelihood] = rows if with_likelihood else rows.drop(columns=list(QUESTION_LIKELIHOOD),
+                                                                                     errors="ignore")
+            for params in grid_for(target):
+                t = time.perf_counter()
+                value, _, scores = cross_validate(tables[target, with_likelihood], target, params, bench.qrels,
+                                                  spec.metric, spec.cv_folds, spec.seed, fold_groups(spec, bench))
+                per_query.append(scores)
+                points.append(({"target": target, "hyperparameters": dict(params),
+                                **({"question_likelihood": with_likelihood} if likelihood else {})}, value))
+                secs.append(time.perf_counter() - t)
+                log(f"learned: target {target} {params}"
+                    f"{' with question likelihood' if with_likelihood else ''}: cv {spec.metric} {value:.4f}")
     point, _ = max(points, key=lambda p: p[1])
-    model = fit_model(tables[point["target"]], point["target"], point["hyperparameters"], extractor.settings(),
+    chosen = tables[point["target"], bool(point.get("question_likelihood"))]
+    settings = {**extractor.settings(), "question_likelihood": bool(point.get("question_likelihood"))}
+    model = fit_model(chosen, point["target"], point["hyperparameters"], settings,
                       {"benchmark": bench.name, "split": bench.split, "metric": spec.metric,
                        "extra_train": extra_counts})
+    model_scorer = scorer if settings["question_likelihood"] else None
     # The chosen point's fold models (the folds `cross_validate` used), for out-of-fold figures of combinations.
-    chosen = tables[point["target"]]
     judged = [q for q in chosen["query_id"].unique() if q in bench.qrels]
     fold_models, fold_of_text = [], {}
     for f, fold in enumerate(query_folds(judged, spec.cv_folds, spec.seed, fold_groups(spec, bench))):
         held = chosen["query_id"].isin(fold).to_numpy()
         fold_models.append(LearnedRetriever(index, fit_model(chosen[~held], point["target"], point["hyperparameters"],
-                                                             extractor.settings()), graph))
+                                                             settings), graph, scorer=model_scorer))
         fold_of_text.update({bench.queries[q]: f for q in fold})
     return model, points, secs, len(qids), OutOfFoldLearned(fold_models, fold_of_text), per_query

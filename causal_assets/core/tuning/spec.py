@@ -149,6 +149,10 @@ class TuningSpec(BaseModel):
     # learned: the tune splits of these other benchmarks (their own indexes) join the training rows; the CV folds and
     # the figure stay on this benchmark's own tune split, the extra questions are in every training fold.
     learned_extra: list[str] = Field(default_factory=list)
+    # learned: the solver's likelihood of the question after each candidate may be a feature (one LLM scoring per
+    # candidate, through the call cache); the CV tries every point with and without it and keeps the better, so a
+    # benchmark where it does not help pays the scorings once and not at query time. Needs the `llm` scorer.
+    learned_question_likelihood: bool = False
     pairwise_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "entity_first"])  # first tuned one
     query_likelihood_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "hybrid"])  # first tuned
     encoder: EncoderSpec | None = None           # fine-tune the dense encoder first (tuned_encoder asset)

@@ -1,6 +1,7 @@
 """Query-time features of (query, candidate document) pairs: the input of the learned causal-relevance model
-(`retriever.py`). Every feature comes from the corpus index (BM25 postings, dense vectors, titles, chunk kinds)
-and, where the corpus has one, its entity graph: no LLM call, so the model can score at query time.
+(`retriever.py`). Every feature but one comes from the corpus index (BM25 postings, dense vectors, titles, chunk
+kinds) and, where the corpus has one, its entity graph: no LLM call, so the model can score at query time. The one
+that reads the candidate with the solver, `question_likelihood_z`, is optional (last in the list below).
 
 Candidates: the first stage is the z-score hybrid (`weight * z(dense) + (1 - weight) * z(bm25)`, z over the
 query's population: the whole corpus, or `within`), cut at `depth`; inside `within`, BM25 takes its statistics from
@@ -51,6 +52,8 @@ from scipy.sparse.csgraph import dijkstra
 
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.index.sparse import build_bm25
+from causal_assets.core.llm.errors import LLMError
+from causal_assets.core.llm.scoring import Scorer, ScoreRequest
 from causal_assets.core.retrievers.entity_first.retriever import compute_title_links, title_match_scores
 from causal_assets.core.retrievers.similarity import _check_within_stats, sparse_scores, zscore
 from causal_assets.core.text.analyzer import analyze
@@ -64,6 +67,11 @@ FEATURES = ("bm25", "bm25_z", "bm25_rank", "bm25_share", "dense", "dense_z", "de
             "doc_terms", "query_terms", "redundancy", *(f"kind_{k}" for k in KINDS), "bridge_from_named", "mentions_named", "bridge_prior")
 NAMED = 0.9   # a title_match this strong means the question names the title (its full form or alias)
 BRIDGE_FEATURES = ("bridge_from_named", "mentions_named", "bridge_prior")
+QUESTION_LIKELIHOOD = ("question_likelihood_z",)
+# The candidate (its title and text), then the cue for the question: the prompt the feature was measured with
+# (README, "question likelihood as a feature"); the first `QUESTION_DOC_CHARS` characters (a paragraph fits whole).
+QUESTION_PROMPT = "{document}\n\nQuestion:"
+QUESTION_DOC_CHARS = 3000
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.]*")
 
 
@@ -127,9 +135,14 @@ class FeatureExtractor:
 
     def __init__(self, index: CorpusIndex, graph: tuple[pd.DataFrame, pd.DataFrame] | None = None,
                  weight: float = 0.7, depth: int = 100, prf_weight: float = 0.7, prf_docs: int = 3,
-                 max_hops: int = 3, sparse: str = "bm25", within_stats: str = "corpus"):
+                 max_hops: int = 3, sparse: str = "bm25", within_stats: str = "corpus",
+                 question_likelihood: bool = False, scorer: Scorer | None = None):
         if index.embeddings is None:
             raise ValueError(f"corpus {index.corpus!r} was loaded without embeddings; the features need them")
+        if question_likelihood and scorer is None:
+            raise ValueError("question_likelihood features need a log-probability scorer (the `llm` resource's)")
+        self.question_likelihood, self.scorer = question_likelihood, scorer
+        self.features = (*FEATURES, *QUESTION_LIKELIHOOD) if question_likelihood else FEATURES
         self.index, self.weight, self.depth, self.sparse = index, weight, depth, sparse
         self.prf_weight, self.prf_docs = prf_weight, prf_docs
         _check_within_stats(within_stats)
@@ -150,14 +163,15 @@ class FeatureExtractor:
     def settings(self) -> dict:
         return {"weight": self.weight, "depth": self.depth, "prf_weight": self.prf_weight,
                 "prf_docs": self.prf_docs, "sparse": self.sparse, "within_stats": self.within_stats,
-                "max_hops": self.graph.max_hops if self.graph is not None else None}
+                "max_hops": self.graph.max_hops if self.graph is not None else None,
+                "question_likelihood": self.question_likelihood}
 
     def candidates(self, query: str, query_vector: np.ndarray, within: list[str] | None = None) -> Candidates:
         index = self.index
         pop = np.arange(len(index.ids)) if within is None else \
             np.array([index.position[c] for c in dict.fromkeys(within) if c in index.position], dtype=np.int64)
         if len(pop) == 0:
-            return Candidates(pop, pd.DataFrame(columns=list(FEATURES)))
+            return Candidates(pop, pd.DataFrame(columns=list(self.features)))
         s_all = sparse_scores(index, query, self.sparse, pop, self.within_stats if within is not None else "corpus")
         d_all = index.scores(query, "dense", query_vector)[pop]
         s_z, d_z = zscore(s_all.astype(np.float64)), zscore(d_all.astype(np.float64))
@@ -198,9 +212,23 @@ class FeatureExtractor:
         feats["redundancy"] = np.array([sims[i, :i].max() if i else 0.0 for i in range(len(pos))])
         feats.update(self._bridges(pos, titles, feats["title_match"], zscore(prior_all[order]))
                      if within is not None else {k: np.zeros(len(pos)) for k in BRIDGE_FEATURES})
+        if self.question_likelihood:
+            feats["question_likelihood_z"] = zscore(self._question_logprobs(query, pos))
         frame = pd.DataFrame(feats)
         frame[[f"kind_{k}" for k in KINDS]] = self._kind[pos]
-        return Candidates(pos, frame[list(FEATURES)].astype(np.float64))
+        return Candidates(pos, frame[list(self.features)].astype(np.float64))
+
+    def _question_logprobs(self, query: str, pos: np.ndarray) -> np.ndarray:
+        """log P(query | candidate) per candidate. A scoring failure fails the query: a document the model could
+        not read is not a document that makes the question unlikely."""
+        requests = [ScoreRequest(QUESTION_PROMPT.replace("{document}",
+                                                         self.index.text(str(self.index.ids[p]))[:QUESTION_DOC_CHARS]),
+                                 (" " + query.strip(),)) for p in pos]
+        results = self.scorer.score_many(requests) if query.strip() else []
+        failed = next((r for r in results if isinstance(r, LLMError)), None)
+        if failed is not None:
+            raise failed
+        return np.array([r.best for r in results], dtype=np.float64) if results else np.zeros(len(pos))
 
     def _bridges(self, pos: np.ndarray, titles: list[str], title_match: np.ndarray,
                  prior_z: np.ndarray) -> dict[str, np.ndarray]:

@@ -1,7 +1,8 @@
 """The learned causal-relevance model: scores (query, document) pairs from query-time features
 (`features.py`: BM25/dense scores and ranks, pseudo-relevance feedback, title field, term and entity coverage,
-graph distance to the query's entities, chunk kind, redundancy with higher-ranked candidates) WITHOUT any LLM
-call, and reranks a first stage (the z-score hybrid) with them. It is the `learned` retriever and the
+graph distance to the query's entities, chunk kind, redundancy with higher-ranked candidates; optionally the
+solver's likelihood of the question after the candidate, one LLM scoring per candidate, where the tuner's CV keeps
+it), and reranks a first stage (the z-score hybrid) with them. It is the `learned` retriever and the
 `rerank` stage other retrievers can use (the causal retriever's `shortlist: learned`).
 
 Targets (what it learns):
@@ -46,7 +47,8 @@ from upath import UPath
 
 from causal_assets.core.evaluation.metrics import Qrels, named_metric_per_query
 from causal_assets.core.index.search import CorpusIndex, Hit
-from causal_assets.core.retrievers.learned.features import FEATURES, FeatureExtractor
+from causal_assets.core.llm.scoring import Scorer
+from causal_assets.core.retrievers.learned.features import FEATURES, QUESTION_LIKELIHOOD, FeatureExtractor
 from causal_assets.core.schemas import ranking_effect
 
 TARGETS = ("qrels", "delta_p")
@@ -82,7 +84,7 @@ def grid_for(target: str) -> list[dict[str, Any]]:
 
 def candidate_table(extractor: FeatureExtractor, queries: dict[str, str], vectors: np.ndarray,
                     within: dict[str, list[str]] | None = None) -> pd.DataFrame:
-    """One row per (query, first-stage candidate): query_id, doc_id, first-stage rank, FEATURES."""
+    """One row per (query, first-stage candidate): query_id, doc_id, first-stage rank, the extractor's features."""
     frames = []
     for qv, (qid, text) in zip(vectors, queries.items()):
         c = extractor.candidates(text, qv, within.get(qid) if within else None)
@@ -91,7 +93,7 @@ def candidate_table(extractor: FeatureExtractor, queries: dict[str, str], vector
         f.insert(0, "doc_id", extractor.index.ids[c.positions].astype(str))
         f.insert(0, "query_id", qid)
         frames.append(f)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "rank", *FEATURES])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "rank", *extractor.features])
 
 
 def attach_target(table: pd.DataFrame, target: str, qrels: Qrels | None = None,
@@ -185,6 +187,11 @@ class CausalRelevanceModel:
 
 def fit_model(table: pd.DataFrame, target: str, params: dict[str, Any], extractor_settings: dict[str, Any],
               metadata: dict[str, Any] | None = None) -> CausalRelevanceModel:
+    # the optional features the table carries (an extractor with `question_likelihood` adds them)
+    features = (*FEATURES, *(f for f in QUESTION_LIKELIHOOD if f in table.columns))
+    if "question_likelihood" in extractor_settings and \
+            bool(extractor_settings["question_likelihood"]) != (len(features) > len(FEATURES)):
+        raise ValueError("the extractor settings and the table disagree on the question-likelihood feature")
     train = table.dropna(subset=["target"])
     if train["query_id"].nunique() < 2:
         raise ValueError(f"too few labelled queries to train on ({train['query_id'].nunique()})")
@@ -196,13 +203,13 @@ def fit_model(table: pd.DataFrame, target: str, params: dict[str, Any], extracto
             # LambdaMART's groups: each query's candidates in consecutive rows
             train = train.sort_values("query_id", kind="stable")
             y = train["target"].to_numpy()
-            est = _estimator(target, params).fit(train[list(FEATURES)].to_numpy(np.float64), y.astype(int),
+            est = _estimator(target, params).fit(train[list(features)].to_numpy(np.float64), y.astype(int),
                                                  group=train.groupby("query_id", sort=False).size().to_numpy())
         else:
-            est = _estimator(target, params).fit(train[list(FEATURES)].to_numpy(np.float64), y)
+            est = _estimator(target, params).fit(train[list(features)].to_numpy(np.float64), y)
     meta = {"train_queries": int(train["query_id"].nunique()), "train_rows": int(len(train)),
             "positives": int((y > 0).sum()), **(metadata or {})}
-    return CausalRelevanceModel(est, target, dict(params), dict(extractor_settings), FEATURES, meta)
+    return CausalRelevanceModel(est, target, dict(params), dict(extractor_settings), features, meta)
 
 
 def query_folds(query_ids: Sequence[str], n_folds: int, seed: int = 0,
@@ -276,12 +283,14 @@ class LearnedRetriever:
     name = "learned"
 
     def __init__(self, index: CorpusIndex, model: CausalRelevanceModel,
-                 graph: tuple[pd.DataFrame, pd.DataFrame] | None = None, depth: int | None = None):
+                 graph: tuple[pd.DataFrame, pd.DataFrame] | None = None, depth: int | None = None,
+                 scorer: Scorer | None = None):
         settings = {k: v for k, v in model.extractor_settings.items() if v is not None}
         if depth is not None:
             settings["depth"] = depth
         self.index, self.model = index, model
-        self.extractor = FeatureExtractor(index, graph, **settings)
+        # `scorer`: the log-probability scorer, for a model that uses the question-likelihood feature
+        self.extractor = FeatureExtractor(index, graph, scorer=scorer, **settings)
 
     def retrieve_many(self, queries: list[str], k: int, within: list[list[str]] | None = None) -> list[list[Hit]]:
         vectors = self.index.embedder.encode_queries(queries)
