@@ -674,14 +674,14 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
                if t == "qrels" or (t == "delta_p" and labels is not None
                                    and labels["question_id"].nunique() >= spec.min_mc_questions)]
     if likelihood:
-        log(f"learned: question likelihood scored for {len(table)} candidates in {time.perf_counter() - t0:.1f}s "
-            "with the features")
+        log(f"learned: question likelihood scored with the other features of {len(table)} candidate rows "
+            f"({time.perf_counter() - t0:.1f}s in all)")
     points, secs, tables, per_query = [], [], {}, []
     # without the feature first: a CV that cannot tell the two apart (ties keep the earlier point) scores no LLM
     # call at query time
     for target in targets:
+        rows = attach_target(table, target, {**bench.qrels, **extra_qrels}, labels)
         for with_likelihood in ((False, True) if likelihood else (False,)):
-            rows = attach_target(table, target, {**bench.qrels, **extra_qrels}, labels)
             tables[target, with_likelihood] = rows if with_likelihood else rows.drop(columns=list(QUESTION_LIKELIHOOD),
                                                                                      errors="ignore")
             for params in grid_for(target):
