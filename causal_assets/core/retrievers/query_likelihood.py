@@ -27,6 +27,14 @@ from causal_assets.core.retrievers.similarity import rerank_head, zscore
 DEFAULT_PROMPT = "{document}\n\nA search query this text answers:"
 
 
+def likelihood_request(index: CorpusIndex, query: str, chunk_id: str, prompt: str, max_doc_chars: int) -> ScoreRequest:
+    """The request for log P(query | document): `prompt` with the document's first `max_doc_chars` characters (its
+    title and text) in place of {document}, the query as the continuation. The reranker and the learned model's
+    question-likelihood feature both ask here, so the same (query, document, prompt) hits the same cache entry."""
+    document = index.text(chunk_id)[:max_doc_chars]
+    return ScoreRequest(prompt=prompt.replace("{document}", document), continuations=(" " + query.strip(),))
+
+
 class QueryLikelihoodReranker:
     name = "query_likelihood"
 
@@ -44,8 +52,7 @@ class QueryLikelihoodReranker:
         self.depth, self.weight, self.prompt, self.max_doc_chars = depth, float(weight), prompt, max_doc_chars
 
     def request(self, query: str, chunk_id: str) -> ScoreRequest:
-        document = self.index.text(chunk_id)[: self.max_doc_chars]
-        return ScoreRequest(prompt=self.prompt.replace("{document}", document), continuations=(" " + query.strip(),))
+        return likelihood_request(self.index, query, chunk_id, self.prompt, self.max_doc_chars)
 
     def retrieve_many(self, queries: list[str], k: int, within: list[list[str]] | None = None) -> list[list[Hit]]:
         runs = self.base.retrieve_many(queries, max(k, self.depth), within)

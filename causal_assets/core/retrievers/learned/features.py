@@ -53,8 +53,9 @@ from scipy.sparse.csgraph import dijkstra
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.index.sparse import build_bm25
 from causal_assets.core.llm.errors import LLMError
-from causal_assets.core.llm.scoring import Scorer, ScoreRequest
+from causal_assets.core.llm.scoring import Scorer
 from causal_assets.core.retrievers.entity_first.retriever import compute_title_links, title_match_scores
+from causal_assets.core.retrievers.query_likelihood import likelihood_request
 from causal_assets.core.retrievers.similarity import _check_within_stats, sparse_scores, zscore
 from causal_assets.core.text.analyzer import analyze
 from causal_assets.core.text.entities import extract_query_entities
@@ -221,9 +222,8 @@ class FeatureExtractor:
     def _question_logprobs(self, query: str, pos: np.ndarray) -> np.ndarray:
         """log P(query | candidate) per candidate. A scoring failure fails the query: a document the model could
         not read is not a document that makes the question unlikely."""
-        requests = [ScoreRequest(QUESTION_PROMPT.replace("{document}",
-                                                         self.index.text(str(self.index.ids[p]))[:QUESTION_DOC_CHARS]),
-                                 (" " + query.strip(),)) for p in pos]
+        requests = [likelihood_request(self.index, query, str(self.index.ids[p]), QUESTION_PROMPT, QUESTION_DOC_CHARS)
+                    for p in pos]
         results = self.scorer.score_many(requests) if query.strip() else []
         failed = next((r for r in results if isinstance(r, LLMError)), None)
         if failed is not None:
