@@ -1,0 +1,107 @@
+"""The learned model's train CV across fold seeds, with and without the solver's question-likelihood feature: the
+stability gauge behind issue 16's learned-model feature decisions (README, "question likelihood as a feature of the
+learned model" and the "Tried for issue 16" rows, whose fold seeds 0 / 1 / 2 are these seeds).
+
+    python benchmarks/learned_fold_seeds.py [--base data/parquet] [--benchmarks hotpotqa musique] [--seeds 0 1 2]
+
+For each benchmark and seed: the tuner (`core.tuning.search.tune`, the code of `tuned_retriever_configs`) tunes the
+hybrid, then the learned model on the train split with the registry's tuning section and that fold seed. Every grid
+point is scored by grouped CV with and without the feature, as the asset does. Nothing here reads a test split.
+
+The other benchmarks' train halves join the training rows (`learned_extra`) when their indexes are under --base.
+The scorer is the packaged solver in-process, through the LLM call cache (`CAUSAL_ASSETS_LLM_CACHE`, default
+data/llm_calls.sqlite). A data dir whose assets already tuned these benchmarks therefore pays no scoring.
+
+Writes data/benchmarks/learned_fold_seeds.json: per benchmark and seed, the best CV figure without and with the
+feature and the points chosen.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import PARQUET, machine, write_json  # noqa: E402
+
+from causal_assets.core.artifacts import CorpusArtifacts  # noqa: E402
+from causal_assets.core.benchmarks import load_benchmark_registry  # noqa: E402
+from causal_assets.core.errors import CorpusError  # noqa: E402
+from causal_assets.core.llm.cache import CallCache  # noqa: E402
+from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer  # noqa: E402
+from causal_assets.core.tuning.search import tune  # noqa: E402
+from causal_assets.core.tuning.spec import TuningSpec  # noqa: E402
+from causal_assets.resources import ANN  # noqa: E402
+from causal_assets.settings import Settings  # noqa: E402
+
+SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
+
+
+def best_by_feature(trials) -> dict[str, dict]:
+    """The learned model's best CV point without and with the feature (the trials' `question_likelihood` key)."""
+    points = [(json.loads(params), float(value)) for params, value in zip(trials["params"], trials["value"])]
+    out = {}
+    for with_feature in (False, True):
+        side = [(p, v) for p, v in points if bool(p.get("question_likelihood")) == with_feature]
+        if side:
+            point, value = max(side, key=lambda pv: pv[1])   # ties: the earlier point, as the tuner keeps it
+            out["with" if with_feature else "without"] = {"cv": round(value, 4), "point": point}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", default=str(PARQUET), help="Parquet base path with the corpus indexes and graphs")
+    parser.add_argument("--benchmarks", nargs="+", default=["hotpotqa", "musique"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    args = parser.parse_args()
+    started = machine()
+    registry = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)
+    solver = SETTINGS.solver or DEFAULT_SOLVER
+    scorer = local_scorer(solver, CallCache(SETTINGS.llm_cache), SETTINGS.models_dir)
+    loaded: dict[str, tuple] = {}
+
+    def source(name: str):
+        """(index, train split, graph, artifacts) of a benchmark whose corpus index is under --base, else None."""
+        if name not in loaded:
+            spec = registry[name]
+            artifacts = CorpusArtifacts(args.base, spec.corpus, ANN)
+            loaded[name] = (artifacts.index, artifacts.benchmark(spec, spec.tune_split), artifacts.graph, artifacts)
+        return loaded[name]
+
+    def extra(name: str):
+        """An extra training benchmark, or None (left out, as the asset leaves it out) when its index is not there."""
+        try:
+            return source(name)[:3]
+        except (KeyError, OSError, ValueError, CorpusError) as e:
+            print(f"learned_extra {name!r} left out: {e}")
+            return None
+
+    results: dict[str, dict] = {}
+    for name in args.benchmarks:
+        spec = registry[name]
+        if not spec.tuning.get("learned_question_likelihood"):
+            print(f"{name}: the registry does not offer the question-likelihood feature; both sides would be the same")
+        index, bench, graph, artifacts = source(name)
+        results[name] = {}
+        for seed in args.seeds:
+            tuning = TuningSpec.model_validate({**spec.tuning, "retrievers": ["hybrid", "learned"], "seed": seed})
+            t0 = time.perf_counter()
+            result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, None,
+                          forbidden=tuple(spec.eval_splits), extra_sources=extra, scorer=lambda: scorer)
+            learned = result.trials[result.trials["retriever"] == "learned"]
+            results[name][str(seed)] = {**best_by_feature(learned), "seconds": round(time.perf_counter() - t0, 1),
+                                        "queries": len(bench.query_ids())}
+            sides = results[name][str(seed)]
+            print(f"{name} seed {seed}: learned cv {tuning.metric} without the feature "
+                  f"{sides.get('without', {}).get('cv')}, with it {sides.get('with', {}).get('cv')} "
+                  f"({sides['seconds']} s)", flush=True)
+    path = write_json("learned_fold_seeds", {"machine_start": started, "load_average_end": machine()["load_average"],
+                                             "solver": solver, "base": args.base, "results": results})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
