@@ -29,14 +29,15 @@ from common import PARQUET, machine, write_json  # noqa: E402
 from causal_assets.core.artifacts import CorpusArtifacts  # noqa: E402
 from causal_assets.core.benchmarks import load_benchmark_registry  # noqa: E402
 from causal_assets.core.errors import CorpusError  # noqa: E402
+from causal_assets.core.index.ann import AnnConfig  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
 from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer  # noqa: E402
 from causal_assets.core.tuning.search import tune  # noqa: E402
 from causal_assets.core.tuning.spec import TuningSpec  # noqa: E402
-from causal_assets.resources import ANN  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
 SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)
+ANN = AnnConfig(min_chunks=SETTINGS.ann_min_chunks)   # the code location's ANN settings (resources.py)
 
 
 def best_by_feature(trials) -> dict[str, dict]:
