@@ -65,7 +65,7 @@ def main() -> None:
     loaded: dict[str, tuple] = {}
 
     def source(name: str):
-        """(index, train split, graph, artifacts) of a benchmark whose corpus index is under --base, else None."""
+        """(index, train split, graph, artifacts) of a benchmark; raises when its corpus index is not under --base."""
         if name not in loaded:
             spec = registry[name]
             artifacts = CorpusArtifacts(args.base, spec.corpus, ANN)
