@@ -222,13 +222,14 @@ class FeatureExtractor:
     def _question_logprobs(self, query: str, pos: np.ndarray) -> np.ndarray:
         """log P(query | candidate) per candidate. A scoring failure fails the query: a document the model could
         not read is not a document that makes the question unlikely."""
-        requests = [likelihood_request(self.index, query, str(self.index.ids[p]), QUESTION_PROMPT, QUESTION_DOC_CHARS)
-                    for p in pos]
-        results = self.scorer.score_many(requests) if query.strip() else []
+        if not query.strip() or not len(pos):
+            return np.zeros(len(pos))   # a blank question makes every candidate equally (un)likely
+        results = self.scorer.score_many([likelihood_request(self.index, query, str(self.index.ids[p]), QUESTION_PROMPT,
+                                                             QUESTION_DOC_CHARS) for p in pos])
         failed = next((r for r in results if isinstance(r, LLMError)), None)
         if failed is not None:
             raise failed
-        return np.array([r.best for r in results], dtype=np.float64) if results else np.zeros(len(pos))
+        return np.array([r.best for r in results], dtype=np.float64)
 
     def _bridges(self, pos: np.ndarray, titles: list[str], title_match: np.ndarray,
                  prior_z: np.ndarray) -> dict[str, np.ndarray]:
