@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PARQUET, machine, write_json  # noqa: E402
+from common import PARQUET, load_average, machine, write_json  # noqa: E402
 
 from causal_assets.core.artifacts import CorpusArtifacts  # noqa: E402
 from causal_assets.core.benchmarks import load_benchmark_registry  # noqa: E402
@@ -83,12 +83,13 @@ def main() -> None:
     results: dict[str, dict] = {}
     for name in args.benchmarks:
         spec = registry[name]
-        if not spec.tuning.get("learned_question_likelihood"):
+        registered = TuningSpec.model_validate({**spec.tuning, "retrievers": ["hybrid", "learned"]})
+        if not registered.learned_question_likelihood:
             print(f"{name}: the registry does not offer the question-likelihood feature; both sides would be the same")
         index, bench, graph, artifacts = source(name)
         results[name] = {}
         for seed in args.seeds:
-            tuning = TuningSpec.model_validate({**spec.tuning, "retrievers": ["hybrid", "learned"], "seed": seed})
+            tuning = registered.model_copy(update={"seed": seed})
             t0 = time.perf_counter()
             result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, None,
                           forbidden=tuple(spec.eval_splits), extra_sources=extra, scorer=lambda: scorer)
@@ -99,7 +100,7 @@ def main() -> None:
             print(f"{name} seed {seed}: learned cv {tuning.metric} without the feature "
                   f"{sides.get('without', {}).get('cv')}, with it {sides.get('with', {}).get('cv')} "
                   f"({sides['seconds']} s)", flush=True)
-    path = write_json("learned_fold_seeds", {"machine_start": started, "load_average_end": machine()["load_average"],
+    path = write_json("learned_fold_seeds", {"machine_start": started, "load_average_end": load_average(),
                                              "solver": solver, "base": args.base, "results": results})
     print(f"wrote {path}")
 
