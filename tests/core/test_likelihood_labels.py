@@ -81,7 +81,6 @@ def test_server_endpoint_scores_like_the_in_process_model(tmp_path, models_dir):
             .score_many([ScoreRequest(prompt, cont, span)])[0]
     assert remote.n_tokens == local.n_tokens
     assert abs(remote.best - local.best) < 0.05, (remote.best, local.best)
-    assert remote.token_logprobs[0] == pytest.approx(local.token_logprobs[0], abs=0.05)
     assert remote.span_tokens == local.span_tokens > 3
     assert remote.span_logprob == pytest.approx(local.span_logprob, abs=0.1)
 

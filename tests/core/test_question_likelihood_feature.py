@@ -1,7 +1,6 @@
 """The learned model's optional question-likelihood feature (`question_likelihood_z`): the real local model's
 log-probability of the question after each candidate (Gemma-3-270M in-process, through the call cache), z-scored
-over the question's candidates, with the token-level features read off the same scorings
-(`test_question_token_features.py`); the tuner's CV tries every learned point with and without them."""
+over the question's candidates; the tuner's CV tries every learned point with and without it."""
 from __future__ import annotations
 
 import json
@@ -51,7 +50,7 @@ def test_a_model_that_reads_the_feature_is_rebuilt_only_with_a_scorer(scorer, tm
     extractor = FeatureExtractor(index, depth=12, question_likelihood=True, scorer=scorer)
     table = attach_target(_table(extractor, list(QUESTIONS)), "qrels", tiny_benchmark().qrels)
     model = fit_model(table, "qrels", PARAMS, extractor.settings())
-    assert model.features[len(FEATURES):] == QUESTION_LIKELIHOOD and model.extractor_settings["question_likelihood"]
+    assert model.features[-1] == "question_likelihood_z" and model.extractor_settings["question_likelihood"]
     with pytest.raises(ValueError, match="disagree"):   # settings that say otherwise than the table
         fit_model(table, "qrels", PARAMS, {**extractor.settings(), "question_likelihood": False})
     without = fit_model(table.drop(columns=list(QUESTION_LIKELIHOOD)), "qrels", PARAMS,
@@ -78,7 +77,7 @@ def test_the_tuner_tries_every_learned_point_with_and_without_the_feature(scorer
     used = [bool(json.loads(p).get("question_likelihood")) for p in trials["params"]]
     assert used.count(True) == used.count(False) == len(used) // 2 > 0
     model = result.models["learned"]
-    assert model.extractor_settings["question_likelihood"] == (model.features[len(FEATURES):] == QUESTION_LIKELIHOOD)
+    assert model.extractor_settings["question_likelihood"] == (model.features[-1] == "question_likelihood_z")
     assert any("question likelihood scored" in m for m in logged)
     # no scorer configured: tuned without the feature, and the log says so
     logged.clear()

@@ -15,9 +15,7 @@ Two backends behind one interface (`score_many(requests) -> [ScoreResult | LLMEr
   naming the option to use instead (``monte_carlo: {outcome: success}``); it never silently scores nothing.
 
 Every request goes through the persistent :class:`~causal_assets.core.llm.cache.CallCache` (kind ``score``):
-a re-run pays nothing twice and infrastructure errors are journalled, never returned as outcomes. Each
-continuation's per-token log-probabilities are journalled with its sum (the learned model's token features read
-them); a request that asks for them (``token_logprobs=True``) re-scores a cached call journalled before they were.
+a re-run pays nothing twice and infrastructure errors are journalled, never returned as outcomes.
 """
 from __future__ import annotations
 
@@ -28,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 import openai
@@ -52,9 +50,6 @@ class ScoreRequest:
     # characters [start, end) of the prompt whose own log-probability is returned too (the question, for the
     # qa_likelihood outcome): read off the same prompt evaluation, so it costs no second request
     span: tuple[int, int] | None = None
-    # the caller reads each continuation token's log-probability (ScoreResult.token_logprobs); not part of the
-    # cache key: the same evaluation, journalled with its per-token values since they were kept
-    token_logprobs: bool = False
 
     def __post_init__(self):
         if self.span is not None:
@@ -74,23 +69,11 @@ class ScoreResult:
     key: str
     span_logprob: float | None = None  # the request's span (None without one)
     span_tokens: int = 0
-    token_logprobs: tuple[tuple[float, ...], ...] = ()   # each continuation's per-token values (() if not journalled)
 
     @property
     def best(self) -> float:
         """Log-probability of the most likely accepted answer (aliases are alternatives, not a sum)."""
         return max(self.logprobs)
-
-
-class _Scored(NamedTuple):
-    """One request's evaluation by a backend (before the cache)."""
-    logprobs: list[float]
-    n_tokens: list[int]
-    prompt_tokens: int
-    evaluated: int
-    span_logprob: float | None
-    span_tokens: int
-    token_logprobs: list[list[float]]
 
 
 class Scorer(Protocol):
@@ -134,11 +117,10 @@ class _CachedScorer:
                 raise ValueError("a score request needs at least one continuation")
             key = self.key(req)
             hit = self.cache.get(key) if self.cache is not None else None
-            if hit is not None and hit.response and (not req.token_logprobs or "token_logprobs" in hit.response):
+            if hit is not None and hit.response:
                 r = hit.response
                 out[i] = ScoreResult(tuple(r["logprobs"]), tuple(r["n_tokens"]), int(r["prompt_tokens"]),
-                                     0, 0.0, True, key, r.get("span_logprob"), int(r.get("span_tokens") or 0),
-                                     tuple(tuple(t) for t in r.get("token_logprobs", ())))
+                                     0, 0.0, True, key, r.get("span_logprob"), int(r.get("span_tokens") or 0))
             else:
                 todo.append((i, key))
         if todo:
@@ -150,7 +132,7 @@ class _CachedScorer:
                               **({"span": list(req.span)} if req.span else {})}
             t0 = time.monotonic()
             try:
-                lps, ntok, ptok, evaluated, span_lp, span_n, tokens = self._score_one(req)
+                lps, ntok, ptok, evaluated, span_lp, span_n = self._score_one(req)
             except ScoringUnsupported:
                 raise
             except LLMError as exc:
@@ -163,10 +145,9 @@ class _CachedScorer:
             if self.cache is not None:
                 self.cache.put(key, self.model_id, request_record,
                                {"logprobs": lps, "n_tokens": ntok, "prompt_tokens": ptok, "evaluated": evaluated,
-                                "span_logprob": span_lp, "span_tokens": span_n, "token_logprobs": tokens},
+                                "span_logprob": span_lp, "span_tokens": span_n},
                                f"{max(lps):.6f}", ptok, sum(ntok), latency, status="ok", attempts=1)
-            out[i] = ScoreResult(tuple(lps), tuple(ntok), ptok, evaluated, latency, False, key, span_lp, span_n,
-                                 tuple(tuple(t) for t in tokens))
+            out[i] = ScoreResult(tuple(lps), tuple(ntok), ptok, evaluated, latency, False, key, span_lp, span_n)
         return out  # type: ignore[return-value]
 
     def complete(self, prompt: str, max_tokens: int = 24, stop: Sequence[str] = ("\n",)) -> str:
@@ -194,9 +175,9 @@ class _CachedScorer:
     def _before_batch(self) -> None:
         """Called before the uncached requests of a batch are scored (the in-process backend sizes its threads)."""
 
-    def _score_one(self, req: ScoreRequest) -> _Scored:
-        """The log-probability, token count and per-token values of each continuation, the prompt's tokens, the
-        tokens evaluated, and the span's log-probability and token count (None, 0 without a span)."""
+    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int, float | None, int]:
+        """(log-probability and token count of each continuation, prompt tokens, tokens evaluated, the span's
+        log-probability and token count or (None, 0))."""
         raise NotImplementedError
 
 
@@ -246,7 +227,7 @@ class LlamaCppScorer(_CachedScorer):
     def tokenize(self, text: str, bos: bool) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
 
-    def _score_one(self, req: ScoreRequest) -> _Scored:
+    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int, float | None, int]:
         with self._lock:
             if req.span is None:
                 prompt, span_rows = self.tokenize(req.prompt, bos=True), []
@@ -257,7 +238,7 @@ class LlamaCppScorer(_CachedScorer):
                 span = self.tokenize(req.prompt[a:b], bos=False)
                 prompt = head + span + self.tokenize(req.prompt[b:], bos=False)
                 span_rows = list(range(len(head) - 1, len(head) + len(span) - 1))
-            lps, ntok, tokens, evaluated, span_lp = [], [], [], 0, None
+            lps, ntok, evaluated, span_lp = [], [], 0, None
             for cont in req.continuations:
                 target = self.tokenize(cont, bos=False)
                 if not target:
@@ -267,9 +248,8 @@ class LlamaCppScorer(_CachedScorer):
                     span_lp = float(sum(at[r] for r in span_rows))
                 lps.append(lp)
                 ntok.append(len(target))
-                tokens.append([at[r] for r in range(len(prompt) - 1, len(prompt) + len(target) - 1)])
                 evaluated += ev
-            return _Scored(lps, ntok, len(prompt), evaluated, span_lp, len(span_rows), tokens)
+            return lps, ntok, len(prompt), evaluated, span_lp, len(span_rows)
 
     def _teacher_forced(self, prompt: list[int], target: list[int],
                         extra_rows=()) -> tuple[float, int, dict[int, float]]:
@@ -341,17 +321,16 @@ class EndpointScorer(_CachedScorer):
         self.cache = cache
         self.mode = mode
 
-    def _score_one(self, req: ScoreRequest) -> _Scored:
-        lps, ntok, tokens, ptok, span = [], [], [], 0, None
+    def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int, float | None, int]:
+        lps, ntok, ptok, span = [], [], 0, None
         for cont in req.continuations:
-            picked, p, sp = self._one(req.prompt, cont, req.span if span is None else None)
-            lps.append(float(sum(picked)))
-            ntok.append(len(picked))
-            tokens.append(picked)
+            lp, n, p, sp = self._one(req.prompt, cont, req.span if span is None else None)
+            lps.append(lp)
+            ntok.append(n)
             ptok = p
             span = span or sp
         span_lp, span_n = span if span else (None, 0)
-        return _Scored(lps, ntok, ptok, ptok + sum(ntok), span_lp, span_n, tokens)
+        return lps, ntok, ptok, ptok + sum(ntok), span_lp, span_n
 
     def _complete_one(self, prompt: str, max_tokens: int, stop: tuple[str, ...]) -> str:
         try:
@@ -364,7 +343,7 @@ class EndpointScorer(_CachedScorer):
         return str(resp.choices[0].text or "")
 
     def _one(self, prompt: str, cont: str, span: tuple[int, int] | None = None
-             ) -> tuple[list[float], int, tuple[float, int] | None]:
+             ) -> tuple[float, int, int, tuple[float, int] | None]:
         modes = ["prompt_logprobs", "echo"] if self.mode == "auto" else [self.mode]
         last: Exception | None = None
         for mode in modes:
@@ -395,7 +374,7 @@ class EndpointScorer(_CachedScorer):
 
 
 def _from_prompt_logprobs(data: dict, prompt: str, cont: str, span: tuple[int, int] | None = None
-                          ) -> tuple[list[float], int, tuple[float, int] | None] | None:
+                          ) -> tuple[float, int, int, tuple[float, int] | None] | None:
     """vLLM: ``choices[0].prompt_logprobs`` is a list (first entry None) of {token_id: {logprob, decoded_token}}.
     Requested with ``prompt_logprobs: 0``, each entry holds the prompt token alone; an entry with several tokens
     cannot be read without token ids, so the response then counts as unusable."""
@@ -419,7 +398,7 @@ def _from_prompt_logprobs(data: dict, prompt: str, cont: str, span: tuple[int, i
 
 
 def _from_echo(data: dict, prompt: str, cont: str, span: tuple[int, int] | None = None
-               ) -> tuple[list[float], int, tuple[float, int] | None] | None:
+               ) -> tuple[float, int, int, tuple[float, int] | None] | None:
     choice = (data.get("choices") or [{}])[0]
     lp = choice.get("logprobs") or {}
     offsets, tokens, values = lp.get("text_offset"), lp.get("tokens"), lp.get("token_logprobs")
@@ -431,10 +410,10 @@ def _from_echo(data: dict, prompt: str, cont: str, span: tuple[int, int] | None 
 
 
 def _continuation_and_span(offsets: list[int], values: list, prompt_len: int, span: tuple[int, int] | None
-                           ) -> tuple[list[float], int, tuple[float, int] | None] | None:
-    """From per-token (character offset, log-probability): the continuation's per-token values (the tokens from
-    ``prompt_len`` on), the number of prompt tokens, and the span's (sum, tokens) for the tokens starting inside
-    it. None when a needed value is missing (the response is then unusable, never read as 0)."""
+                           ) -> tuple[float, int, int, tuple[float, int] | None] | None:
+    """From per-token (character offset, log-probability): the continuation's sum and token count (the tokens
+    from ``prompt_len`` on), the number of prompt tokens, and the span's (sum, tokens) for the tokens starting
+    inside it. None when a needed value is missing (the response is then unusable, never read as 0)."""
     first = next((i for i, o in enumerate(offsets) if o >= prompt_len), None)
     if first is None or first == len(offsets):
         return None
@@ -447,4 +426,4 @@ def _continuation_and_span(offsets: list[int], values: list, prompt_len: int, sp
         if not inside or any(v is None for v in inside):
             return None
         span_out = (float(sum(inside)), len(inside))
-    return [float(v) for v in picked], first, span_out
+    return float(sum(picked)), len(picked), first, span_out

@@ -1,7 +1,7 @@
 """Query-time features of (query, candidate document) pairs: the input of the learned causal-relevance model
 (`retriever.py`). Every feature but one comes from the corpus index (BM25 postings, dense vectors, titles, chunk
-kinds) and, where the corpus has one, its entity graph: no LLM call, so the model can score at query time. The
-ones that read the candidate with the solver (`QUESTION_LIKELIHOOD`) are optional (last in the list below).
+kinds) and, where the corpus has one, its entity graph: no LLM call, so the model can score at query time. The one
+that reads the candidate with the solver, `question_likelihood_z`, is optional (last in the list below).
 
 Candidates: the first stage is the z-score hybrid (`weight * z(dense) + (1 - weight) * z(bm25)`, z over the
 query's population: the whole corpus, or `within`), cut at `depth`; inside `within`, BM25 takes its statistics from
@@ -39,16 +39,11 @@ the corpus or from the candidates alone (`within_stats`, see `similarity.py`). F
                                         one (the second hop of a question that names the first), mentions_named
                                         = the best title_match of a candidate this one links to, bridge_prior =
                                         the best first-stage z-score of a candidate linking to this one
-- question_likelihood_z                 (optional, with the `llm` resource's scorer) the solver's log P(question |
-                                        candidate), z-scored over the candidates
-- token_gain_z, pair_coverage_z,        (with it) read off the same scorings, token by token: how much of the
-  anchor_complement_z                   question this candidate explains that the others do not
-                                        (`question_token_features`); one evaluation per candidate serves all four
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -73,7 +68,7 @@ FEATURES = ("bm25", "bm25_z", "bm25_rank", "bm25_share", "dense", "dense_z", "de
             "doc_terms", "query_terms", "redundancy", *(f"kind_{k}" for k in KINDS), "bridge_from_named", "mentions_named", "bridge_prior")
 NAMED = 0.9   # a title_match this strong means the question names the title (its full form or alias)
 BRIDGE_FEATURES = ("bridge_from_named", "mentions_named", "bridge_prior")
-QUESTION_LIKELIHOOD = ("question_likelihood_z", "token_gain_z", "pair_coverage_z", "anchor_complement_z")
+QUESTION_LIKELIHOOD = ("question_likelihood_z",)
 # The candidate (its title and text), then the cue for the question: the prompt the feature was measured with
 # (README, "question likelihood as a feature"); the first `QUESTION_DOC_CHARS` characters (a paragraph fits whole).
 QUESTION_PROMPT = "{document}\n\nQuestion:"
@@ -219,31 +214,22 @@ class FeatureExtractor:
         feats.update(self._bridges(pos, titles, feats["title_match"], zscore(prior_all[order]))
                      if within is not None else {k: np.zeros(len(pos)) for k in BRIDGE_FEATURES})
         if self.question_likelihood:
-            total, tokens = self._question_logprobs(query, pos)
-            feats["question_likelihood_z"] = zscore(total)
-            feats.update(question_token_features(tokens, total))
+            feats["question_likelihood_z"] = zscore(self._question_logprobs(query, pos))
         frame = pd.DataFrame(feats)
         frame[[f"kind_{k}" for k in KINDS]] = self._kind[pos]
         return Candidates(pos, frame[list(self.features)].astype(np.float64))
 
-    def _question_logprobs(self, query: str, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """log P(query | candidate) per candidate, and its per-token values (candidates x question tokens). A
-        scoring failure fails the query: a document the model could not read is not a document that makes the
-        question unlikely."""
+    def _question_logprobs(self, query: str, pos: np.ndarray) -> np.ndarray:
+        """log P(query | candidate) per candidate. A scoring failure fails the query: a document the model could
+        not read is not a document that makes the question unlikely."""
         if not query.strip() or not len(pos):
-            return np.zeros(len(pos)), np.zeros((len(pos), 0))   # a blank question: every candidate alike
-        requests = [likelihood_request(self.index, query, str(self.index.ids[p]), QUESTION_PROMPT, QUESTION_DOC_CHARS)
-                    for p in pos]
-        results = self.scorer.score_many([replace(r, token_logprobs=True) for r in requests])
+            return np.zeros(len(pos))   # a blank question makes every candidate equally (un)likely
+        results = self.scorer.score_many([likelihood_request(self.index, query, str(self.index.ids[p]), QUESTION_PROMPT,
+                                                             QUESTION_DOC_CHARS) for p in pos])
         failed = next((r for r in results if isinstance(r, LLMError)), None)
         if failed is not None:
             raise failed
-        lengths = {len(r.token_logprobs[0]) for r in results}
-        if len(lengths) != 1:   # the same continuation after every candidate: a backend that splits it otherwise
-            raise LLMError(f"the scorer split the question {query!r} into {sorted(lengths)} tokens after different "
-                           "candidates; its per-token values cannot be compared")
-        return (np.array([r.best for r in results], dtype=np.float64),
-                np.array([r.token_logprobs[0] for r in results], dtype=np.float64))
+        return np.array([r.best for r in results], dtype=np.float64)
 
     def _bridges(self, pos: np.ndarray, titles: list[str], title_match: np.ndarray,
                  prior_z: np.ndarray) -> dict[str, np.ndarray]:
@@ -273,33 +259,6 @@ class FeatureExtractor:
         pats = [re.compile(r"(?<!\w)" + re.escape(e) + r"(?!\w)", re.IGNORECASE) for e in entities]
         return np.array([sum(bool(p.search(f"{self._titles[i]}\n{self._texts[i]}")) for p in pats) / len(pats)
                          for i in pos])
-
-
-def question_token_features(tokens: np.ndarray, total: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-candidate features from the question's per-token log-probabilities after each candidate (`tokens`:
-    candidates x question tokens; `total`: their sums). A multi-hop question is explained in parts: the first
-    hop's paragraph makes its named entity likely, the second hop's the relation asked about; the question's
-    total likelihood ranks the first high and the second low. Each feature is z-scored over the candidates:
-
-    - token_gain_z         the sum over tokens of how far this candidate lifts the token above the candidates'
-                           median (the gains only: a token it does not explain costs nothing)
-    - pair_coverage_z      the best pair with one of the three likeliest candidates (by `total`): the sum over
-                           tokens of the better of the two, i.e. how much of the question the pair explains
-    - anchor_complement_z  the gains over the likeliest candidate (the anchor), i.e. what this candidate adds
-                           to it; the anchor's own value is its gain over the second likeliest
-    """
-    n = len(total)
-    if n < 2 or tokens.shape[1] == 0:
-        return {name: np.zeros(n) for name in QUESTION_LIKELIHOOD[1:]}
-    gain = np.clip(tokens - np.median(tokens, axis=0), 0, None).sum(axis=1)
-    order = np.argsort(-total, kind="stable")
-    anchor, second = order[0], order[1]
-    partners = order[:3]
-    coverage = np.array([max(np.maximum(tokens[i], tokens[j]).sum() for j in partners if j != i) for i in range(n)])
-    complement = np.clip(tokens - tokens[anchor], 0, None).sum(axis=1)
-    complement[anchor] = np.clip(tokens[anchor] - tokens[second], 0, None).sum()
-    return {"token_gain_z": zscore(gain), "pair_coverage_z": zscore(coverage),
-            "anchor_complement_z": zscore(complement)}
 
 
 def _log_rank(scores: np.ndarray) -> np.ndarray:
