@@ -5,8 +5,9 @@ Two backends behind one interface (`score_many(requests) -> [ScoreResult | LLMEr
 
 * :class:`LlamaCppScorer` -- in-process llama.cpp on a local GGUF (the packaged offline models). Logits are
   computed only for the rows that predict a continuation token (``logits_all=False`` and per-row output flags),
-  and the KV cache of the previous prompt is reused up to the longest common token prefix, so requests ordered
-  to share their beginning (see :func:`prefix_order`) pay only for their tails. The server's
+  and the KV cache of the previous prompt is reused up to the longest common token prefix, in whole blocks of
+  ``reuse_block`` tokens, so requests ordered to share their beginning (see :func:`prefix_order`) pay only for
+  their tails, and a request's log-probabilities do not depend on the request before it. The server's
   ``/v1/completions`` echo path is not used for local models: it sorts the whole vocabulary in Python for
   every prompt token (~57 CPU-s for a 600-token prompt against ~4 in-process, measured on these machines).
 * :class:`EndpointScorer` -- an OpenAI-compatible ``/v1/completions`` endpoint through the `openai` client:
@@ -82,6 +83,13 @@ class Scorer(Protocol):
     def score_many(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult | LLMError]: ...
 
     def complete(self, prompt: str, max_tokens: int = 24, stop: Sequence[str] = ("\n",)) -> str: ...
+
+
+# Tokens per block of KV reuse and per batch (LlamaCppScorer). On 120 Monte Carlo trials of HotpotQA
+# (benchmarks/scoring_determinism.py, one run, load 1.9-2.0): free-form reuse 54.5 / 54.0 s, 41,365 tokens
+# evaluated, 54 answers moved by up to 0.53 nats; 128: 57.6 / 66.5 s, 48,099 tokens; 64: 59.5 s, 45,027; 256:
+# 66.0 s, 56,035; none moved. About a seventh more time on these trials for results that do not depend on order.
+REUSE_BLOCK = 128
 
 
 def prefix_order(prompts: Sequence[str]) -> list[int]:
@@ -186,17 +194,30 @@ class LlamaCppScorer(_CachedScorer):
 
     ``n_threads`` fixes llama.cpp's threads; without it they follow the cores other processes leave free,
     re-measured before each batch of requests (:class:`~.cores.CoreMeter`): a machine that gets busy mid-run
-    makes it drop threads instead of spin-waiting, one that quiets down gives them back."""
+    makes it drop threads instead of spin-waiting, one that quiets down gives them back.
+
+    ``reuse_block``: the previous prompt's KV cache is reused in whole blocks of this many tokens, and the rest
+    is evaluated in batches that start and end on multiples of it. llama.cpp's quantized kernels do not sum
+    bitwise-equally across batch shapes, so with free-form reuse a log-probability depended on how much of the
+    prompt the request before it shared (54 of 120 Monte Carlo answer scorings moved, by up to 0.53 nats). Aligned,
+    every token runs in a batch fixed by its own request: the same value from scratch, after any predecessor,
+    in any order, shard or resumed run (``benchmarks/scoring_determinism.py``). 0 = reuse every shared token
+    and batch by ``n_batch`` (about a seventh faster on Monte Carlo trials, order-dependent in those digits).
+    Greedy completions (``complete``) use llama-cpp-python's own generation, whose reuse is free-form."""
 
     backend = "llama.cpp-inprocess"
 
     def __init__(self, model_path: str | os.PathLike, model_id: str, cache: CallCache | None = None,
-                 n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512):
+                 n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
+                 reuse_block: int = REUSE_BLOCK):
+        if not 0 <= reuse_block <= n_batch:
+            raise ValueError(f"reuse_block must be 0 (off) or at most n_batch={n_batch}, got {reuse_block}")
         from llama_cpp import Llama  # optional heavy dependency: loaded only when a local model scores
 
         self.model_path = Path(model_path)
         self.model_id = model_id
         self.cache = cache
+        self.reuse_block = reuse_block
         self._meter = None if n_threads else CoreMeter()
         self.n_threads = n_threads or self._meter.free()
         self._t0 = time.monotonic()
@@ -268,14 +289,17 @@ class LlamaCppScorer(_CachedScorer):
             if a != b:
                 break
             common += 1
+        if self.reuse_block:
+            common -= common % self.reuse_block   # whole blocks only: the batches below stay aligned to them
+        step = self.reuse_block or llm.n_batch
         llm.n_tokens = common
         llm._ctx.kv_cache_seq_rm(-1, common, -1)
         target_rows = range(len(prompt) - 1, len(tokens) - 1)   # positions whose next token is a target token
         rows = set(target_rows) | set(extra_rows)
         logits_at: dict[int, float] = {}
         batch = llm._batch
-        for start in range(common, len(tokens) - 1, llm.n_batch):
-            chunk = tokens[start: min(len(tokens) - 1, start + llm.n_batch)]
+        for start in range(common, len(tokens) - 1, step):
+            chunk = tokens[start: min(len(tokens) - 1, start + step)]
             batch.set_batch(batch=chunk, n_past=start, logits_all=False)
             for i in range(len(chunk)):
                 batch.batch.logits[i] = (start + i) in rows
