@@ -57,8 +57,7 @@ def measure(requests: list[ScoreRequest], block: int, model_path: Path) -> dict:
         evaluated, requested = scorer.tokens_evaluated, scorer.tokens_requested
         alone = []
         for req in requests:
-            scorer._llm.n_tokens = 0                      # an empty KV cache: scored from scratch
-            scorer._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+            scorer.forget_prefix()                        # scored from scratch
             alone.append(scorer.score_many([req])[0])
     finally:
         scorer.close()

@@ -69,8 +69,7 @@ def test_prefix_reuse_gives_the_same_log_probabilities_bit_for_bit(models_dir, h
         assert scorer.tokens_evaluated < scorer.tokens_requested       # shared beginnings were not evaluated twice
         alone = []
         for r in reqs:
-            scorer._llm.n_tokens = 0                                 # an empty KV cache: from scratch
-            scorer._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+            scorer.forget_prefix()                                   # from scratch
             alone.append(scorer.score_many([r])[0])
     finally:
         scorer.close()

@@ -318,6 +318,12 @@ class LlamaCppScorer(_CachedScorer):
         self.tokens_requested += len(tokens) - 1
         return float(sum(logits_at[p] for p in target_rows)), evaluated, logits_at
 
+    def forget_prefix(self) -> None:
+        """Empty the KV cache: the next request is evaluated from scratch (what a fresh scorer would give)."""
+        with self._lock:
+            self._llm.n_tokens = 0
+            self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+
     def close(self) -> None:
         self._llm.close()
 
