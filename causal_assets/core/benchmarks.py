@@ -220,8 +220,9 @@ def load_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None 
         if split != "dev":
             questions = [q for q in questions if hash_half(q.question_id) == split]
         keep = {q.question_id for q in questions}
-        # Gold = the supporting paragraphs, as ids of the question's own paragraphs.
-        qrels: Qrels = {q: {} for q in keep}
+        # Gold = the supporting paragraphs, as ids of the question's own paragraphs. Keyed in the file's question
+        # order, never a set's: the order reaches every mean the tuner takes, and a set's changes with each process.
+        qrels: Qrels = {q.question_id: {} for q in questions}
         for c in chunks:
             if c.metadata["question_id"] in keep and c.metadata["supporting"]:
                 qrels[c.metadata["question_id"]][c.chunk_id] = 1.0
@@ -281,8 +282,9 @@ def multihop_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
         chunks, data, _ = load_multihop(spec.resolved_path, spec.corpus, strict=bool(spec.options.get("strict", False)))
     questions = data.questions if split == "dev" else [q for q in data.questions if hash_half(q.question_id) == split]
     keep = {q.question_id for q in questions}
-    qrels: Qrels = {q: {} for q in keep}
-    within: dict[str, list[str]] = {q: [] for q in keep}
+    # in the file's question order, as for HotpotQA (a set's order changed the tuner's choices from run to run)
+    qrels: Qrels = {q.question_id: {} for q in questions}
+    within: dict[str, list[str]] = {q.question_id: [] for q in questions}
     for c in chunks:
         qid = c.metadata["question_id"]
         if qid in keep:
