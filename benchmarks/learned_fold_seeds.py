@@ -3,17 +3,23 @@ stability gauge behind issue 16's learned-model feature decisions (README, "ques
 learned model" and the "Tried for issue 16" rows, whose fold seeds 0 / 1 / 2 are these seeds).
 
     python benchmarks/learned_fold_seeds.py [--base data/parquet] [--benchmarks hotpotqa musique] [--seeds 0 1 2]
+        [--retrievers hybrid learned]
 
 For each benchmark and seed: the tuner (`core.tuning.search.tune`, the code of `tuned_retriever_configs`) tunes the
 hybrid, then the learned model on the train split with the registry's tuning section and that fold seed. Every grid
 point is scored by grouped CV with and without the feature, as the asset does. Nothing here reads a test split.
+
+With more --retrievers (the registry's tuning list, e.g. `hybrid rrf cascade entity_first learned fusion pairwise`)
+it also records which retriever the tuner selects with each fold seed and every retriever's nested figure: how much
+the selection is the data's and how much the fold split's (on HotpotQA's 91 train questions, learned, fusion and
+pairwise with seeds 0, 1 and 2; README, issue 16's targets row).
 
 The other benchmarks' train halves join the training rows (`learned_extra`) when their indexes are under --base.
 The scorer is the packaged solver in-process, through the LLM call cache (`CAUSAL_ASSETS_LLM_CACHE`, default
 data/llm_calls.sqlite). A data dir whose assets already tuned these benchmarks therefore pays no scoring.
 
 Writes data/benchmarks/learned_fold_seeds.json: per benchmark and seed, the best CV figure without and with the
-feature and the points chosen.
+feature and the points chosen, and the selection.
 """
 from __future__ import annotations
 
@@ -57,6 +63,8 @@ def main() -> None:
     parser.add_argument("--base", default=str(PARQUET), help="Parquet base path with the corpus indexes and graphs")
     parser.add_argument("--benchmarks", nargs="+", default=["hotpotqa", "musique"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--retrievers", nargs="+", default=["hybrid", "learned"],
+                        help="the retrievers tuned (learned is always one); with more, the selection is recorded")
     args = parser.parse_args()
     started = machine()
     registry = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)
@@ -83,7 +91,8 @@ def main() -> None:
     results: dict[str, dict] = {}
     for name in args.benchmarks:
         spec = registry[name]
-        registered = TuningSpec.model_validate({**spec.tuning, "retrievers": ["hybrid", "learned"]})
+        registered = TuningSpec.model_validate({**spec.tuning,
+                                                "retrievers": list(dict.fromkeys([*args.retrievers, "learned"]))})
         if not registered.learned_question_likelihood:
             print(f"{name}: the registry does not offer the question-likelihood feature; both sides would be the same")
         index, bench, graph, artifacts = source(name)
@@ -94,12 +103,17 @@ def main() -> None:
             result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, None,
                           forbidden=tuple(spec.eval_splits), extra_sources=extra, scorer=lambda: scorer)
             learned = result.trials[result.trials["retriever"] == "learned"]
+            selected = next((n for n, b in result.best.items() if b.get("selected")), None)
             results[name][str(seed)] = {**best_by_feature(learned), "seconds": round(time.perf_counter() - t0, 1),
-                                        "queries": len(bench.query_ids())}
+                                        "queries": len(bench.query_ids()), "selected": selected,
+                                        "nested": {n: round(b["selection_value"], 4) for n, b in result.best.items()
+                                                   if "selection_value" in b},
+                                        "not_selectable": sorted(n for n, b in result.best.items()
+                                                                 if not b.get("selectable", True))}
             sides = results[name][str(seed)]
             print(f"{name} seed {seed}: learned cv {tuning.metric} without the feature "
-                  f"{sides.get('without', {}).get('cv')}, with it {sides.get('with', {}).get('cv')} "
-                  f"({sides['seconds']} s)", flush=True)
+                  f"{sides.get('without', {}).get('cv')}, with it {sides.get('with', {}).get('cv')}; selected "
+                  f"{selected}, nested {sides['nested']} ({sides['seconds']} s)", flush=True)
     path = write_json("learned_fold_seeds", {"machine_start": started, "load_average_end": load_average(),
                                              "solver": solver, "base": args.base, "results": results})
     print(f"wrote {path}")
