@@ -219,13 +219,7 @@ def load_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None 
         chunks, questions = load_hotpotqa(spec.resolved_path, spec.corpus)
         if split != "dev":
             questions = [q for q in questions if hash_half(q.question_id) == split]
-        keep = {q.question_id for q in questions}
-        # Gold = the supporting paragraphs, as ids of the question's own paragraphs. Keyed in the file's question
-        # order, never a set's: the order reaches every mean the tuner takes, and a set's changes with each process.
-        qrels: Qrels = {q.question_id: {} for q in questions}
-        for c in chunks:
-            if c.metadata["question_id"] in keep and c.metadata["supporting"]:
-                qrels[c.metadata["question_id"]][c.chunk_id] = 1.0
+        qrels, _ = _gold_by_question([q.question_id for q in questions], chunks)
         return Benchmark(spec.name, split, {q.question_id: q.question for q in questions}, qrels,
                          {q.question_id: list(q.paragraph_ids) for q in questions},
                          {q.question_id: q.answer for q in questions})
@@ -273,6 +267,22 @@ def mined_examples_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFra
                      answers={q.question_id: q.gold for q in examples})
 
 
+def _gold_by_question(question_ids: list[str], chunks) -> tuple[Qrels, dict[str, list[str]]]:
+    """Per question of `question_ids`, in their order: its supporting paragraphs (gold, graded 1.0) and all its
+    paragraphs, from the chunks' `question_id` and `supporting` metadata (the HotpotQA and multi-hop loaders). Keyed
+    in the file's question order, never a set's: the order reaches every mean the tuner takes, and a set's changes
+    with each process's string hashing (it changed the tuner's choices from run to run)."""
+    qrels: Qrels = {q: {} for q in question_ids}
+    within: dict[str, list[str]] = {q: [] for q in question_ids}
+    for c in chunks:
+        qid = c.metadata["question_id"]
+        if qid in qrels:
+            within[qid].append(c.chunk_id)
+            if c.metadata["supporting"]:
+                qrels[qid][c.chunk_id] = 1.0
+    return qrels, within
+
+
 def multihop_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
     """HotpotQA / 2Wiki / MuSiQue questions, each ranking its own paragraphs (`load_multihop`, the same ids as the
     corpus loader's); gold = the reader's supporting paragraphs (MuSiQue: `is_supporting`, never the title).
@@ -281,16 +291,7 @@ def multihop_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
         warnings.simplefilter("ignore")
         chunks, data, _ = load_multihop(spec.resolved_path, spec.corpus, strict=bool(spec.options.get("strict", False)))
     questions = data.questions if split == "dev" else [q for q in data.questions if hash_half(q.question_id) == split]
-    keep = {q.question_id for q in questions}
-    # in the file's question order, as for HotpotQA (a set's order changed the tuner's choices from run to run)
-    qrels: Qrels = {q.question_id: {} for q in questions}
-    within: dict[str, list[str]] = {q.question_id: [] for q in questions}
-    for c in chunks:
-        qid = c.metadata["question_id"]
-        if qid in keep:
-            within[qid].append(c.chunk_id)
-            if c.metadata["supporting"]:
-                qrels[qid][c.chunk_id] = 1.0
+    qrels, within = _gold_by_question([q.question_id for q in questions], chunks)
     return Benchmark(spec.name, split, {q.question_id: q.question for q in questions}, qrels, within,
                      {q.question_id: q.answer for q in questions},
                      {q.question_id: list(q.aliases) for q in questions if q.aliases})
