@@ -3,7 +3,7 @@ stability gauge behind issue 16's learned-model feature decisions (README, "ques
 learned model" and the "Tried for issue 16" rows, whose fold seeds 0 / 1 / 2 are these seeds).
 
     python benchmarks/learned_fold_seeds.py [--base data/parquet] [--benchmarks hotpotqa musique] [--seeds 0 1 2]
-        [--retrievers hybrid learned]
+        [--retrievers hybrid learned] [--repeats 1]
 
 For each benchmark and seed: the tuner (`core.tuning.search.tune`, the code of `tuned_retriever_configs`) tunes the
 hybrid, then the learned model on the train split with the registry's tuning section and that fold seed. Every grid
@@ -12,14 +12,16 @@ point is scored by grouped CV with and without the feature, as the asset does. N
 With more --retrievers (the registry's tuning list, e.g. `hybrid rrf cascade entity_first learned fusion pairwise`)
 it also records which retriever the tuner selects with each fold seed and every retriever's nested figure: how much
 the selection is the data's and how much the fold split's (on HotpotQA's 91 train questions, learned, fusion and
-pairwise with seeds 0, 1 and 2; README, issue 16's targets row).
+pairwise with seeds 0, 1 and 2; README, issue 16's targets row). `--repeats N` tunes each seed with N fold splits
+(`tuning.cv_repeats`: fold seeds seed, ..., seed + N - 1; default 1, one split per seed, whatever the registry
+says): with seeds 0 3 6 and --repeats 3, whether the repeated CV's selection holds on disjoint sets of splits.
 
 The other benchmarks' train halves join the training rows (`learned_extra`) when their indexes are under --base.
 The scorer is the packaged solver in-process, through the LLM call cache (`CAUSAL_ASSETS_LLM_CACHE`, default
 data/llm_calls.sqlite). A data dir whose assets already tuned these benchmarks therefore pays no scoring.
 
-Writes data/benchmarks/learned_fold_seeds.json: per benchmark and seed, the best CV figure without and with the
-feature and the points chosen, and the selection.
+Writes data/benchmarks/learned_fold_seeds.json (`_repeats<N>.json` with --repeats N > 1): per benchmark and seed,
+the best CV figure without and with the feature and the points chosen, and the selection.
 """
 from __future__ import annotations
 
@@ -65,6 +67,8 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--retrievers", nargs="+", default=["hybrid", "learned"],
                         help="the retrievers tuned (learned is always one); with more, the selection is recorded")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="fold splits per seed (tuning.cv_repeats: seeds seed .. seed + repeats - 1)")
     args = parser.parse_args()
     started = machine()
     registry = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)
@@ -98,13 +102,14 @@ def main() -> None:
         index, bench, graph, artifacts = source(name)
         results[name] = {}
         for seed in args.seeds:
-            tuning = registered.model_copy(update={"seed": seed})
+            tuning = registered.model_copy(update={"seed": seed, "cv_repeats": args.repeats})
             t0 = time.perf_counter()
             result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, None,
                           forbidden=tuple(spec.eval_splits), extra_sources=extra, scorer=lambda: scorer)
             learned = result.trials[result.trials["retriever"] == "learned"]
             selected = next((n for n, b in result.best.items() if b.get("selected")), None)
             results[name][str(seed)] = {**best_by_feature(learned), "seconds": round(time.perf_counter() - t0, 1),
+                                        "fold_seeds": list(range(seed, seed + args.repeats)),
                                         "queries": len(bench.query_ids()), "selected": selected,
                                         "nested": {n: round(b["selection_value"], 4) for n, b in result.best.items()
                                                    if "selection_value" in b},
@@ -114,8 +119,9 @@ def main() -> None:
             print(f"{name} seed {seed}: learned cv {tuning.metric} without the feature "
                   f"{sides.get('without', {}).get('cv')}, with it {sides.get('with', {}).get('cv')}; selected "
                   f"{selected}, nested {sides['nested']} ({sides['seconds']} s)", flush=True)
-    path = write_json("learned_fold_seeds", {"machine_start": started, "load_average_end": load_average(),
-                                             "solver": solver, "base": args.base, "results": results})
+    name = "learned_fold_seeds" + (f"_repeats{args.repeats}" if args.repeats > 1 else "")
+    path = write_json(name, {"machine_start": started, "load_average_end": load_average(), "solver": solver,
+                             "base": args.base, "repeats": args.repeats, "results": results})
     print(f"wrote {path}")
 
 

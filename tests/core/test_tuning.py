@@ -10,7 +10,8 @@ import pytest
 from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.tuning.search import (FoldChoices, TuningResult, _given_model, compare_nested,
                                              coordinate_search, flat,
-                                             fold_groups, labels_of, nested, nested_scores, sample_queries, tune)
+                                             fold_groups, labels_of, nested, nested_scores, repeated_folds,
+                                             sample_queries, tune)
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.tuning import store
 from causal_assets.core.index.dense import Embedder
@@ -298,3 +299,39 @@ def test_a_learned_shortlist_model_given_by_the_caller_is_used_not_replaced():
     assert _given_model({"shortlist_params": {"model": object()}})
     assert not _given_model({"shortlist_params": {"model_path": "@learned"}})
     assert not _given_model({"shortlist": "learned"})
+
+
+
+def test_repeated_cv_averages_every_fold_dependent_figure_over_the_splits(tmp_path):
+    """cv_repeats draws the folds with seeds seed, seed + 1, ...: the learned model's cv value of each point and
+    every retriever's nested figure are the means of what each split alone gives (30 HotpotQA questions, where the
+    splits disagree); the first split is the single-split tuning's."""
+    from causal_assets.core.benchmarks import _gold_by_question
+    from causal_assets.core.corpus.chunk import chunks_to_frame
+    from causal_assets.core.corpus.hotpotqa import load_hotpotqa
+    from causal_assets.core.index.build import build_index
+    from tests.conftest import HOTPOT, require
+
+    path = tmp_path / "hp30.jsonl"
+    path.write_text("\n".join(require(HOTPOT).read_text(encoding="utf-8").splitlines()[:30]) + "\n")
+    chunks, questions = load_hotpotqa(path, "hp30")
+    index = build_index(chunks_to_frame(chunks), "hp30", cache=None)
+    qrels, within = _gold_by_question([q.question_id for q in questions], chunks)
+    bench = Benchmark("hp30", "train", {q.question_id: q.question for q in questions}, qrels, within)
+    spec = TuningSpec(retrievers=["hybrid", "learned", "fusion"], fusion_members=["learned", "hybrid"],
+                      metric="map@10", cv_folds=3)
+    alone = [tune(index, bench, spec.model_copy(update={"seed": s}), {}) for s in (0, 1)]
+    repeated = tune(index, bench, spec.model_copy(update={"cv_repeats": 2}), {})
+    splits = repeated_folds(spec.model_copy(update={"cv_repeats": 2}), bench)
+    assert splits[0] == repeated_folds(spec, bench)[0] and splits[0] != splits[1]
+    learned = [r.trials[r.trials["retriever"] == "learned"]["value"].to_numpy() for r in alone]
+    assert not learned[0] == pytest.approx(learned[1])        # the two splits disagree here
+    assert repeated.trials[repeated.trials["retriever"] == "learned"]["value"].to_numpy() == \
+        pytest.approx((learned[0] + learned[1]) / 2)
+    for name in ("hybrid", "learned"):
+        figures = [r.best[name]["selection_value"] for r in alone]
+        assert figures[0] != pytest.approx(figures[1])
+        assert repeated.best[name]["selection_value"] == pytest.approx(sum(figures) / 2)
+    assert repeated.best["fusion"]["selection_evaluation"].endswith(", the mean over 2 fold splits")
+    assert "fold splits" not in alone[0].best["fusion"]["selection_evaluation"]
+    assert repeated.trials[repeated.trials["retriever"] == "learned"]["evaluation"].eq("cv3 x 2 fold splits").all()

@@ -50,6 +50,15 @@ rule over the retriever whose shortlist it re-ranks (`ingredients`), at the cost
 questions pairwise over fusion over learned won by 0.01 nested, a few questions' worth. The best train figure stays
 in the trials and the config (`value`), the nested one beside it (`selection_value`, `selection_evaluation`,
 `selectable` with its reason in `selection_margin`).
+
+With `cv_repeats` > 1 the folds are drawn that many times (`repeated_folds`: fold seeds seed, seed + 1, ...) and
+every figure that depends on them is the mean over the splits, per query: the learned model's CV (so its point is
+chosen by the mean), a combination's train figure (its learned member ranked by each split's fold models), and every
+nested figure; the one-standard-error rule then compares those means. One split's choice among retrievers within
+about one standard error of each other is as much the split's as the data's (HotpotQA's 91 train questions selected
+learned, fusion or pairwise with fold seeds 0, 1 and 2). The causal retriever is scored once per point, with the
+first split's out-of-fold learned shortlist (its answer model runs per candidate); its nested figure is averaged
+over the splits all the same.
 """
 from __future__ import annotations
 
@@ -187,6 +196,22 @@ def nested_scores(per_trial: list[dict[str, float]], folds: list[list[str]]) -> 
     return out
 
 
+def repeated_folds(spec: TuningSpec, bench: Benchmark) -> list[list[list[str]]]:
+    """The train queries' CV folds, drawn `spec.cv_repeats` times (fold seeds `spec.seed`, `spec.seed` + 1, ...): the
+    learned model's folds (`cross_validate` draws them alike) and every nested figure's."""
+    judged = [q for q in bench.query_ids() if q in bench.qrels]
+    return [query_folds(judged, spec.cv_folds, spec.seed + r, fold_groups(spec, bench)) for r in range(spec.cv_repeats)]
+
+
+def mean_per_query(figures: list[dict[str, float]]) -> dict[str, float]:
+    """Per query, the mean of its figure over `figures` (one per fold split) that hold it, in first-seen order."""
+    out: dict[str, list[float]] = {}
+    for figure in figures:
+        for q, v in figure.items():
+            out.setdefault(q, []).append(v)
+    return {q: float(np.mean(v)) for q, v in out.items()}
+
+
 def held_folds(folds: list[list[str]], per_trial: list[dict[str, float]]) -> Iterator[tuple[int, list[str]]]:
     """(fold number, its queries that `per_trial` scored) for each fold holding any of them."""
     scored = set().union(*per_trial) if per_trial else set()
@@ -211,7 +236,7 @@ def ingredients(params: dict[str, Any]) -> list[str]:
             *([shortlist] if isinstance(shortlist, str) else [])]
 
 
-def compare_nested(best: dict[str, dict[str, Any]], nested: dict[str, dict[str, float]]) -> None:
+def compare_nested(best: dict[str, dict[str, Any]], nested: dict[str, dict[str, float]], splits: int = 1) -> None:
     """Sets each retriever's `selection_value` (the mean of its nested scores over the queries it was scored on),
     `selectable` (a combination only where it beats every retriever it is built on, recursively, by more than one
     standard error of the paired difference on their common queries; `selection_margin` says by how much, or which
@@ -220,7 +245,8 @@ def compare_nested(best: dict[str, dict[str, Any]], nested: dict[str, dict[str, 
     for name, scores in nested.items():
         best[name]["selection_value"] = float(np.mean(list(scores.values()))) if scores else float("nan")
         best[name]["selection_evaluation"] = f"nested cv over {best[name]['trials']} points, on {len(scores)} " \
-            f"train queries" + (" (a sample)" if len(scores) < len(scored) else "")
+            f"train queries" + (" (a sample)" if len(scores) < len(scored) else "") + \
+            (f", the mean over {splits} fold splits" if splits > 1 else "")
 
     def built_on(name: str) -> list[str]:
         out: list[str] = []
@@ -324,26 +350,30 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     rows: list[dict[str, Any]] = []
     best: dict[str, dict[str, Any]] = {}
     models: dict[str, Any] = {}
-    out_of_fold: dict[str, Any] = {}
+    out_of_fold: dict[str, list[Any]] = {}   # "learned" -> its out-of-fold retriever per fold split
     scored_queries: set[str] = set()
     nested_of: dict[str, dict[str, float]] = {}   # retriever -> nested score per train query
     runs: dict[str, dict[str, float]] = {}   # (retriever, params) key -> metric per query: a point is run once
-    # the learned model's CV folds (`cross_validate`), for every retriever's nested figure
-    folds = query_folds([q for q in bench.query_ids() if q in bench.qrels], spec.cv_folds, spec.seed,
-                        fold_groups(spec, bench))
-    choices = FoldChoices(folds)   # what each searched retriever would have chosen without each fold
+    # the learned model's CV folds (`cross_validate`), once per fold split, for every retriever's nested figure
+    splits = repeated_folds(spec, bench)
+    choices = [FoldChoices(folds) for folds in splits]   # per split: each retriever's choice without each fold
 
     def record(name: str, points: list[tuple[dict[str, Any], float]], evaluation: str, queries: int,
-               seconds: list[float], fixed: dict[str, Any], per_query: list[dict[str, float]]) -> dict[str, Any]:
+               seconds: list[float], fixed: dict[str, Any], per_query: list[dict[str, float]],
+               by_split: list[list[dict[str, float]]] | None = None) -> dict[str, Any]:
+        """`per_query`: per point, the metric per query (a combination's: the mean over the fold splits, whose own
+        figures `by_split` gives per split and point; None: the same figures on every split)."""
         i_best = max(range(len(points)), key=lambda i: (points[i][1], -i))  # ties: the earliest (defaults first)
         for i, ((point, value), sec) in enumerate(zip(points, seconds)):
             rows.append({"retriever": name, "trial": i, "params": _key({**fixed, **nested(point)}),
                          "metric": spec.metric, "value": float(value), "evaluation": evaluation, "queries": queries,
                          "seconds": round(sec, 3), "best": i == i_best})
         point, value = points[i_best]
+        by_split = by_split or [per_query] * len(splits)
         if name != "learned":   # the learned model's fold models already hold each fold out
-            choices.add(name, [{**fixed, **nested(p)} for p, _ in points], per_query)
-        nested_of[name] = nested_scores(per_query, folds)
+            for chooser, figures in zip(choices, by_split):
+                chooser.add(name, [{**fixed, **nested(p)} for p, _ in points], figures)
+        nested_of[name] = mean_per_query([nested_scores(figures, folds) for figures, folds in zip(by_split, splits)])
         best[name] = {"params": {**fixed, **nested(point)}, "value": float(value), "evaluation": evaluation,
                       "queries": queries, "trials": len(points)}
         log(f"{name}: best {spec.metric} {value:.4f} ({evaluation}, {queries} queries, {len(points)} trials) "
@@ -365,13 +395,16 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
         built[key].options = CausalRetrievalOptions(**{k_: v for k_, v in params.items() if k_ in option_keys})
         return built[key]
 
-    def run_point(name: str, params: dict[str, Any], sub: Benchmark) -> dict[str, float]:
-        """The metric per query of a combination (or plain retriever) at `params` on `sub`'s queries, run once."""
-        key = _key({"retriever": name, "params": params, "queries": sub.query_ids()})
+    def run_point(name: str, params: dict[str, Any], sub: Benchmark, split: int = 0) -> dict[str, float]:
+        """The metric per query of a combination (or plain retriever) at `params` on `sub`'s queries, with the
+        learned member of fold split `split`, run once."""
+        by_split = name in COMBINATIONS and '"@learned"' in _key(params)
+        key = _key({"retriever": name, "params": params, "queries": sub.query_ids(), "split": split if by_split else 0})
         if key not in runs:
             # The learned member ranks each train query with the fold model that never saw it, so the train
             # figure of a combination is as out-of-sample as learned's own (cross-validated) one.
-            built_params = _with_models(params, out_of_fold) if name in COMBINATIONS else params
+            built_params = _with_models(params, {n: r[split] for n, r in out_of_fold.items()}) \
+                if name in COMBINATIONS else params
             retriever = build_retriever(name, index, built_params, neighbors, None, graph,
                                         scorer() if scorer is not None and uses_scorer(name, params, True) else None)
             rr = run_benchmark(retriever, sub, k, name)
@@ -381,8 +414,9 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     def learned_shortlist(params: dict[str, Any]) -> dict[str, Any]:
         """Causal params whose learned shortlist is this run's: each train query shortlisted by the fold model that
         never saw it, as fusion/pairwise do (the model fitted on every train query ranks them nearly perfectly,
-        which no weight may learn from)."""
-        return {**params, "shortlist_params": {"retriever": out_of_fold["learned"]} if "learned" in out_of_fold
+        which no weight may learn from). The first fold split's: the causal retriever is scored once per point
+        (its answer model runs per candidate), and only its nested figure is averaged over the splits."""
+        return {**params, "shortlist_params": {"retriever": out_of_fold["learned"][0]} if "learned" in out_of_fold
                 else {"model": models["learned"]}}
 
     def two_search_nested(candidates: tuple[list[dict[str, Any]], list[dict[str, float]]],
@@ -393,22 +427,25 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
         figure; else the fold's queries are re-run with those settings (and the weights chosen without the fold,
         which were searched on the settings of every query). Without this the settings' choice on every query
         passed into the figure unpaid."""
-        (first, first_scores), (second, second_scores) = candidates, choices.searched["causal"]
+        (first, first_scores), (second, second_scores) = candidates, choices[0].searched["causal"]
         everywhere = first[best_without(first_scores, set())]
-        out = nested_scores(second_scores, folds)   # right for every fold whose settings do not move
-        for _, held in held_folds(folds, second_scores):
-            settings = first[best_without(first_scores, set(held))]
-            if settings == everywhere:
-                continue
-            j = best_without(second_scores, set(held))
-            params = {**second[j], **{k_: v for k_, v in settings.items() if k_ not in weighed}}
-            if params.get("shortlist") == "learned" and not _given_model(params):
-                params = learned_shortlist(params)
-            part = restrict(sub, held)
-            rr = run_benchmark(_causal(params), part, k, "causal", progress=log)
-            out.update(named_metric_per_query(part.qrels, rr.run, spec.metric))
-            log(f"causal: fold of {len(held)} queries re-run with the settings chosen without it")
-        return out
+        by_split = []
+        for folds in splits:
+            out = nested_scores(second_scores, folds)   # right for every fold whose settings do not move
+            for _, held in held_folds(folds, second_scores):
+                settings = first[best_without(first_scores, set(held))]
+                if settings == everywhere:
+                    continue
+                j = best_without(second_scores, set(held))
+                params = {**second[j], **{k_: v for k_, v in settings.items() if k_ not in weighed}}
+                if params.get("shortlist") == "learned" and not _given_model(params):
+                    params = learned_shortlist(params)
+                part = restrict(sub, held)
+                rr = run_benchmark(_causal(params), part, k, "causal", progress=log)
+                out.update(named_metric_per_query(part.qrels, rr.run, spec.metric))
+                log(f"causal: fold of {len(held)} queries re-run with the settings chosen without it")
+            by_split.append(out)
+        return mean_per_query(by_split)
 
     with cached_query_vectors(index):
         for name in names:
@@ -444,7 +481,10 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                     hybrid.get("within_stats", "corpus"), extra_sources, scorer() if ql else None)
                 out_of_fold["learned"] = oof
                 scored_queries |= set(bench.query_ids())
-                chosen = record(name, points, f"cv{spec.cv_folds}", queries, secs, fixed, per_query)
+                chosen = record(name, points, f"cv{spec.cv_folds}" + (f" x {len(splits)} fold splits"
+                                                                      if len(splits) > 1 else ""),
+                                queries, secs, fixed, per_query[0] if len(splits) == 1 else
+                                [mean_per_query(p) for p in zip(*per_query)], per_query)
                 models[name] = model
                 # The retriever's own params; target and hyperparameters live in the model (and the trials).
                 chosen["chosen"] = chosen["params"]
@@ -475,6 +515,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                        name=name, sub=sub) -> dict[str, Any]:
                 seconds: list[float] = []
                 per_query: list[dict[str, float] | None] = []
+                by_split: list[list[dict[str, float]] | None] = []   # per point, the figures of each fold split
 
                 def score(point: dict[str, Any]) -> float:
                     t = time.perf_counter()
@@ -483,14 +524,18 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                         if "learned" not in models:
                             seconds.append(time.perf_counter() - t)
                             per_query.append(None)
+                            by_split.append(None)
                             return float("-inf")   # no model trained in this run: the point is not available
                         params = learned_shortlist(params)
                     if name == "causal":
                         # the causal retriever asks its answer model per candidate: trials report progress and figure
                         rr = run_benchmark(_causal(params), sub, k, name, progress=log)
-                        per_query.append(named_metric_per_query(sub.qrels, rr.run, spec.metric))
+                        by_split.append([named_metric_per_query(sub.qrels, rr.run, spec.metric)] * len(splits))
                     else:
-                        per_query.append(run_point(name, params, sub))
+                        # a combination with a learned member: its train figure is the mean over the fold splits'
+                        # out-of-fold learned rankings (one run otherwise: the same figure on every split)
+                        by_split.append([run_point(name, params, sub, r) for r in range(len(splits))])
+                    per_query.append(mean_per_query(by_split[-1]) if len(splits) > 1 else by_split[-1][0])
                     value = float(np.mean(list(per_query[-1].values()))) if per_query[-1] else float("nan")
                     seconds.append(time.perf_counter() - t)
                     if name == "causal":
@@ -501,11 +546,15 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 keep = [i for i, (_, v) in enumerate(points) if np.isfinite(v)]   # drop unavailable points
                 points, seconds[:] = [points[i] for i in keep], [seconds[i] for i in keep]
                 per_query[:] = [per_query[i] for i in keep]
+                by_split[:] = [by_split[i] for i in keep]
                 evaluation = ("train" if sub is bench else f"train sample of {len(sub.query_ids())}") + \
                     (f", {note}" if note else "")
-                chosen = record(name, points, evaluation, len(sub.query_ids()), seconds, fixed, per_query)
+                chosen = record(name, points, evaluation, len(sub.query_ids()), seconds, fixed, per_query,
+                                [list(figures) for figures in zip(*by_split)] if by_split else None)
                 if name in COMBINATIONS:
-                    nested_of[name] = choices.nested(name, lambda params: run_point(name, params, sub))
+                    nested_of[name] = mean_per_query([
+                        chooser.nested(name, lambda params, r=r: run_point(name, params, sub, r))
+                        for r, chooser in enumerate(choices)])
                     log(f"{name}: nested {np.mean(list(nested_of[name].values())):.4f} with its ingredients' "
                         f"choice nested too")
                 return chosen
@@ -520,7 +569,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 llm_params = {k_: v for k_, v in fixed.items() if k_ == "answer_model_params"}
                 lexical = {**{k_: v for k_, v in fixed.items() if k_ not in llm_params}, "answer_model": "lexical"}
                 first = search(space, lexical, start, "candidates, lexical model")
-                candidates = choices.searched["causal"]
+                candidates = choices[0].searched["causal"]
                 weighed = ("weights", "min_relevance")
                 chose = flat(first["params"], space)
                 fixed = {**nested({k_: v for k_, v in chose.items() if k_ not in weighed}), **llm_params,
@@ -536,7 +585,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 log(f"causal: nested {np.mean(list(nested_of[name].values())):.4f} over both searches")
             if name == "causal" and chosen["params"].get("shortlist") == "learned" and not _given_model(fixed):
                 chosen["params"]["shortlist_params"] = {"model_path": "@learned"}   # resolved by the store
-    compare_nested(best, nested_of)
+    compare_nested(best, nested_of, len(splits))
     if best:
         log("selection (nested; a sample's figure on its sample): " + ", ".join(
             f"{n} {b['selection_value']:.4f}" + ("" if b.get("selectable", True) else " (not selectable)")
@@ -639,8 +688,9 @@ def labels_of(bench: Benchmark, mc_labels: pd.DataFrame | None) -> pd.DataFrame 
 def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph, mc_labels, weight: float,
                   log: Callable[[str], None], within_stats: str = "corpus", extra_sources=None, scorer=None):
     """Grouped-CV choice of target and hyperparameters (and, with `scorer`, whether the question-likelihood feature
-    is used: every point with and without it), then the refit model. Returns (model, [(point, cv value)],
-    seconds per trial, queries, the out-of-fold learned retriever, per point the cv metric per query)."""
+    is used: every point with and without it), then the refit model. With `spec.cv_repeats` fold splits, a point's
+    cv value is the mean over them. Returns (model, [(point, cv value)], seconds per trial, queries, per fold split
+    the out-of-fold learned retriever, per fold split and point the cv metric per query)."""
     t0 = time.perf_counter()
     likelihood = scorer is not None
     extractor = FeatureExtractor(index, graph, weight=weight, within_stats=within_stats,
@@ -676,7 +726,8 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
     if likelihood:
         log(f"learned: question likelihood scored with the other features of {len(table)} candidate rows "
             f"({time.perf_counter() - t0:.1f}s in all)")
-    points, secs, tables, per_query = [], [], {}, []
+    seeds = [spec.seed + r for r in range(spec.cv_repeats)]   # the fold splits of `repeated_folds`
+    points, secs, tables, per_query = [], [], {}, [[] for _ in seeds]
     # without the feature first: a CV that cannot tell the two apart (ties keep the earlier point) scores no LLM
     # call at query time
     for target in targets:
@@ -686,9 +737,13 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
                                                                                      errors="ignore")
             for params in grid_for(target):
                 t = time.perf_counter()
-                value, _, scores = cross_validate(tables[target, with_likelihood], target, params, bench.qrels,
-                                                  spec.metric, spec.cv_folds, spec.seed, fold_groups(spec, bench))
-                per_query.append(scores)
+                values = []
+                for r, seed in enumerate(seeds):
+                    value, _, scores = cross_validate(tables[target, with_likelihood], target, params, bench.qrels,
+                                                      spec.metric, spec.cv_folds, seed, fold_groups(spec, bench))
+                    values.append(value)
+                    per_query[r].append(scores)
+                value = float(np.mean(values))
                 points.append(({"target": target, "hyperparameters": dict(params),
                                 **({"question_likelihood": with_likelihood} if likelihood else {})}, value))
                 secs.append(time.perf_counter() - t)
@@ -703,10 +758,14 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
     model_scorer = scorer if settings["question_likelihood"] else None
     # The chosen point's fold models (the folds `cross_validate` used), for out-of-fold figures of combinations.
     judged = [q for q in chosen["query_id"].unique() if q in bench.qrels]
-    fold_models, fold_of_text = [], {}
-    for f, fold in enumerate(query_folds(judged, spec.cv_folds, spec.seed, fold_groups(spec, bench))):
-        held = chosen["query_id"].isin(fold).to_numpy()
-        fold_models.append(LearnedRetriever(index, fit_model(chosen[~held], point["target"], point["hyperparameters"],
-                                                             settings), graph, scorer=model_scorer))
-        fold_of_text.update({bench.queries[q]: f for q in fold})
-    return model, points, secs, len(qids), OutOfFoldLearned(fold_models, fold_of_text), per_query
+    out_of_fold = []
+    for seed in seeds:
+        fold_models, fold_of_text = [], {}
+        for f, fold in enumerate(query_folds(judged, spec.cv_folds, seed, fold_groups(spec, bench))):
+            held = chosen["query_id"].isin(fold).to_numpy()
+            fold_models.append(LearnedRetriever(index, fit_model(chosen[~held], point["target"],
+                                                                 point["hyperparameters"], settings),
+                                                graph, scorer=model_scorer))
+            fold_of_text.update({bench.queries[q]: f for q in fold})
+        out_of_fold.append(OutOfFoldLearned(fold_models, fold_of_text))
+    return model, points, secs, len(qids), out_of_fold, per_query

@@ -136,6 +136,12 @@ class TuningSpec(BaseModel):
     metric: str = "ndcg@10"
     passes: int = Field(2, ge=1)                 # coordinate-search passes
     cv_folds: int = Field(5, ge=2)               # learned: grouped folds
+    # Repeated CV: the folds are drawn this many times (fold seeds seed, seed + 1, ...) and every nested figure, the
+    # learned model's CV and a combination's train figure are averaged over the splits, so the selection among
+    # retrievers that differ by about one standard error is the data's, not one fold split's (HotpotQA's 91 train
+    # questions chose learned, fusion or pairwise with fold seeds 0, 1 and 2: README, issue 16's targets row).
+    # Costs the learned model's CV and every trial of a combination with a learned member once per split.
+    cv_repeats: int = Field(1, ge=1)
     # What a CV fold keeps together (learned.retriever.query_folds), for every nested figure: queries that share a
     # relevant document (the estimate for questions about documents the training never saw relevant), or each query
     # alone (rewards remembering which documents were relevant: right only where new questions keep returning to
