@@ -109,7 +109,7 @@ def main() -> None:
             learned = result.trials[result.trials["retriever"] == "learned"]
             selected = next((n for n, b in result.best.items() if b.get("selected")), None)
             results[name][str(seed)] = {**best_by_feature(learned), "seconds": round(time.perf_counter() - t0, 1),
-                                        "fold_seeds": list(range(seed, seed + args.repeats)),
+                                        "fold_seeds": tuning.fold_seeds(),
                                         "queries": len(bench.query_ids()), "selected": selected,
                                         "nested": {n: round(b["selection_value"], 4) for n, b in result.best.items()
                                                    if "selection_value" in b},

@@ -200,16 +200,18 @@ def repeated_folds(spec: TuningSpec, bench: Benchmark) -> list[list[list[str]]]:
     """The train queries' CV folds, drawn `spec.cv_repeats` times (fold seeds `spec.seed`, `spec.seed` + 1, ...): the
     learned model's folds (`cross_validate` draws them alike) and every nested figure's."""
     judged = [q for q in bench.query_ids() if q in bench.qrels]
-    return [query_folds(judged, spec.cv_folds, spec.seed + r, fold_groups(spec, bench)) for r in range(spec.cv_repeats)]
+    return [query_folds(judged, spec.cv_folds, seed, fold_groups(spec, bench)) for seed in spec.fold_seeds()]
 
 
 def mean_per_query(figures: list[dict[str, float]]) -> dict[str, float]:
-    """Per query, the mean of its figure over `figures` (one per fold split) that hold it, in first-seen order."""
+    """Per query, the mean of its figure over `figures` (one per fold split) that hold it, in first-seen order; a
+    figure equal on every split is kept as it is (a floating-point mean of equal values can move its last bit, and
+    ties between trial points must stay ties)."""
     out: dict[str, list[float]] = {}
     for figure in figures:
         for q, v in figure.items():
             out.setdefault(q, []).append(v)
-    return {q: float(np.mean(v)) for q, v in out.items()}
+    return {q: float(v[0]) if all(x == v[0] for x in v) else float(np.mean(v)) for q, v in out.items()}
 
 
 def held_folds(folds: list[list[str]], per_trial: list[dict[str, float]]) -> Iterator[tuple[int, list[str]]]:
@@ -483,8 +485,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 scored_queries |= set(bench.query_ids())
                 chosen = record(name, points, f"cv{spec.cv_folds}" + (f" x {len(splits)} fold splits"
                                                                       if len(splits) > 1 else ""),
-                                queries, secs, fixed, per_query[0] if len(splits) == 1 else
-                                [mean_per_query(p) for p in zip(*per_query)], per_query)
+                                queries, secs, fixed, [mean_per_query(p) for p in zip(*per_query)], per_query)
                 models[name] = model
                 # The retriever's own params; target and hyperparameters live in the model (and the trials).
                 chosen["chosen"] = chosen["params"]
@@ -535,7 +536,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                         # a combination with a learned member: its train figure is the mean over the fold splits'
                         # out-of-fold learned rankings (one run otherwise: the same figure on every split)
                         by_split.append([run_point(name, params, sub, r) for r in range(len(splits))])
-                    per_query.append(mean_per_query(by_split[-1]) if len(splits) > 1 else by_split[-1][0])
+                    per_query.append(mean_per_query(by_split[-1]))
                     value = float(np.mean(list(per_query[-1].values()))) if per_query[-1] else float("nan")
                     seconds.append(time.perf_counter() - t)
                     if name == "causal":
@@ -726,7 +727,7 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
     if likelihood:
         log(f"learned: question likelihood scored with the other features of {len(table)} candidate rows "
             f"({time.perf_counter() - t0:.1f}s in all)")
-    seeds = [spec.seed + r for r in range(spec.cv_repeats)]   # the fold splits of `repeated_folds`
+    seeds = spec.fold_seeds()   # the fold splits of `repeated_folds`
     points, secs, tables, per_query = [], [], {}, [[] for _ in seeds]
     # without the feature first: a CV that cannot tell the two apart (ties keep the earlier point) scores no LLM
     # call at query time

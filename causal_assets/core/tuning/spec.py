@@ -174,6 +174,10 @@ class TuningSpec(BaseModel):
         names = [n for n in dict.fromkeys(names) if has_within or n not in NEEDS_WITHIN]
         return sorted(names, key=ORDER.__getitem__)
 
+    def fold_seeds(self) -> list[int]:
+        """The seeds of the `cv_repeats` fold splits: seed, seed + 1, ..."""
+        return [self.seed + r for r in range(self.cv_repeats)]
+
     def space(self, name: str, has_within: bool = True) -> dict[str, list[Any]]:
         """The search space of a retriever; `within_stats` only where queries rank their own candidate sets."""
         space = {**DEFAULT_SPACES.get(name, {}), **self.spaces.get(name, {})}
