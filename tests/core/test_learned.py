@@ -215,7 +215,7 @@ def test_query_folds_partition_the_queries_and_cross_validation_scores_held_out_
     _, table = _table(index, list(QUESTIONS))
     judged = {q: bench.qrels[q] for q in ["q1", "q2", "q3", "q4", "q5", "q6"]}   # q7, q8: outside the evaluation
     value, oof, _ = cross_validate(attach_target(table, "qrels", bench.qrels), "qrels", PARAMS, judged,
-                                   metric="ndcg@10", n_folds=3)
+                                   "ndcg@10", query_folds(list(judged), 3))
     assert 0 < value <= 1
     held = table["query_id"].isin(judged).to_numpy()
     assert np.isfinite(oof[held]).all() and np.isnan(oof[~held]).all()

@@ -198,7 +198,7 @@ def nested_scores(per_trial: list[dict[str, float]], folds: list[list[str]]) -> 
 
 def repeated_folds(spec: TuningSpec, bench: Benchmark) -> list[list[list[str]]]:
     """The train queries' CV folds, drawn `spec.cv_repeats` times (fold seeds `spec.seed`, `spec.seed` + 1, ...): the
-    learned model's folds (`cross_validate` draws them alike) and every nested figure's."""
+    learned model's folds (passed to `cross_validate` and its fold models) and every nested figure's."""
     judged = [q for q in bench.query_ids() if q in bench.qrels]
     return [query_folds(judged, spec.cv_folds, seed, fold_groups(spec, bench)) for seed in spec.fold_seeds()]
 
@@ -479,7 +479,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                     log("learned: no log-probability scorer configured: tuned without the question-likelihood "
                         "feature")
                 model, points, secs, queries, oof, per_query = _tune_learned(
-                    index, bench, spec, graph, mc_labels, hybrid.get("weight", 0.7), log,
+                    index, bench, spec, splits, graph, mc_labels, hybrid.get("weight", 0.7), log,
                     hybrid.get("within_stats", "corpus"), extra_sources, scorer() if ql else None)
                 out_of_fold["learned"] = oof
                 scored_queries |= set(bench.query_ids())
@@ -686,11 +686,12 @@ def labels_of(bench: Benchmark, mc_labels: pd.DataFrame | None) -> pd.DataFrame 
     return mc_labels[mc_labels["question_id"].isin(set(bench.query_ids()))]
 
 
-def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph, mc_labels, weight: float,
-                  log: Callable[[str], None], within_stats: str = "corpus", extra_sources=None, scorer=None):
+def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, splits: list[list[list[str]]], graph,
+                  mc_labels, weight: float, log: Callable[[str], None], within_stats: str = "corpus",
+                  extra_sources=None, scorer=None):
     """Grouped-CV choice of target and hyperparameters (and, with `scorer`, whether the question-likelihood feature
-    is used: every point with and without it), then the refit model. With `spec.cv_repeats` fold splits, a point's
-    cv value is the mean over them. Returns (model, [(point, cv value)], seconds per trial, queries, per fold split
+    is used: every point with and without it), then the refit model. `splits`: the train queries' fold splits
+    (`repeated_folds`), shared with every other retriever's nested figure; a point's cv value is the mean over them. Returns (model, [(point, cv value)], seconds per trial, queries, per fold split
     the out-of-fold learned retriever, per fold split and point the cv metric per query)."""
     t0 = time.perf_counter()
     likelihood = scorer is not None
@@ -727,8 +728,7 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
     if likelihood:
         log(f"learned: question likelihood scored with the other features of {len(table)} candidate rows "
             f"({time.perf_counter() - t0:.1f}s in all)")
-    seeds = spec.fold_seeds()   # the fold splits of `repeated_folds`
-    points, secs, tables, per_query = [], [], {}, [[] for _ in seeds]
+    points, secs, tables, per_query = [], [], {}, [[] for _ in splits]
     # without the feature first: a CV that cannot tell the two apart (ties keep the earlier point) scores no LLM
     # call at query time
     for target in targets:
@@ -739,9 +739,9 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
             for params in grid_for(target):
                 t = time.perf_counter()
                 values = []
-                for r, seed in enumerate(seeds):
+                for r, folds in enumerate(splits):
                     value, _, scores = cross_validate(tables[target, with_likelihood], target, params, bench.qrels,
-                                                      spec.metric, spec.cv_folds, seed, fold_groups(spec, bench))
+                                                      spec.metric, folds)
                     values.append(value)
                     per_query[r].append(scores)
                 value = float(np.mean(values))
@@ -757,12 +757,11 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, graph,
                       {"benchmark": bench.name, "split": bench.split, "metric": spec.metric,
                        "extra_train": extra_counts})
     model_scorer = scorer if settings["question_likelihood"] else None
-    # The chosen point's fold models (the folds `cross_validate` used), for out-of-fold figures of combinations.
-    judged = [q for q in chosen["query_id"].unique() if q in bench.qrels]
+    # The chosen point's fold models (on the folds `cross_validate` used), for out-of-fold figures of combinations.
     out_of_fold = []
-    for seed in seeds:
+    for folds in splits:
         fold_models, fold_of_text = [], {}
-        for f, fold in enumerate(query_folds(judged, spec.cv_folds, seed, fold_groups(spec, bench))):
+        for f, fold in enumerate(folds):
             held = chosen["query_id"].isin(fold).to_numpy()
             fold_models.append(LearnedRetriever(index, fit_model(chosen[~held], point["target"],
                                                                  point["hyperparameters"], settings),

@@ -257,18 +257,17 @@ def run_from_scores(table: pd.DataFrame, scores: np.ndarray) -> dict[str, dict[s
 
 
 def cross_validate(table: pd.DataFrame, target: str, params: dict[str, Any], eval_qrels: Qrels,
-                   metric: str = "ndcg@10", n_folds: int = 5, seed: int = 0,
-                   fold_groups: Qrels | None = None) -> tuple[float, np.ndarray, dict[str, float]]:
-    """Grouped K-fold over the judged queries (with `fold_groups`, queries that share a relevant document of it in
-    one fold: `query_folds`): each fold's queries are scored by a model trained on the other folds' labelled pairs.
-    Returns (metric of the out-of-fold ranking against `eval_qrels`, out-of-fold scores
-    (NaN for queries outside `eval_qrels`), that metric per judged query)."""
-    judged = [q for q in table["query_id"].unique() if q in eval_qrels]
+                   metric: str, folds: Sequence[Sequence[str]]) -> tuple[float, np.ndarray, dict[str, float]]:
+    """K-fold over `folds` (query ids, e.g. `query_folds`' grouped folds): each fold's queries are scored by a model
+    trained on the labelled pairs of every query outside it (queries in no fold always train). Returns (metric of the
+    out-of-fold ranking against `eval_qrels`, out-of-fold scores (NaN for rows of queries outside the folds or
+    `eval_qrels`), that metric per judged query)."""
     oof = np.full(len(table), np.nan)
-    for fold in query_folds(judged, n_folds, seed, fold_groups):
+    for fold in folds:
         held = table["query_id"].isin(fold).to_numpy()
         model = fit_model(table[~held], target, params, {})
         oof[held] = model.predict(table[held])
+    oof[~table["query_id"].isin(eval_qrels).to_numpy()] = np.nan
     mask = ~np.isnan(oof)
     run = run_from_scores(table[mask], oof[mask])
     per_query = named_metric_per_query({q: eval_qrels[q] for q in run}, run, metric)
