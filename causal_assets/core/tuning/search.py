@@ -691,8 +691,9 @@ def _tune_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, splits
                   extra_sources=None, scorer=None):
     """Grouped-CV choice of target and hyperparameters (and, with `scorer`, whether the question-likelihood feature
     is used: every point with and without it), then the refit model. `splits`: the train queries' fold splits
-    (`repeated_folds`), shared with every other retriever's nested figure; a point's cv value is the mean over them. Returns (model, [(point, cv value)], seconds per trial, queries, per fold split
-    the out-of-fold learned retriever, per fold split and point the cv metric per query)."""
+    (`repeated_folds`), shared with every other retriever's nested figure; a point's cv value is the mean over them.
+    Returns (model, [(point, cv value)], seconds per trial, queries, per fold split the out-of-fold learned retriever,
+    per fold split and point the cv metric per query)."""
     t0 = time.perf_counter()
     likelihood = scorer is not None
     extractor = FeatureExtractor(index, graph, weight=weight, within_stats=within_stats,
