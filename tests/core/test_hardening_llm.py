@@ -145,3 +145,28 @@ def test_a_20_mb_completion_is_refused(tmp_path, chunked):
             client.chat(MSGS)
         assert e.value.kind == "too_large" and server.requests == 1    # not retried
     assert (tmp_path / "c.sqlite").stat().st_size < 1024 * 1024         # nothing of it stored
+
+
+def test_an_assembly_killed_midway_leaves_no_gguf_that_later_runs_would_take(tmp_path, monkeypatch):
+    """Gemma's GGUF is assembled from four wheels on first use. A run killed mid-write (here: the write fails after
+    a first block) must leave nothing at the model's path, or every later run would load a truncated file; the next
+    first use assembles the real file (sha256-checked)."""
+    import importlib
+
+    from causal_assets.core.llm.models import LOCAL_MODELS, local_model_path
+
+    package = importlib.import_module(LOCAL_MODELS["gemma3-270m"].package)
+    real_assemble = package.assemble
+
+    def killed(path, overwrite=False):
+        with open(path, "wb") as f:
+            f.write(b"GGUF" + b"\0" * 4096)
+        raise KeyboardInterrupt("killed while writing")
+
+    monkeypatch.setattr(package, "assemble", killed)
+    with pytest.raises(KeyboardInterrupt):
+        local_model_path("gemma3-270m", tmp_path)
+    assert list(tmp_path.iterdir()) == []                 # neither the model's name nor a leftover partial file
+    monkeypatch.setattr(package, "assemble", real_assemble)
+    path = local_model_path("gemma3-270m", tmp_path)
+    assert path.stat().st_size > 200e6 and [p.name for p in tmp_path.iterdir()] == [path.name]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import glob
 import importlib
 import importlib.util
+import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +64,16 @@ def local_model_path(name: str, models_dir: str | Path | None = None) -> Path:
         target = Path(models_dir) / model.gguf
         if not target.is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
-            importlib.import_module(model.package).assemble(target)   # writes, then checks the sha256
+            # Assembled under a name of this process's own, then renamed into place: a run killed mid-write, or a
+            # second process assembling at the same time (parallel shards, a second worker), never leaves or reads
+            # a half-written GGUF at `target` (is_file() above would take it as done, and llama.cpp would fail on
+            # it in every later run).
+            partial = target.with_name(f"{target.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            try:
+                importlib.import_module(model.package).assemble(partial)   # writes, then checks the sha256
+                os.replace(partial, target)
+            finally:
+                partial.unlink(missing_ok=True)
         return target
     found = sorted(glob.glob(str(pkg_dir / "*.gguf")))
     if not found:
