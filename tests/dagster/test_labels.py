@@ -28,7 +28,7 @@ RUN_CONFIG = {"ops": {
 
 @pytest.mark.slow
 def test_labels_end_to_end_with_local_solver(resources, tmp_path):
-    resources = {**resources, "llm": LLM(cache_path=str(tmp_path / "calls.sqlite"), n_threads=1,
+    resources = {**resources, "llm": LLM(cache_path=str(tmp_path / "calls.sqlite"), n_threads=2,
                                          models_dir=str(tmp_path / "models"))}
     upstream = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary, graph_nodes_and_edges]
     assert materialize(upstream, resources=resources, partition_key="hotpotqa").success
@@ -81,7 +81,7 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path):
 
     # Question-range shards (a backfill over benchmark x shard) pay the calls; mc_trials then assembles the same
     # trials from the call cache without a single new call.
-    sharded = {**resources, "llm": LLM(cache_path=str(tmp_path / "sharded_calls.sqlite"), n_threads=1,
+    sharded = {**resources, "llm": LLM(cache_path=str(tmp_path / "sharded_calls.sqlite"), n_threads=2,
                                        models_dir=str(tmp_path / "models"))}
     # The solver is deterministic (temperature 0), so a subset drawn twice for one question is one call: the
     # shards must pay exactly the calls the unsharded run paid, and see exactly its within-run repeats as hits.

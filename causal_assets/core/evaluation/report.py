@@ -8,10 +8,6 @@ import base64
 import io
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display on servers
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from causal_assets.core.evaluation.failures import BUCKET_RULES
@@ -90,8 +86,9 @@ def curves_png(metrics: pd.DataFrame, split: str, title: str, n_candidates: int 
     if n_candidates is not None:
         data = data[data.k <= n_candidates]
     retrievers = list(dict.fromkeys(data["retriever"]))
-    colours = plt.get_cmap("tab20").colors
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig = _figure(figsize=(13, 3.8))
+    colours = _colours("tab20")
+    axes = fig.subplots(1, 3)
     for ax, metric in zip(axes, ("ndcg", "recall", "precision")):
         for i, retriever in enumerate(retrievers):
             g = data[(data.metric == metric) & (data.k > 0) & (data.retriever == retriever)].sort_values("k")
@@ -112,11 +109,25 @@ def curves_png(metrics: pd.DataFrame, split: str, title: str, n_candidates: int 
     return _png(fig)
 
 
+def _figure(**kwargs):
+    """A figure outside pyplot: no global figure registry to close or leak in a long-running process, and no
+    backend or display to choose (savefig renders PNG with Agg). Imported here: matplotlib costs ~0.5 s, which every
+    process loading the code location would pay, for the evaluation steps' plots alone."""
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
+
+
+def _colours(name: str) -> tuple:
+    from matplotlib import colormaps
+
+    return colormaps[name].colors
+
+
 def _png(fig) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
     return buf.getvalue()
 
 
@@ -244,7 +255,8 @@ def quality_png(summaries: dict[str, dict], title: str) -> bytes:
         c, cr = s.get("containment", {}), s.get("containment_ranking", {})
         series["contains the answer"] = [c.get("precision"), c.get("recall"), c.get("f1"), cr.get("top2_precision"),
                                          cr.get("auc")]
-    fig, ax = plt.subplots(figsize=(9, 3.6))
+    fig = _figure(figsize=(9, 3.6))
+    ax = fig.subplots()
     width = 0.8 / max(1, len(series))
     for i, (label, values) in enumerate(series.items()):
         ax.bar([x + i * width for x in range(len(names))], [v if v == v and v is not None else 0 for v in values],
