@@ -1,5 +1,7 @@
 """What a user waits for at the command line: `causal-assets --help`, `search` (BM25 and dense, default corpus) and
-`ask` (first and second question of a process-fresh run), each end to end as a subprocess, with the load average.
+`ask` (first and second question of a process-fresh run), each end to end as a subprocess, with the load average;
+and the import of the code location (`causal_assets.definitions`), which every Dagster process pays before it
+does anything: `dagster dev` and its code server, each run worker, each step of the multiprocess executor.
 
     python benchmarks/cli_timings.py [--quick]
 
@@ -51,19 +53,33 @@ def timed(args: list[str], timeout: float = 900, tree: Path = ROOT) -> tuple[flo
     return seconds, done, load
 
 
+def timed_import(module: str, tree: Path = ROOT) -> tuple[float, subprocess.CompletedProcess, list[float]]:
+    """`import module` in a new process, with the code of `tree` (as `timed`)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    load = load_average()
+    t0 = time.perf_counter()
+    done = subprocess.run([PY, "-P", "-c", f"import {module}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"import {module} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    return seconds, done, load
+
+
 def summary(runs: list) -> dict:
     secs = [round(s, 3) for s, _, _ in runs]
     return {"seconds": secs, "median_s": round(statistics.median(secs), 3), "load_average": [l for _, _, l in runs],
             "stderr_lines": len(runs[-1][1].stderr.strip().splitlines())}
 
 
-def series(args: list[str], repeats: int, other: Path | None) -> dict:
-    """`repeats` runs of this checkout's CLI; with `other`, each followed by one of the other checkout's."""
+def series(args: list[str], repeats: int, other: Path | None, run=timed) -> dict:
+    """`repeats` runs of this checkout's CLI (or of `run`); with `other`, each followed by one of the other
+    checkout's."""
     ours, theirs = [], []
     for _ in range(repeats):
-        ours.append(timed(args))
+        ours.append(run(args))
         if other is not None:
-            theirs.append(timed(args, tree=other))
+            theirs.append(run(args, tree=other))
     out = summary(ours)
     if other is not None:
         out["compared"] = {"tree": str(other), **summary(theirs),
@@ -92,14 +108,17 @@ def measure(quick: bool, args: argparse.Namespace) -> tuple[list[Figure], dict]:
         "help": series(["--help"], n, other),
         "search_bm25": series(search, n, other),
         "search_dense": series([*search, "--method", "dense"], max(2, n - 2), other),
+        "code_location": series("causal_assets.definitions", n, other, run=timed_import),
     }
     figures = [
         Figure("causal-assets --help, median", details["help"]["median_s"], "s", HELP_TARGET_S, "<="),
         Figure("search bm25 (default corpus, end to end), median", details["search_bm25"]["median_s"], "s",
                BM25_TARGET_S, "<="),
         Figure("search dense (default corpus, end to end), median", details["search_dense"]["median_s"], "s"),
+        Figure("import causal_assets.definitions (a new process), median", details["code_location"]["median_s"],
+               "s"),
     ]
-    for name in ("help", "search_bm25", "search_dense") if other is not None else ():
+    for name in ("help", "search_bm25", "search_dense", "code_location") if other is not None else ():
         figures.append(Figure(f"{name}: this checkout / {other.name}, ratio of medians",
                               details[name]["compared"]["ratio_of_medians"], "x"))
     if args.no_ask:

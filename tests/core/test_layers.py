@@ -43,10 +43,12 @@ HEAVY = frozenset({"torch", "sentence_transformers", "transformers", "onnx", "on
                    # ranx brings scipy.stats and matplotlib (~1.7 s) into every process that loads the code location
                    "ranx",
                    # matplotlib (~0.5 s): only the evaluation report's plots draw
-                   "matplotlib"})
+                   "matplotlib",
+                   # the openai SDK (~0.7 s): only a step that calls an endpoint needs it (core/llm/transport.py)
+                   "openai"})
 # Our own modules that exist to hold a heavy dependency: the numba BM25 batch kernel (numba + the cached kernel load
-# in ~0.7 s, which a one-query `causal-assets search` skips).
-HEAVY_OWN = frozenset({"causal_assets.core.index.postings_kernel"})
+# in ~0.7 s, which a one-query `causal-assets search` skips), and the openai SDK with the client's HTTP transport.
+HEAVY_OWN = frozenset({"causal_assets.core.index.postings_kernel", "causal_assets.core.llm.transport"})
 # Run inside the sandbox as a script, never imported: its worker and grader processes each import only their side.
 STANDALONE = frozenset({"labeling._sandbox_launcher"})
 NEVER = ("dagster", "causal_assets.defs", "causal_assets.resources", "causal_assets.definitions", "causal_assets.cli",

@@ -32,25 +32,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-import importlib
-
-import openai
-
-
-def _openai_httpx():
-    """The httpx module the installed openai SDK is built on (`httpx`, or the `httpx2` fork in recent SDKs): the
-    transport below must be of the same library as the client it is plugged into."""
-    for klass in getattr(openai, "DefaultHttpxClient", object).__mro__[1:]:
-        root = klass.__module__.split(".")[0]
-        if root in ("httpx", "httpx2"):
-            return importlib.import_module(root)
-    return importlib.import_module("httpx")
-
-
-httpx = _openai_httpx()
+from typing import TYPE_CHECKING
 
 from .cache import CallCache, CachedCall, make_key
-from .errors import BudgetExceeded, LLMError, LLMInfrastructureError, LLMRequestError
+from .errors import BudgetExceeded, LLMError, LLMInfrastructureError, LLMRequestError, ResponseTooLarge
+
+if TYPE_CHECKING:
+    import openai
 from .redact import Secret, redact
 
 log = logging.getLogger(__name__)
@@ -120,54 +108,10 @@ class _ErrorText(Exception):
     """The endpoint answered 2xx with an error message in place of a completion."""
 
 
-class _TooLarge(Exception):
-    """The response body exceeds `max_response_bytes`."""
+def _is_sdk_error(exc: BaseException) -> bool:
+    import openai  # loaded by the client's transport already
 
-
-class _GuardedStream(httpx.SyncByteStream):
-    """A response body read under a total deadline and a size cap (httpx's read timeout restarts with every
-    byte, so a trickling endpoint would otherwise hold a call for as long as it likes)."""
-
-    def __init__(self, inner, deadline: float, total_s: float, max_bytes: int, request: httpx.Request):
-        self._inner, self._deadline, self._total_s = inner, deadline, total_s
-        self._max_bytes, self._request = max_bytes, request
-
-    def __iter__(self):
-        n = 0
-        for chunk in self._inner:
-            n += len(chunk)
-            if n > self._max_bytes:
-                raise _TooLarge(f"response body larger than {self._max_bytes} bytes")
-            if time.monotonic() > self._deadline:
-                raise httpx.ReadTimeout(f"response not complete within the total deadline of {self._total_s}s",
-                                        request=self._request)
-            yield chunk
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-class _GuardedTransport(httpx.BaseTransport):
-    def __init__(self, total_s: float, max_bytes: int):
-        self._inner = httpx.HTTPTransport()
-        self._total_s, self._max_bytes = total_s, max_bytes
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        deadline = time.monotonic() + self._total_s
-        response = self._inner.handle_request(request)
-        length = response.headers.get("content-length")
-        if length and length.isdigit() and int(length) > self._max_bytes:
-            response.close()
-            raise _TooLarge(f"response body of {int(length)} bytes (Content-Length) is larger than "
-                            f"{self._max_bytes} bytes")
-        if time.monotonic() > deadline:
-            response.close()
-            raise httpx.ReadTimeout(f"no response within the total deadline of {self._total_s}s", request=request)
-        response.stream = _GuardedStream(response.stream, deadline, self._total_s, self._max_bytes, request)
-        return response
-
-    def close(self) -> None:
-        self._inner.close()
+    return isinstance(exc, openai.OpenAIError)
 
 
 def _caused_by(exc: BaseException, kind: type) -> bool:
@@ -207,11 +151,12 @@ class LLMClient:
         self.error_text = error_text
         self.cache_endpoint = base_url if cache_endpoint is _FROM_BASE_URL else cache_endpoint
         self._api_key = Secret(api_key or NO_KEY)  # the caller passes the key (resources: EnvVar of settings)
+        # the openai SDK (~0.7 s to import) is loaded here, by the first client, not by every process that loads
+        # the code location
+        from .transport import openai_client
+
         # our own retry loop replaces the SDK's (max_retries=0) so every attempt is visible and bounded
-        self._client = openai.OpenAI(
-            base_url=base_url, api_key=self._api_key.get(), timeout=timeout_s, max_retries=0,
-            http_client=openai.DefaultHttpxClient(transport=_GuardedTransport(timeout_s, max_response_bytes),
-                                                  timeout=timeout_s))
+        self._client = openai_client(base_url, self._api_key.get(), timeout_s, max_response_bytes)
         self._sem = threading.BoundedSemaphore(max_concurrency)
         self._key_locks: dict[str, _KeyLock] = {}
         self._key_locks_guard = threading.Lock()
@@ -346,7 +291,9 @@ class LLMClient:
 
     def _classify(self, exc: BaseException) -> tuple[str, bool, float | None]:
         """(kind, retryable, retry_after_s) of an exception raised by one attempt."""
-        if _caused_by(exc, _TooLarge):
+        import openai  # loaded by this client's transport already
+
+        if _caused_by(exc, ResponseTooLarge):
             return "too_large", False, None
         if isinstance(exc, _ErrorText):
             return "error_text", True, None
@@ -445,7 +392,7 @@ class LLMClient:
                 log.error("llm %s", msg)
                 if err_kind == "request":
                     raise LLMRequestError(msg) from None
-                if err_kind == "unknown" and not isinstance(exc, openai.OpenAIError):
+                if err_kind == "unknown" and not _is_sdk_error(exc):
                     # a bug on our side, not the endpoint's: surface it (redacted) as what it is
                     raise LLMError(msg) from None
                 # `from None`: the SDK exception holds the request (and its Authorization header)

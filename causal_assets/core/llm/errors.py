@@ -28,3 +28,8 @@ class BudgetExceeded(LLMError):
 
 class LocalServerError(LLMError):
     """The local llama.cpp server could not be started (missing model/extra, early exit, startup timeout)."""
+
+
+class ResponseTooLarge(Exception):
+    """The response body exceeds the client's `max_response_bytes` (raised by its transport, classified by
+    `LLMClient` as kind "too_large": not retried, not cached)."""

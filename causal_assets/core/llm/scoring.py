@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
-import openai
 
 from .cache import CallCache, make_key
 from .cores import CoreMeter
@@ -363,6 +362,8 @@ class EndpointScorer(_CachedScorer):
         return lps, ntok, ptok, ptok + sum(ntok), span_lp, span_n
 
     def _complete_one(self, prompt: str, max_tokens: int, stop: tuple[str, ...]) -> str:
+        import openai  # the SDK the client was made with (~0.7 s): not loaded for every code-location import
+
         try:
             resp = self._client.completions.create(model=self.model_id, prompt=prompt, max_tokens=max_tokens,
                                                    temperature=0.0, stop=list(stop) or None)
@@ -374,6 +375,8 @@ class EndpointScorer(_CachedScorer):
 
     def _one(self, prompt: str, cont: str, span: tuple[int, int] | None = None
              ) -> tuple[float, int, int, tuple[float, int] | None]:
+        import openai  # as in _complete_one
+
         modes = ["prompt_logprobs", "echo"] if self.mode == "auto" else [self.mode]
         last: Exception | None = None
         for mode in modes:
