@@ -30,16 +30,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .cache import CallCache, CachedCall, make_key
 from .errors import BudgetExceeded, LLMError, LLMInfrastructureError, LLMRequestError, ResponseTooLarge
+from .redact import Secret, redact
 
 if TYPE_CHECKING:
     import openai
-from .redact import Secret, redact
 
 log = logging.getLogger(__name__)
 
