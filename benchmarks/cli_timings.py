@@ -37,33 +37,31 @@ HELP_TARGET_S = 1.0
 BM25_TARGET_S = 2.0
 
 
-def timed(args: list[str], timeout: float = 900, tree: Path = ROOT) -> tuple[float, subprocess.CompletedProcess,
-                                                                           list[float]]:
-    """One CLI command as a new process: the code of `tree` (`-P`: the working directory is not put on sys.path,
-    so PYTHONPATH decides), the data of this checkout."""
+def _timed(python_args: list[str], what: str, timeout: float, tree: Path) -> tuple[float, subprocess.CompletedProcess,
+                                                                                  list[float]]:
+    """`python -P <python_args>` as a new process: the code of `tree` (`-P`: the working directory is not put on
+    sys.path, so PYTHONPATH decides), the data of this checkout; (seconds, the process, the load average before)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env.setdefault("DAGSTER_HOME", str(ROOT / "data" / "dagster_home"))
     load = load_average()
     t0 = time.perf_counter()
-    done = subprocess.run([PY, "-P", "-m", "causal_assets.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run([PY, "-P", *python_args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
     seconds = time.perf_counter() - t0
     if done.returncode != 0:
-        raise RuntimeError(f"causal-assets {' '.join(args)} exited {done.returncode}:\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"{what} exited {done.returncode}:\n{done.stderr[-2000:]}")
     return seconds, done, load
+
+
+def timed(args: list[str], timeout: float = 900, tree: Path = ROOT) -> tuple[float, subprocess.CompletedProcess,
+                                                                           list[float]]:
+    """One CLI command as a new process, with the code of `tree`."""
+    return _timed(["-m", "causal_assets.cli", *args], f"causal-assets {' '.join(args)}", timeout, tree)
 
 
 def timed_import(module: str, tree: Path = ROOT) -> tuple[float, subprocess.CompletedProcess, list[float]]:
-    """`import module` in a new process, with the code of `tree` (as `timed`)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    load = load_average()
-    t0 = time.perf_counter()
-    done = subprocess.run([PY, "-P", "-c", f"import {module}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-    seconds = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise RuntimeError(f"import {module} exited {done.returncode}:\n{done.stderr[-2000:]}")
-    return seconds, done, load
+    """`import module` in a new process, with the code of `tree`."""
+    return _timed(["-c", f"import {module}"], f"import {module}", 300, tree)
 
 
 def summary(runs: list) -> dict:
