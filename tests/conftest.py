@@ -101,7 +101,8 @@ def resources(tmp_path, small_registry):
             "benchmark_registry": BenchmarkRegistry(path=str(small_registry.parent / "benchmarks.yaml")),
             "io_manager": ParquetIOManagerFactory(storage=storage),
             # Lazy: the local server starts only if a step actually calls the LLM.
-            "llm": LLM(cache_path=str(tmp_path / "llm_calls.sqlite"), n_threads=1)}
+            # the shipped default: as many llama.cpp threads as other processes leave cores free
+            "llm": LLM(cache_path=str(tmp_path / "llm_calls.sqlite"))}
 
 
 @pytest.fixture(autouse=True, scope="session")

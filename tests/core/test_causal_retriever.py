@@ -24,6 +24,7 @@ from causal_assets.core.corpus.folder import load_folder
 from causal_assets.core.graph.build import build_graph
 from causal_assets.core.index.build import build_index
 from causal_assets.core.index.search import Hit
+from causal_assets.core.llm.cores import free_cores
 from causal_assets.core.retrievers.base import Retriever
 from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel, LLMAnswerModel, candidate_units
 from causal_assets.core.retrievers.causal.documents import ContextDoc
@@ -502,7 +503,7 @@ def test_live_llm_end_to_end(shop, tmp_path):
     from causal_assets.core.llm.errors import LocalServerError
     t0 = time.monotonic()
     try:
-        server = LocalLlamaServer(n_threads=1, n_ctx=2048, log_path=tmp_path / "server.log", startup_timeout_s=55)
+        server = LocalLlamaServer(n_threads=free_cores(), n_ctx=2048, log_path=tmp_path / "server.log", startup_timeout_s=55)
     except LocalServerError as e:
         pytest.skip(f"no local model: {e}")
     with server as srv, CallCache(tmp_path / "calls.sqlite") as cache, \

@@ -15,6 +15,7 @@ from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.graph.build import build_graph
 from causal_assets.core.llm.client import LLMResult
+from causal_assets.core.llm.cores import free_cores
 from causal_assets.core.local_search.context import (GraphContextBuilder, format_network_data,
                                                       cut_text, nodes_requested, record_tokens)
 from causal_assets.core.local_search.search import (LocalSearch, ContextBudgetError, EmptyResponseError,
@@ -204,7 +205,7 @@ def test_end_to_end_local_server(tmp_path_factory, tmp_path):
     t0 = time.perf_counter()
     builder.entity_vectors  # once per graph, not per query
     embed_s = time.perf_counter() - t0
-    with LocalLlamaServer(n_threads=1, n_ctx=4096) as srv:
+    with LocalLlamaServer(n_threads=free_cores(), n_ctx=4096) as srv:
         client = LLMClient(srv.base_url, srv.alias, timeout_s=120, max_retries=1)
         cs = LocalSearch(client, builder, max_tokens=128, n_ctx=4096, network_max_tokens=800)
         t0 = time.perf_counter()

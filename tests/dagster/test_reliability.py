@@ -22,6 +22,7 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, materia
 
 from causal_assets.core.catalog import DuckDBCatalog
 from causal_assets.core.llm.cache import CallCache
+from causal_assets.core.llm.cores import free_cores
 from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.storage import read_parquet
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
@@ -64,7 +65,7 @@ def make_resources(registry: Path, root: Path, **llm_kw) -> dict:
     return {"storage": storage, "corpus_registry": CorpusRegistry(path=str(registry / "corpora.yaml")),
             "benchmark_registry": BenchmarkRegistry(path=str(registry / "benchmarks.yaml")),
             "io_manager": ParquetIOManagerFactory(storage=storage),
-            "llm": LLM(cache_path=str(root / "llm_calls.sqlite"), n_threads=1, **llm_kw)}
+            "llm": LLM(cache_path=str(root / "llm_calls.sqlite"), **llm_kw)}
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,7 @@ def index_root(registry, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def llama():
-    server = LocalLlamaServer(n_threads=1)  # one thread: the machine is shared (see tests/core/test_llm.py)
+    server = LocalLlamaServer(n_threads=free_cores())  # the cores other processes leave free, as the LLM resource
     server.start()
     yield server
     server.stop()
@@ -126,10 +127,10 @@ def test_sigkill_of_a_whole_run_then_rerun_pays_no_completed_call_twice(registry
     _copy_index(index_root, tmp_path)
     base, calls_db = tmp_path / "parquet", tmp_path / "llm_calls.sqlite"
     upstream_digests = {p: _digest(p) for p in base.rglob("*.parquet")}
-    # No LLM URL: the run's LLM resource starts its own llama.cpp server (the shipped default), one thread.
+    # No LLM URL: the run's LLM resource starts its own llama.cpp server (the shipped default).
     env = project_env(make_resources(registry, tmp_path), tmp_path / "dagster_home")
     env.pop("CAUSAL_ASSETS_LLM_BASE_URL", None)
-    run_config = {**IN_PROCESS, "resources": {"llm": {"config": {"n_threads": 1}}}}
+    run_config = IN_PROCESS
 
     t0 = time.monotonic()
     run = start_materialize("candidate_pools,mc_trials,solver_calls,mc_labels", "hotpotqa", env, run_config,
