@@ -64,17 +64,40 @@ def test_prefix_reuse_gives_the_same_log_probabilities_bit_for_bit(models_dir, h
     reqs = [ScoreRequest(solver_prompt(q.question, sub, "answer_f1"), cont, question_span(q.question, sub))
             for sub in subsets]
     scorer = local_scorer("gemma3-270m", None, models_dir, n_threads=2)
+    decoded = _record_batches(scorer)
     try:
         together = scorer.score_many(reqs)
         assert scorer.tokens_evaluated < scorer.tokens_requested       # shared beginnings were not evaluated twice
+        batches_together = list(decoded)
+        decoded.clear()
         alone = []
         for r in reqs:
             scorer.forget_prefix()                                   # from scratch
             alone.append(scorer.score_many([r])[0])
     finally:
         scorer.close()
+    # The mechanism, checked on any CPU: every batch decoded with reuse (its first position and its tokens) is one
+    # that scoring from scratch decodes too. Free-form reuse (`reuse_block=0`) decoded 7 of its 9 batches at
+    # positions scratch never starts a batch at. Whether that also moves a log-probability depends on the CPU's
+    # kernels and the prompts, so the equalities below alone are not a detector everywhere.
+    assert [b for b in batches_together if b not in set(decoded)] == []
     assert [r.logprobs for r in together] == [r.logprobs for r in alone]
     assert [r.span_logprob for r in together] == [r.span_logprob for r in alone]
+
+
+def _record_batches(scorer: LlamaCppScorer) -> list[tuple[int, tuple[int, ...]]]:
+    """Every batch the scorer's llama.cpp context decodes from now on, as (first position, tokens)."""
+    decoded: list[tuple[int, tuple[int, ...]]] = []
+    context = scorer._llm._ctx
+    decode = context.decode
+
+    def recording(batch):
+        b = batch.batch
+        decoded.append((b.pos[0], tuple(b.token[i] for i in range(b.n_tokens))))
+        return decode(batch)
+
+    context.decode = recording
+    return decoded
 
 
 def test_the_reuse_block_is_checked(models_dir):
