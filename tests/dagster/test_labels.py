@@ -2,6 +2,8 @@
 answer in-process, through the call cache)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 
 from causal_assets.core.catalog import DuckDBCatalog
@@ -30,6 +32,13 @@ RUN_CONFIG = {"ops": {
 def test_labels_end_to_end_with_local_solver(resources, tmp_path):
     resources = {**resources, "llm": LLM(cache_path=str(tmp_path / "calls.sqlite"), n_threads=2,
                                          models_dir=str(tmp_path / "models"))}
+    # 300 characters of each paragraph (the registry's pooling.max_doc_chars; 600 by default): the same calls and
+    # checks on prompts about half as long, since the solver's calls are most of this test's time
+    registry_path = Path(resources["benchmark_registry"].path)
+    registry = yaml.safe_load(registry_path.read_text())
+    [hotpotqa] = [b for b in registry["benchmarks"] if b["name"] == "hotpotqa"]
+    hotpotqa["pooling"] = {"max_doc_chars": 300}
+    registry_path.write_text(yaml.safe_dump(registry))
     upstream = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary, graph_nodes_and_edges]
     assert materialize(upstream, resources=resources, partition_key="hotpotqa").success
     stage = [candidate_pools, mc_trials, mc_labels]
@@ -42,6 +51,7 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path):
     base = resources["storage"].base_path
     pools = pd.read_parquet(f"{base}/candidate_pools/hotpotqa.parquet")
     assert pools.groupby("question_id").size().eq(6).all()
+    assert pools["text"].str.len().le(300).all() and pools["text"].str.len().eq(300).any()   # the registry's cut
     assert (pools["doc_id"].str.split("/").str[0] == pools["question_id"]).all()  # own paragraphs only
     trials = pd.read_parquet(f"{base}/mc_trials/hotpotqa.parquet")
     calls = pd.read_parquet(f"{base}/solver_calls/hotpotqa.parquet")
