@@ -60,7 +60,7 @@ def ask(args) -> int:
     qid = inbox.submit(args.settings.queries, args.query, args.corpus, known_corpora=known)
     instance.add_dynamic_partitions(query_partitions.name, [qid])
     say(f"answering from corpus {args.corpus!r} with the local LLM (question {qid})")
-    result = execute("search_job", qid, verbose=args.verbose, pool=LLM_POOL,
+    result = execute("search_job", qid, args.base_path, verbose=args.verbose, pool=LLM_POOL,
                      pool_wait_s=max(args.wait - (time.monotonic() - t0), 0.0))
     if not result.success:
         say(f"answering failed: {failure_line(result)} (run {result.run_id}; `--verbose` shows the log)")

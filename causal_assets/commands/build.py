@@ -167,18 +167,24 @@ def failure_line(result) -> str:
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
             err = event.step_failure_data.error
-            while err.cause is not None and err.message.startswith("Error occurred while executing"):
+            # Dagster's wrapper ("dagster._core.errors.DagsterExecutionStepExecutionError: Error occurred while
+            # executing op ...") says nothing a user can act on: the message is its cause's
+            while err.cause is not None and "Error occurred while executing" in err.message:
                 err = err.cause
             first = (err.message or "").strip().splitlines()
             return f"step {event.step_key} failed: {first[-1] if first else err.cls_name}"
     return "the run failed"
 
 
-def execute(job_name: str, partition_key: str, assets: list[str] | None = None, verbose: bool = False,
+def execute(job_name: str, partition_key: str, base, assets: list[str] | None = None, verbose: bool = False,
             pool: str | None = None, pool_wait_s: float = 0.0, run_config: dict | None = None):
-    """Execute a job of the Definitions in this process, supervised; returns the result (never raises for a
-    failed step)."""
-    from causal_assets.definitions import defs  # the whole code location; only the commands that run jobs load it
+    """Execute a job of the Definitions in this process, supervised, writing under `base` (the command's
+    --base-path); returns the result (never raises for a failed step)."""
+    from causal_assets.definitions import defs, storage  # the whole code location; only commands that run jobs
+
+    if storage.base_path != str(base):   # its resources were imported in this process before `run` set the path
+        raise CausalAssetsError(f"this process's code location writes to {storage.base_path}, not {base}: run the "
+                                f"command in a new process")
 
     instance = cli_instance()
     run_id = make_new_run_id()
@@ -243,7 +249,7 @@ def build(base, corpus: str, todo: list[str], verbose: bool, reason: str = "") -
     interrupt_on_sigterm()
     if "corpus_chunks" in todo:  # first, so the estimate can count the chunks
         say(f"corpus {corpus!r}: reading and chunking its source" + (f" (needed by {reason})" if reason else ""))
-        _run(corpus, ["corpus_chunks"], verbose)
+        _run(base, corpus, ["corpus_chunks"], verbose)
         todo = [a for a in todo if a != "corpus_chunks"]
     if todo:
         seconds = estimate_seconds(base, corpus, todo)
@@ -251,14 +257,14 @@ def build(base, corpus: str, todo: list[str], verbose: bool, reason: str = "") -
         about = (f"about {duration(seconds)} at the current load {load:.1f}" if seconds is not None
                  else "a few minutes")
         say(f"corpus {corpus!r}: building {', '.join(todo)} ({about}; once, then kept in the data directory)")
-        _run(corpus, todo, verbose)
+        _run(base, corpus, todo, verbose)
     took = time.monotonic() - t0
     say(f"corpus {corpus!r}: built in {duration(took)}")
     return took
 
 
-def _run(corpus: str, assets: list[str], verbose: bool) -> None:
-    result = execute(BUILD_JOB, corpus, assets, verbose)
+def _run(base, corpus: str, assets: list[str], verbose: bool) -> None:
+    result = execute(BUILD_JOB, corpus, base, assets, verbose)
     if not result.success:
         raise RunFailed(f"building {', '.join(assets)} for corpus {corpus!r}: {failure_line(result)} "
                         f"(run {result.run_id}; `--verbose` shows the log)")

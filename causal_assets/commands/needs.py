@@ -20,5 +20,12 @@ def required(index: bool = True, dense: bool = False, graph: bool = False, entit
     return [a for g in groups for a in g]
 
 
+GROUPS = (CHUNKS, SPARSE, DENSE, GRAPH, ENTITY_VECTORS)
+
+
 def missing(base, corpus: str, assets: list[str]) -> list[str]:
-    return [a for a in assets if not asset_path(base, a, corpus).exists()]
+    """What to materialize: each asset of `assets` without its file, with the other outputs of its multi-asset (a
+    run killed between a multi-asset's two writes leaves one; Dagster cannot materialize the other alone)."""
+    absent = [a for a in assets if not asset_path(base, a, corpus).exists()]
+    todo = [m for g in GROUPS if set(g) & set(absent) for m in g]
+    return todo + [a for a in absent if a not in todo]

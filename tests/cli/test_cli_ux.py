@@ -110,3 +110,33 @@ def test_snippet_drops_what_the_other_columns_show():
         "Neil Ellwood Peart was a drummer."
     long = snippet("x " * 200, "id", "t", width=20)
     assert len(long) == 20 and long.endswith("…")
+
+
+def test_build_names_a_failed_steps_cause_and_finishes_a_multi_asset_a_kill_left_half_written(tmp_path):
+    """`build` in a fresh process, as a user runs it: a step that fails says why in its one line (not Dagster's
+    "Error occurred while executing op"), and a corpus whose sparse index lost one of its two files (a run killed
+    between the multi-asset's writes) is built again whole instead of failing on a subset Dagster refuses."""
+    good, clash = tmp_path / "notes", tmp_path / "clash"
+    good.mkdir()
+    (good / "graphs.md").write_text("# Graphs\n\nA shortest path joins two nodes with the fewest edges.\n")
+    (clash / "utils").mkdir(parents=True)
+    (clash / "utils.py").write_text("def parse(text):\n    return text.split()\n")
+    (clash / "utils" / "parse.py").write_text("def split(text):\n    return text.split()\n")
+    registry = tmp_path / "corpora.yaml"
+    registry.write_text("corpora:\n  - {name: default, loader: python_package, package: networkx}\n"
+                        f"  - {{name: notes, loader: folder, path: {good}}}\n"
+                        f"  - {{name: clash, loader: folder, path: {clash}}}\n")
+    env = {"CAUSAL_ASSETS_CORPORA": str(registry), "DAGSTER_HOME": str(tmp_path / "home")}
+    base = tmp_path / "pq"
+
+    out = run_cli("--base-path", str(base), "build", "clash", "--index-only", env=env)
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    assert "duplicate chunk ids" in out.stderr and "Error occurred while executing" not in out.stderr, out.stderr
+
+    assert run_cli("--base-path", str(base), "build", "notes", "--index-only", env=env).returncode == 0
+    vocabulary = base / "sparse_vocabulary" / "notes.parquet"
+    vocabulary.unlink()
+    out = run_cli("--base-path", str(base), "build", "notes", "--index-only", env=env)
+    assert out.returncode == 0, out.stderr
+    assert vocabulary.exists() and (base / "sparse_postings" / "notes.parquet").exists()
+    assert "sparse_postings, sparse_vocabulary" in out.stderr + out.stdout
