@@ -210,6 +210,23 @@ def _yaml(obj: Any) -> str:
     return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True)
 
 
+# What an export directory holds (`export_labels`): the only entries a directory it replaces may hold.
+EXPORT_ENTRIES = frozenset({"beir", "qrels.trec", "labels.jsonl", "data", "README.md", "hf"})
+
+
+def refuse_foreign(out: Path) -> None:
+    """An existing `out` is replaced only when it is an earlier export (or empty): never a file or a directory
+    holding anything else, which the swap would delete."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ValueError(f"{out}: exists and is not a directory; the labels export writes a directory there")
+    if out.is_dir():
+        foreign = sorted(e.name for e in out.iterdir() if e.name not in EXPORT_ENTRIES)
+        if foreign:
+            raise ValueError(f"{out}: not an earlier labels export (holds {', '.join(foreign[:5])}"
+                             f"{', ...' if len(foreign) > 5 else ''}), so it is not replaced; choose another "
+                             f"directory, or empty it")
+
+
 def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.PathLike, card: DatasetCard,
                   estimator: str | None = None, hf: bool = True) -> ExportResult:
     """Write the export into `out_dir`, replacing a previous one only once the new one is complete."""
@@ -219,8 +236,12 @@ def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.P
     if not (card.estimator or est == "unknown"):
         card.estimator = est
     out = Path(out_dir)
+    refuse_foreign(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    tmp.chmod(0o777 & ~mask)   # mkdtemp's 0700 would become the export's own mode once renamed
     try:
         beir = tmp / "beir"
         (beir / "qrels").mkdir(parents=True)

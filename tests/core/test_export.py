@@ -3,6 +3,7 @@ use (datasets.load_from_disk, ranx.Qrels.from_file, our own BEIR loader) and eva
 from __future__ import annotations
 
 import json
+import os
 
 import datasets
 import pandas as pd
@@ -132,3 +133,31 @@ def test_cli_export_labels(tmp_path, capsys):
     assert ranx.Qrels.from_file(str(out / "qrels.trec"), kind="trec").to_dict()["q2"]["q2/d0"] == 2
     assert "smollm2-135m-instruct" in (out / "README.md").read_text() and not (out / "hf").exists()
     assert main(["--base-path", str(base), "export-labels", "../x"]) == 2  # names with paths are refused
+
+
+def test_an_export_replaces_only_an_earlier_export_never_a_users_files(tmp_path, capsys):
+    """`--out` naming a directory of the user's (or a file) is refused in one line, with everything left as it
+    was; an earlier export at the same place is replaced; the export is readable as the umask allows."""
+    from causal_assets.cli import main
+
+    base = tmp_path / "parquet"
+    for name, frame in (("mc_labels", make_labels()), ("candidate_pools", make_pools())):
+        (base / name).mkdir(parents=True)
+        frame.to_parquet(base / name / "hotpotqa.parquet", index=False)
+    mine, notes = tmp_path / "mydocs", tmp_path / "notes.txt"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("precious")
+    notes.write_text("also precious")
+    for target in (mine, notes):
+        assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(target), "--no-hf"]) == 2
+        assert str(target) in capsys.readouterr().err
+    assert (mine / "thesis.txt").read_text() == "precious" and notes.read_text() == "also precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mydocs", "notes.txt", "parquet"]   # no temporary left
+
+    out = tmp_path / "export"
+    for _ in range(2):   # the second replaces the first
+        assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(out), "--no-hf"]) == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~mask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "mydocs", "notes.txt", "parquet"]
