@@ -38,6 +38,12 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
     dupes = frame["chunk_id"][frame["chunk_id"].duplicated()]
     if len(dupes):
         raise CorpusError(f"corpus {spec.name!r}: duplicate chunk ids, e.g. {dupes.iloc[0]!r}")
+    # refused before anything is written: a blank chunk would fail chunks_valid after its table was on disk, where
+    # the next build would take it as done
+    blank = frame[(frame["text"].str.strip() == "") & (frame["title"].str.strip() == "")]
+    if len(blank):
+        raise CorpusError(f"corpus {spec.name!r}: {len(blank)} chunk(s) with neither text nor title, e.g. "
+                          f"{blank['chunk_id'].iloc[0]!r} ({blank['path'].iloc[0]})")
     frame.insert(0, "chunk_idx", range(len(frame)))
     frame["index_options"] = json.dumps({"split_identifiers": spec.split_identifiers})
     skipped = report.pop("skipped", [])

@@ -69,10 +69,21 @@ def _beir(tmp_path, corpus_lines, qrels="query-id\tcorpus-id\tscore\n"):
     ('["not", "an object"]\n', r"corpus.jsonl:1: expected a JSON object"),
     ('\n\n', r"corpus.jsonl: corpus is empty"),
     (b'{"_id": "1", "text": "caf\xe9"}\n', r"corpus.jsonl: not UTF-8"),
+    ('{"_id": "1", "text": "ok"}\n{"_id": "d1", "text": "   "}\n', r"corpus.jsonl:2: document 'd1' has neither text"),
+    ('{"_id": "d2", "text": null}\n', r"corpus.jsonl:1: document 'd2' has neither text nor title"),
+    ('{"_id": "d3", "text": {"a": 1}}\n', r"corpus.jsonl:1: field 'text' is a JSON dict, not text"),
 ])
 def test_beir_bad_corpus(tmp_path, content, message):
     with pytest.raises(CorpusError, match=message):
         load_beir_corpus(_beir(tmp_path, content), "bad")
+
+
+def test_beir_null_texts_are_empty_not_none_and_a_query_needs_text(tmp_path):
+    folder = _beir(tmp_path, '{"_id": "d1", "title": "A title", "text": null}\n{"_id": "d2", "title": null, "text": 7}\n')
+    assert [(c.title, c.text) for c in load_beir_corpus(folder, "nulls")] == [("A title", ""), ("", "7")]
+    (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "a question"}\n{"_id": "q2", "text": null}\n')
+    with pytest.raises(CorpusError, match=r"queries.jsonl:2: query 'q2' has no text"):
+        load_beir_queries(folder)
 
 
 def test_beir_bad_qrels(tmp_path):

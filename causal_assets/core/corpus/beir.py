@@ -42,9 +42,11 @@ def load_beir_corpus(folder: str | Path, corpus: str) -> list[Chunk]:
         if doc_id in seen:
             raise CorpusError(f"{path}:{lineno}: duplicate _id {doc_id!r}")
         seen.add(doc_id)
-        title = str(obj.get("title") or "")
+        title, text = _text(path, lineno, obj, "title"), _text(path, lineno, obj, "text")
+        if not (title.strip() or text.strip()):
+            raise CorpusError(f"{path}:{lineno}: document {doc_id!r} has neither text nor title")
         chunks.append(Chunk(chunk_id=doc_id, corpus=corpus, source="beir", path=str(path), title=title,
-                            text=str(obj["text"]), kind="document",
+                            text=text, kind="document",
                             metadata={k: v for k, v in obj.items() if k not in ("_id", "title", "text")}))
     if not chunks:
         raise CorpusError(f"{path}: corpus is empty")
@@ -58,8 +60,20 @@ def load_beir_queries(folder: str | Path) -> dict[str, str]:
         qid = str(obj["_id"])
         if qid in queries:
             raise CorpusError(f"{path}:{lineno}: duplicate query _id {qid!r}")
-        queries[qid] = str(obj["text"])
+        queries[qid] = _text(path, lineno, obj, "text")
+        if not queries[qid].strip():
+            raise CorpusError(f"{path}:{lineno}: query {qid!r} has no text")
     return queries
+
+
+def _text(path: Path, lineno: int, obj: dict, field: str) -> str:
+    """A text field: a string (a number as written), or absent / null for none ("None" is not a text)."""
+    value = obj.get(field)
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list, bool)):
+        raise CorpusError(f"{path}:{lineno}: field {field!r} is a JSON {type(value).__name__}, not text")
+    return str(value)
 
 
 # Graded relevance in the benchmarks here is 0..2 (TREC uses up to 4); anything past this is a data error, and an
