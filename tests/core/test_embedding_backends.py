@@ -38,6 +38,24 @@ class FakeEmbedder(Embedder):
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
+def test_cache_key_of_a_model_directory_is_its_content_not_its_flattened_path(tmp_path):
+    """Two model directories whose paths flatten alike (`a_b` vs `a/b`) got one cache and shared vectors; the same
+    model in two places shares them, and a model trained again in place gets new ones."""
+    def model(path, weights: bytes):
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text("{}")
+        (path / "model.safetensors").write_bytes(weights)
+        return str(path)
+
+    one, other = model(tmp_path / "mdl" / "a_b", b"A"), model(tmp_path / "mdl_a" / "b", b"B")
+    assert one.replace("/", "_") == other.replace("/", "_")     # the collision the old key had
+    assert cache_key(one, "onnx-int8") != cache_key(other, "onnx-int8")
+    assert cache_key(one, "torch") == cache_key(model(tmp_path / "copy" / "a_b", b"A"), "torch")
+    before = cache_key(one, "torch")
+    model(tmp_path / "mdl" / "a_b", b"A, trained again")
+    assert cache_key(one, "torch") != before and cache_key(one, "torch").startswith("a_b-")
+
+
 def test_cache_key_separates_backends(tmp_path):
     assert cache_key(DEFAULT_MODEL, "torch") == DEFAULT_MODEL  # caches from before backends stay valid (fp32)
     assert len({cache_key(DEFAULT_MODEL, b) for b in BACKENDS}) == len(BACKENDS)

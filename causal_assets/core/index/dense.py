@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from upath import UPath
 
-from causal_assets.core.index.onnx_backend import onnx_encoder
+from causal_assets.core.index.onnx_backend import MODEL_FILES, model_hash, onnx_encoder
 from causal_assets.core.paths import PROJECT_ROOT
 from causal_assets.core.progress import ProgressLog, chain
 from causal_assets.core.storage import LOCAL_PROTOCOLS, read_parquet, write_parquet_atomic
@@ -155,9 +155,30 @@ class Embedder:
 
 def cache_key(model: str, backend: str) -> str:
     """Directory name of a (model, backend) in the embedding cache. fp32 PyTorch keeps the bare model name, so
-    caches written before backends existed (all fp32 PyTorch) stay valid."""
-    name = model.replace("/", "_")
+    caches written before backends existed (all fp32 PyTorch) stay valid. A model given as a directory is named by
+    what decides its vectors (`model_dir_key`), not by its path flattened: `/m/a_b` and `/m_a/b` flattened alike
+    and shared vectors, and a model trained again in place kept the old ones."""
+    name = model_dir_key(model) if os.path.isdir(model) else model.replace("/", "_")
     return name if check_backend(backend) == "torch" else f"{name}@{backend}"
+
+
+def model_dir_key(model_dir: str) -> str:
+    """`<directory name>-<12 hex of model_hash>`; hashed again only when a file that decides the vectors changed."""
+    files = tuple((name, st.st_size, st.st_mtime_ns) for name in MODEL_FILES
+                  if (st := _stat(os.path.join(model_dir, name))) is not None)
+    return _model_dir_key(os.path.abspath(model_dir), files)
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+@lru_cache(maxsize=64)
+def _model_dir_key(model_dir: str, files: tuple) -> str:   # `files`: part of the cache key only
+    return f"{os.path.basename(model_dir.rstrip(os.sep))}-{model_hash(model_dir)[:12]}"
 
 
 @contextmanager
