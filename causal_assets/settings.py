@@ -183,6 +183,13 @@ class Settings:
         """Steps the multiprocess executor runs at once: the setting, or the machine's core count."""
         return self.max_concurrent or os.cpu_count() or 1
 
+    @staticmethod
+    def pass_to_code_location(attribute: str, value) -> None:
+        """Set the variable of `attribute` in this process's environment, for the code location imported after it
+        (its resources read their settings when first imported): how a command's option reaches its runs."""
+        [f] = [f for f in fields(Settings) if f.name == attribute]
+        os.environ[f.metadata["env"]] = str(value)
+
 
 @dataclass(frozen=True)
 class Variable:

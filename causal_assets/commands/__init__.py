@@ -39,10 +39,10 @@ def run(args) -> int:
     if not args.verbose:
         quiet()
     if MODULES[args.command] == "ask":
-        # `ask` and `build` run the code location's jobs, whose resources read their settings from the environment
-        # when first imported (the command module imports them): --base-path must reach them, or the runs would
-        # write to $CAUSAL_ASSETS_BASE_PATH / data/parquet while the command reads from --base-path
-        os.environ["CAUSAL_ASSETS_BASE_PATH"] = str(args.base_path)
+        # `ask` and `build` run the code location's jobs, whose resources read their settings when first imported
+        # (the command module imports them): without this the runs would write to the configured base path while
+        # the command reads from --base-path
+        args.settings.pass_to_code_location("base_path", args.base_path)
     try:
         module = importlib.import_module(f"causal_assets.commands.{MODULES[args.command]}")
         return getattr(module, args.command)(args)

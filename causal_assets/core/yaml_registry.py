@@ -26,6 +26,24 @@ def short_repr(value, limit: int = MAX_REPR_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing a key given twice in one mapping: the last one silently won (a second
+    `path:` in an entry, a second `corpora:` list replacing the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)):   # unhashable keys fail pydantic's validation
+                    continue
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {short_repr(key)}",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_entries(path: str | Path, key: str, model: type[M]) -> dict[str, M]:
     path = Path(path)
     try:
@@ -33,7 +51,7 @@ def load_entries(path: str | Path, key: str, model: type[M]) -> dict[str, M]:
     except FileNotFoundError:
         raise ConfigError(f"{path}: registry not found") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=UniqueKeyLoader)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from None
     except yaml.YAMLError as e:

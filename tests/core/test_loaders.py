@@ -174,6 +174,28 @@ def test_registry_errors_name_file_and_field(tmp_path):
         load_corpus_registry(p)
 
 
+@pytest.mark.parametrize("entry, message", [
+    # a misspelt option was ignored; an unknown keyword failed the build with a TypeError; "false" was true
+    ("loader: beir\n    path: /tmp\n    options: {split_identifers: true}",
+     r"corpora\[1\].*unknown option 'split_identifers' for loader beir \(its options: split_identifiers\)"),
+    ("loader: folder\n    path: /tmp\n    options: {chunk_char: 500}",
+     r"unknown option 'chunk_char' for loader folder \(its options: chunk_chars, max_file_bytes, overlap_chars, "),
+    ("loader: beir\n    path: /tmp\n    options: {split_identifiers: 'false'}",
+     r"option 'split_identifiers' must be true or false, not 'false'"),
+    # the last of two keys silently won
+    ("loader: folder\n    path: /tmp\n    path: /etc", r"corpora.yaml:8: malformed YAML \(duplicate key 'path'\)"),
+])
+def test_registry_options_and_keys_are_checked(tmp_path, entry, message):
+    p = tmp_path / "corpora.yaml"
+    p.write_text(f"corpora:\n  - name: default\n    loader: python_package\n    package: networkx\n"
+                 f"  - name: x\n    {entry}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_corpus_registry(p)
+    p.write_text(f"corpora:\n  - name: x\n    loader: folder\n    path: /tmp\n    options: {{chunk_chars: 500}}\n"
+                 f"  - name: default\n    loader: python_package\n    package: networkx\n")
+    assert load_corpus_registry(p)["x"].options == {"chunk_chars": 500}
+
+
 def test_shipped_registry_is_valid():
     specs = load_corpus_registry()
     assert specs["default"].available()

@@ -1,6 +1,7 @@
 """The corpus registry: named corpus sources validated with pydantic, and the one function that loads any of them."""
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +38,14 @@ class CorpusSpec(BaseModel):
             raise ValueError("loader python_package needs 'package'")
         if self.loader != "python_package" and not self.path:
             raise ValueError(f"loader {self.loader} needs 'path'")
+        known = loader_options(self.loader)
+        unknown = sorted(set(self.options) - set(known))
+        if unknown:   # a misspelt option was silently ignored, or failed the build with a TypeError
+            raise ValueError(f"unknown option {unknown[0]!r} for loader {self.loader} (its options: "
+                             f"{', '.join(sorted(known))})")
+        for name, value in self.options.items():
+            if known[name] is bool and not isinstance(value, bool):   # "false" would be true
+                raise ValueError(f"option {name!r} must be true or false, not {value!r}")
         return self
 
     @property
@@ -50,6 +59,21 @@ class CorpusSpec(BaseModel):
     def split_identifiers(self) -> bool:
         """Code corpora also index the parts of snake_case/camelCase identifiers."""
         return bool(self.options.get("split_identifiers", self.loader == "python_package"))
+
+
+# Options every loader takes (read here, not by the loader), and the loaders whose keyword parameters are options.
+COMMON_OPTIONS: dict[str, type | None] = {"split_identifiers": bool}
+LOADER_FUNCTIONS = {"python_package": load_python_package, "folder": load_folder}
+
+
+def loader_options(loader: str) -> dict[str, type | None]:
+    """Option name -> bool for a flag (checked as one), else None: the common ones, `strict` for multihop, and the
+    keyword parameters of the loader's function (after its source and corpus name)."""
+    options = dict(COMMON_OPTIONS) | ({"strict": bool} if loader == "multihop" else {})
+    if loader in LOADER_FUNCTIONS:
+        for param in list(inspect.signature(LOADER_FUNCTIONS[loader]).parameters.values())[2:]:
+            options[param.name] = bool if isinstance(param.default, bool) else None
+    return options
 
 
 def load_corpus_registry(path: str | Path | None = None,
