@@ -46,6 +46,11 @@ def run(args) -> int:
     try:
         module = importlib.import_module(f"causal_assets.commands.{MODULES[args.command]}")
         return getattr(module, args.command)(args)
+    except BrokenPipeError:
+        # the reader went away (`causal-assets search ... | head`): stop quietly, as a tool killed by SIGPIPE would,
+        # and keep Python's flush at exit from failing on the same pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     except KeyboardInterrupt:
         # Only here: causal_assets.core.llm imports the openai client (seconds), which `search` never needs.
         from causal_assets.core.llm.server import stop_all

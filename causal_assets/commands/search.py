@@ -44,6 +44,10 @@ def search(args) -> int:
         params = json.loads(args.params)
     except json.JSONDecodeError as e:
         raise ValueError(f"--params is not valid JSON ({e})") from None
+    if not isinstance(params, dict):
+        raise ValueError(f"--params must be a JSON object ({{\"name\": value, ...}}), not a {type(params).__name__}")
+    if args.method in METHODS and params:   # these search the index as it is: a setting would be silently ignored
+        raise ValueError(f"--method {args.method} takes no --params (given: {', '.join(sorted(params))})")
 
     wanted = needs.required(dense=args.method in NEEDS_DENSE, graph=args.method in NEEDS_GRAPH)
     if needs.missing(args.base_path, args.corpus, wanted):
@@ -72,8 +76,11 @@ def search(args) -> int:
 
             scorer = local_scorer(args.settings.solver or DEFAULT_SOLVER, CallCache(args.settings.llm_cache),
                                   args.settings.models_dir)
-        retriever = build_retriever(args.method, index, params, load_chunk_neighbors(args.base_path, args.corpus),
-                                    graph=graph, scorer=scorer)
+        try:
+            retriever = build_retriever(args.method, index, params, load_chunk_neighbors(args.base_path, args.corpus),
+                                        graph=graph, scorer=scorer)
+        except TypeError as e:   # a keyword the retriever does not take: name it, without the traceback
+            raise ValueError(f"--params for --method {args.method}: {e}") from None
         hits = retriever.retrieve_many([query], args.k)[0]
     if args.method in ("bm25", "tfidf"):
         hits = [h for h in hits if h.score > 0]  # a zero score is no match, not a result

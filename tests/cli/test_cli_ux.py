@@ -140,3 +140,16 @@ def test_build_names_a_failed_steps_cause_and_finishes_a_multi_asset_a_kill_left
     assert out.returncode == 0, out.stderr
     assert vocabulary.exists() and (base / "sparse_postings" / "notes.parquet").exists()
     assert "sparse_postings, sparse_vocabulary" in out.stderr + out.stdout
+
+
+def test_a_reader_that_goes_away_stops_search_quietly(tmp_path):
+    """`causal-assets search ... | head -1`: the pipe closes before the results are written; no traceback."""
+    _tiny_index(tmp_path / "pq")
+    import os
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from causal_assets.cli import main; sys.exit(main())",
+                             "--base-path", str(tmp_path / "pq"), "search", "shortest path", "-k", "2"],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()   # the reader is gone before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err

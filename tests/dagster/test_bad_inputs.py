@@ -90,5 +90,9 @@ def test_cli_bad_queries_corpora_and_options(resources, capsys, monkeypatch):
     assert code == 2 and "-k must be at least 1 (got 0)" in err
     code, _, err = run("search", "drummer", "--corpus", "hotpotqa", "--method", "cascade", "--params", "{bad")
     assert code == 2 and "--params is not valid JSON" in err
+    code, _, err = run("search", "drummer", "--corpus", "hotpotqa", "--method", "cascade", "--params", "[]")
+    assert code == 2 and "--params must be a JSON object" in err and "Traceback" not in err
+    code, _, err = run("search", "drummer", "--corpus", "hotpotqa", "--params", '{"weight": 0.3}')   # bm25
+    assert code == 2 and "--method bm25 takes no --params (given: weight)" in err
     code, _, err = run("sql", "select * from no_such_view", "--catalog-path", resources["storage"].catalog_path)
     assert code == 2 and err.startswith("causal-assets: sql: Catalog Error: Table with name no_such_view does not exist")
