@@ -115,16 +115,14 @@ def test_snippet_drops_what_the_other_columns_show():
 def test_build_names_a_failed_steps_cause_and_finishes_a_multi_asset_a_kill_left_half_written(tmp_path):
     """`build` in a fresh process, as a user runs it: a step that fails says why in its one line (not Dagster's
     "Error occurred while executing op"), and a corpus whose sparse index lost one of its two files (a run killed
-    between the multi-asset's writes) is built again whole instead of failing on a subset Dagster refuses."""
-    good, clash = tmp_path / "notes", tmp_path / "clash"
-    good.mkdir()
-    (good / "graphs.md").write_text("# Graphs\n\nA shortest path joins two nodes with the fewest edges.\n")
+    between the multi-asset's writes) is built again whole, under --base-path, instead of failing on a subset
+    Dagster refuses."""
+    clash = tmp_path / "clash"
     (clash / "utils").mkdir(parents=True)
     (clash / "utils.py").write_text("def parse(text):\n    return text.split()\n")
     (clash / "utils" / "parse.py").write_text("def split(text):\n    return text.split()\n")
     registry = tmp_path / "corpora.yaml"
     registry.write_text("corpora:\n  - {name: default, loader: python_package, package: networkx}\n"
-                        f"  - {{name: notes, loader: folder, path: {good}}}\n"
                         f"  - {{name: clash, loader: folder, path: {clash}}}\n")
     env = {"CAUSAL_ASSETS_CORPORA": str(registry), "DAGSTER_HOME": str(tmp_path / "home")}
     base = tmp_path / "pq"
@@ -133,13 +131,14 @@ def test_build_names_a_failed_steps_cause_and_finishes_a_multi_asset_a_kill_left
     assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
     assert "duplicate chunk ids" in out.stderr and "Error occurred while executing" not in out.stderr, out.stderr
 
-    assert run_cli("--base-path", str(base), "build", "notes", "--index-only", env=env).returncode == 0
-    vocabulary = base / "sparse_vocabulary" / "notes.parquet"
+    _tiny_index(base)
+    postings, vocabulary = (base / name / "default.parquet" for name in ("sparse_postings", "sparse_vocabulary"))
     vocabulary.unlink()
-    out = run_cli("--base-path", str(base), "build", "notes", "--index-only", env=env)
+    out = run_cli("--base-path", str(base), "build", "default", "--index-only", env=env)
     assert out.returncode == 0, out.stderr
-    assert vocabulary.exists() and (base / "sparse_postings" / "notes.parquet").exists()
-    assert "sparse_postings, sparse_vocabulary" in out.stderr + out.stdout
+    assert "sparse_postings, sparse_vocabulary" in out.stderr and vocabulary.exists() and postings.exists()
+    assert pd.read_parquet(vocabulary)["build_id"].nunique() == 1 == \
+        len(set(pd.read_parquet(vocabulary)["build_id"]) | set(pd.read_parquet(postings)["build_id"]))
 
 
 def test_a_reader_that_goes_away_stops_search_quietly(tmp_path):
