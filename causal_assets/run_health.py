@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
 LLM_POOL = "llm"
 IN_PROGRESS = {DagsterRunStatus.STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.CANCELING}
@@ -106,8 +106,10 @@ def pool_limit(instance: DagsterInstance, pool: str = LLM_POOL) -> int | None:
 
 def reap_dead_runs(instance: DagsterInstance, pool: str = LLM_POOL, local_only: bool | None = None) -> list[str]:
     """Free the slots of `pool` held by runs that can no longer give them back: finished or missing runs, and (on a
-    local instance) runs in progress whose worker process is gone, which are first marked FAILURE. Returns the
-    run ids whose slots were freed."""
+    local instance) runs in progress whose worker process is gone, which are first marked FAILURE. On a local
+    instance, also mark FAILURE every other run in progress whose worker is gone: a killed `causal-assets build`
+    holds no slot, but stayed STARTED for ever (in the UI, and as the latest run of its asset partitions). Returns
+    the run ids reaped."""
     freed = []
     for h in pool_holders(instance, pool, local_only):
         dead = h.status == "missing" or h.alive is False or h.status not in {s.value for s in IN_PROGRESS}
@@ -120,6 +122,14 @@ def reap_dead_runs(instance: DagsterInstance, pool: str = LLM_POOL, local_only: 
                      "freed by causal_assets.run_health")
         instance.event_log_storage.free_concurrency_slots_for_run(h.run_id)
         freed.append(h.run_id)
+    if not (instance_is_local(instance) if local_only is None else local_only):
+        return freed
+    for run in instance.get_runs(filters=RunsFilter(statuses=list(IN_PROGRESS))):
+        pid, started = worker_pid(instance, run.run_id)
+        if run.run_id not in freed and pid is not None and not worker_alive(pid, started):
+            instance.report_run_failed(run, f"The run worker (pid {pid}) is gone (killed?): marked FAILURE by "
+                                            "causal_assets.run_health")
+            freed.append(run.run_id)
     return freed
 
 

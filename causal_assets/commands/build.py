@@ -187,6 +187,7 @@ def execute(job_name: str, partition_key: str, base, assets: list[str] | None = 
                                 f"command in a new process")
 
     instance = cli_instance()
+    reap_dead_runs(instance)   # runs of killed commands: marked FAILURE, their slots freed, before this one starts
     run_id = make_new_run_id()
     supervisor(instance).watch(run_id, pool, pool_wait_s)
     progress.terminal = None if verbose else (lambda line: say(line))

@@ -57,8 +57,8 @@ def env_for(home: Path, tmp_path: Path) -> dict[str, str]:
             "CAUSAL_ASSETS_LLM_BASE_URL": "http://127.0.0.1:9/v1"}  # never reached: nothing may call an LLM here
 
 
-def start_holder(home: Path, tmp_path: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER], cwd=tmp_path, env=env_for(home, tmp_path),
+def start_holder(home: Path, tmp_path: Path, code: str = HOLDER) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env_for(home, tmp_path),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     deadline = time.monotonic() + 120
@@ -93,6 +93,22 @@ def test_sigkilled_run_is_failed_and_its_llm_slot_freed(home, tmp_path):
         assert reap_dead_runs(instance) == [run_id]
         assert instance.get_run_by_id(run_id).status == DagsterRunStatus.FAILURE
         assert instance.event_log_storage.get_concurrency_info(LLM_POOL).claimed_slots == []
+
+
+def test_a_sigkilled_run_without_a_pool_slot_is_failed_too(home, tmp_path):
+    """A killed `build` holds no slot; its run stayed STARTED for ever (the latest run of its asset partitions)."""
+    holder = start_holder(home, tmp_path, HOLDER.replace('@op(pool="llm")', "@op"))
+    try:
+        with DagsterInstance.from_config(str(home)) as instance:
+            [run] = instance.get_runs()
+            assert held_by(home) == [] and reap_dead_runs(instance) == []   # alive: kept
+    finally:
+        kill_group(holder, signal.SIGKILL)
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.STARTED
+        assert reap_dead_runs(instance) == [run.run_id]
+        assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
+        assert reap_dead_runs(instance) == []
 
 
 def ask(home: Path, tmp_path: Path, *args: str) -> subprocess.Popen:
