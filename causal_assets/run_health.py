@@ -104,33 +104,34 @@ def pool_limit(instance: DagsterInstance, pool: str = LLM_POOL) -> int | None:
     return info.limit if info.limit is not None else (info.slot_count or None)
 
 
-def reap_dead_runs(instance: DagsterInstance, pool: str = LLM_POOL, local_only: bool | None = None) -> list[str]:
-    """Free the slots of `pool` held by runs that can no longer give them back: finished or missing runs, and (on a
-    local instance) runs in progress whose worker process is gone, which are first marked FAILURE. On a local
-    instance, also mark FAILURE every other run in progress whose worker is gone: a killed `causal-assets build`
-    holds no slot, but stayed STARTED for ever (in the UI, and as the latest run of its asset partitions). Returns
-    the run ids reaped."""
-    freed = []
-    for h in pool_holders(instance, pool, local_only):
-        dead = h.status == "missing" or h.alive is False or h.status not in {s.value for s in IN_PROGRESS}
-        if not dead:
-            continue
-        run = instance.get_run_by_id(h.run_id)
+def reap_dead_runs(instance: DagsterInstance, local_only: bool | None = None) -> list[str]:
+    """Free the concurrency slots that runs can no longer give back, claimed or assigned to a queued step: those of
+    finished or missing runs, and (on a local instance) of runs in progress whose worker process is gone, which are
+    first marked FAILURE. On a local instance, every other run in progress whose worker is gone is marked FAILURE
+    too: a killed `causal-assets build` holds no slot, but stayed STARTED for ever (in the UI, and as the latest run
+    of its asset partitions). Returns the run ids reaped.
+
+    Queued steps count: a run killed while its step waited for the pool kept that place in the queue, and the slot
+    freed for it by the next reaping was then assigned to the dead run, which never gave it back (every later
+    `ask` waited out its deadline on an empty list of holders)."""
+    check_pids = instance_is_local(instance) if local_only is None else local_only
+    storage = instance.event_log_storage
+    with_slots = storage.get_concurrency_run_ids() if storage.supports_global_concurrency_limits else set()
+    in_progress = {r.run_id for r in instance.get_runs(filters=RunsFilter(statuses=list(IN_PROGRESS)))} \
+        if check_pids else set()
+    reaped = []
+    for run_id in sorted(with_slots | in_progress):
+        run = instance.get_run_by_id(run_id)
         if run is not None and run.status in IN_PROGRESS:
-            instance.report_run_failed(
-                run, f"The run worker (pid {h.pid}) is gone (killed?): marked FAILURE and its {pool!r} pool slot "
-                     "freed by causal_assets.run_health")
-        instance.event_log_storage.free_concurrency_slots_for_run(h.run_id)
-        freed.append(h.run_id)
-    if not (instance_is_local(instance) if local_only is None else local_only):
-        return freed
-    for run in instance.get_runs(filters=RunsFilter(statuses=list(IN_PROGRESS))):
-        pid, started = worker_pid(instance, run.run_id)
-        if run.run_id not in freed and pid is not None and not worker_alive(pid, started):
-            instance.report_run_failed(run, f"The run worker (pid {pid}) is gone (killed?): marked FAILURE by "
-                                            "causal_assets.run_health")
-            freed.append(run.run_id)
-    return freed
+            pid, started = worker_pid(instance, run_id) if check_pids else (None, None)
+            if pid is None or worker_alive(pid, started):
+                continue   # alive, or nothing to go by: never reap on a guess
+            instance.report_run_failed(run, f"The run worker (pid {pid}) is gone (killed?): marked FAILURE and "
+                                            "its concurrency slots freed by causal_assets.run_health")
+        if run_id in with_slots:
+            storage.free_concurrency_slots_for_run(run_id)
+        reaped.append(run_id)
+    return reaped
 
 
 def wait_for_slot(instance: DagsterInstance, pool: str = LLM_POOL, timeout_s: float = 300, poll_s: float = 2.0,
@@ -140,7 +141,7 @@ def wait_for_slot(instance: DagsterInstance, pool: str = LLM_POOL, timeout_s: fl
     deadline = time.monotonic() + timeout_s
     told = False
     while True:
-        reap_dead_runs(instance, pool)
+        reap_dead_runs(instance)
         limit = pool_limit(instance, pool)
         holders = pool_holders(instance, pool)
         if limit is None or len(holders) < limit:

@@ -134,7 +134,7 @@ class Supervisor:
             self._blocked_since = None
             return
         self._blocked_since = self._blocked_since or time.monotonic()
-        reap_dead_runs(self.instance, self.pool)
+        reap_dead_runs(self.instance)
         waited = time.monotonic() - self._blocked_since
         if waited < self.pool_wait_s:
             return

@@ -111,6 +111,32 @@ def test_a_sigkilled_run_without_a_pool_slot_is_failed_too(home, tmp_path):
         assert reap_dead_runs(instance) == []
 
 
+def test_a_run_killed_while_its_step_waited_for_the_pool_gives_its_place_back(home, tmp_path):
+    """A queued step of a dead run kept its place: the slot freed from the dead holder was then assigned to it and
+    never given back (every later `ask` waited on an empty list of holders)."""
+    holder = start_holder(home, tmp_path)
+    queued = subprocess.Popen([sys.executable, "-c", HOLDER], cwd=tmp_path, env=env_for(home, tmp_path),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            with DagsterInstance.from_config(str(home)) as instance:
+                if any(p.assigned_timestamp is None   # (the holder's own step is listed too, assigned)
+                       for p in instance.event_log_storage.get_concurrency_info(LLM_POOL).pending_steps):
+                    break
+            assert queued.poll() is None and time.monotonic() < deadline, "the second run never queued"
+            time.sleep(0.5)
+    finally:
+        kill_group(holder, signal.SIGKILL)
+        kill_group(queued, signal.SIGKILL)
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert len(reap_dead_runs(instance)) == 2
+        info = instance.event_log_storage.get_concurrency_info(LLM_POOL)
+        assert info.claimed_slots == [] and info.pending_steps == []
+        assert {r.status for r in instance.get_runs()} == {DagsterRunStatus.FAILURE}
+
+
 def ask(home: Path, tmp_path: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "causal_assets.cli", "ask", "Who wrote Killing Pablo?", *args],
                             cwd=ROOT, env=env_for(home, tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
