@@ -21,6 +21,7 @@ from typing import Callable, Mapping
 from urllib.parse import urlparse
 
 from causal_assets.core.errors import ConfigError
+from causal_assets.core.urls import has_credentials, without_credentials
 from causal_assets.core.paths import DEFAULT_SHARED_DATA, PROJECT_ROOT, REGISTRY_DIR
 
 DATA_DIR = PROJECT_ROOT / "data"
@@ -47,14 +48,32 @@ def path(name: str, raw: str) -> Path:
     return Path(raw).expanduser()
 
 
+# Far more than a machine or cluster runs at once; a typo of 99999999999 made the code location build that many
+# partition keys when it loaded, until memory ran out.
+MAX_SHARDS = 1024
+
+
+def _digits(raw: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes '²' and other digits int() refuses."""
+    return raw.isascii() and raw.isdigit()
+
+
 def positive_int(name: str, raw: str) -> int:
-    if not raw.isdigit() or int(raw) < 1:
+    if not _digits(raw) or int(raw) < 1:
         raise ConfigError(f"{name}={raw!r}: expected a positive integer")
     return int(raw)
 
 
+def shard_count(name: str, raw: str) -> int:
+    """A positive integer of at most MAX_SHARDS: the code location makes one partition key per shard when it loads."""
+    value = positive_int(name, raw)
+    if value > MAX_SHARDS:
+        raise ConfigError(f"{name}={raw!r}: expected at most {MAX_SHARDS} shards")
+    return value
+
+
 def non_negative_int(name: str, raw: str) -> int:
-    if not raw.isdigit():
+    if not _digits(raw):
         raise ConfigError(f"{name}={raw!r}: expected a whole number (0 or more)")
     return int(raw)
 
@@ -79,9 +98,17 @@ def choice(*options: str) -> Callable[[str, str], str]:
 
 
 def http_url(name: str, raw: str) -> str:
+    shown = without_credentials(raw)   # an error message must not carry them either
     url = urlparse(raw)
     if url.scheme not in ("http", "https") or not url.netloc:
-        raise ConfigError(f"{name}={raw!r}: expected an http(s) URL such as http://127.0.0.1:8080/v1")
+        raise ConfigError(f"{name}={shown!r}: expected an http(s) URL such as http://127.0.0.1:8080/v1")
+    if has_credentials(raw):
+        raise ConfigError(f"{name}={shown!r}: credentials in the URL would be sent in place of the API key and "
+                          f"logged; give the key in CAUSAL_ASSETS_LLM_API_KEY and the URL without them")
+    try:
+        url.port
+    except ValueError as e:
+        raise ConfigError(f"{name}={shown!r}: {e}") from None
     return raw
 
 
@@ -136,7 +163,7 @@ class Settings:
     embedding_device: str = var("CAUSAL_ASSETS_EMBEDDING_DEVICE", "cpu",
                                 "device of the torch embedding backend (cuda on a GPU worker)")
     embedding_shards: int = var("CAUSAL_ASSETS_EMBEDDING_SHARDS", 4, "hash buckets of embedding_shards",
-                                positive_int)
+                                shard_count)
     ann_min_chunks: int = var("CAUSAL_ASSETS_ANN_MIN_CHUNKS", 200_000,
                               "corpora with at least this many chunks use the ANN index for dense search "
                               "(smaller ones are searched exactly)", non_negative_int, shown="200000")
@@ -152,7 +179,7 @@ class Settings:
                                            "API key used when CAUSAL_ASSETS_LLM_API_KEY is unset", secret,
                                            shown="none")
     solver: str | None = var("CAUSAL_ASSETS_SOLVER", None, "local Monte Carlo solver model", shown="gemma3-270m")
-    label_shards: int = var("CAUSAL_ASSETS_LABEL_SHARDS", 4, "question ranges of mc_trial_shards", positive_int)
+    label_shards: int = var("CAUSAL_ASSETS_LABEL_SHARDS", 4, "question ranges of mc_trial_shards", shard_count)
     pool_wait_s: float = var("CAUSAL_ASSETS_POOL_WAIT_S", 300.0,
                              "`causal-assets ask`: longest wait for an `llm` pool slot (seconds)",
                              non_negative_float, shown="300")

@@ -66,10 +66,25 @@ def test_unset_or_blank_is_the_default_and_values_are_stripped():
     ("CAUSAL_ASSETS_POOL_WAIT_S", "nan", "expected a number of seconds"),
     ("CAUSAL_ASSETS_EXECUTOR", "celery", "expected one of multiprocess, in_process, k8s, docker"),
     ("CAUSAL_ASSETS_LLM_BASE_URL", "127.0.0.1:8080", "expected an http(s) URL"),
+    # (session 32's probe) a superscript digit passed str.isdigit() and crashed int(); a huge shard count built that
+    # many partition keys; a port out of range failed only inside the run, after three retries
+    ("CAUSAL_ASSETS_MAX_CONCURRENT", "\u00b2", "expected a positive integer"),
+    ("CAUSAL_ASSETS_EMBEDDING_SHARDS", "99999999999", "expected at most 1024 shards"),
+    ("CAUSAL_ASSETS_LLM_BASE_URL", "http://127.0.0.1:99999/v1", "Port out of range 0-65535"),
 ])
 def test_a_bad_value_is_one_error_naming_the_variable_and_the_value(name, bad, expected):
     with pytest.raises(ConfigError, match=re.escape(f"{name}={bad!r}: {expected}")):
         Settings.from_env({name: bad})
+
+
+@pytest.mark.parametrize("url", ["http://alice:hunter2pw@127.0.0.1:8080/v1", "htp://alice:hunter2pw@host/v1"])
+def test_credentials_in_the_llm_url_are_refused_and_never_shown(url):
+    """They were sent as Basic auth in place of the key, and the URL (the cache's endpoint name) reached the call
+    cache and the run history; an invalid URL's error echoed them."""
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env({"CAUSAL_ASSETS_LLM_BASE_URL": url})
+    assert "hunter2pw" not in str(e.value) and "alice" not in str(e.value)
+    assert "***REDACTED***@" in str(e.value)
 
 
 def test_a_bad_value_stops_the_cli_with_one_line(monkeypatch, capsys):

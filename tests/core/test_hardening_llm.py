@@ -97,6 +97,26 @@ def test_cache_key_names_the_endpoint_so_a_fixed_endpoint_is_asked_again(tmp_pat
                                                                                      endpoint="http://h:1/v1")
 
 
+def test_a_key_the_endpoint_echoes_in_an_answer_is_masked_before_it_is_kept(tmp_path):
+    """An endpoint that puts the request's headers into a 200 answer: the key reached the answer, the call cache,
+    the causal_search table and the report (only error paths were redacted)."""
+    key = "PROBE2KEYxyz123"
+
+    def echo_headers(h):
+        _json(h, chat_completion(f"headers: {{'authorization': '{h.headers.get('Authorization')}'}}"))
+
+    cache = CallCache(tmp_path / "c.sqlite")
+    with Scripted(echo_headers) as server:
+        answer = LLMClient(server.url, MODEL, api_key=key, cache=cache, max_retries=0).chat(MSGS)
+    assert "Bearer ***REDACTED***" in answer.text and key not in answer.text
+    assert key.encode() not in b"".join(p.read_bytes() for p in tmp_path.iterdir())   # the cache and its WAL
+
+
+def test_credentials_in_the_base_url_are_refused_by_the_client():
+    with pytest.raises(ValueError, match=r"LLM base URL http://\*\*\*REDACTED\*\*\*@127.0.0.1:9/v1 carries credentials"):
+        LLMClient("http://alice:hunter2pw@127.0.0.1:9/v1", MODEL)
+
+
 def _trickle(h):
     data = json.dumps(chat_completion("Pablo Escobar")).encode()
     h.send_response(200)

@@ -19,7 +19,7 @@ PACKAGE = "causal_assets.core"
 # Entries are module paths under core/; the longest matching entry places a module ("tuning.spec" before "tuning").
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("errors", "paths", "progress", "storage", "schemas", "yaml_registry", "orphan_guard",
-                    "text")),
+                    "text", "urls")),
     ("sources and measures", ("llm", "corpus", "mining", "evaluation.metrics", "tuning.spec")),
     ("benchmarks", ("benchmarks",)),
     ("index", ("index",)),

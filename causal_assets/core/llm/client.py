@@ -32,9 +32,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from causal_assets.core.urls import has_credentials, without_credentials
+
 from .cache import CallCache, CachedCall, make_key
 from .errors import BudgetExceeded, LLMError, LLMInfrastructureError, LLMRequestError, ResponseTooLarge
-from .redact import Secret, redact
+from .redact import REDACTED, Secret, redact
 
 if TYPE_CHECKING:
     import openai
@@ -136,6 +138,11 @@ class LLMClient:
                  cache_endpoint: str | None | object = _FROM_BASE_URL, error_text: re.Pattern | None = ERROR_TEXT):
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
+        if base_url and has_credentials(base_url):
+            # the SDK would send them as Basic auth in place of the key, and the URL names the endpoint in the
+            # call cache, logs and reprs
+            raise ValueError(f"LLM base URL {without_credentials(base_url)} carries credentials: give the key as "
+                             "the API key (CAUSAL_ASSETS_LLM_API_KEY) and the URL without them")
         self.base_url = base_url
         self.model = model
         self.cache = cache
@@ -355,6 +362,10 @@ class LLMClient:
         if (self.error_text is not None and len(text) <= MAX_ERROR_TEXT_CHARS
                 and self.error_text.match(text)):
             raise _ErrorText(f"2xx response whose text is an error message: {text[:200]!r}")
+        key = self._api_key.get()
+        if key and key != NO_KEY and key in json.dumps(data):   # an endpoint that echoes the request's headers
+            text = text.replace(key, REDACTED)
+            data = json.loads(json.dumps(data).replace(key, REDACTED))
         usage = data.get("usage") or {}
         return (data, text, usage.get("prompt_tokens"), usage.get("completion_tokens"),
                 choice.get("logprobs"), choice.get("finish_reason"))

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import re
 
-REDACTED = "***REDACTED***"
+from causal_assets.core.urls import MASK as REDACTED
+from causal_assets.core.urls import without_credentials
+
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s'\",}]+")
 _SK = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
+_BASIC = re.compile(r"(?i)(basic\s+)[A-Za-z0-9+/=]{8,}")
 
 
 class Secret:
@@ -29,10 +32,14 @@ class Secret:
 
 
 def redact(text: object, *secrets: str | None) -> str:
-    """`text` as a string with every given secret, any `Bearer <token>` and any `sk-...` token masked."""
+    """`text` as a string with every given secret, any `Bearer <token>` / `Basic <token>`, the credentials of any
+    `scheme://user:pass@` URL and any `sk-...` token masked."""
     s = str(text)
     for secret in secrets:
         if secret:
             s = s.replace(secret, REDACTED)
     s = _BEARER.sub(lambda m: m.group(1) + REDACTED, s)
+    s = _BASIC.sub(lambda m: m.group(1) + REDACTED, s)
+    s = without_credentials(s)
     return _SK.sub(REDACTED, s)
+
