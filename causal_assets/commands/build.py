@@ -167,9 +167,11 @@ def failure_line(result) -> str:
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
             err = event.step_failure_data.error
-            # Dagster's wrapper ("dagster._core.errors.DagsterExecutionStepExecutionError: Error occurred while
-            # executing op ...") says nothing a user can act on: the message is its cause's
-            while err.cause is not None and "Error occurred while executing" in err.message:
+            # Dagster's wrappers say nothing a user can act on ("dagster._core.errors.DagsterExecutionStepExecution
+            # Error: Error occurred while executing op ...", and "Exceeded max_retries of 2" for a step out of
+            # retries): the message is their cause's
+            while err.cause is not None and ("Error occurred while executing" in err.message
+                                             or err.cls_name == "RetryRequestedFromPolicy"):
                 err = err.cause
             first = (err.message or "").strip().splitlines()
             return f"step {event.step_key} failed: {first[-1] if first else err.cls_name}"

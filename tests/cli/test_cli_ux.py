@@ -152,3 +152,22 @@ def test_a_reader_that_goes_away_stops_search_quietly(tmp_path):
     proc.stdout.close()   # the reader is gone before the first line
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_the_failure_line_of_a_step_out_of_retries_is_its_last_attempts_cause():
+    """An LLM step whose endpoint is down retries, then failed with only "Exceeded max_retries of 2"."""
+    from dagster import RetryPolicy, job, op
+
+    from causal_assets.commands.build import failure_line
+
+    @op(retry_policy=RetryPolicy(max_retries=1))
+    def calls_a_dead_endpoint():
+        raise ConnectionError("LLM endpoint http://127.0.0.1:9/v1 refused the connection")
+
+    @job
+    def once():
+        calls_a_dead_endpoint()
+
+    result = once.execute_in_process(raise_on_error=False)
+    assert failure_line(result) == ("step calls_a_dead_endpoint failed: ConnectionError: LLM endpoint "
+                                    "http://127.0.0.1:9/v1 refused the connection")
