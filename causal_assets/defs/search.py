@@ -157,6 +157,8 @@ def queries_inbox_sensor(context: SensorEvaluationContext) -> SensorResult:
         except OSError:
             marker = f"{entry.name}:?"
             st = None
+        if st is not None and time.time() - st.st_mtime < inbox.SETTLE_S:
+            continue   # maybe still being written: a later tick reads it whole (not marked as seen)
         present.add(marker)
         if marker in seen:
             continue

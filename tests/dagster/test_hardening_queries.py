@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 import pytest
 from dagster import DagsterInstance, build_sensor_context
@@ -48,7 +49,12 @@ def test_inbox_skips_special_files_and_still_submits_the_good_ones(tmp_path, mon
     outside.write_text("root:x:0:0:root:/root:/bin/bash\n")
     os.link(outside, box / "f_hardlink.txt")                  # a hard link to a file outside the inbox
     (box / "g_badcorpus.txt").write_text("What is it?\ncorpus: ../../etc\n")
+    (box / "y_nul.txt").write_bytes(b"what causes\x00 rain?\n")              # the NUL had stayed in the query
     (box / "z_good.txt").write_text("Who wrote Killing Pablo?\ncorpus: hotpotqa\n")
+    (box / "zz_being_written.txt").write_text("does gradient clipping")       # its first half, so far
+    for f in box.iterdir():
+        if f.name != "zz_being_written.txt":
+            _age(f)
     with DagsterInstance.ephemeral() as instance:
         first = _run_sensor(instance)
         assert len(first.run_requests) == 1
@@ -59,16 +65,28 @@ def test_inbox_skips_special_files_and_still_submits_the_good_ones(tmp_path, mon
         rejected = {json.loads(l)["file"]: json.loads(l)["reason"]
                     for l in (tmp_path / "inbox_rejected.jsonl").read_text().splitlines()}
         assert set(rejected) == {"a_fifo.txt", "b_zero.txt", "c_dir.txt", "d_passwd.txt", "e_big.txt",
-                                 "f_hardlink.txt", "g_badcorpus.txt"}
+                                 "f_hardlink.txt", "g_badcorpus.txt", "y_nul.txt"}
+        assert "NUL" in rejected["y_nul.txt"]
         assert "FIFO" in rejected["a_fifo.txt"] and "symlink" in rejected["b_zero.txt"]
         assert "directory" in rejected["c_dir.txt"] and "limit" in rejected["e_big.txt"]
         assert "hard links" in rejected["f_hardlink.txt"] and "invalid corpus name" in rejected["g_badcorpus.txt"]
-        # The cursor advanced past every file: the next tick submits nothing and reads nothing.
+        # The cursor advanced past every file: the next tick submits nothing and reads nothing. The file still being
+        # written was left for a later tick, and is read whole once it has settled.
         again = _run_sensor(instance, cursor=first.cursor)
         assert again.run_requests == []
-        (box / "zz_later.txt").write_text("Which band released Counterparts?\n")
+        (box / "zz_being_written.txt").write_text("does gradient clipping help training?\ncorpus: hotpotqa\n")
+        _age(box / "zz_being_written.txt")
+        (box / "zzz_later.txt").write_text("Which band released Counterparts?\n")
+        _age(box / "zzz_later.txt")
         third = _run_sensor(instance, cursor=again.cursor)
-        assert len(third.run_requests) == 1
+        assert sorted(inbox.load(tmp_path, r.partition_key)["query"] for r in third.run_requests) == \
+            ["Which band released Counterparts?", "does gradient clipping help training?"]
+
+
+def _age(path, seconds: float = 10.0) -> None:
+    """As if written `seconds` ago (past the inbox's settle time)."""
+    t = time.time() - seconds
+    os.utime(path, (t, t), follow_symlinks=False)
 
 
 def test_same_second_queries_get_distinct_ids(tmp_path):

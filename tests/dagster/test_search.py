@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -57,6 +59,8 @@ def test_inbox_sensor_turns_files_into_partitions(tmp_path, monkeypatch):
     (tmp_path / "inbox").mkdir()
     (tmp_path / "inbox" / "q1.txt").write_text("Who wrote Killing Pablo?\ncorpus: hotpotqa\n")
     (tmp_path / "inbox" / "empty.txt").write_text("")
+    for f in (tmp_path / "inbox").iterdir():   # written 10 s ago: past the settle time of a file being written
+        os.utime(f, (time.time() - 10, time.time() - 10))
     with DagsterInstance.ephemeral() as instance:
         first = search.queries_inbox_sensor(build_sensor_context(instance=instance))
         assert len(first.run_requests) == 1  # the empty file is skipped with a warning

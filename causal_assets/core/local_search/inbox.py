@@ -23,6 +23,9 @@ from causal_assets.core.paths import QUESTION_CORPUS
 MAX_QUERY_CHARS = 2000
 # An inbox file holds a question and an optional `corpus:` line: 16 KiB is far more than that needs.
 MAX_INBOX_BYTES = 16 * 1024
+# A file modified this recently may still be being written (an editor, a copy, `cat > q.txt`): the sensor leaves
+# it for a later tick instead of submitting its first half.
+SETTLE_S = 2.0
 _CORPUS_NAME = re.compile(r"^[a-z0-9_]{1,64}$")
 
 
@@ -93,6 +96,8 @@ def read_inbox_file(path: str | os.PathLike, max_bytes: int = MAX_INBOX_BYTES) -
         os.close(fd)
     if len(data) > max_bytes:
         raise ConfigError(f"{path.name}: more than {max_bytes} bytes")
+    if b"\x00" in data:
+        raise ConfigError(f"{path.name}: contains a NUL byte (not a text file)")
     return data.decode("utf-8", errors="replace")
 
 
