@@ -59,7 +59,8 @@ def ask(args) -> int:
                  why="ask", verbose=args.verbose)
     qid = inbox.submit(args.settings.queries, args.query, args.corpus, known_corpora=known)
     instance.add_dynamic_partitions(query_partitions.name, [qid])
-    say(f"answering from corpus {args.corpus!r} with the local LLM (question {qid})")
+    llm = f"the LLM at {args.settings.llm_base_url}" if args.settings.llm_base_url else "the local LLM"
+    say(f"answering from corpus {args.corpus!r} with {llm} (question {qid})")
     result = execute("search_job", qid, args.base_path, verbose=args.verbose, pool=LLM_POOL,
                      pool_wait_s=max(args.wait - (time.monotonic() - t0), 0.0))
     if not result.success:
