@@ -112,33 +112,54 @@ def test_snippet_drops_what_the_other_columns_show():
     assert len(long) == 20 and long.endswith("…")
 
 
-def test_build_names_a_failed_steps_cause_and_finishes_a_multi_asset_a_kill_left_half_written(tmp_path):
-    """`build` in a fresh process, as a user runs it: a step that fails says why in its one line (not Dagster's
-    "Error occurred while executing op"), and a corpus whose sparse index lost one of its two files (a run killed
-    between the multi-asset's writes) is built again whole, under --base-path, instead of failing on a subset
-    Dagster refuses."""
-    clash = tmp_path / "clash"
-    (clash / "utils").mkdir(parents=True)
-    (clash / "utils.py").write_text("def parse(text):\n    return text.split()\n")
-    (clash / "utils" / "parse.py").write_text("def split(text):\n    return text.split()\n")
-    registry = tmp_path / "corpora.yaml"
-    registry.write_text("corpora:\n  - {name: default, loader: python_package, package: networkx}\n"
-                        f"  - {{name: clash, loader: folder, path: {clash}}}\n")
-    env = {"CAUSAL_ASSETS_CORPORA": str(registry), "DAGSTER_HOME": str(tmp_path / "home")}
+def test_build_finishes_a_multi_asset_a_kill_left_half_written_under_its_base_path(tmp_path):
+    """`build` in a fresh process, as a user runs it: a corpus whose sparse index lost one of its two files (a run
+    killed between the multi-asset's writes) is built again whole, under --base-path, instead of failing on a subset
+    Dagster refuses (and the runs had written to the configured base path while the command read --base-path)."""
     base = tmp_path / "pq"
-
-    out = run_cli("--base-path", str(base), "build", "clash", "--index-only", env=env)
-    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
-    assert "duplicate chunk ids" in out.stderr and "Error occurred while executing" not in out.stderr, out.stderr
-
     _tiny_index(base)
     postings, vocabulary = (base / name / "default.parquet" for name in ("sparse_postings", "sparse_vocabulary"))
     vocabulary.unlink()
-    out = run_cli("--base-path", str(base), "build", "default", "--index-only", env=env)
+    out = run_cli("--base-path", str(base), "build", "default", "--index-only",
+                  env={"DAGSTER_HOME": str(tmp_path / "home")})
     assert out.returncode == 0, out.stderr
     assert "sparse_postings, sparse_vocabulary" in out.stderr and vocabulary.exists() and postings.exists()
     assert pd.read_parquet(vocabulary)["build_id"].nunique() == 1 == \
         len(set(pd.read_parquet(vocabulary)["build_id"]) | set(pd.read_parquet(postings)["build_id"]))
+
+
+def _failure_line_of(fail, retries: int = 0) -> str:
+    """`failure_line` of a real run whose one step calls `fail`."""
+    from dagster import RetryPolicy, job, op
+
+    from causal_assets.commands.build import failure_line
+
+    @op(retry_policy=RetryPolicy(max_retries=retries) if retries else None)
+    def the_step():
+        fail()
+
+    @job
+    def once():
+        the_step()
+
+    return failure_line(once.execute_in_process(raise_on_error=False))
+
+
+def test_the_failure_line_is_the_steps_cause():
+    """Not Dagster's wrappers: "DagsterExecutionStepExecutionError: Error occurred while executing op ..." (a
+    build's duplicate chunk ids), nor "Exceeded max_retries of 2" (an LLM step whose endpoint was down)."""
+    from causal_assets.core.errors import CorpusError
+
+    def duplicate_ids():
+        raise CorpusError("corpus 'clash': duplicate chunk ids, e.g. 'utils.parse'")
+
+    def endpoint_down():
+        raise ConnectionError("LLM endpoint http://127.0.0.1:9/v1 refused the connection")
+
+    assert _failure_line_of(duplicate_ids) == ("step the_step failed: causal_assets.core.errors.CorpusError: corpus "
+                                               "'clash': duplicate chunk ids, e.g. 'utils.parse'")
+    assert _failure_line_of(endpoint_down, retries=1) == ("step the_step failed: ConnectionError: LLM "
+                                                          "endpoint http://127.0.0.1:9/v1 refused the connection")
 
 
 def test_a_reader_that_goes_away_stops_search_quietly(tmp_path):
@@ -153,21 +174,3 @@ def test_a_reader_that_goes_away_stops_search_quietly(tmp_path):
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
 
-
-def test_the_failure_line_of_a_step_out_of_retries_is_its_last_attempts_cause():
-    """An LLM step whose endpoint is down retries, then failed with only "Exceeded max_retries of 2"."""
-    from dagster import RetryPolicy, job, op
-
-    from causal_assets.commands.build import failure_line
-
-    @op(retry_policy=RetryPolicy(max_retries=1))
-    def calls_a_dead_endpoint():
-        raise ConnectionError("LLM endpoint http://127.0.0.1:9/v1 refused the connection")
-
-    @job
-    def once():
-        calls_a_dead_endpoint()
-
-    result = once.execute_in_process(raise_on_error=False)
-    assert failure_line(result) == ("step calls_a_dead_endpoint failed: ConnectionError: LLM endpoint "
-                                    "http://127.0.0.1:9/v1 refused the connection")
