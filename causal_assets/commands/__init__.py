@@ -38,7 +38,7 @@ def say(message: str) -> None:
 def run(args) -> int:
     if not args.verbose:
         quiet()
-    if MODULES[args.command] == "ask":
+    if args.command in ("ask", "build"):
         # `ask` and `build` run the code location's jobs, whose resources read their settings when first imported
         # (the command module imports them): without this the runs would write to the configured base path while
         # the command reads from --base-path

@@ -37,12 +37,17 @@ def _non_finite(values) -> int:
     return int((~np.isfinite(arr)).sum())
 
 
+def blank_chunks(chunks: pd.DataFrame) -> pd.Series:
+    """Which chunks have neither text nor title (nothing to index)."""
+    return (chunks["text"].fillna("").str.strip() == "") & (chunks["title"].fillna("").str.strip() == "")
+
+
 def check_chunks(chunks: pd.DataFrame) -> CheckOutcome:
     """Non-empty corpus, unique ids, chunk_idx = 0..n-1 (the row number every index refers to), no blank chunk."""
     missing = _missing(chunks, ("chunk_id", "chunk_idx", "title", "text", "kind", "content_hash"))
     if missing:
         return CheckOutcome.of(missing_columns=missing)
-    blank = (chunks["text"].fillna("").str.strip() == "") & (chunks["title"].fillna("").str.strip() == "")
+    blank = blank_chunks(chunks)
     return CheckOutcome.of(
         rows=len(chunks), ok_rows=len(chunks) > 0,
         bad_duplicate_ids=int(chunks["chunk_id"].duplicated().sum()),

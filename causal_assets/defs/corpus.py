@@ -7,7 +7,7 @@ import time
 import pandas as pd
 from dagster import AssetExecutionContext, AssetOut, Config, MetadataValue, Output, asset, multi_asset
 
-from causal_assets.core.checks import check_chunks, check_embeddings, check_sparse
+from causal_assets.core.checks import blank_chunks, check_chunks, check_embeddings, check_sparse
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.registry import load_corpus
 from causal_assets.core.errors import CorpusError
@@ -40,7 +40,7 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
         raise CorpusError(f"corpus {spec.name!r}: duplicate chunk ids, e.g. {dupes.iloc[0]!r}")
     # refused before anything is written: a blank chunk would fail chunks_valid after its table was on disk, where
     # the next build would take it as done
-    blank = frame[(frame["text"].str.strip() == "") & (frame["title"].str.strip() == "")]
+    blank = frame[blank_chunks(frame)]
     if len(blank):
         raise CorpusError(f"corpus {spec.name!r}: {len(blank)} chunk(s) with neither text nor title, e.g. "
                           f"{blank['chunk_id'].iloc[0]!r} ({blank['path'].iloc[0]})")

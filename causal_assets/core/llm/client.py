@@ -363,9 +363,10 @@ class LLMClient:
                 and self.error_text.match(text)):
             raise _ErrorText(f"2xx response whose text is an error message: {text[:200]!r}")
         key = self._api_key.get()
-        if key and key != NO_KEY and key in json.dumps(data):   # an endpoint that echoes the request's headers
+        raw = json.dumps(data) if key and key != NO_KEY else ""
+        if key and key in raw:   # an endpoint that echoes the request's headers
             text = text.replace(key, REDACTED)
-            data = json.loads(json.dumps(data).replace(key, REDACTED))
+            data = json.loads(raw.replace(key, REDACTED))
         usage = data.get("usage") or {}
         return (data, text, usage.get("prompt_tokens"), usage.get("completion_tokens"),
                 choice.get("logprobs"), choice.get("finish_reason"))
