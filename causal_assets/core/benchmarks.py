@@ -11,7 +11,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from causal_assets.core.corpus.beir import load_beir_qrels, load_beir_queries
+from causal_assets.core.corpus.beir import beir_doc_ids, load_beir_qrels, load_beir_queries
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
@@ -206,14 +206,16 @@ def load_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None 
         raise CorpusError(f"benchmark {spec.name!r}: unknown split {split!r} (splits: {spec.splits})")
     if spec.loader == "beir":
         queries = load_beir_queries(spec.resolved_path)
+        # a judgement of a document the corpus lacks can never be retrieved: it would lower recall unseen
+        doc_ids = set(chunks["chunk_id"]) if chunks is not None else beir_doc_ids(spec.resolved_path)
         # `options.halves_of: dev`: a benchmark with a single judged split (CoSQA's dev) gets `train`/`test` as the
         # stable hash halves of that split's queries, so something can be tuned on one half and reported on the other.
         source = spec.options.get("halves_of")
         if source and split in ("train", "test"):
-            qrels = {q: r for q, r in load_beir_qrels(spec.resolved_path, source, query_ids=set(queries)).items()
+            qrels = {q: r for q, r in load_beir_qrels(spec.resolved_path, source, doc_ids, set(queries)).items()
                      if hash_half(q) == split}
         else:
-            qrels = load_beir_qrels(spec.resolved_path, split, query_ids=set(queries))
+            qrels = load_beir_qrels(spec.resolved_path, split, doc_ids, set(queries))
         return Benchmark(spec.name, split, {q: queries[q] for q in qrels}, qrels)
     if spec.loader == "hotpotqa":
         chunks, questions = load_hotpotqa(spec.resolved_path, spec.corpus)

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from causal_assets.core.benchmarks import BenchmarkSpec, load_benchmark
 from causal_assets.core.corpus.beir import load_beir_corpus, load_beir_qrels, load_beir_queries
 from causal_assets.core.corpus.chunk import chunks_to_frame, frame_to_chunks
 from causal_assets.core.corpus.folder import load_folder, split_with_overlap
@@ -71,7 +72,7 @@ def _beir(tmp_path, corpus_lines, qrels="query-id\tcorpus-id\tscore\n"):
     (b'{"_id": "1", "text": "caf\xe9"}\n', r"corpus.jsonl: not UTF-8"),
     ('{"_id": "1", "text": "ok"}\n{"_id": "d1", "text": "   "}\n', r"corpus.jsonl:2: document 'd1' has neither text"),
     ('{"_id": "d2", "text": null}\n', r"corpus.jsonl:1: document 'd2' has neither text nor title"),
-    ('{"_id": "d3", "text": {"a": 1}}\n', r"corpus.jsonl:1: field 'text' is a JSON dict, not text"),
+    ('{"_id": "d3", "text": {"a": 1}}\n', r"corpus.jsonl:1: field 'text' is a JSON object, not text"),
 ])
 def test_beir_bad_corpus(tmp_path, content, message):
     with pytest.raises(CorpusError, match=message):
@@ -88,13 +89,59 @@ def test_beir_null_texts_are_empty_not_none_and_a_query_needs_text(tmp_path):
 
 def test_beir_bad_qrels(tmp_path):
     folder = _beir(tmp_path, '{"_id": "1", "text": "ok"}\n', "query-id\tcorpus-id\tscore\nq1\t999\t1\n")
-    with pytest.raises(CorpusError, match=r"test.tsv:2: corpus-id '999' is not in corpus.jsonl"):
+    with pytest.raises(CorpusError, match=r"test.tsv:2: corpus-id '999' is not a document of the corpus"):
         load_beir_qrels(folder, "test", {"1"}, {"q1"})
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\t1\tone\n")
     with pytest.raises(CorpusError, match=r"test.tsv:2: score 'one' is not a number"):
         load_beir_qrels(folder, "test")
     with pytest.raises(CorpusError, match=r"dev.tsv: file not found \(splits here: \['test'\]\)"):
         load_beir_qrels(folder, "dev")
+
+
+@pytest.mark.parametrize("corpus_line, message", [
+    ('{"_id": null, "text": "x"}', r"corpus.jsonl:1: field '_id' must be a string or an integer id, got JSON null"),
+    ('{"_id": ["x"], "text": "x"}', r"field '_id' must be a string or an integer id, got JSON array"),
+    ('{"_id": true, "text": "x"}', r"field '_id' must be a string or an integer id, got JSON boolean"),
+    ('{"_id": 1.5, "text": "x"}', r"field '_id' must be a string or an integer id, got JSON number"),
+    ('{"_id": " ", "text": "x"}', r"field '_id' is a blank id"),
+    ('{"_id": "d1", "text": "fever \\ud800"}', r"corpus.jsonl:1: field 'text' holds an unpaired surrogate"),
+    ('{"_id": "d1", "text": ' + "[" * 100_000 + "]" * 100_000 + "}", r"corpus.jsonl:1: JSON nested too deeply"),
+])
+def test_beir_ids_and_texts_are_typed(tmp_path, corpus_line, message):
+    """An id that is not a string or an integer became the chunk id 'None' or "['x']"; a lone surrogate passed
+    the loader and failed the evaluation's fourth output after three were written; deep nesting was a bare
+    RecursionError."""
+    with pytest.raises(CorpusError, match=message):
+        load_beir_corpus(_beir(tmp_path, corpus_line + "\n"), "bad")
+    assert [c.chunk_id for c in load_beir_corpus(_beir(tmp_path, '{"_id": 7, "text": "x"}\n'), "ok")] == ["7"]
+
+
+def test_beir_qrels_are_plain_tab_separated_lines(tmp_path):
+    """A corpus-id starting with a quote swallowed the next judgement under csv quoting; a field over 128 KB and a
+    file that is not UTF-8 were bare csv / codec errors."""
+    folder = _beir(tmp_path, '{"_id": "d1", "text": "a"}\n{"_id": "d2", "text": "b"}\n',
+                   'query-id\tcorpus-id\tscore\nq1\t"d1\t1\nq2\td2\t1\n')
+    assert load_beir_qrels(folder, "test") == {"q1": {'"d1': 1.0}, "q2": {"d2": 1.0}}
+    with pytest.raises(CorpusError, match=r"test.tsv:2: corpus-id '\"d1' is not a document of the corpus"):
+        load_beir_qrels(folder, "test", {"d1", "d2"})
+    (folder / "qrels" / "test.tsv").write_text("q1\t" + "x" * 200_000 + "\t1\n")
+    with pytest.raises(CorpusError, match=r"test.tsv:1: corpus-id 'x+' is not a document of the corpus"):
+        load_beir_qrels(folder, "test", {"d1", "d2"})
+    (folder / "qrels" / "test.tsv").write_bytes(b"q1\td1\t1\nq2\t\xff\t1\n")
+    with pytest.raises(CorpusError, match=r"test.tsv: not UTF-8"):
+        load_beir_qrels(folder, "test")
+
+
+def test_a_beir_benchmark_refuses_judgements_of_documents_the_corpus_lacks(tmp_path):
+    """load_benchmark passed only the query ids: a judgement of a missing document was kept silently and lowered
+    recall (0.75 where every document was found)."""
+    folder = _beir(tmp_path, '{"_id": "d1", "text": "a"}\n', "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\tNOPE\t1\n")
+    spec = BenchmarkSpec(name="b", loader="beir", corpus="c", path=str(folder), splits=["test"],
+                         eval_splits=["test"])
+    with pytest.raises(CorpusError, match=r"test.tsv:3: corpus-id 'NOPE' is not a document of the corpus"):
+        load_benchmark(spec, "test")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    assert load_benchmark(spec, "test").qrels == {"q1": {"d1": 1.0}}
 
 
 def test_missing_path_is_named(tmp_path):
@@ -120,6 +167,32 @@ def test_hotpotqa_bad_record(tmp_path):
         load_hotpotqa(bad, "h")
     bad.write_text('{"_id": "a", "question": "q"}\n')
     with pytest.raises(CorpusError, match=r"h.jsonl:1: missing field 'context'"):
+        load_hotpotqa(bad, "h")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"_id": None}, r"h.jsonl:1: field '_id' must be a string or an integer id, got JSON null"),
+    ({"question": None}, r"h.jsonl:1: field 'question' has no text"),
+    ({"answer": ["x", "y"]}, r"h.jsonl:1: field 'answer' is a JSON array, not text"),
+    ({"context": [["T", [{"a": 1}]]]}, r"h.jsonl:1: field 'context\[0\] sentence 0' is a JSON object, not text"),
+    ({"context": [[None, ["s."]]]}, r"supporting_facts title 'T' is not a context paragraph"),
+])
+def test_hotpotqa_fields_are_typed(tmp_path, change, message):
+    """null, a list or an object became the texts "None", "['x', 'y']" and "{'a': 1}", and an id `None/0`."""
+    record = {"_id": "a", "question": "q?", "answer": "x", "supporting_facts": [["T", 0]],
+              "context": [["T", ["A sentence."]]]}
+    bad = tmp_path / "h.jsonl"
+    bad.write_text(json.dumps(record | change) + "\n")
+    with pytest.raises(CorpusError, match=message):
+        load_hotpotqa(bad, "h")
+
+
+def test_hotpotqa_duplicate_question_id_is_named(tmp_path):
+    record = {"_id": "a", "question": "q?", "answer": "x", "supporting_facts": [["T", 0]],
+              "context": [["T", ["A sentence."]]]}
+    bad = tmp_path / "h.jsonl"
+    bad.write_text(json.dumps(record) + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(CorpusError, match=r"h.jsonl:2: duplicate _id 'a'"):
         load_hotpotqa(bad, "h")
 
 

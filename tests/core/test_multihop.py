@@ -56,3 +56,21 @@ def test_malformed_supporting_facts_names_file_and_line(tmp_path):
     path.write_text(json.dumps(rec | {"supporting_facts": [["only a title"]]}) + "\n")
     with pytest.raises(CorpusError, match=r"w.jsonl:1: supporting_facts\[0\] must be \[title, sentence index\]"):
         read_multihop(path)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"question": None}, r"m.jsonl:1: field 'question' has no text"),
+    ({"id": ["x"]}, r"m.jsonl:1: field 'id' must be a string or an integer id, got JSON array"),
+    ({"answer_aliases": "one alias"}, r"m.jsonl:1: 'answer_aliases' must be a list of texts"),
+    ({"paragraphs": [{"title": "T", "paragraph_text": "p", "is_supporting": "false"}]},
+     r"m.jsonl:1: paragraphs\[0\].is_supporting must be true or false, got 'false'"),
+    ({"paragraphs": [{"title": {"a": 1}, "paragraph_text": "p", "is_supporting": True}]},
+     r"m.jsonl:1: field 'title' is a JSON object, not text"),
+])
+def test_musique_fields_are_typed(tmp_path, change, message):
+    """A null question became the text "None"; the string "false" made a paragraph gold."""
+    rec = json.loads(require(MUSIQUE).read_text().splitlines()[0])
+    path = tmp_path / "m.jsonl"
+    path.write_text(json.dumps(rec | change) + "\n")
+    with pytest.raises(CorpusError, match=message):
+        read_multihop(path)

@@ -1,13 +1,12 @@
 """BEIR folders: `corpus.jsonl`, `queries.jsonl`, `qrels/<split>.tsv` (header line, query-id corpus-id score)."""
 from __future__ import annotations
 
-import csv
-import json
 import math
 from pathlib import Path
 from typing import Iterator
 
 from causal_assets.core.corpus.chunk import Chunk
+from causal_assets.core.corpus.fields import id_field, parse_json, text_field
 from causal_assets.core.errors import CorpusError
 
 
@@ -19,10 +18,7 @@ def _jsonl(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise CorpusError(f"{path}:{lineno}: malformed JSON ({e.msg})") from None
+                obj = parse_json(f"{path}:{lineno}", line)
                 if not isinstance(obj, dict):
                     raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
                 for key in required:
@@ -38,11 +34,12 @@ def load_beir_corpus(folder: str | Path, corpus: str) -> list[Chunk]:
     path = folder / "corpus.jsonl"
     chunks, seen = [], set()
     for lineno, obj in _jsonl(path, ("_id", "text")):
-        doc_id = str(obj["_id"])
+        where = f"{path}:{lineno}"
+        doc_id = id_field(where, obj, "_id")
         if doc_id in seen:
             raise CorpusError(f"{path}:{lineno}: duplicate _id {doc_id!r}")
         seen.add(doc_id)
-        title, text = _text(path, lineno, obj, "title"), _text(path, lineno, obj, "text")
+        title, text = text_field(where, obj, "title"), text_field(where, obj, "text")
         if not (title.strip() or text.strip()):
             raise CorpusError(f"{path}:{lineno}: document {doc_id!r} has neither text nor title")
         chunks.append(Chunk(chunk_id=doc_id, corpus=corpus, source="beir", path=str(path), title=title,
@@ -57,23 +54,20 @@ def load_beir_queries(folder: str | Path) -> dict[str, str]:
     path = Path(folder) / "queries.jsonl"
     queries: dict[str, str] = {}
     for lineno, obj in _jsonl(path, ("_id", "text")):
-        qid = str(obj["_id"])
+        where = f"{path}:{lineno}"
+        qid = id_field(where, obj, "_id")
         if qid in queries:
-            raise CorpusError(f"{path}:{lineno}: duplicate query _id {qid!r}")
-        queries[qid] = _text(path, lineno, obj, "text")
+            raise CorpusError(f"{where}: duplicate query _id {qid!r}")
+        queries[qid] = text_field(where, obj, "text")
         if not queries[qid].strip():
-            raise CorpusError(f"{path}:{lineno}: query {qid!r} has no text")
+            raise CorpusError(f"{where}: query {qid!r} has no text")
     return queries
 
 
-def _text(path: Path, lineno: int, obj: dict, field: str) -> str:
-    """A text field: a string (a number as written), or absent / null for none ("None" is not a text)."""
-    value = obj.get(field)
-    if value is None:
-        return ""
-    if isinstance(value, (dict, list, bool)):
-        raise CorpusError(f"{path}:{lineno}: field {field!r} is a JSON {type(value).__name__}, not text")
-    return str(value)
+def beir_doc_ids(folder: str | Path) -> set[str]:
+    """The document ids of the folder's corpus.jsonl (read as `load_beir_corpus` reads them)."""
+    path = Path(folder) / "corpus.jsonl"
+    return {id_field(f"{path}:{lineno}", obj, "_id") for lineno, obj in _jsonl(path, ("_id",))}
 
 
 # Graded relevance in the benchmarks here is 0..2 (TREC uses up to 4); anything past this is a data error, and an
@@ -91,29 +85,37 @@ def load_beir_qrels(folder: str | Path, split: str, doc_ids: set[str] | None = N
     path = Path(folder) / "qrels" / f"{split}.tsv"
     if not path.is_file():
         raise CorpusError(f"{path}: file not found (splits here: {beir_splits(folder)})")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise CorpusError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
     qrels: dict[str, dict[str, float]] = {}
-    with path.open(encoding="utf-8", newline="") as fh:
-        for lineno, row in enumerate(csv.reader(fh, delimiter="\t"), 1):
-            if not row or (lineno == 1 and row[0] in ("query-id", "query_id", "qid")):
-                continue
-            if len(row) != 3:
-                raise CorpusError(f"{path}:{lineno}: expected 3 tab-separated fields, got {len(row)}: {row!r}")
-            qid, did, score = row
-            try:
-                value = float(score)
-            except ValueError:
-                raise CorpusError(f"{path}:{lineno}: score {score!r} is not a number") from None
-            if not math.isfinite(value) or value < 0 or value > MAX_QRELS_SCORE:
-                raise CorpusError(f"{path}:{lineno}: score {score!r} must be a finite number in "
-                                  f"[0, {MAX_QRELS_SCORE:g}]")
-            if doc_ids is not None and did not in doc_ids:
-                raise CorpusError(f"{path}:{lineno}: corpus-id {did!r} is not in corpus.jsonl")
-            if query_ids is not None and qid not in query_ids:
-                raise CorpusError(f"{path}:{lineno}: query-id {qid!r} is not in queries.jsonl")
-            judged = qrels.setdefault(qid, {})
-            if did in judged:
-                raise CorpusError(f"{path}:{lineno}: duplicate judgement for query-id {qid!r}, corpus-id {did!r}")
-            judged[did] = value
+    # Plain tab-separated lines, not the csv module: its quoting read a corpus-id starting with '"' as a quoted
+    # field that swallowed the tab, the newline and the next judgement.
+    for lineno, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
+        row = line.split("\t")
+        if not line or (lineno == 1 and row[0] in ("query-id", "query_id", "qid")):
+            continue
+        if len(row) != 3:
+            raise CorpusError(f"{path}:{lineno}: expected 3 tab-separated fields, got {len(row)}: "
+                              f"{str(row)[:200]}")
+        qid, did, score = row
+        try:
+            value = float(score)
+        except ValueError:
+            raise CorpusError(f"{path}:{lineno}: score {score!r} is not a number") from None
+        if not math.isfinite(value) or value < 0 or value > MAX_QRELS_SCORE:
+            raise CorpusError(f"{path}:{lineno}: score {score!r} must be a finite number in "
+                              f"[0, {MAX_QRELS_SCORE:g}]")
+        if doc_ids is not None and did not in doc_ids:
+            raise CorpusError(f"{path}:{lineno}: corpus-id {did!r} is not a document of the corpus")
+        if query_ids is not None and qid not in query_ids:
+            raise CorpusError(f"{path}:{lineno}: query-id {qid!r} is not in queries.jsonl")
+        judged = qrels.setdefault(qid, {})
+        if did in judged:
+            raise CorpusError(f"{path}:{lineno}: duplicate judgement for query-id {qid!r}, corpus-id {did!r}")
+        judged[did] = value
     if not qrels:
         raise CorpusError(f"{path}: no judgements")
     return qrels

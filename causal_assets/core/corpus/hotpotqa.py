@@ -5,11 +5,11 @@ A paragraph is identified by (question id, position) so every question can rank 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from causal_assets.core.corpus.chunk import Chunk
+from causal_assets.core.corpus.fields import id_field, parse_json, text_field, text_value
 from causal_assets.core.errors import CorpusError
 
 
@@ -32,18 +32,12 @@ def _records(path: Path) -> list[tuple[str, dict]]:
     except UnicodeDecodeError as e:
         raise CorpusError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
     if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise CorpusError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from None
+        data = parse_json(str(path), text)
         return [(f"{path}[{i}]", obj) for i, obj in enumerate(data)]
     out = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if line.strip():
-            try:
-                out.append((f"{path}:{lineno}", json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise CorpusError(f"{path}:{lineno}: malformed JSON ({e.msg})") from None
+            out.append((f"{path}:{lineno}", parse_json(f"{path}:{lineno}", line)))
     return out
 
 
@@ -51,13 +45,18 @@ def load_hotpotqa(path: str | Path, corpus: str) -> tuple[list[Chunk], list[Hotp
     path = Path(path)
     chunks: list[Chunk] = []
     questions: list[HotpotQuestion] = []
+    seen: set[str] = set()
     for where, obj in _records(path):
         if not isinstance(obj, dict):
             raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         for key in ("_id", "question", "context"):
             if key not in obj:
                 raise CorpusError(f"{where}: missing field {key!r}")
-        qid = str(obj["_id"])
+        qid = id_field(where, obj, "_id")
+        if qid in seen:
+            raise CorpusError(f"{where}: duplicate _id {qid!r}")
+        seen.add(qid)
+        question = text_field(where, obj, "question", required=True)
         if not isinstance(obj["context"], list) or not obj["context"]:
             raise CorpusError(f"{where}: context must be a non-empty list of [title, [sentences]] paragraphs")
         for pos, para in enumerate(obj["context"]):
@@ -73,12 +72,14 @@ def load_hotpotqa(path: str | Path, corpus: str) -> tuple[list[Chunk], list[Hotp
                     and isinstance(fact[1], int) and not isinstance(fact[1], bool)):
                 raise CorpusError(f"{where}: supporting_facts[{i}] must be [title, sentence index], "
                                   f"got {str(fact)[:80]!r}")
-        supporting = tuple(dict.fromkeys(str(t) for t, _ in facts))
+        supporting = tuple(dict.fromkeys(text_value(where, f"supporting_facts[{i}]", t)
+                                         for i, (t, _) in enumerate(facts)))
         ids = []
         for pos, para in enumerate(obj["context"]):
             if not (isinstance(para, list) and len(para) == 2 and isinstance(para[1], list)):
                 raise CorpusError(f"{where}: context[{pos}] must be [title, [sentences]], got {str(para)[:80]!r}")
-            title, sentences = str(para[0]), [str(s) for s in para[1]]
+            title = text_value(where, f"context[{pos}] title", para[0])
+            sentences = [text_value(where, f"context[{pos}] sentence {k}", s) for k, s in enumerate(para[1])]
             chunk_id = f"{qid}/{pos}"
             ids.append(chunk_id)
             chunks.append(Chunk(
@@ -91,8 +92,8 @@ def load_hotpotqa(path: str | Path, corpus: str) -> tuple[list[Chunk], list[Hotp
         missing = [t for t in supporting if t not in titles]
         if missing:
             raise CorpusError(f"{where}: supporting_facts title {missing[0][:80]!r} is not a context paragraph")
-        questions.append(HotpotQuestion(qid, str(obj["question"]), str(obj.get("answer", "")),
-                                        str(obj.get("type", "")), str(obj.get("level", "")), supporting, tuple(ids)))
+        questions.append(HotpotQuestion(qid, question, text_field(where, obj, "answer"), text_field(where, obj, "type"),
+                                        text_field(where, obj, "level"), supporting, tuple(ids)))
     if not chunks:
         raise CorpusError(f"{path}: no paragraphs")
     return chunks, questions

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from causal_assets.core.corpus.chunk import Chunk
+from causal_assets.core.corpus.fields import id_field, text_field, text_value
 from causal_assets.core.corpus.hotpotqa import _records
 from causal_assets.core.errors import CorpusError
 
@@ -76,13 +77,23 @@ def _musique(obj: dict, where: str) -> MultiHopQuestion | None:
     paras = obj.get("paragraphs") or []
     if not paras:
         return None
+    if not isinstance(paras, list):
+        raise CorpusError(f"{where}: 'paragraphs' must be a list of paragraphs")
     out = []
     for i, p in enumerate(paras):
         if not isinstance(p, dict) or "paragraph_text" not in p:
             raise CorpusError(f"{where}: paragraphs[{i}] needs 'paragraph_text'")
-        out.append(Paragraph(str(p.get("title", "")), str(p["paragraph_text"]), bool(p.get("is_supporting", False))))
-    return MultiHopQuestion(str(obj["id"]), str(obj["question"]), str(obj["answer"]),
-                            tuple(str(a) for a in obj.get("answer_aliases") or ()), "musique", tuple(out))
+        supporting = p.get("is_supporting", False)
+        if not isinstance(supporting, bool):   # "false" would count as gold
+            raise CorpusError(f"{where}: paragraphs[{i}].is_supporting must be true or false, got {supporting!r}")
+        out.append(Paragraph(text_field(where, p, "title"), text_field(where, p, "paragraph_text"), supporting))
+    aliases = obj.get("answer_aliases") or []
+    if not isinstance(aliases, list):
+        raise CorpusError(f"{where}: 'answer_aliases' must be a list of texts")
+    return MultiHopQuestion(id_field(where, obj, "id"), text_field(where, obj, "question", required=True),
+                            text_field(where, obj, "answer"),
+                            tuple(text_value(where, f"answer_aliases[{k}]", a) for k, a in enumerate(aliases)),
+                            "musique", tuple(out))
 
 
 def _hotpot_like(obj: dict, where: str) -> MultiHopQuestion | None:
@@ -97,14 +108,18 @@ def _hotpot_like(obj: dict, where: str) -> MultiHopQuestion | None:
     for k, f in enumerate(facts):
         if not (isinstance(f, (list, tuple)) and len(f) == 2):
             raise CorpusError(f"{where}: supporting_facts[{k}] must be [title, sentence index], got {str(f)[:80]!r}")
-        titles.add(str(f[0]))
+        titles.add(text_value(where, f"supporting_facts[{k}] title", f[0]))
+    if not isinstance(context, list):
+        raise CorpusError(f"{where}: 'context' must be a list of [title, [sentences]] paragraphs")
     out = []
     for pos, para in enumerate(context):
         if not (isinstance(para, list) and len(para) == 2 and isinstance(para[1], list)):
             raise CorpusError(f"{where}: context[{pos}] must be [title, [sentences]], got {str(para)[:80]!r}")
-        out.append(Paragraph(str(para[0]), join_sentences([str(s) for s in para[1]]), str(para[0]) in titles))
-    return MultiHopQuestion(str(obj["_id"]), str(obj["question"]), str(obj["answer"]), (), str(obj.get("type", "")),
-                            tuple(out))
+        title = text_value(where, f"context[{pos}] title", para[0])
+        sentences = [text_value(where, f"context[{pos}] sentence {k}", s) for k, s in enumerate(para[1])]
+        out.append(Paragraph(title, join_sentences(sentences), title in titles))
+    return MultiHopQuestion(id_field(where, obj, "_id"), text_field(where, obj, "question", required=True),
+                            text_field(where, obj, "answer"), (), text_field(where, obj, "type"), tuple(out))
 
 
 def read_multihop(path: str | Path, strict: bool = False) -> MultiHopFile:

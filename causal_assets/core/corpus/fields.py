@@ -1,0 +1,60 @@
+"""Typed fields of the JSON records in benchmark files (BEIR, HotpotQA, 2Wiki, MuSiQue): a value that is not what
+its field holds stops with one error naming file, line and field, instead of becoming the text "None" or
+"['x', 'y']", an id like `None/0`, or a string Parquet cannot store (a lone surrogate from a `\\ud800` escape,
+which failed the evaluation's fourth output after three were written)."""
+from __future__ import annotations
+
+import json
+
+from causal_assets.core.errors import CorpusError
+
+
+def parse_json(where: str, line: str):
+    """One JSON document; `where` names it (file and line, or the file of a whole-file document) in the error."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        at = f"{where}:{e.lineno}" if "\n" in line.rstrip() else where
+        raise CorpusError(f"{at}: malformed JSON ({e.msg})") from None
+    except RecursionError:
+        raise CorpusError(f"{where}: JSON nested too deeply to read") from None
+
+
+def text_value(where: str, field: str, value) -> str:
+    """A text: a string, or a number as written; null is no text (""). Objects, lists and booleans are refused."""
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list, bool)):
+        raise CorpusError(f"{where}: field {field!r} is a JSON {_json_type(value)}, not text")
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise CorpusError(f"{where}: field {field!r} holds an unpaired surrogate ({text[e.start]!r} at character "
+                          f"{e.start}), not text") from None
+    return text
+
+
+def text_field(where: str, obj: dict, field: str, required: bool = False) -> str:
+    """`obj[field]` as text (`text_value`); `required`: absent, null or blank is refused."""
+    text = text_value(where, field, obj.get(field))
+    if required and not text.strip():
+        raise CorpusError(f"{where}: field {field!r} has no text")
+    return text
+
+
+def id_field(where: str, obj: dict, field: str) -> str:
+    """An id: a non-blank string or an integer (written as the file writes it)."""
+    value = obj.get(field)
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise CorpusError(f"{where}: field {field!r} must be a string or an integer id, got JSON "
+                          f"{_json_type(value)} {str(value)[:80]!r}")
+    text = text_value(where, field, value)
+    if not text.strip():
+        raise CorpusError(f"{where}: field {field!r} is a blank id")
+    return text
+
+
+def _json_type(value) -> str:
+    return {dict: "object", list: "array", bool: "boolean", float: "number", int: "number", str: "string",
+            type(None): "null"}.get(type(value), type(value).__name__)
