@@ -228,6 +228,20 @@ def test_folder_skips_bad_files_and_reports_them(tmp_path):
     assert any(c.chunk_id == "mod.add" and c.kind == "function" for c in chunks)
 
 
+def test_folder_python_files_with_the_same_module_name_are_both_kept(tmp_path):
+    """pkg/mod.py and pkg.mod.py both chunk as module pkg.mod: the whole corpus was refused over "duplicate chunk
+    ids", naming neither file. The second is chunked as text and reported."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text('def f():\n    """F."""\n    return 1\n')
+    (tmp_path / "pkg.mod.py").write_text('def g():\n    """G."""\n    return 2\n')
+    chunks, report = load_folder(tmp_path, "clash")
+    ids = [c.chunk_id for c in chunks]
+    assert len(ids) == len(set(ids))
+    assert "pkg.mod.f" in ids and "pkg.mod.py#0" in ids and "def g()" in chunks[ids.index("pkg.mod.py#0")].text
+    assert report["skipped_name_clash"] == 1
+    assert any(s.startswith("pkg.mod.py: ") and "pkg/mod.py" in s for s in report["skipped"])
+
+
 def test_folder_with_nothing_readable(tmp_path):
     (tmp_path / "a.bin.txt").write_bytes(b"\x00\x00")
     with pytest.raises(CorpusError, match="no readable text files"):

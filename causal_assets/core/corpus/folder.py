@@ -3,9 +3,10 @@
 Python files go through the AST chunker (one chunk per function/class); other files are cut into windows of
 about `chunk_chars` characters with `overlap_chars` of overlap, preferring paragraph and line boundaries.
 Binary, non-UTF-8, oversize files, symlinks leaving the root, hard links, file names that are not UTF-8,
-directories nested deeper than `MAX_DEPTH`, and Python files too deep for the parser (chunked as text) are
-skipped and counted in the report: one bad file should not stop a corpus of thousands. The walk is iterative
-(no recursion), does not follow directory symlinks and never opens anything but regular files.
+directories nested deeper than `MAX_DEPTH`, and Python files too deep for the parser or whose names another file
+already gave (both chunked as text) are skipped and counted in the report: one bad file should not stop a corpus
+of thousands. The walk is iterative (no recursion), does not follow directory symlinks and never opens anything but
+regular files.
 """
 from __future__ import annotations
 
@@ -105,8 +106,9 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: int = 1500, overlap_
     suffixes = suffixes or TEXT_SUFFIXES
     report = {"files": 0, "skipped_binary": 0, "skipped_undecodable": 0, "skipped_oversize": 0,
               "skipped_outside_root": 0, "skipped_unparsable": 0, "skipped_bad_name": 0, "skipped_hardlink": 0,
-              "skipped_too_deep": 0, "skipped_unreadable": 0, "skipped": []}
+              "skipped_too_deep": 0, "skipped_unreadable": 0, "skipped_name_clash": 0, "skipped": []}
     chunks: list[Chunk] = []
+    owner: dict[str, str] = {}   # a code chunk's id -> the file it was cut from
 
     def skip(kind: str, f: Path, why: str) -> None:
         report[kind] += 1
@@ -164,9 +166,15 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: int = 1500, overlap_
         if f.suffix == ".py":
             module = ".".join(f.relative_to(root).with_suffix("").parts)
             try:
-                chunks.extend(chunk_python_source(text, module, rel, corpus))
-                report["files"] += 1
-                continue
+                code_chunks = chunk_python_source(text, module, rel, corpus)
+                # pkg/mod.py and pkg.mod.py give the same names: the second file's would repeat the first's ids
+                taken = next((c.chunk_id for c in code_chunks if c.chunk_id in owner), None)
+                if taken is None:
+                    chunks.extend(code_chunks)
+                    owner.update((c.chunk_id, rel) for c in code_chunks)
+                    report["files"] += 1
+                    continue
+                skip("skipped_name_clash", f, f"{taken!r} is already a chunk of {owner[taken]}; chunked as text")
             except SyntaxError as e:
                 skip("skipped_unparsable", f, f"Python syntax error line {e.lineno}; chunked as text")
             except (RecursionError, MemoryError, ValueError) as e:
