@@ -26,6 +26,28 @@ def short_repr(value, limit: int = MAX_REPR_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# A registry holds a few hundred values. A YAML alias bomb of a few hundred bytes loads as shared references, then
+# expands ~9x a level wherever it is copied (pydantic's model_dump took 13 s and 1 GB at 7 levels, a step died at 8).
+MAX_VALUES = 100_000
+
+
+def _expands_past(data, limit: int) -> bool:
+    """Whether `data`, with every shared reference counted each time it appears, holds more than `limit` values.
+    Stops counting at `limit`, so a bomb costs no more than that to detect."""
+    count, stack = 0, [data]
+    while stack:
+        value = stack.pop()
+        count += 1
+        if count > limit:
+            return True
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return False
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
     """yaml.safe_load's loader, refusing a key given twice in one mapping: the last one silently won (a second
     `path:` in an entry, a second `corpora:` list replacing the first)."""
@@ -60,6 +82,10 @@ def load_entries(path: str | Path, key: str, model: type[M]) -> dict[str, M]:
         raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)})") from None
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
         raise ConfigError(f"{path}: expected a mapping with a {key!r} list")
+    if _expands_past(data, MAX_VALUES):
+        raise ConfigError(f"{path}: expands to more than {MAX_VALUES:,} values (YAML aliases repeating aliases?); "
+                          "a registry is a few hundred")
+
     entries: dict[str, M] = {}
     for i, entry in enumerate(data[key]):
         try:

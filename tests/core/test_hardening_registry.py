@@ -3,6 +3,7 @@ short error naming the file, line or key."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
@@ -44,18 +45,22 @@ def test_monte_carlo_accepts_the_labelling_keys(tmp_path):
     assert spec["hotmini"].monte_carlo.get("budget") == 24
 
 
-def test_yaml_alias_bomb_gives_a_short_error(tmp_path):
+@pytest.mark.parametrize("where", ["name: *g", "name: bombq\n    loader: beir\n    path: x\n    options: {x: *g}"])
+def test_yaml_alias_bomb_gives_a_short_error(tmp_path, where):
+    """In a name the bomb failed validation with a short error; in an entry's free-form `options` it was accepted,
+    and `tuned_retriever_configs` expanded it (model_dump: 13 s and 1 GB at 7 levels; at 8 a step died)."""
     bomb = ("a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
             "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
             "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n"
-            "benchmarks:\n  - name: *g\n")
+            f"benchmarks:\n  - {where}\n")
     path = tmp_path / "benchmarks.yaml"
     path.write_text(bomb)
     assert len(bomb) < 400
-    with pytest.raises(ConfigError) as e:
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"benchmarks.yaml: expands to more than 100,000 values") as e:
         load_benchmark_registry(path)
+    assert time.perf_counter() - started < 2
     assert len(str(e.value)) < 1000, len(str(e.value))
-    assert "benchmarks[0]" in str(e.value)
 
 
 @pytest.mark.parametrize("score", ["-5", "nan", "inf", "1e308"])
