@@ -22,9 +22,9 @@ from causal_assets.core.llm.scoring import EndpointScorer, Scorer, ScoreRequest,
 from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.corpus.registry import CorpusSpec, available_corpora, load_corpus_registry
 from causal_assets.core.index.ann import AnnConfig
-from causal_assets.core.index.dense import BACKENDS, DEFAULT_BACKEND
+from causal_assets.core.index.dense import DEFAULT_BACKEND
 from causal_assets.core.storage import check_within, read_parquet, write_parquet_atomic
-from causal_assets.settings import Settings, check_choice
+from causal_assets.settings import Settings
 
 # The environment's settings, read once when the code location loads (causal_assets/settings.py: every variable).
 SETTINGS = Settings.from_env()
@@ -34,8 +34,7 @@ DEFAULT_REPORTS = str(SETTINGS.reports)
 DEFAULT_LLM_CACHE = str(SETTINGS.llm_cache)
 DEFAULT_MODELS_DIR = str(SETTINGS.models_dir)
 # corpus_embeddings / embedding_shards: torch (fp32 PyTorch), onnx (fp32 ONNX Runtime) or onnx-int8
-DEFAULT_EMBEDDING_BACKEND = check_choice("CAUSAL_ASSETS_EMBEDDING_BACKEND",
-                                         SETTINGS.embedding_backend or DEFAULT_BACKEND, BACKENDS)
+DEFAULT_EMBEDDING_BACKEND = SETTINGS.embedding_backend or DEFAULT_BACKEND
 DEFAULT_SOLVER_MODEL = SETTINGS.solver or DEFAULT_SOLVER
 LOCAL_MODEL_ALIAS = "smollm2-135m-instruct"
 # Dense search of every index the assets load: exact below the configured corpus size, ANN from it.

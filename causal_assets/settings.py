@@ -27,6 +27,11 @@ from causal_assets.core.paths import DEFAULT_SHARED_DATA, PROJECT_ROOT, REGISTRY
 DATA_DIR = PROJECT_ROOT / "data"
 # Where steps may run (causal_assets.execution builds each).
 EXECUTORS = ("multiprocess", "in_process", "k8s", "docker")
+# Named here rather than imported, so that reading the settings imports nothing heavy, and checked when they are
+# read by every command, not only where the index or the LLM is imported (a test keeps them equal to
+# causal_assets.core.index.dense.BACKENDS and causal_assets.core.llm.models.LOCAL_MODELS).
+EMBEDDING_BACKENDS = ("torch", "onnx", "onnx-int8")
+LOCAL_SOLVERS = ("gemma3-270m", "smollm2-135m")
 
 
 @dataclass(frozen=True)
@@ -116,14 +121,6 @@ def secret(name: str, raw: str) -> SecretVar:
     return SecretVar(name)
 
 
-def check_choice(name: str, value: str, options: tuple[str, ...]) -> str:
-    """`value` (the setting of variable `name`) when it is one of `options`; for choices only a heavier module
-    knows (e.g. the embedding backends), checked where that module is imported."""
-    if value not in options:
-        raise ConfigError(f"{name}={value!r}: expected one of {', '.join(options)}")
-    return value
-
-
 def var(env: str, default, meaning: str, parse: Callable[[str, str], object] = text, shown: str | None = None):
     """A settings field read from variable `env`; `shown` is the default as the README states it."""
     return field(default=default, metadata={"env": env, "meaning": meaning, "parse": parse,
@@ -159,7 +156,8 @@ class Settings:
                             shown="../shared/data beside the checkout")
     # embeddings and the index
     embedding_backend: str | None = var("CAUSAL_ASSETS_EMBEDDING_BACKEND", None,
-                                        "embedding backend: torch, onnx or onnx-int8", shown="onnx-int8")
+                                        "embedding backend: torch, onnx or onnx-int8", choice(*EMBEDDING_BACKENDS),
+                                        shown="onnx-int8")
     embedding_device: str = var("CAUSAL_ASSETS_EMBEDDING_DEVICE", "cpu",
                                 "device of the torch embedding backend (cuda on a GPU worker)")
     embedding_shards: int = var("CAUSAL_ASSETS_EMBEDDING_SHARDS", 4, "hash buckets of embedding_shards",
@@ -178,7 +176,8 @@ class Settings:
     openai_api_key: SecretVar | None = var("OPENAI_API_KEY", None,
                                            "API key used when CAUSAL_ASSETS_LLM_API_KEY is unset", secret,
                                            shown="none")
-    solver: str | None = var("CAUSAL_ASSETS_SOLVER", None, "local Monte Carlo solver model", shown="gemma3-270m")
+    solver: str | None = var("CAUSAL_ASSETS_SOLVER", None, "local Monte Carlo solver model", choice(*LOCAL_SOLVERS),
+                             shown="gemma3-270m")
     label_shards: int = var("CAUSAL_ASSETS_LABEL_SHARDS", 4, "question ranges of mc_trial_shards", shard_count)
     pool_wait_s: float = var("CAUSAL_ASSETS_POOL_WAIT_S", 300.0,
                              "`causal-assets ask`: longest wait for an `llm` pool slot (seconds)",

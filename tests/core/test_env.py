@@ -71,6 +71,10 @@ def test_unset_or_blank_is_the_default_and_values_are_stripped():
     ("CAUSAL_ASSETS_MAX_CONCURRENT", "\u00b2", "expected a positive integer"),
     ("CAUSAL_ASSETS_EMBEDDING_SHARDS", "99999999999", "expected at most 1024 shards"),
     ("CAUSAL_ASSETS_LLM_BASE_URL", "http://127.0.0.1:99999/v1", "Port out of range 0-65535"),
+    # (session 33's probe) checked only where the Definitions load: the CLI's search took any backend, and no
+    # solver name was checked before a labelling step failed on it
+    ("CAUSAL_ASSETS_EMBEDDING_BACKEND", "onnx_int8", "expected one of torch, onnx, onnx-int8"),
+    ("CAUSAL_ASSETS_SOLVER", "gpt4", "expected one of gemma3-270m, smollm2-135m"),
 ])
 def test_a_bad_value_is_one_error_naming_the_variable_and_the_value(name, bad, expected):
     with pytest.raises(ConfigError, match=re.escape(f"{name}={bad!r}: {expected}")):
@@ -94,6 +98,13 @@ def test_a_bad_value_stops_the_cli_with_one_line(monkeypatch, capsys):
     assert main(["--help"]) == 2
     err = capsys.readouterr().err
     assert err == "causal-assets: CAUSAL_ASSETS_POOL_WAIT_S='soon': expected a number of seconds (0 or more)\n"
+
+
+def test_the_choices_the_settings_check_are_the_ones_the_code_knows():
+    from causal_assets.core.index.dense import BACKENDS
+    from causal_assets.core.llm.models import LOCAL_MODELS
+    from causal_assets.settings import EMBEDDING_BACKENDS, LOCAL_SOLVERS
+    assert EMBEDDING_BACKENDS == BACKENDS and LOCAL_SOLVERS == tuple(LOCAL_MODELS)
 
 
 def test_an_api_key_is_recorded_as_set_never_as_its_value():
