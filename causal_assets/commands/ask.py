@@ -10,7 +10,7 @@ from causal_assets.commands import needs, say
 from causal_assets.commands.build import build as build_assets
 from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
 from causal_assets.commands.search import snippet
-from causal_assets.core.corpus.registry import available_corpora
+from causal_assets.core.corpus.registry import require_available
 from causal_assets.core.local_search import inbox
 from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.progress import duration
@@ -22,7 +22,7 @@ SOURCES_SHOWN = 5
 
 
 def build(args) -> int:
-    inbox.check_corpus(args.corpus, available_corpora(args.settings.corpora, args.settings.shared_data))
+    require_available(inbox.check_corpus(args.corpus), args.settings.corpora, args.settings.shared_data)
     wanted = needs.required(dense=True, graph=not args.index_only, entity_vectors=not args.index_only)
     todo = needs.missing(args.base_path, args.corpus, wanted)
     if not todo:
@@ -38,8 +38,7 @@ def ask(args) -> int:
     dead runs are freed, and the wait for a slot is bounded by --wait (exit 3 with the holders named)."""
     interrupt_on_sigterm()
     # Refused before anything exists: no record, no partition, no run for a bad corpus or query.
-    known = available_corpora(args.settings.corpora, args.settings.shared_data)
-    inbox.check_corpus(args.corpus, known)
+    require_available(inbox.check_corpus(args.corpus), args.settings.corpora, args.settings.shared_data)
     if not " ".join(args.query.split()):
         raise ValueError("query is empty")
     if len(args.query) > MAX_QUERY_CHARS:
@@ -57,7 +56,7 @@ def ask(args) -> int:
         return EXIT_POOL_BLOCKED
     ensure_built(args.base_path, args.corpus, needs.required(dense=True, entity_vectors=True), args.no_build,
                  why="ask", verbose=args.verbose)
-    qid = inbox.submit(args.settings.queries, args.query, args.corpus, known_corpora=known)
+    qid = inbox.submit(args.settings.queries, args.query, args.corpus)
     instance.add_dynamic_partitions(query_partitions.name, [qid])
     llm = f"the LLM at {args.settings.llm_base_url}" if args.settings.llm_base_url else "the local LLM"
     say(f"answering from corpus {args.corpus!r} with {llm} (question {qid})")

@@ -26,7 +26,7 @@ from dagster._utils.interrupts import check_captured_interrupt
 from causal_assets.cli import EXIT_INTERRUPTED, EXIT_POOL_BLOCKED
 from causal_assets.commands import needs, say
 from causal_assets.core import progress
-from causal_assets.core.corpus.registry import available_corpora
+from causal_assets.core.corpus.registry import require_available
 from causal_assets.core.errors import CausalAssetsError
 from causal_assets.core.llm.server import stop_all
 from causal_assets.core.progress import duration
@@ -236,9 +236,7 @@ def ensure_built(base, corpus: str, wanted: list[str], no_build: bool, why: str,
     if not todo:
         return
     settings = Settings.from_env()
-    known = available_corpora(settings.corpora, settings.shared_data)
-    if corpus not in known:
-        raise CausalAssetsError(f"unknown corpus {corpus!r}; known corpora: {', '.join(known)}")
+    require_available(corpus, settings.corpora, settings.shared_data)
     index_only = not any(a.startswith("graph") for a in todo)
     command = build_command(corpus, index_only)
     if no_build:

@@ -61,6 +61,18 @@ def test_unknown_corpus_is_one_line_naming_the_known_ones(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("command", [["search", "x", "--method", "dense", "--corpus", "musique"],
+                                     ["ask", "Who?", "--no-build", "--corpus", "musique"], ["build", "musique"]])
+def test_a_registered_corpus_without_its_source_says_so(tmp_path, command):
+    """With the shared data elsewhere (a clone not beside it), the registered corpora were "unknown corpus"."""
+    out = run_cli("--base-path", str(tmp_path / "pq"), *command,
+                  env={"CAUSAL_ASSETS_SHARED_DATA": str(tmp_path / "elsewhere"), "DAGSTER_HOME": str(tmp_path / "h")})
+    assert out.returncode == 2, out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert (f"corpus 'musique' is registered, but its source {tmp_path}/elsewhere/musique/" in line
+            and "does not exist" in line and "set CAUSAL_ASSETS_SHARED_DATA" in line), line
+
+
 def test_no_build_refuses_naming_the_command(tmp_path):
     out = run_cli("--base-path", str(tmp_path / "pq"), "search", "drummer", "--corpus", "default", "--no-build")
     assert out.returncode == 2

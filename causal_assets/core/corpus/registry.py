@@ -93,6 +93,21 @@ def available_corpora(path: str | Path | None = None, shared_data: str | Path | 
     return [name for name, spec in load_corpus_registry(path, shared_data).items() if spec.available()]
 
 
+def require_available(name: str, path: str | Path | None = None, shared_data: str | Path | None = None) -> str:
+    """`name` when it is a corpus here; else a ConfigError saying why: not registered (listing those that are), or
+    registered with a source that does not exist (a checkout not beside the shared data said "unknown corpus")."""
+    specs = load_corpus_registry(path, shared_data)
+    spec = specs.get(name)
+    if spec is not None and spec.available():
+        return name
+    if spec is None:
+        known = sorted(n for n, s in specs.items() if s.available())
+        raise ConfigError(f"unknown corpus {name!r}; corpora: {', '.join(known)}")
+    where = (f" ({spec.path} with ${{SHARED_DATA}} = {spec._shared_data}: set CAUSAL_ASSETS_SHARED_DATA to the "
+             f"shared data directory)" if "${SHARED_DATA}" in spec.path else "")
+    raise ConfigError(f"corpus {name!r} is registered, but its source {spec.resolved_path} does not exist{where}")
+
+
 def load_corpus(spec: CorpusSpec) -> tuple[list[Chunk], dict]:
     """Chunks of a registered corpus and a small load report (counts of files read and skipped)."""
     opts = {k: v for k, v in spec.options.items() if k != "split_identifiers"}
