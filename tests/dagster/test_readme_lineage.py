@@ -47,3 +47,20 @@ def test_readme_lineage_arrows_are_asset_graph_edges():
                 assert sources & parents[target], (f"README arrow {left} --> {right}: none of {sorted(sources)} "
                                                    f"is upstream of {target}")
     assert arrows >= 15
+
+
+def test_every_asset_selection_in_the_readme_can_run():
+    """Each `--select` of the README names assets of the code location, and a multi-asset that cannot be subset
+    whole: `--select 'evaluation_metrics,evaluation_runs,evaluation_failures'` failed as written
+    (DagsterInvalidSubsetError), and `'evaluation_*'` selected none of the evaluation tables."""
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string(): k for k in graph.get_all_asset_keys()}
+    selections = re.findall(r"--select '([^']+)'|--select ([a-z_,]+)", README.read_text())
+    assert len(selections) > 20
+    for selection in {a or b for a, b in selections}:
+        names = selection.split(",")
+        unknown = [n for n in names if n not in keys]
+        assert not unknown, f"--select '{selection}': {unknown} are not assets"
+        for name in names:
+            together = {k.to_user_string() for k in graph.get(keys[name]).execution_set_asset_keys}
+            assert together <= set(names), f"--select '{selection}': {name} runs only with {sorted(together)}"
