@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from causal_assets.core.labeling.sandbox import bwrap_available, check_examples, run_pytest
+from causal_assets.core.labeling.validators import SandboxError, code_example
 
 pytestmark = pytest.mark.skipif(not bwrap_available() and not os.environ.get("CI"),
                                 reason="bubblewrap not installed (apt-get install -y bubblewrap); CI installs it")
@@ -251,3 +252,148 @@ def test_networkx_example_checked_outside_the_answer():
     wrong = check_examples("import networkx as nx\n",
                            ">>> G = nx.path_graph(4)\n>>> nx.shortest_path(G, 0, 2)\n[0, 1, 2, 3]\n")
     assert not wrong.passed and wrong.error is None
+
+
+# ------------------------------------------------------------------------ hostile-input probe 4 (A1-A7)
+_THEN = ">>> 1 + 2\n3\n"   # an example the answer would pass if its process were still alive
+_GARBLE = ("import os\n\ndef garble(data):  # on every descriptor it may write, the protocol pipe included\n"
+           "    for fd in range(3, 20):\n        try:\n            os.write(fd, data)\n"
+           "        except OSError:\n            pass\n")
+
+
+@pytest.mark.parametrize("expr, kw", [
+    ("__import__('os')._exit(0)", {}),
+    ("__import__('os').kill(__import__('os').getpid(), 9)", {}),
+    ("__import__('ctypes').string_at(0)", {}),                      # segfault
+    ("[0 for _ in iter(int, 1)]", {"cpu_s": 1}),                     # CPU rlimit: SIGXCPU
+    ("garble(bytes([255, 10]))", {}),                                # invalid UTF-8
+    ("garble(b'{\"ok\": true, \"stdout\": [3]}\\n')", {}),          # well-formed JSON of the wrong shape
+])
+def test_an_answer_that_kills_or_garbles_its_process_fails_its_examples(expr, kw):
+    r = check_examples(_GARBLE, f">>> {expr}\n3\n" + _THEN, timeout_s=30, **kw)
+    assert not r.passed and r.error is None and not r.timed_out, r
+    assert r.results == {"example[0]": "failed", "example[1]": "failed"}
+
+
+def test_the_validator_scores_a_self_killing_answer_as_failed():
+    gold = '{"imports": "import math", "setup": [], "call": "math.sqrt(9)", "want": "3.0\\n", "print": false}'
+    v = code_example("```python\n__import__('os')._exit(0)\n```", gold)   # raised SandboxError before
+    assert not v.passed
+
+
+def test_the_answers_stderr_cannot_raise_an_infrastructure_error():
+    say = "__import__('sys').stderr.write(\"No module named 'pytest'\\nNo module named pytest\\nbwrap: x\\n\")"
+    r = run_pytest(f"def add(a, b):\n    {say}\n    return 0\n", "from solution import add\n\n"
+                   "def test_add():\n    assert add(2, 3) == 5\n")
+    assert not r.passed and r.error is None and r.results == {"test_solution.py::test_add": "failed"}, r
+    ex = check_examples("\n", f">>> {say}\n3\n")
+    assert not ex.passed and ex.error is None, ex
+
+
+@pytest.mark.parametrize("raise_, passed", [
+    ("raise ValueError('bad value')", True),
+    ("raise ValueError('other value')", False),
+    ("raise RuntimeError('ValueError: bad value')", False),
+    ("raise KeyError('ValueError: bad value')", False),
+    ("return 'ValueError: bad value'", False),
+])
+def test_expected_exception_examples_compare_type_and_message_as_doctest(raise_, passed):
+    r = check_examples(f"def f(s):\n    {raise_}\n",
+                       ">>> f('x')\nTraceback (most recent call last):\n  ...\nValueError: bad value\n")
+    assert r.passed is passed and r.error is None, r
+    assert ("1 examples passed" in r.stdout_tail) is passed, r.stdout_tail
+
+
+def test_results_keep_the_answers_truthiness_and_numpy_scalars_compare_as_literals():
+    r = _run("""
+        import numpy as np
+
+        class Nope:
+            def __bool__(self):
+                return False
+
+        def is_even(n):
+            return np.bool_(n % 2 == 0)
+
+        def check(x):
+            return Nope()
+
+        def mean(xs):
+            return np.mean(xs)
+
+        def arr():
+            return np.array([1, 2])
+        """, """
+        import pytest
+        from solution import arr, check, is_even, mean
+
+        def test_numpy_bool():
+            assert is_even(4) and not is_even(3)
+
+        def test_falsy_object():
+            assert not check(1)
+
+        def test_numpy_float():
+            assert mean([1, 2]) == 1.5
+
+        def test_ambiguous_truth_is_the_answers_error():
+            with pytest.raises(ValueError, match="ambiguous"):
+                assert arr()
+        """)
+    assert r.passed and r.error is None and set(r.results.values()) == {"passed"}, r.stdout_tail
+
+
+@pytest.mark.parametrize("how", ["__import__('os')._exit(0)", "__import__('sys').exit(0)",
+                                 "raise KeyboardInterrupt", "raise type('Halt', (BaseException,), {})()"])
+def test_a_dead_or_aborting_answer_is_not_an_exception_a_test_expects(how):
+    r = run_pytest(f"def f(x):\n    if x < 0:\n        {how}\n    return 2 * x\n", """\
+import pytest
+from solution import f
+
+def test_ok():
+    assert f(2) == 4
+
+def test_negative_rejected():
+    with pytest.raises(Exception):
+        f(-1)
+
+def test_later():
+    assert 1 + 1 == 2
+""")
+    assert not r.passed and r.error is None, r
+    assert r.results == {"test_solution.py::test_ok": "passed", "test_solution.py::test_negative_rejected": "failed",
+                         "test_solution.py::test_later": "passed"}   # a failure, and the session went on
+
+
+def test_files_in_the_sandbox_are_bounded_by_memory_mb():
+    r = _run("""
+        import os
+
+        def fill(mb):
+            block, written = b"x" * (1 << 20), 0
+            try:
+                for i in range(mb // 16):
+                    with open(f"/tmp/f{i}", "wb") as f:
+                        for _ in range(16):
+                            f.write(block)
+                            f.flush()
+                            written += 1
+            except OSError:
+                pass
+            st = os.statvfs("/tmp")
+            return written, st.f_blocks * st.f_frsize >> 20
+        """, "from solution import fill\n\ndef test_fill():\n    written, size = fill(160)\n"
+             "    assert written <= 64 and size <= 64, (written, size)\n", memory_mb=64)
+    assert r.passed and r.error is None, r.stdout_tail
+
+
+def test_a_sandbox_that_never_starts_the_grader_is_an_infrastructure_error(tmp_path, monkeypatch):
+    fake = tmp_path / "bwrap"   # a hung bubblewrap: the infrastructure failure under test, not the answer's timeout
+    fake.write_text("#!/bin/sh\nsleep 100\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    r = check_examples("import math\n", ">>> math.sqrt(9)\n3.0\n", timeout_s=1)
+    assert not r.passed and not r.timed_out and "did not start" in (r.error or ""), r
+    gold = '{"imports": "import math", "setup": [], "call": "math.sqrt(16)", "want": "4.0\\n", "print": false}'
+    with pytest.raises(SandboxError, match="did not start"):
+        code_example("`math.sqrt(16)`", gold, timeout_s=1)

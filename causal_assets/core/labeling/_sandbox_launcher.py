@@ -24,6 +24,8 @@ import traceback
 
 MAX_MESSAGE = 1 << 20  # one RPC answer, in characters
 PR_SET_NO_NEW_PRIVS = 38
+READY = b"R"  # the grader's first byte on the verdict pipe: the sandbox started (sandbox.py tells a hang from it)
+_LITERALS = (bool, int, float, complex, str, bytes)
 
 
 def _no_new_privs() -> None:
@@ -48,6 +50,38 @@ def _limit(which: int, value: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- the worker
+def _error(e: BaseException) -> dict:
+    """An exception of the answer as data; `exception` tells the grader whether a test may catch it as an
+    Exception (SystemExit, KeyboardInterrupt are not)."""
+    return {"ok": False, "error": type(e).__name__, "message": str(e)[:2000], "exception": isinstance(e, Exception),
+            "exception_only": traceback.format_exception_only(type(e), e)[-1][-2000:]}  # doctest's "Type: msg"
+
+
+def _scalar(value):
+    """A numpy-style scalar as the Python literal its `.item()` gives when that is lossless (np.float64(1.5) -> 1.5,
+    np.bool_(False) -> False); anything else unchanged."""
+    try:
+        if type(value) not in _LITERALS and getattr(value, "ndim", 0) == 0 and callable(getattr(value, "item", None)):
+            item = value.item()
+            if type(item) in _LITERALS and bool(item == value):
+                return item
+    except Exception:
+        pass
+    return value
+
+
+def _result(value) -> dict:
+    """A return value as data: its repr (the grader rebuilds literals from it) and its own truthiness, computed
+    here because the grader never runs the answer's objects (an exception in `__bool__` is carried too)."""
+    value = _scalar(value)
+    out = {"ok": True, "repr": repr(value)[:MAX_MESSAGE], "callable": callable(value)}
+    try:
+        out["truth"] = bool(value)
+    except BaseException as e:  # noqa: BLE001 - the answer's failure, raised where the test asks for truth
+        out["truth_error"] = _error(e)
+    return out
+
+
 def worker(cfg: dict) -> None:
     """The answer's side: stdin/stdout carry one JSON message per line. Runs as the answer uid."""
     proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
@@ -89,12 +123,9 @@ def worker(cfg: dict) -> None:
                 fn = getattr(module, req["name"])
                 args = ast.literal_eval(req["args"])
                 kwargs = ast.literal_eval(req["kwargs"])
-                value = fn(*args, **kwargs)
-                reply({"ok": True, "repr": repr(value)[:MAX_MESSAGE], "callable": callable(value),
-                       "stdout": captured.getvalue()[-4000:]})
+                reply({**_result(fn(*args, **kwargs)), "stdout": captured.getvalue()[-4000:]})
             elif req["op"] == "get":
-                value = getattr(module, req["name"])
-                reply({"ok": True, "repr": repr(value)[:MAX_MESSAGE], "callable": callable(value), "stdout": ""})
+                reply({**_result(getattr(module, req["name"])), "stdout": ""})
             elif req["op"] == "exec":  # one doctest example, in the answer module's namespace
                 code = compile(req["source"], "<example>", "single", dont_inherit=True)
                 exec(code, namespace)
@@ -103,16 +134,20 @@ def worker(cfg: dict) -> None:
                 reply({"ok": False, "error": "ProtocolError", "message": f"unknown op {req.get('op')!r}"})
         except BaseException as e:  # noqa: BLE001 - reported to the grader as the answer's failure
             sys.stdout = real_stdout
-            tb = traceback.format_exception_only(type(e), e)
-            reply({"ok": False, "error": type(e).__name__, "message": str(e)[:2000],
-                   "exception_only": "".join(tb)[-2000:], "stdout": captured.getvalue()[-4000:]})
+            reply({**_error(e), "stdout": captured.getvalue()[-4000:]})
         finally:
             sys.stdout = real_stdout
 
 
 # ---------------------------------------------------------------------------------------------------- the grader
 class RemoteError(Exception):
-    """An exception raised by the answer (its type name and message), or the answer process dying."""
+    """An Exception raised by the answer that is not rebuilt as its builtin type (its type name and message)."""
+
+
+class AnswerAborted(BaseException):
+    """The answer process died, broke the protocol, or raised a BaseException that is not an Exception (SystemExit,
+    KeyboardInterrupt). Not an Exception, so `pytest.raises(Exception)` cannot take it for the error a test expects;
+    pytest records it as the test's failure and goes on (it re-raises only KeyboardInterrupt and its own Exit)."""
 
 
 class _Remote:
@@ -121,7 +156,7 @@ class _Remote:
 
         self.proc = subprocess.Popen(
             [sys.executable, "-I", cfg["launcher"], "worker", cfg["worker_config"]],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, encoding="utf-8",
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None,  # bytes: the answer may write anything
             preexec_fn=lambda: self._as_answer(cfg), close_fds=True, cwd="/", env=cfg["answer_env"])
         self.dead: str | None = None
 
@@ -136,25 +171,33 @@ class _Remote:
 
     def ask(self, req: dict) -> dict:
         if self.dead:
-            raise RemoteError(self.dead)
+            raise AnswerAborted(self.dead)
         try:
-            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.write(json.dumps(req).encode() + b"\n")
             self.proc.stdin.flush()
             line = self.proc.stdout.readline(MAX_MESSAGE + 1000)
-        except (BrokenPipeError, OSError):
-            line = ""
-        if not line.endswith("\n"):
+        except OSError:
+            line = b""
+        if not line.endswith(b"\n"):
             rc = self.proc.poll() if self.proc.poll() is not None else self._wait()
-            why = f"killed by signal {-rc}" if rc is not None and rc < 0 else f"exited with code {rc}"
-            self.dead = f"the answer process {why}"
-            raise RemoteError(self.dead)
+            self._abort(f"killed by signal {-rc}" if rc is not None and rc < 0 else f"exited with code {rc}")
         try:
-            msg = json.loads(line)
-        except ValueError:
-            raise RemoteError("the answer process broke the protocol") from None
+            msg = json.loads(line.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError included
+            msg = None
         if not isinstance(msg, dict):
-            raise RemoteError("the answer process broke the protocol")
+            self._abort("broke the protocol")
         return msg
+
+    def _abort(self, why: str):
+        """From here on every call fails: the process is gone, or its replies cannot be trusted to be in step."""
+        self.dead = f"the answer process {why}"
+        for pipe in (self.proc.stdin, self.proc.stdout):  # the worker ends at EOF (the grader's uid cannot kill it)
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        raise AnswerAborted(self.dead)
 
     def _wait(self):
         try:
@@ -169,15 +212,23 @@ def _value(msg: dict):
     try:
         return ast.literal_eval(text)
     except Exception:  # not a literal (an object, a graph, ...): an opaque stand-in
-        return Opaque(text)
+        return Opaque(text, msg)
 
 
 class Opaque:
-    def __init__(self, text: str):
+    """A non-literal result: its repr, and its truthiness as the answer's process computed it."""
+
+    def __init__(self, text: str, msg: dict):
         self.text = text
+        self.truth, self.truth_error = msg.get("truth", True), msg.get("truth_error")
 
     def __repr__(self) -> str:
         return self.text
+
+    def __bool__(self) -> bool:
+        if self.truth_error:
+            _raise(self.truth_error)
+        return bool(self.truth)
 
     def __eq__(self, other) -> bool:
         return repr(other) == self.text
@@ -189,8 +240,10 @@ class Opaque:
 def _raise(msg: dict):
     name = msg.get("error", "RemoteError")
     text = msg.get("message", "")
+    if not msg.get("exception", True):
+        raise AnswerAborted(f"the answer raised {name}: {text}")
     exc_type = getattr(builtins, name, None)
-    if isinstance(exc_type, type) and issubclass(exc_type, Exception) and exc_type not in (SystemExit,):
+    if isinstance(exc_type, type) and issubclass(exc_type, Exception):
         try:
             raise exc_type(text)
         except TypeError:
@@ -265,17 +318,18 @@ def _grade_examples(cfg: dict, remote: _Remote) -> dict:
     flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
     results, report = {}, []
     for i, ex in enumerate(cfg["examples"]):
-        msg = remote.ask({"op": "exec", "source": ex["source"]})
+        try:
+            msg = remote.ask({"op": "exec", "source": ex["source"]})
+        except AnswerAborted as e:  # the answer's failure (this example and the next ones), not the grader's
+            msg = {"ok": False, "aborted": True, "exception_only": f"{e}\n"}
+        want_exc = ex.get("exc_msg")
+        # str(): the answer's process may write any JSON to the pipe, and its malformed reply is its failure
         if msg.get("ok"):
-            got = msg.get("stdout", "")
-        else:
-            got = msg.get("exception_only") or f"{msg.get('error')}: {msg.get('message')}\n"
-            if ex.get("exc_msg") is not None:
-                ok = checker.check_output(ex["exc_msg"], got.split(":", 1)[-1].strip() + "\n", flags) or \
-                    got.startswith(ex.get("exc_type", "\0"))
-                results[f"example[{i}]"] = "passed" if ok else "failed"
-                continue
-        ok = ex.get("exc_msg") is None and checker.check_output(ex["want"], got, flags)
+            got = str(msg.get("stdout", ""))
+            ok = want_exc is None and checker.check_output(ex["want"], got, flags)
+        else:  # as doctest: the "Type: msg" line of the raised exception against the expected one
+            got = str(msg.get("exception_only") or f"{msg.get('error')}: {msg.get('message')}\n")
+            ok = want_exc is not None and not msg.get("aborted") and checker.check_output(want_exc, got, flags)
         results[f"example[{i}]"] = "passed" if ok else "failed"
         if not ok:
             report.append(f"example[{i}]: {ex['source'].strip()}\n  expected: {ex['want']!r}\n  got:      {got!r}")
@@ -290,6 +344,7 @@ def grade(cfg: dict) -> int:
     for d, uid in ((cfg["workdir"], cfg["answer_uid"]), (cfg["grader_home"], cfg["grader_uid"])):
         os.makedirs(d, mode=0o700, exist_ok=True)
         os.chown(d, int(uid), int(uid))
+    os.write(verdict_fd, READY)                # before the answer runs: a timeout from here on is the answer's
     remote = _Remote(cfg)                      # the answer process, started while we still may setuid
     _drop(int(cfg["grader_uid"]))              # from here on: no capabilities, not the answer's uid
     os.chdir(cfg["grader_home"])

@@ -7,8 +7,9 @@ it) with:
   fresh `/proc`, never the host's: no `/proc/<ppid>/environ`, no `/proc/<ppid>/ns/net` to `setns()` into), has only
   a loopback that is down (no connection anywhere, 127.0.0.1 included), and `--die-with-parent`;
 * a read-only view of `/usr` and of the Python installation (base prefix and virtualenv), a fresh `/dev`, a tmpfs
-  `/tmp` (the working directories), the answer read-only under `/sandbox/task`, the tests (or examples) under
-  `/sandbox/grader` readable by the grader uid only; nothing else of the host (no checkout, no data, no home);
+  `/tmp` of `memory_mb` (the working directories, the only place the answer can write), the answer read-only under
+  `/sandbox/task`, the tests (or examples) under `/sandbox/grader` readable by the grader uid only; nothing else of
+  the host (no checkout, no data, no home);
 * an empty environment (`--clearenv`) plus PATH, HOME, LANG and PYTHONDONTWRITEBYTECODE/PYTHONHASHSEED.
 
 Inside, `_sandbox_launcher.py` (stdlib only) splits the run into two processes of two unprivileged uids: the
@@ -16,19 +17,27 @@ Inside, `_sandbox_launcher.py` (stdlib only) splits the run into two processes o
 `memory_mb`, CPU `cpu_s`, at most `NPROC` processes, which the kernel enforces for a non-root uid), with
 no_new_privs and no capabilities; the *grader* (`GRADER_UID`) runs the tests (pytest, with the answer's module
 replaced by a proxy whose calls go to the worker and whose results come back as data, parsed with
-`ast.literal_eval`) or the doctest examples, and writes the verdict to a pipe inherited from this process, which
-the worker does not have. So the verdict is never read from anything the answer can write: not its stdout, not a
-file in the sandbox, not pytest's state (the answer cannot monkeypatch the grader's pytest, signal or ptrace the
-grader, or read the tests). The host kills the sandbox's process group on the wall-clock `timeout_s`; the pid
-namespace then takes every process of the answer with it (double-forked, setsid'd children included).
+`ast.literal_eval`) or the doctest examples (an expected exception is compared as doctest does, "Type: message"),
+and writes the verdict to a pipe inherited from this process, which the worker does not have. So the verdict is
+never read from anything the answer can write: not its stdout, not a file in the sandbox, not pytest's state (the
+answer cannot monkeypatch the grader's pytest, signal or ptrace the grader, or read the tests). The answer process
+dying, garbling the pipe, or raising a BaseException that is not an Exception (SystemExit, KeyboardInterrupt) fails
+the test or example at hand (a dead or garbling process every later one too): in pytest it is a BaseException
+(`AnswerAborted`), which `pytest.raises(Exception)` does not catch. The host kills the sandbox's process group on
+the wall-clock `timeout_s`; the pid namespace then takes every process of the answer with it (double-forked,
+setsid'd children included). The grader writes a ready byte to its pipe before the answer starts: a timeout without
+it is the sandbox hanging (an infrastructure error), not the answer.
 
 What it does not do: no seccomp filter (the kernel's whole syscall surface is reachable, as an unprivileged uid
 without capabilities); no cgroup memory/CPU accounting (rlimits are per process: a fork storm is capped by `NPROC`
-processes of `memory_mb` each); results the grader compares are reprs of literal values, so tests that need the
-answer's own objects (isinstance checks, methods of returned objects) see an opaque stand-in compared by repr.
+processes of `memory_mb` each, plus `memory_mb` of files in `/tmp`); results the grader compares are reprs of
+literal values (a numpy-style scalar as the literal of its lossless `.item()`), so tests that need the answer's
+own objects (isinstance checks, methods of returned objects) see an opaque stand-in compared by repr, whose
+truthiness is the one the answer's process computed.
 
-`SandboxResult.error` is set only for *infrastructure* problems (bubblewrap missing or failing, pytest missing,
-the given tests collecting nothing, no verdict from the grader without a timeout); then `passed` is False and the
+`SandboxResult.error` is set only for *infrastructure* problems (bubblewrap missing, failing or never starting the
+grader, pytest missing, the given tests collecting nothing, no verdict from the grader without a timeout), read
+from the grader's pipe (or its silence), never from output the answer can write; then `passed` is False and the
 answer should not be scored. Failures caused by the answer (assertion, exception, syntax/import error, MemoryError,
 CPU limit, wall-clock timeout, a dead answer process) leave `error` as None.
 """
@@ -65,6 +74,7 @@ _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 SANDBOX_ENV = {"PATH": _SAFE_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
 _LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
 _MAX_VERDICT = 4 << 20
+_READY = b"R"  # the launcher's READY: its first byte on the verdict pipe, written before the answer starts
 
 
 class SandboxUnavailable(RuntimeError):
@@ -212,7 +222,9 @@ def _run(mode: str, answer: str, *, test_code: str | None = None, examples: list
         if allow_network:
             for f in ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"):
                 cmd += ["--ro-bind-try", f, f]
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+        # /tmp is the only place the answer can write: a tmpfs is memory RLIMIT_AS does not count, so bound it
+        cmd += ["--proc", "/proc", "--dev", "/dev",
+                "--perms", "1777", "--size", str(memory_mb << 20), "--tmpfs", "/tmp",
                 "--dir", "/sandbox", "--ro-bind", str(ctl), "/sandbox/ctl", "--ro-bind", str(task), "/sandbox/task",
                 "--ro-bind", str(grader), "/sandbox/grader", "--chdir", "/",
                 *[a for k, v in {**SANDBOX_ENV, "HOME": cfg["grader_home"]}.items() for a in ("--setenv", k, v)],
@@ -259,10 +271,13 @@ def _run(mode: str, answer: str, *, test_code: str | None = None, examples: list
             reader.join(timeout=10)
         duration = time.monotonic() - start
         out, err = _tail(out_path), _tail(err_path)
+        data = b"".join(chunks)
         if timed_out:
+            if not data.startswith(_READY):  # the grader never started: the sandbox hung, not the answer
+                return infra(f"the sandbox did not start the grader within {timeout_s}s", rc, out, err)
             return SandboxResult(False, rc, out, err, duration, True, None)
         try:
-            verdict = json.loads(b"".join(chunks).decode("utf-8")) if chunks else None
+            verdict = json.loads(data.removeprefix(_READY).decode("utf-8")) if data else None
         except ValueError:
             verdict = None
         if not isinstance(verdict, dict):
@@ -271,10 +286,10 @@ def _run(mode: str, answer: str, *, test_code: str | None = None, examples: list
             return infra(f"the grader returned no verdict (exit code {rc})", rc, out, err)
         results = verdict.get("results") or {}
         error = None
+        # infrastructure errors come from the grader's pipe only (pytest not importable included), never from
+        # output the answer can write
         if verdict.get("infra_error"):
             error = f"grader error: {verdict['infra_error']}"
-        elif "No module named pytest" in err or "No module named 'pytest'" in err:
-            error = f"pytest is not importable by {sys.executable}"
         elif verdict.get("usage_error"):
             error = f"pytest usage error: {(out.strip().splitlines() or [''])[-1]}"
         elif verdict.get("no_tests") and no_tests_is_error:
