@@ -74,7 +74,7 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     e.add_argument("benchmark")
     e.add_argument("--out", help="output directory (default data/datasets/BENCHMARK)")
     e.add_argument("--estimator", help="which estimator's labels (default: the labels' own, not the naive rows)")
-    e.add_argument("--solver", help="the solver model, for the dataset card")
+    e.add_argument("--solver", help="the solver model, for the dataset card of labels that do not record it")
     e.add_argument("--no-hf", action="store_true", help="skip the Hugging Face dataset (hf/)")
     e.set_defaults(command="export_labels")
 

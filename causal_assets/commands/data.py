@@ -9,7 +9,7 @@ import duckdb
 from causal_assets.commands import say
 from causal_assets.core.benchmarks import load_benchmark_registry
 from causal_assets.core.catalog import DuckDBCatalog, check_analysis_sql
-from causal_assets.core.export import DatasetCard, agreement_with_seeds, pick_estimator
+from causal_assets.core.export import DatasetCard, agreement_with_seeds, labels_solver, pick_estimator
 from causal_assets.core.export import export_labels as export
 from causal_assets.core.storage import asset_path, read_parquet, safe_name
 
@@ -52,7 +52,10 @@ def export_labels(args) -> int:
     budgets = {k: v for k, v in {"solver calls per question (configured)": mc.get("budget"),
                                  "label threshold": mc.get("threshold"),
                                  "questions labelled": int(labels["question_id"].nunique())}.items() if v is not None}
-    card = DatasetCard(benchmark=args.benchmark, split=split, solver=args.solver, estimator=estimator,
+    recorded = labels_solver(labels)
+    if args.solver and recorded and args.solver != recorded:   # the card would name a model that did not answer
+        raise ValueError(f"--solver {args.solver!r}: these labels record their solver, {recorded!r}")
+    card = DatasetCard(benchmark=args.benchmark, split=split, solver=recorded or args.solver, estimator=estimator,
                        budgets=budgets, quality=agreement_with_seeds(labels, estimator))
     out = args.out or str(args.settings.reports.parent / "datasets" / args.benchmark)
     result = export(labels, pools, out, card, estimator=estimator, hf=not args.no_hf)

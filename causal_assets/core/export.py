@@ -86,6 +86,13 @@ LABEL_COLUMNS = ["question_id", "doc_id", "label"]
 POOL_COLUMNS = ["question_id", "question", "doc_id", "title", "text"]
 
 
+def labels_solver(labels: pd.DataFrame) -> str | None:
+    """The solver the labels record (`mc_labels.solver`, e.g. local/gemma3-270m), None where they record none."""
+    if "solver" not in labels.columns:
+        return None
+    return ", ".join(sorted(set(labels["solver"].dropna().astype(str)) - {""})) or None
+
+
 def pick_estimator(labels: pd.DataFrame, estimator: str | None = None) -> str:
     """The estimator to export: the one asked for, else the only one, else the non-naive one (mc_labels keeps the
     naive ΔP rule beside the adaptive estimator on the same trials, for comparison)."""

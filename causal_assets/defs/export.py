@@ -8,7 +8,7 @@ import pandas as pd
 from dagster import (AssetExecutionContext, AssetKey, AssetRecordsFilter, Config, MaterializeResult, MetadataValue,
                      asset)
 
-from causal_assets.core.export import DatasetCard, agreement_with_seeds, export_labels, pick_estimator
+from causal_assets.core.export import DatasetCard, agreement_with_seeds, export_labels, labels_solver, pick_estimator
 from causal_assets.defs.partitions import benchmark_partitions
 from causal_assets.resources import BenchmarkRegistry, Storage
 
@@ -55,7 +55,7 @@ def labels_export(context: AssetExecutionContext, config: ExportConfig, storage:
         "labelling run stopped": labelled.get("stopped"),
     }.items() if v is not None}
     card = DatasetCard(benchmark=spec.name, split=spec.label_split,
-                       solver=labelled.get("solver"), estimator=estimator, budgets=budgets,
+                       solver=labels_solver(mc_labels) or labelled.get("solver"), estimator=estimator, budgets=budgets,
                        quality=agreement_with_seeds(mc_labels, estimator))
     out = config.out_dir or str(storage.reports_path.parent / "datasets" / spec.name)
     hf = config.hf

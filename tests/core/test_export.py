@@ -137,6 +137,24 @@ def test_cli_export_labels(tmp_path, capsys):
     assert main(["--base-path", str(base), "export-labels", "../x"]) == 2  # names with paths are refused
 
 
+def test_the_card_names_the_solver_the_labels_record(tmp_path, capsys):
+    """The card said "not recorded" although mc_labels records its solver, and `--solver` put any name on it."""
+    from causal_assets.cli import main
+
+    base = tmp_path / "parquet"
+    for name, frame in (("mc_labels", make_labels().assign(solver="local/gemma3-270m")),
+                        ("candidate_pools", make_pools())):
+        (base / name).mkdir(parents=True)
+        frame.to_parquet(base / name / "hotpotqa.parquet", index=False)
+    out = tmp_path / "out"
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(out), "--no-hf"]) == 0
+    assert "| solver | local/gemma3-270m |" in (out / "README.md").read_text()
+    capsys.readouterr()
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(out), "--no-hf",
+                 "--solver", "smollm2-135m-instruct"]) == 2
+    assert "these labels record their solver, 'local/gemma3-270m'" in capsys.readouterr().err
+
+
 def test_an_export_replaces_only_an_earlier_export_never_a_users_files(tmp_path, capsys):
     """`--out` naming a directory of the user's (or a file) is refused in one line, with everything left as it
     was; an earlier export at the same place is replaced; the export is readable as the umask allows."""
