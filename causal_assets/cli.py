@@ -78,14 +78,15 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     e.add_argument("--no-hf", action="store_true", help="skip the Hugging Face dataset (hf/)")
     e.set_defaults(command="export_labels")
 
-    catalog = str(settings.catalog)
+    catalog_help = ("the catalog file (default $CAUSAL_ASSETS_CATALOG or data/causal_assets.duckdb, whose views are "
+                    "over the configured base path: needed with another --base-path)")
     c = sub.add_parser("catalog", help="(re)create the DuckDB views over every materialized asset")
-    c.add_argument("--catalog-path", default=catalog)
+    c.add_argument("--catalog-path", help=catalog_help)
     c.set_defaults(command="catalog")
 
     q = sub.add_parser("sql", help="the SQL shell: run a query on the DuckDB catalog (read-only)")
     q.add_argument("query")
-    q.add_argument("--catalog-path", default=catalog)
+    q.add_argument("--catalog-path", help=catalog_help)
     q.set_defaults(command="sql")
     return parser
 

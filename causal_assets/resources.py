@@ -13,6 +13,7 @@ from upath import UPath
 from causal_assets.core.benchmarks import BenchmarkSpec, load_benchmark_registry
 from causal_assets.core import orphan_guard
 from causal_assets.core.catalog import DuckDBCatalog
+from causal_assets.core.errors import CatalogError
 from causal_assets.core.schemas import column_docs
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import CallBudget, LLMClient
@@ -29,7 +30,7 @@ from causal_assets.settings import Settings
 # The environment's settings, read once when the code location loads (causal_assets/settings.py: every variable).
 SETTINGS = Settings.from_env()
 DEFAULT_BASE = SETTINGS.base_path
-DEFAULT_CATALOG = str(SETTINGS.catalog)
+DEFAULT_CATALOG = str(SETTINGS.catalog) if SETTINGS.catalog else None  # None: CAUSAL_ASSETS_CATALOG=none
 DEFAULT_REPORTS = str(SETTINGS.reports)
 DEFAULT_LLM_CACHE = str(SETTINGS.llm_cache)
 DEFAULT_MODELS_DIR = str(SETTINGS.models_dir)
@@ -46,7 +47,7 @@ class Storage(ConfigurableResource):
     and the DuckDB catalog file holding one view per asset."""
 
     base_path: str = DEFAULT_BASE
-    catalog_path: str = DEFAULT_CATALOG
+    catalog_path: str | None = DEFAULT_CATALOG  # None: no catalog, the IO manager writes Parquet only
     catalog_lock_timeout_s: float = 2.0
     reports_dir: str = DEFAULT_REPORTS  # Markdown reports and plots (a local directory)
 
@@ -58,7 +59,9 @@ class Storage(ConfigurableResource):
     def base(self) -> UPath:
         return UPath(self.base_path)
 
-    def catalog(self) -> DuckDBCatalog:
+    def catalog(self) -> DuckDBCatalog | None:
+        if not self.catalog_path:
+            return None
         # base: fsspec URLs DuckDB cannot read natively are registered on every catalog connection
         return DuckDBCatalog(self.catalog_path, self.catalog_lock_timeout_s, base=self.base_path)
 
@@ -250,8 +253,12 @@ class ParquetIOManager(UPathIOManager):
             # An asset may also be exposed under other view names (definition metadata `duckdb_aliases`).
             source = self.catalog.view_source(self._base_path, name, context.has_partition_key)
             aliases = (context.definition_metadata or {}).get("duckdb_aliases", [])
-            status = self.catalog.ensure_views({v: source for v in [name, *aliases]},
-                                               docs_for={v: name for v in aliases})
+            try:
+                status = self.catalog.ensure_views({v: source for v in [name, *aliases]},
+                                                   docs_for={v: name for v in aliases})
+            except CatalogError as e:  # derived data: the Parquet is written, so the run goes on
+                context.log.warning(str(e))
+                status = {v: "not updated: catalog error" for v in [name, *aliases]}
             metadata["duckdb_view"] = ", ".join(f"{v} ({s})" for v, s in status.items())
             if status[name] == "deferred":
                 context.log.warning(f"DuckDB catalog locked; view {name} will be created on the next refresh "

@@ -53,6 +53,21 @@ def path(name: str, raw: str) -> Path:
     return Path(raw).expanduser()
 
 
+NO_CATALOG = "none"
+
+
+def catalog_path(name: str, raw: str) -> Path | None:
+    """A catalog file, or None for `none`: no catalog (runs write Parquet only)."""
+    return None if raw.lower() == NO_CATALOG else path(name, raw)
+
+
+def same_base(a: str, b: str) -> bool:
+    """Whether two base paths name the same place: local paths once absolute, URLs without a trailing slash."""
+    if "://" in a or "://" in b:
+        return a.rstrip("/") == b.rstrip("/")
+    return os.path.abspath(os.path.expanduser(a)) == os.path.abspath(os.path.expanduser(b))
+
+
 # Far more than a machine or cluster runs at once; a typo of 99999999999 made the code location build that many
 # partition keys when it loaded, until memory ran out.
 MAX_SHARDS = 1024
@@ -135,8 +150,9 @@ class Settings:
     # storage
     base_path: str = var("CAUSAL_ASSETS_BASE_PATH", str(DATA_DIR / "parquet"),
                          "Parquet base path (local path or fsspec URL)", shown="data/parquet")
-    catalog: Path = var("CAUSAL_ASSETS_CATALOG", DATA_DIR / "causal_assets.duckdb", "DuckDB catalog file",
-                        path, shown="data/causal_assets.duckdb")
+    catalog: Path | None = var("CAUSAL_ASSETS_CATALOG", DATA_DIR / "causal_assets.duckdb",
+                               "DuckDB catalog file of the views over the base path's Parquet (`none`: no catalog)",
+                               catalog_path, shown="data/causal_assets.duckdb")
     reports: Path = var("CAUSAL_ASSETS_REPORTS", DATA_DIR / "reports", "Markdown reports and plots", path,
                         shown="data/reports")
     queries: Path = var("CAUSAL_ASSETS_QUERIES", DATA_DIR / "queries",
@@ -208,6 +224,11 @@ class Settings:
     def concurrency(self) -> int:
         """Steps the multiprocess executor runs at once: the setting, or the machine's core count."""
         return self.max_concurrent or os.cpu_count() or 1
+
+    def catalog_for(self, base_path: str) -> Path | None:
+        """The configured catalog if `base_path` is the configured base path, else None: the catalog's views are
+        over the configured base path, and a command given another `--base-path` must not re-point them."""
+        return self.catalog if same_base(str(base_path), self.base_path) else None
 
     @staticmethod
     def pass_to_code_location(attribute: str, value) -> None:

@@ -10,6 +10,7 @@ import sys
 import warnings
 
 from causal_assets.core.errors import CausalAssetsError
+from causal_assets.settings import NO_CATALOG
 
 MODULES = {"search": "search", "ask": "ask", "build": "ask", "catalog": "data", "sql": "data",
            "export_labels": "data"}
@@ -35,14 +36,21 @@ def say(message: str) -> None:
         pass
 
 
+def pass_to_runs(args) -> None:
+    """Before a command imports the code location to run its jobs (`ask`, `build`, and `search` building a missing
+    index): its resources read their settings when first imported, so without this the runs would write to the
+    configured base path while the command reads from --base-path. The configured catalog holds views over the
+    configured base path only: runs under another --base-path leave it alone."""
+    args.settings.pass_to_code_location("base_path", args.base_path)
+    if args.settings.catalog_for(args.base_path) is None:
+        args.settings.pass_to_code_location("catalog", NO_CATALOG)
+
+
 def run(args) -> int:
     if not args.verbose:
         quiet()
     if args.command in ("ask", "build"):
-        # `ask` and `build` run the code location's jobs, whose resources read their settings when first imported
-        # (the command module imports them): without this the runs would write to the configured base path while
-        # the command reads from --base-path
-        args.settings.pass_to_code_location("base_path", args.base_path)
+        pass_to_runs(args)  # before the command module imports the code location
     try:
         module = importlib.import_module(f"causal_assets.commands.{MODULES[args.command]}")
         return getattr(module, args.command)(args)

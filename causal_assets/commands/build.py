@@ -163,14 +163,18 @@ def interrupt_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
+# Dagster's wrappers of a step's error, which say nothing a user can act on: the message is their cause's.
+DAGSTER_WRAPPERS = ("Error occurred while executing",          # the op's own code
+                    "Error occurred while handling output",    # the IO manager writing it (e.g. disk full)
+                    "Error occurred while loading input")      # the IO manager reading an upstream asset
+
+
 def failure_line(result) -> str:
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
             err = event.step_failure_data.error
-            # Dagster's wrappers say nothing a user can act on ("dagster._core.errors.DagsterExecutionStepExecution
-            # Error: Error occurred while executing op ...", and "Exceeded max_retries of 2" for a step out of
-            # retries): the message is their cause's
-            while err.cause is not None and ("Error occurred while executing" in err.message
+            # ... and "Exceeded max_retries of 2" for a step out of retries
+            while err.cause is not None and (any(w in err.message for w in DAGSTER_WRAPPERS)
                                              or err.cls_name == "RetryRequestedFromPolicy"):
                 err = err.cause
             first = (err.message or "").strip().splitlines()

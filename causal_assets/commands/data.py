@@ -9,13 +9,30 @@ import duckdb
 from causal_assets.commands import say
 from causal_assets.core.benchmarks import load_benchmark_registry
 from causal_assets.core.catalog import DuckDBCatalog, check_analysis_sql
+from causal_assets.core.errors import CausalAssetsError
 from causal_assets.core.export import DatasetCard, agreement_with_seeds, labels_solver, pick_estimator
 from causal_assets.core.export import export_labels as export
 from causal_assets.core.storage import asset_path, read_parquet, safe_name
 
 
+def catalog_path(args) -> str:
+    """--catalog-path, else the configured catalog, whose views are over the configured base path only (the runs of
+    a command given another --base-path leave it alone too)."""
+    if args.catalog_path:
+        return args.catalog_path
+    settings = args.settings
+    configured = settings.catalog_for(args.base_path)
+    if configured is not None:
+        return str(configured)
+    if settings.catalog is None:
+        why = "no catalog is configured (CAUSAL_ASSETS_CATALOG=none)"
+    else:
+        why = f"the catalog {settings.catalog} holds the views over the configured base path {settings.base_path}"
+    raise CausalAssetsError(f"{why}: give --catalog-path FILE for a catalog of {args.base_path}")
+
+
 def catalog(args) -> int:
-    status = DuckDBCatalog(args.catalog_path, lock_timeout_s=10).refresh_from_storage(args.base_path)
+    status = DuckDBCatalog(catalog_path(args), lock_timeout_s=10).refresh_from_storage(args.base_path)
     for name, s in sorted(status.items()):
         print(f"{name}: {s}")
     return 1 if "deferred" in status.values() else 0
@@ -26,11 +43,11 @@ def sql(args) -> int:
     DuckDB cannot read itself). Only queries (SELECT/EXPLAIN) run, and DuckDB may read nothing but the Parquet
     under the base path: no file writes, no other files, no extensions (README "Security model")."""
     check_analysis_sql(args.query)
-    if not Path(args.catalog_path).exists():
-        say(f"{args.catalog_path}: no catalog yet; it is created by the first materialization, or run "
-            "`causal-assets catalog`")
+    path = catalog_path(args)
+    if not Path(path).exists():
+        say(f"{path}: no catalog yet; it is created by the first materialization, or run `causal-assets catalog`")
         return 2
-    cat = DuckDBCatalog(args.catalog_path, lock_timeout_s=10, base=args.base_path)
+    cat = DuckDBCatalog(path, lock_timeout_s=10, base=args.base_path)
     try:
         with cat.connect_for_analysis(args.base_path) as con:
             print(con.sql(args.query).df().to_string(index=False))

@@ -5,7 +5,7 @@ import json
 import re
 import sys
 
-from causal_assets.commands import needs, say
+from causal_assets.commands import needs, pass_to_runs, say
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import METHODS, CorpusIndex
 from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
@@ -52,6 +52,7 @@ def search(args) -> int:
     wanted = needs.required(dense=args.method in NEEDS_DENSE, graph=args.method in NEEDS_GRAPH)
     if needs.missing(args.base_path, args.corpus, wanted):
         # Building runs Dagster, whose import alone takes seconds: only imported when something is missing.
+        pass_to_runs(args)
         from causal_assets.commands.build import ensure_built
 
         ensure_built(args.base_path, args.corpus, wanted, no_build=args.no_build,

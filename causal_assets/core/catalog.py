@@ -3,8 +3,11 @@
 DuckDB lets one read-write connection exclude every other process (readers too), so the catalog holds
 only views, written by short-lived connections. Views over `<asset>/*.parquet` globs see new partitions
 and new data without any refresh, so the write lock is only needed when an asset appears for the first
-time. If a user holds the file open, the refresh is skipped and reported, never raised: a run must not
-fail because someone is looking at the data.
+time (or its columns change). Each view's comment holds a fingerprint of what defines it (its SQL, its columns
+and their descriptions): DuckDB keeps a view's SQL only in a normalised form, so comparing the SQL itself never
+finds a view unchanged. If a user holds the file open, the refresh is skipped and reported, never raised: a run
+must not fail because someone is looking at the data. Any other catalog failure (a damaged file, a read-only
+directory) is a `CatalogError` naming the file and how to rebuild it; the IO manager turns it into a warning.
 
 Base paths DuckDB cannot read by itself (fsspec URLs: memory://, gcs://, abfs://, s3:// without the httpfs
 extension, ...) work through `register_filesystem`: every connection this class opens registers the base path's
@@ -23,6 +26,8 @@ Views also carry column comments (`core/schemas.py`) and expose `chunk_id` / `qu
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import re
@@ -32,6 +37,7 @@ from pathlib import Path
 import duckdb
 from upath import UPath
 
+from causal_assets.core.errors import CatalogError, first_line
 from causal_assets.core.schemas import ID_ALIASES, column_docs
 from causal_assets.core.storage import LOCAL_PROTOCOLS
 
@@ -111,11 +117,14 @@ def _lock_error(e: Exception) -> bool:
     return "lock" in text or "conflicting" in text
 
 
+def view_comment(asset: str, fingerprint: str) -> str:
+    return f"the {asset} asset's Parquet (causal-assets view definition {fingerprint})"
+
+
 class DuckDBCatalog:
     def __init__(self, path: str | Path, lock_timeout_s: float = 2.0, base: str | UPath | None = None):
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
-        self._known: dict[str, str] = {}  # views this process already verified
         self._filesystems: dict[tuple, object] = {}  # fsspec filesystems registered on every connection
         if base is not None:
             self.add_filesystem(base)
@@ -140,12 +149,13 @@ class DuckDBCatalog:
         no write lock, so runs can still refresh views while you query)."""
         return self._connect(read_only)
 
-    def _connect(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+    def _connect(self, read_only: bool, database: str | None = None) -> duckdb.DuckDBPyConnection:
+        """A connection to the catalog (or to `database`, e.g. ":memory:") that resolves and reads its Parquet."""
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.05
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=read_only,
+                con = duckdb.connect(database or str(self.path), read_only=read_only,
                                      config={"file_search_path": self.search_path})
                 try:
                     for fs in self._filesystems.values():
@@ -201,42 +211,65 @@ class DuckDBCatalog:
         return match.group(1) + quote_literal(os.path.join(self.search_path, path))
 
     def existing_views(self) -> dict[str, str]:
+        """{view: its SQL as DuckDB stores it (normalised)}."""
+        return self._views("sql")
+
+    def _views(self, column: str) -> dict[str, str]:
         if not self.path.exists():
             return {}
         with self._connect(read_only=True) as con:
-            return dict(con.execute("select view_name, sql from duckdb_views() where not internal").fetchall())
+            return dict(con.execute(f"select view_name, {column} from duckdb_views() "
+                                    "where not internal and not temporary").fetchall())
+
+    @staticmethod
+    def _fingerprint(con, sql: str, asset: str) -> str:
+        """What decides a view: its SQL, the columns it reads (their names and types: the id aliases and column
+        comments follow them) and those columns' descriptions."""
+        columns = [list(map(str, r[:2])) for r in con.execute(f"describe {sql}").fetchall()]
+        docs = column_docs(asset, [c for c, _ in columns])
+        text = json.dumps([sql, asset, columns, docs], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def ensure_views(self, views: dict[str, str], docs_for: dict[str, str] | None = None) -> dict[str, str]:
         """Create or replace `name -> select` views that are missing or changed, with the id aliases and column
         comments (`docs_for`: view -> the asset whose column descriptions it gets; default the view's own name).
 
-        Returns {name: status} with status created | unchanged | deferred (catalog locked by another process).
+        Returns {name: status} with status created | unchanged | deferred (catalog locked by another process); any
+        other failure raises `CatalogError`.
         """
-        todo = {n: sql for n, sql in views.items() if self._known.get(n) != sql}
-        status = {n: "unchanged" for n in views if n not in todo}
-        if not todo:
-            return status
+        assets = {n: (docs_for or {}).get(n, n) for n in views}
+        status = {}
         try:
-            current = self.existing_views()
-            todo = {n: sql for n, sql in todo.items() if sql not in (current.get(n) or "")}
+            # The fingerprints need no catalog connection (an in-memory one reads the Parquet): an unchanged view
+            # costs a read-only look at the catalog, never the write lock.
+            with self._connect(read_only=False, database=":memory:") as con:
+                comments = {n: view_comment(assets[n], self._fingerprint(con, sql, assets[n]))
+                            for n, sql in views.items()}
+            stored = self._views("comment")
+            todo = [n for n in views if stored.get(n) != comments[n]]
+            status = {n: "unchanged" for n in views if n not in todo}
             if todo:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 with self._connect(read_only=False) as con:
-                    for name, sql in todo.items():
-                        self._create_view(con, name, sql, (docs_for or {}).get(name, name))
-            for name, sql in views.items():
-                self._known[name] = sql
-                status.setdefault(name, "created" if name in todo else "unchanged")
+                    for name in todo:
+                        self._create_view(con, name, views[name], assets[name], comments[name])
+                        status[name] = "created"
         except duckdb.Error as e:
             if not _lock_error(e):
-                raise
+                raise self._error(e) from e
             log.warning("DuckDB catalog %s is locked by another process; view refresh deferred (%s)", self.path, e)
-            for name in todo:
-                status[name] = "deferred"
+            status.update({n: "deferred" for n in views if n not in status})
+        except OSError as e:
+            raise self._error(e) from e
         return status
 
+    def _error(self, e: Exception) -> CatalogError:
+        return CatalogError(f"DuckDB catalog {self.path}: views not updated ({first_line(e)}); the catalog holds "
+                            "only views over the Parquet: `causal-assets catalog` rebuilds it (delete the file first "
+                            "if it is damaged)")
+
     @staticmethod
-    def _create_view(con, name: str, sql: str, asset: str) -> None:
+    def _create_view(con, name: str, sql: str, asset: str, comment: str) -> None:
         view = quote_ident(name)
         con.execute(f"create or replace view {view} as {sql}")
         columns = [r[0] for r in con.execute("select column_name from duckdb_columns() where table_name = ? "
@@ -248,6 +281,7 @@ class DuckDBCatalog:
             columns += [alias for alias, stored in ID_ALIASES.items() if stored in columns and alias not in columns]
         for column, text in column_docs(asset, columns).items():
             con.execute(f"comment on column {view}.{quote_ident(column)} is {quote_literal(text)}")
+        con.execute(f"comment on view {view} is {quote_literal(comment)}")
 
     def refresh_from_storage(self, base: str | UPath) -> dict[str, str]:
         """(Re)create views for every asset found under `base`: directories are partitioned assets.

@@ -1,6 +1,12 @@
 """Errors a user can act on: each names the file, line or field and the offending value."""
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (a library's may run to many), or its class name if it has none."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 class CausalAssetsError(Exception):
     """Base class for bad input detected by causal_assets."""
 
@@ -11,3 +17,12 @@ class CorpusError(CausalAssetsError):
 
 class ConfigError(CausalAssetsError):
     """A registry or configuration file is invalid."""
+
+
+class ParquetReadError(CausalAssetsError):
+    """A Parquet file that cannot be read (damaged, truncated, not Parquet)."""
+
+
+class CatalogError(CausalAssetsError):
+    """The DuckDB catalog cannot be read or written (damaged file, read-only directory): derived data, so a run only
+    warns; `causal-assets catalog` says it in one line."""

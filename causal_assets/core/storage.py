@@ -3,16 +3,25 @@
 A reader (DuckDB, a concurrent run) sees either the old file or the new one, never a half-written file:
 we write to a hidden temporary name in the same directory and rename it over the target. On object
 stores a rename is a copy, but the target key still only appears once the object is complete.
+
+A writer killed mid-write (SIGKILL, OOM, power) cannot remove its temporary file, so the name carries the writer's
+host and pid: the next write of the same file removes the ones whose writer is known dead (this host, pid gone),
+never one a live writer (here or on another host) is still writing.
 """
 from __future__ import annotations
 
+import os
 import posixpath
+import re
+import socket
 import uuid
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from upath import UPath
+
+from causal_assets.core.errors import ParquetReadError, first_line
 
 
 def safe_name(name: str, what: str = "partition") -> str:
@@ -46,12 +55,44 @@ def asset_path(base: str | UPath, asset: str, partition: str | None = None) -> U
     return root / f"{partition}.parquet" if partition else UPath(base) / f"{asset}.parquet"
 
 
+HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
+
+
+def temp_path(path: UPath) -> UPath:
+    """A hidden name beside `path`, without the .parquet suffix (`*.parquet` globs, i.e. DuckDB views, never match
+    it), naming this writer: `.<name>.<host>.<pid>.<random>.tmp`."""
+    return path.parent / f".{path.name}.{HOST}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    return True
+
+
+def sweep_dead_temps(path: UPath) -> None:
+    """Remove the temporary files of `path` left by writers that died on this host. Best effort: a listing or
+    removal that fails (a concurrent sweep, an object store's permissions) is not the write's failure."""
+    ours = re.compile(rf"^\.{re.escape(path.name)}\.{re.escape(HOST)}\.(\d+)\.[0-9a-f]{{32}}\.tmp$")
+    try:
+        for entry in path.parent.glob(f".{path.name}.*.tmp"):
+            m = ours.match(entry.name)
+            if m and not _pid_alive(int(m.group(1))):
+                entry.unlink()
+    except OSError:
+        pass
+
+
 def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: UPath) -> None:
     path = UPath(path)
     table = frame if isinstance(frame, pa.Table) else pa.Table.from_pandas(frame, preserve_index=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Hidden name without the .parquet suffix, so `*.parquet` globs (DuckDB views) never match it.
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    sweep_dead_temps(path)
+    tmp = temp_path(path)
     try:
         with tmp.open("wb") as fh:
             pq.write_table(table, fh, compression="zstd")
@@ -65,4 +106,9 @@ def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: UPath) -> None:
 def read_parquet(path: str | UPath, columns: list[str] | None = None) -> pd.DataFrame:
     path = UPath(path)
     with path.open("rb") as fh:
-        return pq.read_table(fh, columns=columns).to_pandas()
+        try:
+            table = pq.read_table(fh, columns=columns)
+        except (pa.ArrowException, OSError) as e:  # pyarrow names the handle ('<Buffer>'), not the file
+            cause = first_line(e).replace(" '<Buffer>'", "")
+            raise ParquetReadError(f"{path}: cannot read Parquet ({cause})") from e
+    return table.to_pandas()

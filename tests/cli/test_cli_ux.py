@@ -127,17 +127,53 @@ def test_snippet_drops_what_the_other_columns_show():
 def test_build_finishes_a_multi_asset_a_kill_left_half_written_under_its_base_path(tmp_path):
     """`build` in a fresh process, as a user runs it: a corpus whose sparse index lost one of its two files (a run
     killed between the multi-asset's writes) is built again whole, under --base-path, instead of failing on a subset
-    Dagster refuses (and the runs had written to the configured base path while the command read --base-path)."""
-    base = tmp_path / "pq"
+    Dagster refuses (and the runs had written to the configured base path while the command read --base-path). The
+    configured catalog, whose views are over the configured base path, is left alone (its views had been re-pointed
+    at --base-path: the suite did it to the checkout's catalog)."""
+    base, configured_catalog = tmp_path / "pq", tmp_path / "configured.duckdb"
     _tiny_index(base)
     postings, vocabulary = (base / name / "default.parquet" for name in ("sparse_postings", "sparse_vocabulary"))
     vocabulary.unlink()
     out = run_cli("--base-path", str(base), "build", "default", "--index-only",
-                  env={"DAGSTER_HOME": str(tmp_path / "home")})
+                  env={"DAGSTER_HOME": str(tmp_path / "home"), "CAUSAL_ASSETS_CATALOG": str(configured_catalog)})
     assert out.returncode == 0, out.stderr
     assert "sparse_postings, sparse_vocabulary" in out.stderr and vocabulary.exists() and postings.exists()
     assert pd.read_parquet(vocabulary)["build_id"].nunique() == 1 == \
         len(set(pd.read_parquet(vocabulary)["build_id"]) | set(pd.read_parquet(postings)["build_id"]))
+    assert not configured_catalog.exists()
+
+
+def test_search_builds_a_missing_index_under_its_base_path(tmp_path):
+    """`--base-path X search` on a corpus whose index is not built under X announced a build, then failed with
+    "this process's code location writes to ..., not X: run the command in a new process" (probe 3, finding 6)."""
+    base, configured_catalog = tmp_path / "pq", tmp_path / "configured.duckdb"
+    _tiny_index(base)
+    (base / "sparse_vocabulary" / "default.parquet").unlink()
+    out = run_cli("--base-path", str(base), "search", "shortest path between two nodes", "-k", "1",
+                  env={"DAGSTER_HOME": str(tmp_path / "home"), "CAUSAL_ASSETS_CATALOG": str(configured_catalog)})
+    assert out.returncode == 0, out.stderr
+    assert "networkx.shortest_path" in out.stdout.splitlines()[0], out.stdout
+    assert (base / "sparse_vocabulary" / "default.parquet").exists() and not configured_catalog.exists()
+
+
+def test_the_configured_catalog_keeps_its_views_over_the_configured_base_path(tmp_path, monkeypatch, capsys):
+    """`--base-path X catalog` re-pointed the configured catalog's views at X; it now needs --catalog-path."""
+    from causal_assets.cli import main
+    from causal_assets.core.catalog import DuckDBCatalog
+
+    _tiny_index(tmp_path / "pq")
+    _tiny_index(tmp_path / "configured")
+    monkeypatch.setenv("CAUSAL_ASSETS_CATALOG", str(tmp_path / "configured.duckdb"))
+    monkeypatch.setenv("CAUSAL_ASSETS_BASE_PATH", str(tmp_path / "configured"))
+    assert main(["--base-path", str(tmp_path / "pq"), "catalog"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"holds the views over the configured base path {tmp_path / 'configured'}" in line and \
+        "give --catalog-path FILE" in line, line
+    assert not (tmp_path / "configured.duckdb").exists()
+    assert main(["--base-path", str(tmp_path / "pq"), "catalog", "--catalog-path", str(tmp_path / "x.duckdb")]) == 0
+    assert main(["--base-path", str(tmp_path / "configured") + "/", "catalog"]) == 0  # the configured base: its own
+    with DuckDBCatalog(tmp_path / "configured.duckdb").connect() as con:
+        assert con.execute("select count(*) from corpus_chunks").fetchone() == (2,)
 
 
 def _failure_line_of(fail, retries: int = 0) -> str:
@@ -172,6 +208,47 @@ def test_the_failure_line_is_the_steps_cause():
                                                "'clash': duplicate chunk ids, e.g. 'utils.parse'")
     assert _failure_line_of(endpoint_down, retries=1) == ("step the_step failed: ConnectionError: LLM "
                                                           "endpoint http://127.0.0.1:9/v1 refused the connection")
+
+
+def test_the_failure_line_of_a_failed_write_or_read_is_its_cause():
+    """A full disk while the IO manager wrote an output printed nothing after "failed:" (Dagster's "Error occurred
+    while handling output ..." wrapper ends with a colon; probe 3, finding 5); the same for loading an input."""
+    from dagster import In, IOManager, io_manager, job, op
+
+    from causal_assets.commands.build import failure_line
+
+    class FullDisk(IOManager):
+        def handle_output(self, context, obj):
+            if obj == "write":
+                raise OSError(28, "No space left on device")
+
+        def load_input(self, context):
+            raise OSError(5, "Input/output error")
+
+    @op
+    def produce():
+        return "write"
+
+    @op
+    def fine():
+        return "ok"
+
+    @op(ins={"x": In()})
+    def consume(x):
+        return "ok"
+
+    @job(resource_defs={"io_manager": io_manager(lambda _: FullDisk())})
+    def writes():
+        produce()
+
+    @job(resource_defs={"io_manager": io_manager(lambda _: FullDisk())})
+    def reads():
+        consume(fine())
+
+    assert failure_line(writes.execute_in_process(raise_on_error=False)) == \
+        "step produce failed: OSError: [Errno 28] No space left on device"
+    assert failure_line(reads.execute_in_process(raise_on_error=False)) == \
+        "step consume failed: OSError: [Errno 5] Input/output error"
 
 
 def test_a_reader_that_goes_away_stops_search_quietly(tmp_path):

@@ -243,3 +243,12 @@ print(json.dumps({
         "registries": [f"{t}/corpora.yaml", f"{t}/benchmarks.yaml", f"{t}/corpora.yaml"],
         "embedding": ["torch", "cuda", f"{t}/m"], "shards": [3, 5], "ann": 7,
         "queries": [f"{t}/queries", f"{t}/queries"], "max_concurrent": 2, "partitions": True}
+
+
+def test_the_configured_catalog_belongs_to_the_configured_base_path(tmp_path):
+    """`CAUSAL_ASSETS_CATALOG=none` means no catalog; a command's other --base-path gets none of the configured one."""
+    settings = Settings.from_env({"CAUSAL_ASSETS_BASE_PATH": str(tmp_path / "pq"),
+                                  "CAUSAL_ASSETS_CATALOG": str(tmp_path / "c.duckdb")})
+    assert settings.catalog_for(str(tmp_path / "pq") + "/") == tmp_path / "c.duckdb"
+    assert settings.catalog_for(str(tmp_path / "elsewhere")) is None
+    assert Settings.from_env({"CAUSAL_ASSETS_CATALOG": "none"}).catalog is None

@@ -63,3 +63,62 @@ def test_view_refresh_with_concurrent_reader_is_deferred_not_failed(tmp_path):
     write_parquet_atomic(pd.DataFrame({"corpus": ["b"], "v": [2]}), asset_path(tmp_path / "pq", "chunks", "b"))
     with DuckDBCatalog(str(tmp_path / "cat.duckdb")).connect() as con:
         assert con.execute("select count(*), sum(v) from chunks").fetchone() == (2, 3)
+
+
+def test_a_killed_writers_temp_file_is_swept_by_the_next_write_never_a_live_ones(tmp_path):
+    """A writer SIGKILLed mid-write left `.p.parquet.<random>.tmp` for ever (probe 3, finding 3). Temp names now carry
+    the writer's host and pid: the next write of the file removes those of dead writers on this host, and keeps a
+    live writer's (here or on another host)."""
+    from causal_assets.core.storage import HOST
+
+    path = asset_path(tmp_path, "t", "p")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        temps = {who: path.parent / f".p.parquet.{host}.{pid}.{'0' * 32}.tmp" for who, host, pid in
+                 [("dead", HOST, dead.pid), ("live", HOST, live.pid), ("elsewhere", "otherhost", dead.pid)]}
+        path.parent.mkdir(parents=True)
+        for tmp in temps.values():
+            tmp.write_bytes(b"PAR1 half a file")
+        write_parquet_atomic(pd.DataFrame({"a": [1]}), path)
+    finally:
+        live.kill()
+        live.wait()
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted(["p.parquet", temps["live"].name,
+                                                                    temps["elsewhere"].name])
+
+
+def test_a_damaged_parquet_file_is_one_error_naming_it(tmp_path):
+    """pyarrow read through a file handle named no file: "Could not open Parquet input source '<Buffer>'"."""
+    from causal_assets.core.errors import ParquetReadError
+
+    path = asset_path(tmp_path, "t", "p")
+    write_parquet_atomic(pd.DataFrame({"a": range(100)}), path)
+    path.write_bytes(path.read_bytes()[:200])  # a copy cut short
+    with pytest.raises(ParquetReadError, match=rf"^{path}: cannot read Parquet \(.*magic bytes") as info:
+        read_parquet(path)
+    assert "<Buffer>" not in str(info.value)
+
+
+def test_an_unchanged_view_needs_no_write_lock(tmp_path):
+    """`causal-assets catalog` twice said `created` for every view both times (the generated SQL was compared with
+    DuckDB's normalised copy), so with a reader holding the catalog every refresh was `deferred` (probe 3, finding
+    9). An unchanged view is now seen as unchanged; a changed one (a new column) is still re-created."""
+    base = tmp_path / "pq"
+    write_parquet_atomic(pd.DataFrame({"doc_id": ["d"], "v": [1]}), asset_path(base, "evaluation_runs", "a"))
+    assert DuckDBCatalog(tmp_path / "cat.duckdb").refresh_from_storage(base) == {"evaluation_runs": "created"}
+    assert DuckDBCatalog(tmp_path / "cat.duckdb").refresh_from_storage(base) == {"evaluation_runs": "unchanged"}
+    reader = _hold_catalog(tmp_path / "cat.duckdb", 30)
+    try:
+        catalog = DuckDBCatalog(tmp_path / "cat.duckdb", lock_timeout_s=0.3)
+        assert catalog.refresh_from_storage(base) == {"evaluation_runs": "unchanged"}
+        write_parquet_atomic(pd.DataFrame({"doc_id": ["e"], "v": [2], "w": [3.0]}),
+                             asset_path(base, "evaluation_runs", "b"))
+        assert catalog.refresh_from_storage(base) == {"evaluation_runs": "deferred"}
+    finally:
+        reader.kill()
+        reader.wait()
+    assert DuckDBCatalog(tmp_path / "cat.duckdb").refresh_from_storage(base) == {"evaluation_runs": "created"}
+    with DuckDBCatalog(tmp_path / "cat.duckdb").connect() as con:
+        assert con.execute("select count(*), count(w), count(chunk_id) from evaluation_runs").fetchone() == (2, 1, 2)

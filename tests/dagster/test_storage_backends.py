@@ -84,3 +84,31 @@ def test_second_local_root_as_path_and_as_file_url(resources, tmp_path, capsys):
     assert main(["--base-path", storage_b.base_path, "sql", "select count(*) as n from corpus_chunks",
                  "--catalog-path", storage_b.catalog_path]) == 0
     assert capsys.readouterr().out.split() == ["n", "120"]
+
+
+def test_a_damaged_catalog_is_a_warning_never_a_half_written_run(tmp_path, capsys):
+    """A truncated catalog failed every run at its first output, after that output's Parquet was written: a
+    multi-asset was left half-written (probe 3, finding 7). The catalog is derived data: the run writes every output
+    and says which file to rebuild; `causal-assets catalog` fails in one line naming it."""
+    from dagster import AssetOut, multi_asset
+
+    from causal_assets.cli import main
+
+    @multi_asset(outs={"first_half": AssetOut(), "second_half": AssetOut()})
+    def halves():
+        return pd.DataFrame({"a": [1]}), pd.DataFrame({"b": [2]})
+
+    base, catalog = tmp_path / "parquet", tmp_path / "catalog.duckdb"
+    DuckDBCatalog(catalog).ensure_views({"one": "select 1 as x"})
+    catalog.write_bytes(catalog.read_bytes()[:5000])  # a copy cut short
+    storage = Storage(base_path=str(base), catalog_path=str(catalog), reports_dir=str(tmp_path / "reports"))
+    result = materialize([halves], resources={"io_manager": ParquetIOManagerFactory(storage=storage)},
+                         raise_on_error=False)
+    assert result.success
+    assert (base / "first_half.parquet").exists() and (base / "second_half.parquet").exists()
+    assert _view_status(result, "second_half") == "second_half (not updated: catalog error)"
+    capsys.readouterr()
+    assert main(["--base-path", str(base), "catalog", "--catalog-path", str(catalog)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"causal-assets: DuckDB catalog {catalog}: views not updated (IO Error") and \
+        "`causal-assets catalog` rebuilds it" in line, line
