@@ -6,7 +6,9 @@ and how long; `--no-build` refuses instead and names the command that builds it.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import os
 import sys
 
 from causal_assets.core.errors import ConfigError
@@ -103,5 +105,21 @@ def main(argv: list[str] | None = None) -> int:
     return importlib.import_module("causal_assets.commands").run(args)
 
 
+def entry_point() -> None:
+    """The `causal-assets` command: `main`, then an exit without the interpreter's teardown. The command's work is
+    done and its exit handlers run (logging's flush, the LLM servers' stop), but native threads of llama.cpp and
+    Arrow can still be running when Python finalizes, and a thread destroyed there aborts the process
+    (`terminate called without an active exception`, exit 134, ggml's gdb backtrace; apache/arrow#34314) after an
+    answer was printed. `main` itself returns its code, for callers in this process (the tests)."""
+    code = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

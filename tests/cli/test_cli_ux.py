@@ -3,6 +3,7 @@ the way to a BM25 search, snippets that show text."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,6 @@ def run_cli(*args: str, env: dict | None = None, probe: bool = False) -> subproc
             "except SystemExit as e:\n    rc = e.code\n"
             + (f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)), file=sys.stderr)\n" if probe else "")
             + "sys.exit(rc)\n")
-    import os
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=full_env, capture_output=True,
                           text=True, timeout=300)
@@ -254,7 +254,6 @@ def test_the_failure_line_of_a_failed_write_or_read_is_its_cause():
 def test_a_reader_that_goes_away_stops_search_quietly(tmp_path):
     """`causal-assets search ... | head -1`: the pipe closes before the results are written; no traceback."""
     _tiny_index(tmp_path / "pq")
-    import os
     proc = subprocess.Popen([sys.executable, "-c", "import sys; from causal_assets.cli import main; sys.exit(main())",
                              "--base-path", str(tmp_path / "pq"), "search", "shortest path", "-k", "2"],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
@@ -262,4 +261,23 @@ def test_a_reader_that_goes_away_stops_search_quietly(tmp_path):
     proc.stdout.close()   # the reader is gone before the first line
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_the_command_exits_without_the_interpreters_teardown():
+    """`ask` printed its answer, then aborted in Python's finalization (exit 134, a gdb backtrace) on a native
+    thread still running. The command skips the teardown (here: a thread it would wait 600 s for), while its
+    exit handlers still run and the exit code is the command's."""
+    import time
+
+    assert 'causal-assets = "causal_assets.cli:entry_point"' in (ROOT / "pyproject.toml").read_text()
+    code = ("import atexit, sys, threading, time\n"
+            "atexit.register(lambda: print('exit handlers ran', flush=True))\n"
+            "threading.Thread(target=time.sleep, args=(600,)).start()\n"
+            "sys.argv = ['causal-assets', 'search', ' ']\n"
+            "from causal_assets.cli import entry_point\nentry_point()\n")
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout.strip()) == (2, "exit handlers ran"), out.stderr
+    assert "query is empty" in out.stderr and time.monotonic() - started < 60
 
