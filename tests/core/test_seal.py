@@ -176,3 +176,19 @@ def test_title_links_a_namesake_named_in_full():
     assert links[0] == [1]          # the father, named in full; the Earl of Devon is never named
     assert links[1] == []           # "Humphrey Stafford" and "Duke of Buckingham" apart: its own name
     assert links[2] == []
+
+
+def test_a_search_of_the_whole_corpus_ranks_its_hybrid_shortlist(setup):
+    """Without a candidate set (causal-assets search --method entity_first) every chunk of the corpus was a
+    candidate, and the pairwise title links took two minutes on the default corpus's 2,394 chunks."""
+    from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
+
+    index, qs = setup
+    qid = sorted(BRIDGE)[0]
+    question, (first_hop, _) = qs[qid].question, BRIDGE[qid]
+    r = EntityFirstRetriever(index, shortlist=15)
+    [hits] = r.retrieve_many([question], 50)
+    assert len(index.ids) == 60 and len(hits) == 15
+    shortlist = r._shortlist(question, index.embedder.encode_queries([question])[0])
+    assert [h.chunk_id for h in hits] == [h.chunk_id for h in r.retrieve_many([question], 50, [shortlist])[0]]
+    assert first_hop in _titles(hits)
