@@ -60,7 +60,13 @@ def sql(args) -> int:
 def export_labels(args) -> int:
     """The labels_export asset without Dagster: mc_labels + candidate_pools of a benchmark from the Parquet base."""
     safe_name(args.benchmark, "benchmark")
-    labels = read_parquet(asset_path(args.base_path, "mc_labels", args.benchmark))
+    labels_path = asset_path(args.base_path, "mc_labels", args.benchmark)
+    if not labels_path.exists():
+        raise CausalAssetsError(
+            f"no Monte Carlo labels of benchmark {args.benchmark!r} under {args.base_path}: make them with `dagster "
+            f"asset materialize -m causal_assets.definitions --select 'candidate_pools,mc_trials,solver_calls,"
+            f"mc_labels' --partition {args.benchmark}`")
+    labels = read_parquet(labels_path)
     pools = read_parquet(asset_path(args.base_path, "candidate_pools", args.benchmark))
     specs = load_benchmark_registry(args.settings.benchmarks, args.settings.shared_data, args.settings.corpora)
     mc = dict(specs[args.benchmark].monte_carlo or {}) if args.benchmark in specs else {}

@@ -93,6 +93,9 @@ def search(args) -> int:
             if args.json:
                 print("[]")
             return 1
+        if len(hits) < args.k:
+            say(f"only {len(hits)} chunk(s) of corpus {args.corpus!r} contain a term of the query "
+                f"(try --method dense for more)")
     if args.json:
         print(json.dumps([h.__dict__ for h in hits], indent=2))
         return 0

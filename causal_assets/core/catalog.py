@@ -109,7 +109,9 @@ def check_analysis_sql(sql: str) -> None:
     for st in statements:
         kind = getattr(st.type, "name", str(st.type))
         if kind not in ANALYSIS_STATEMENTS:
-            raise ValueError(f"sql: only queries ({', '.join(ANALYSIS_STATEMENTS)}) are allowed here; got {kind}")
+            # the statement's own first word: DuckDB's type of INSTALL is LOAD, of DROP ... DROP, and so on
+            said = (st.query.split() or [kind])[0].upper()
+            raise ValueError(f"sql: only queries ({', '.join(ANALYSIS_STATEMENTS)}) are allowed here; got {said}")
 
 
 def _lock_error(e: Exception) -> bool:

@@ -113,6 +113,10 @@ def test_bm25_search_imports_no_dagster_torch_or_sklearn_and_shows_text(tmp_path
     first, snippet = out.stdout.splitlines()[:2]
     assert "networkx.shortest_path" in first
     assert "Compute shortest paths" in snippet and "networkx.shortest_path" not in snippet and "@nx" not in snippet
+    # fewer matches than -k: said, not left to be guessed (a zero BM25 score is no match)
+    out = run_cli("--base-path", str(tmp_path / "pq"), "search", "shortest path", "-k", "5")
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 2, out.stdout
+    assert "only 1 chunk(s) of corpus 'default' contain a term of the query" in out.stderr
 
 
 def test_snippet_drops_what_the_other_columns_show():

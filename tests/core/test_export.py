@@ -153,6 +153,8 @@ def test_the_card_names_the_solver_the_labels_record(tmp_path, capsys):
     assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(out), "--no-hf",
                  "--solver", "smollm2-135m-instruct"]) == 2
     assert "these labels record their solver, 'local/gemma3-270m'" in capsys.readouterr().err
+    assert main(["--base-path", str(base), "export-labels", "scifact"]) == 2   # said "<path>: not found"
+    assert "no Monte Carlo labels of benchmark 'scifact'" in capsys.readouterr().err
 
 
 def test_an_export_replaces_only_an_earlier_export_never_a_users_files(tmp_path, capsys):

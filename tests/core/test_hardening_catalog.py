@@ -72,6 +72,7 @@ def test_sql_command_cannot_write_read_outside_the_base_or_load_extensions(tmp_p
                   "set enable_external_access = true", "create table t as select 1"):
         code, _, err = sql(query)
         assert code == 2 and "only queries" in err, (query, err)
+        assert err.strip().endswith(f"got {query.split()[0].upper()}"), (query, err)   # INSTALL was named LOAD
     for query in ("select * from read_text('/proc/self/environ')", "select * from read_csv('/etc/passwd')",
                   f"select * from read_text('{base}/../../../../proc/self/environ')",
                   "select * from read_parquet('https://example.invalid/x.parquet')"):
