@@ -173,18 +173,38 @@ class DuckDBCatalog:
                 delay = min(delay * 2, 0.5)
 
     def connect_for_analysis(self, base: str | UPath) -> duckdb.DuckDBPyConnection:
-        """A read-only connection for ad-hoc SQL (`causal-assets sql`) that can read the Parquet under `base` and
-        nothing else: no file writes (COPY/EXPORT are refused by `check_analysis_sql`, and every path outside
-        `base` is refused by DuckDB), no reads outside `base` (`/proc/self/environ`, `/etc/passwd`), no
-        extension install or load (so no network through httpfs), no ATTACH; the settings are locked, so the
-        query cannot lift them."""
-        con = duckdb.connect(str(self.path), read_only=True,
-                             config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
-                                     "file_search_path": self.search_path})
+        """A connection for ad-hoc SQL (`causal-assets sql`) that can read the Parquet under `base` and nothing
+        else: no file writes (COPY/EXPORT are refused by `check_analysis_sql`, and every path outside `base` is
+        refused by DuckDB), no reads outside `base` (`/proc/self/environ`, `/etc/passwd`), no extension install or
+        load (so no network through httpfs), no ATTACH; the settings are locked, so the query cannot lift them.
+
+        The catalog's views, with their comments, are copied into an in-memory database with absolute Parquet
+        paths: a connection that may only read under the base path checks paths as written, before resolving them.
+        Only the copies are visible, so `show tables` and `duckdb_columns()` list each view once (temporary views
+        shadowing the catalog's listed every view twice, the second time without its comments)."""
+        config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                  "file_search_path": self.search_path}
+        with duckdb.connect(str(self.path), read_only=True, config=config) as catalog:
+            views = catalog.execute("select view_name, sql, comment from duckdb_views() "
+                                    "where not internal and not temporary").fetchall()
+            notes = catalog.execute("select table_name, column_name, comment from duckdb_columns() "
+                                    "where not internal and comment is not null").fetchall()
+        con = duckdb.connect(":memory:", config=config)
         try:
             for fs in self._filesystems.values():
                 con.register_filesystem(fs)
-            self._absolute_temp_views(con)
+            for name, sql, comment in views:
+                m = _CREATE_VIEW.match(sql.strip().rstrip(";"))
+                if m:
+                    body = _PARQUET_PATH.sub(lambda p: self._absolute_literal(p), m.group(1))
+                    con.execute(f"create view {quote_ident(name)} as {body}")
+                    if comment:
+                        con.execute(f"comment on view {quote_ident(name)} is {quote_literal(comment)}")
+            copied = {name for name, _, _ in views}
+            for table, column, comment in notes:
+                if table in copied:
+                    con.execute(f"comment on column {quote_ident(table)}.{quote_ident(column)} "
+                                f"is {quote_literal(comment)}")
             dirs = ", ".join(quote_literal(d) for d in analysis_directories(base))
             con.execute(f"SET allowed_directories = [{dirs}]")
             con.execute("SET enable_external_access = false")
@@ -193,18 +213,6 @@ class DuckDBCatalog:
             con.close()
             raise
         return con
-
-    def _absolute_temp_views(self, con) -> None:
-        """Shadow each view whose Parquet path is relative with a temporary view naming the absolute path: a
-        connection that may only read under the base path checks paths as written, before resolving them."""
-        views = con.execute("select view_name, sql from duckdb_views() where not internal and not temporary").fetchall()
-        for name, sql in views:
-            m = _CREATE_VIEW.match(sql.strip().rstrip(";"))
-            if not m:
-                continue
-            body = _PARQUET_PATH.sub(lambda p: self._absolute_literal(p), m.group(1))
-            if body != m.group(1):
-                con.execute(f"create or replace temp view {quote_ident(name)} as {body}")
 
     def _absolute_literal(self, match: re.Match) -> str:
         path = match.group(2).replace("''", "'")

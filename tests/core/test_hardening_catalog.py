@@ -65,6 +65,11 @@ def test_sql_command_cannot_write_read_outside_the_base_or_load_extensions(tmp_p
 
     code, out, _ = sql("select count(*) as n from corpus_chunks")
     assert code == 0 and "2" in out
+    # each view once, with its comments (temporary views shadowing the catalog's listed every view twice)
+    code, out, _ = sql("select count(*) as n, count(comment) as described from duckdb_columns() "
+                       "where table_name = 'corpus_chunks'")
+    columns = len(pd.read_parquet(base / "corpus_chunks" / "default.parquet").columns)
+    assert code == 0 and out.split()[-2:] == [str(columns), str(columns)], out
     code, out, _ = sql(f"select count(*) as n from '{base}/corpus_chunks/*.parquet'")  # the Parquet directly: fine
     assert code == 0 and "2" in out
     for query in (f"COPY (select 1) TO '{source}'", f"copy (select 1) to '{base}/corpus_chunks/x.parquet'",
