@@ -76,7 +76,8 @@ def ask(args) -> int:
     if sources:
         chunks = read_parquet(chunks_path, columns=["chunk_id", "title", "text"])
         texts = dict(zip(chunks["chunk_id"], zip(chunks["title"], chunks["text"])))
-        print(f"\nSources (corpus {args.corpus!r}, {len(sources)} text units shown to the model):")
+        # the text units and the code symbols among the entities (the report counts them apart)
+        print(f"\nSources (corpus {args.corpus!r}, {len(sources)} chunks shown to the model):")
         for i, s in enumerate(sources[:SOURCES_SHOWN], 1):
             title, text = texts.get(s["chunk_id"], (s.get("title", ""), ""))
             named = f"{title}: " if title and title not in s["chunk_id"] else ""
