@@ -203,6 +203,7 @@ def test_split_with_overlap_covers_text_with_overlap():
     for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
         assert s2 < e1 and e1 - s2 <= 100  # overlapping, by at most the overlap
         assert e1 - s1 <= 500
+        assert text[s2 - 1] in " \n" and text[s2] != " "   # starting at a word, not inside one ("xist` |")
     with pytest.raises(ValueError):
         split_with_overlap(text, 100, 100)
 

@@ -29,7 +29,9 @@ TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst", ".py", ".js", ".ts", ".tsx"
 
 
 def split_with_overlap(text: str, chunk_chars: int, overlap_chars: int) -> list[tuple[int, int]]:
-    """Character spans [start, end) covering `text`, each ~chunk_chars long, consecutive ones overlapping."""
+    """Character spans [start, end) covering `text`, each ~chunk_chars long, consecutive ones overlapping by at most
+    `overlap_chars`; a span ends at a paragraph, line or sentence break and starts at a line or word boundary where
+    the window has one."""
     if overlap_chars >= chunk_chars:
         raise ValueError(f"overlap_chars ({overlap_chars}) must be smaller than chunk_chars ({chunk_chars})")
     spans, start, n = [], 0, len(text)
@@ -45,7 +47,14 @@ def split_with_overlap(text: str, chunk_chars: int, overlap_chars: int) -> list[
         spans.append((start, end))
         if end >= n:
             break
-        start = max(end - overlap_chars, start + 1)
+        overlap = end - overlap_chars
+        # the overlap starts at a line, else a word boundary: a chunk that began mid-word ("xist` |...") read badly
+        for sep in ("\n", " "):
+            cut = text.find(sep, overlap, end - 1)
+            if cut != -1:
+                overlap = cut + 1
+                break
+        start = max(overlap, start + 1)
     return spans
 
 
