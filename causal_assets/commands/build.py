@@ -169,9 +169,9 @@ def failure_line(result) -> str:
             err = event.step_failure_data.error
             # Dagster's wrappers say nothing a user can act on ("dagster._core.errors.DagsterExecutionStepExecution
             # Error: Error occurred while executing op ...", and "Exceeded max_retries of 2" for a step out of
-            # retries): the message is their cause's
+            # retries), nor defs/retries.py's Failure around an error not worth retrying: the message is their cause's
             while err.cause is not None and ("Error occurred while executing" in err.message
-                                             or err.cls_name == "RetryRequestedFromPolicy"):
+                                             or err.cls_name in ("RetryRequestedFromPolicy", "Failure")):
                 err = err.cause
             first = (err.message or "").strip().splitlines()
             return f"step {event.step_key} failed: {first[-1] if first else err.cls_name}"
