@@ -197,6 +197,15 @@ class LLM(ConfigurableResource):
     def client(self) -> LLMClient:
         """The cached client; the local server starts on first use only, so steps that may not need an LLM
         (e.g. an evaluation without LLM-backed retrievers) pay nothing."""
+        if self._server is not None and (died := self._server.failure()):
+            # killed, crashed, or killed by its watchdog as hung: the next attempt gets a new one (a run's resources
+            # are set up once, so without this every step retry met the same dead port)
+            if self._log:
+                self._log.warning(f"{died}: starting a new local server")
+            self._server.stop()
+            self._server = None
+            self._client.close()
+            self._client = None
         if self._client is None:
             base_url = self.base_url
             if base_url is None:
@@ -215,7 +224,8 @@ class LLM(ConfigurableResource):
             self._client = LLMClient(base_url, self.model, api_key=self.api_key, cache=CallCache(self.cache_path),
                                      timeout_s=self.timeout_s, max_retries=self.max_retries,
                                      max_concurrency=self.max_concurrency, budget=budget,
-                                     cache_endpoint=self.base_url)
+                                     cache_endpoint=self.base_url,
+                                     server_failure=self._server.failure if self._server else None)
         return self._client
 
 

@@ -1,14 +1,19 @@
 """Step retries of the LLM steps (defs/retries.py): only an infrastructure failure that can go away is retried; a
 corrupt input or a bug fails at once (probe 3 #10: a truncated graph_nodes cost ~45 s of retries before the same
-error)."""
+error). And what a retry meets: a local llama.cpp server that died or hung is started again (probe 3 #1: every
+attempt of a run went to the same dead port, or waited 120 s on a stopped server, 5 times per step attempt)."""
 from __future__ import annotations
 
+import os
+import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from dagster import DagsterEventType, DagsterInstance, Output, RetryPolicy, job, materialize, op
+from dagster import DagsterEventType, DagsterInstance, Output, RetryPolicy, build_resources, job, materialize, op
 
 from causal_assets.commands.build import failure_line
+from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.errors import LLMInfrastructureError
 from causal_assets.core.local_search import inbox
 from causal_assets.defs.retries import infrastructure_retries
@@ -76,3 +81,32 @@ def test_causal_search_fails_at_once_on_a_corrupt_input(tmp_path):
     assert not result.success
     assert _attempts(result) == 1 and seconds < 8   # was 3 attempts, 10 s and 20 s apart
     assert "ArrowInvalid" in failure_line(result)
+
+
+@pytest.mark.llm
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stopped"])
+def test_a_dead_or_hung_local_server_is_started_again_for_the_next_attempt(tmp_path, sig):
+    """The `llm` resource of a run (set up once, as in `ask`'s in-process run) whose local server is killed, or
+    stopped: the call fails within seconds as `local_server_died`, naming the server's log, with nothing cached as
+    an answer; the next `llm.client` (the step's next attempt) starts a new server, which answers."""
+    messages = [{"role": "user", "content": "Name a colour. One word."}]
+    cache_path = tmp_path / "llm_calls.sqlite"
+    with build_resources({"llm": LLM(cache_path=str(cache_path), n_threads=1, n_ctx=1024)}) as res:
+        llm = res.llm
+        client = llm.client
+        pid = llm._server.pid
+        os.killpg(pid, sig)
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(client.chat, messages, max_tokens=4, temperature=0)
+            try:
+                with pytest.raises(LLMInfrastructureError) as failed:
+                    call.result(timeout=15)   # was 5 attempts on the dead port; on a stopped server, 5 x 120 s
+            finally:
+                if sig == signal.SIGSTOP and call.running():
+                    os.killpg(pid, signal.SIGKILL)   # let the old code's call end
+        assert failed.value.kind == "local_server_died" and time.monotonic() - t0 < 8
+        assert f"its log: {tmp_path / 'llama_server.log'}" in str(failed.value)
+        assert CallCache(cache_path).get(client.key_for("chat", messages, max_tokens=4, temperature=0)) is None
+        answer = llm.client.chat(messages, max_tokens=4, temperature=0)
+        assert llm._server.pid != pid and answer.text.strip() and not answer.cached
