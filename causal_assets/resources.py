@@ -24,6 +24,7 @@ from causal_assets.core.corpus.registry import CorpusSpec, available_corpora, lo
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.dense import BACKENDS, DEFAULT_BACKEND
 from causal_assets.core.storage import check_within, read_parquet, write_parquet_atomic
+from causal_assets.retries import only_infrastructure_retried
 from causal_assets.settings import Settings, check_choice
 
 # The environment's settings, read once when the code location loads (causal_assets/settings.py: every variable).
@@ -270,7 +271,9 @@ class ParquetIOManager(UPathIOManager):
         context.add_output_metadata(metadata)
 
     def load_from_path(self, context: InputContext, path: UPath) -> pd.DataFrame:
-        return read_parquet(check_within(self._base_path, path))
+        # an unreadable input fails the same way on every attempt of a retried step; the message names the file
+        with only_infrastructure_retried(str(path)):
+            return read_parquet(check_within(self._base_path, path))
 
 
 class ParquetIOManagerFactory(ConfigurableIOManagerFactory):

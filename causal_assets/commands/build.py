@@ -169,12 +169,15 @@ def failure_line(result) -> str:
             err = event.step_failure_data.error
             # Dagster's wrappers say nothing a user can act on ("dagster._core.errors.DagsterExecutionStepExecution
             # Error: Error occurred while executing op ...", and "Exceeded max_retries of 2" for a step out of
-            # retries), nor defs/retries.py's Failure around an error not worth retrying: the message is their cause's
+            # retries): the message is their cause's
             while err.cause is not None and ("Error occurred while executing" in err.message
-                                             or err.cls_name in ("RetryRequestedFromPolicy", "Failure")):
+                                             or err.cls_name == "RetryRequestedFromPolicy"):
                 err = err.cause
             first = (err.message or "").strip().splitlines()
-            return f"step {event.step_key} failed: {first[-1] if first else err.cls_name}"
+            line = first[-1] if first else err.cls_name
+            if err.cls_name == "Failure":  # its description is the message (retries.py's names the cause's class)
+                line = line.split("Failure: ", 1)[-1]
+            return f"step {event.step_key} failed: {line}"
     return "the run failed"
 
 

@@ -23,7 +23,7 @@ from causal_assets.core.labeling.runner import LabelingParams, label_table
 from causal_assets.core.labeling.trials import TrialRun, run_trials
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
-from causal_assets.defs.retries import LLM_RETRY, infrastructure_retries
+from causal_assets.retries import LLM_RETRY, infrastructure_retries
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = "labels"

@@ -35,7 +35,7 @@ from causal_assets.core.labeling.shards import shard_questions, shard_slice
 from causal_assets.defs.corpus import EmbeddingConfig
 from causal_assets.defs.labels import MonteCarloConfig, mc_config, trials_of
 from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
-from causal_assets.defs.retries import LLM_RETRY, infrastructure_retries
+from causal_assets.retries import LLM_RETRY, infrastructure_retries
 from causal_assets.resources import LLM, SETTINGS, BenchmarkRegistry, Storage
 
 GROUP = "scale_out"

@@ -27,7 +27,7 @@ from causal_assets.core.paths import QUESTION_CORPUS
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.jobs import search_job
 from causal_assets.defs.partitions import query_partitions
-from causal_assets.defs.retries import LLM_RETRY, infrastructure_retries
+from causal_assets.retries import LLM_RETRY, infrastructure_retries
 from causal_assets.resources import ANN, LLM, SETTINGS, CorpusRegistry, Storage
 
 GROUP = "search"
@@ -68,7 +68,7 @@ def retrieval_results(context: AssetExecutionContext, config: SearchConfig, stor
     yield check_result("retrieval_results", "ranking_valid", check_ranked_results(frame, ["query_id"], doc="chunk_id"))
 
 
-# Retried only on an infrastructure failure (defs/retries.py), which includes a local server that died.
+# Retried only on an infrastructure failure (retries.py), which includes a local server that died.
 @asset(partitions_def=query_partitions, group_name=GROUP, kinds={"openai", "parquet"}, pool="llm",
        retry_policy=LLM_RETRY,
        metadata={"duckdb_aliases": ["causal_search_runs"]},

@@ -1,4 +1,4 @@
-"""Step retries of the LLM steps (defs/retries.py): only an infrastructure failure that can go away is retried; a
+"""Step retries of the LLM steps (retries.py): only an infrastructure failure that can go away is retried; a
 corrupt input or a bug fails at once (probe 3 #10: a truncated graph_nodes cost ~45 s of retries before the same
 error). And what a retry meets: a local llama.cpp server that died or hung is started again (probe 3 #1: every
 attempt of a run went to the same dead port, or waited 120 s on a stopped server, 5 times per step attempt)."""
@@ -10,15 +10,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from dagster import DagsterEventType, DagsterInstance, Output, RetryPolicy, build_resources, job, materialize, op
+import pandas as pd
+from dagster import (DagsterEventType, DagsterInstance, Output, RetryPolicy, asset, build_resources, job, materialize,
+                     op)
 
 from causal_assets.commands.build import failure_line
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.errors import LLMInfrastructureError
 from causal_assets.core.local_search import inbox
-from causal_assets.defs.retries import infrastructure_retries
+from causal_assets.retries import infrastructure_retries
 from causal_assets.defs.search import causal_search, query_partitions
-from causal_assets.resources import LLM, Storage
+from causal_assets.resources import LLM, ParquetIOManagerFactory, Storage
 
 
 def _attempts(result) -> int:
@@ -81,6 +83,27 @@ def test_causal_search_fails_at_once_on_a_corrupt_input(tmp_path):
     assert not result.success
     assert _attempts(result) == 1 and seconds < 8   # was 3 attempts, 10 s and 20 s apart
     assert "ArrowInvalid" in failure_line(result)
+
+
+
+@asset
+def pools() -> pd.DataFrame:
+    return pd.DataFrame({"question_id": ["q1"]})
+
+
+@asset(retry_policy=RetryPolicy(max_retries=2))
+def trials(pools: pd.DataFrame) -> pd.DataFrame:   # as mc_trials reads candidate_pools: through the IO manager
+    return pools
+
+
+def test_a_corrupt_input_the_io_manager_loads_fails_at_once_naming_the_file(tmp_path):
+    storage = Storage(base_path=str(tmp_path / "parquet"), catalog_path=str(tmp_path / "catalog.duckdb"))
+    resources = {"io_manager": ParquetIOManagerFactory(storage=storage)}
+    assert materialize([pools], resources=resources).success
+    (tmp_path / "parquet" / "pools.parquet").write_bytes(b"PAR1 truncated")
+    result = materialize([pools, trials], selection=[trials], resources=resources, raise_on_error=False)
+    assert not result.success and _attempts(result) == 1
+    assert failure_line(result).startswith(f"step trials failed: {tmp_path / 'parquet' / 'pools.parquet'}: pyarrow")
 
 
 @pytest.mark.llm

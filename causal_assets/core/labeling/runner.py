@@ -172,7 +172,7 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
         if out.stopped:
             break
         if errors_in_a_row >= config.max_consecutive_errors:
-            # an outage, not the question's failure: the step retries it (defs/retries.py)
+            # an outage, not the question's failure: the step retries it (retries.py)
             raise LLMInfrastructureError(f"question {question_id}: {errors_in_a_row} batches in a row had "
                                          "infrastructure errors; completed calls are cached, re-run to resume",
                                          kind="outage")

@@ -1,9 +1,11 @@
-"""Step retries of the LLM steps: only a failure that can go away is retried.
+"""Step retries: only a failure that can go away is retried.
 
 Dagster's RetryPolicy retries every exception: a corrupt Parquet input or a bug failed the same way three times,
-after ~45 s of backoff. Under `infrastructure_retries`, an `LLMInfrastructureError` that can go away (endpoint
-down, connection refused, timeout, 5xx, a dead local server; not a bad key or URL: `transient`) still meets
-`LLM_RETRY`; any other exception becomes a `Failure(allow_retries=False)`, which Dagster fails at once.
+after ~45 s of backoff. Under `only_infrastructure_retried`, an `LLMInfrastructureError` that can go away
+(endpoint down, connection refused, timeout, 5xx, a dead local server; not a bad key or URL: `transient`) still
+meets the step's policy (`LLM_RETRY`); any other exception becomes a `Failure(allow_retries=False)`, which Dagster
+fails at once. The LLM assets' compute functions run under it (`infrastructure_retries`), and so does the Parquet
+IO manager's loading of their inputs, which happens before the compute function.
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ LLM_RETRY = RetryPolicy(max_retries=2, delay=10, backoff=Backoff.EXPONENTIAL)
 
 
 @contextmanager
-def _only_infrastructure_retried():
+def only_infrastructure_retried(what: str | None = None):
+    """Exceptions of the block other than transient infrastructure failures are not retried; `what` (e.g. the
+    file being read) opens the failure's message."""
     try:
         yield
     except (Failure, RetryRequested, DagsterError):
@@ -28,7 +32,9 @@ def _only_infrastructure_retried():
     except Exception as exc:
         if isinstance(exc, LLMInfrastructureError) and exc.transient:
             raise
-        raise Failure(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}", allow_retries=False) from exc
+        cls = type(exc).__qualname__ if type(exc).__module__ == "builtins" else \
+            f"{type(exc).__module__}.{type(exc).__qualname__}"
+        raise Failure(f"{what + ': ' if what else ''}{cls}: {exc}", allow_retries=False) from exc
 
 
 def infrastructure_retries(fn):
@@ -37,12 +43,12 @@ def infrastructure_retries(fn):
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def yielding(*args, **kwargs):
-            with _only_infrastructure_retried():
+            with only_infrastructure_retried():
                 yield from fn(*args, **kwargs)
         return yielding
 
     @functools.wraps(fn)
     def returning(*args, **kwargs):
-        with _only_infrastructure_retried():
+        with only_infrastructure_retried():
             return fn(*args, **kwargs)
     return returning
