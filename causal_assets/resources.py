@@ -25,6 +25,7 @@ from causal_assets.core.corpus.registry import CorpusSpec, available_corpora, lo
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.dense import DEFAULT_BACKEND
 from causal_assets.core.storage import check_within, read_parquet, write_parquet_atomic
+from causal_assets.retries import only_infrastructure_retried
 from causal_assets.settings import Settings
 
 # The environment's settings, read once when the code location loads (causal_assets/settings.py: every variable).
@@ -199,6 +200,15 @@ class LLM(ConfigurableResource):
     def client(self) -> LLMClient:
         """The cached client; the local server starts on first use only, so steps that may not need an LLM
         (e.g. an evaluation without LLM-backed retrievers) pay nothing."""
+        if self._server is not None and (died := self._server.failure()):
+            # killed, crashed, or killed by its watchdog as hung: the next attempt gets a new one (a run's resources
+            # are set up once, so without this every step retry met the same dead port)
+            if self._log:
+                self._log.warning(f"{died}: starting a new local server")
+            self._server.stop()
+            self._server = None
+            self._client.close()
+            self._client = None
         if self._client is None:
             base_url = self.base_url
             if base_url is None:
@@ -217,7 +227,8 @@ class LLM(ConfigurableResource):
             self._client = LLMClient(base_url, self.model, api_key=self.api_key, cache=CallCache(self.cache_path),
                                      timeout_s=self.timeout_s, max_retries=self.max_retries,
                                      max_concurrency=self.max_concurrency, budget=budget,
-                                     cache_endpoint=self.base_url)
+                                     cache_endpoint=self.base_url,
+                                     server_failure=self._server.failure if self._server else None)
         return self._client
 
 
@@ -266,7 +277,9 @@ class ParquetIOManager(UPathIOManager):
         context.add_output_metadata(metadata)
 
     def load_from_path(self, context: InputContext, path: UPath) -> pd.DataFrame:
-        return read_parquet(check_within(self._base_path, path))
+        # an unreadable input fails the same way on every attempt of a retried step; the message names the file
+        with only_infrastructure_retried(str(path)):
+            return read_parquet(check_within(self._base_path, path))
 
 
 class ParquetIOManagerFactory(ConfigurableIOManagerFactory):

@@ -178,7 +178,10 @@ def failure_line(result) -> str:
                                              or err.cls_name == "RetryRequestedFromPolicy"):
                 err = err.cause
             first = (err.message or "").strip().splitlines()
-            return f"step {event.step_key} failed: {first[-1] if first else err.cls_name}"
+            line = first[-1] if first else err.cls_name
+            if err.cls_name == "Failure":  # its description is the message (retries.py's names the cause's class)
+                line = line.split("Failure: ", 1)[-1]
+            return f"step {event.step_key} failed: {line}"
     return "the run failed"
 
 

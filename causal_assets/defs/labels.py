@@ -11,8 +11,8 @@ import json
 
 import pandas as pd
 import yaml
-from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Backoff, Config, Failure,
-                     MetadataValue, Output, RetryPolicy, asset, multi_asset)
+from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Config, Failure, MetadataValue, Output,
+                     asset, multi_asset)
 
 from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_labels, check_pools, check_trials_from_ok_calls
@@ -23,6 +23,7 @@ from causal_assets.core.labeling.runner import LabelingParams, label_table
 from causal_assets.core.labeling.trials import TrialRun, run_trials
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
+from causal_assets.retries import LLM_RETRY, infrastructure_retries
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = "labels"
@@ -89,7 +90,7 @@ def trials_of(context: AssetExecutionContext, spec, cfg: LabelingParams, llm: LL
 
 @multi_asset(
     partitions_def=benchmark_partitions, group_name=GROUP, pool="llm",
-    retry_policy=RetryPolicy(max_retries=2, delay=10, backoff=Backoff.EXPONENTIAL),
+    retry_policy=LLM_RETRY,
     # Checks live in the op itself: they run per partition, on the exact data just written.
     check_specs=[AssetCheckSpec("no_trial_from_errored_call", asset="mc_trials", blocking=True,
                                 description="No trial was recorded from an errored call.")],
@@ -98,6 +99,7 @@ def trials_of(context: AssetExecutionContext, spec, cfg: LabelingParams, llm: LL
           "solver_calls": AssetOut(kinds={"parquet"}, description="Every solver call (scoring or generating), ok "
                                    "or errored, with tokens and latency.")},
 )
+@infrastructure_retries
 def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM,
               benchmark_registry: BenchmarkRegistry, candidate_pools: pd.DataFrame):
     """Blind-solver trials on random context subsets. Errored calls are journalled, never counted as trials."""

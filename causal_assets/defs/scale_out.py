@@ -25,9 +25,9 @@ import time
 import warnings
 
 import pandas as pd
-from dagster import (AssetExecutionContext, AssetIn, Backoff, BetaWarning, MaterializeResult,
-                     MultiPartitionsDefinition, MultiToSingleDimensionPartitionMapping, RetryPolicy,
-                     StaticPartitionsDefinition, asset)
+from dagster import (AssetExecutionContext, AssetIn, BetaWarning, MaterializeResult,
+                     MultiPartitionsDefinition, MultiToSingleDimensionPartitionMapping, StaticPartitionsDefinition,
+                     asset)
 
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import EmbeddingCache, embed_incremental
@@ -35,6 +35,7 @@ from causal_assets.core.labeling.shards import shard_questions, shard_slice
 from causal_assets.defs.corpus import EmbeddingConfig
 from causal_assets.defs.labels import MonteCarloConfig, mc_config, trials_of
 from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
+from causal_assets.retries import LLM_RETRY, infrastructure_retries
 from causal_assets.resources import LLM, SETTINGS, BenchmarkRegistry, Storage
 
 GROUP = "scale_out"
@@ -94,7 +95,8 @@ label_shard_partitions = MultiPartitionsDefinition({
 
 @asset(partitions_def=label_shard_partitions, group_name=GROUP, pool="llm", kinds={"openai"},
        ins={"candidate_pools": AssetIn(partition_mapping=shards_to_benchmark)},
-       retry_policy=RetryPolicy(max_retries=2, delay=10, backoff=Backoff.EXPONENTIAL))
+       retry_policy=LLM_RETRY)
+@infrastructure_retries
 def mc_trial_shards(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM,
                     benchmark_registry: BenchmarkRegistry, candidate_pools: pd.DataFrame) -> MaterializeResult:
     """Blind-solver trials for one question range of one benchmark, paid into the LLM call cache."""

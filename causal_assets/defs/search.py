@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Backoff, Config, DefaultSensorStatus,
-                     MetadataValue, Output, RetryPolicy, RunRequest, SensorEvaluationContext, SensorResult, asset,
-                     sensor)
+from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Config, DefaultSensorStatus,
+                     MetadataValue, Output, RunRequest, SensorEvaluationContext, SensorResult, asset, sensor)
 
 from causal_assets.core.checks import check_ranked_results
 from causal_assets.core.errors import ConfigError
@@ -28,6 +27,7 @@ from causal_assets.core.paths import QUESTION_CORPUS
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.jobs import search_job
 from causal_assets.defs.partitions import query_partitions
+from causal_assets.retries import LLM_RETRY, infrastructure_retries
 from causal_assets.resources import ANN, LLM, SETTINGS, CorpusRegistry, Storage
 
 GROUP = "search"
@@ -68,11 +68,12 @@ def retrieval_results(context: AssetExecutionContext, config: SearchConfig, stor
     yield check_result("retrieval_results", "ranking_valid", check_ranked_results(frame, ["query_id"], doc="chunk_id"))
 
 
-# The LLM client already retries single calls; the step retry covers an endpoint down for longer than that.
+# Retried only on an infrastructure failure (retries.py), which includes a local server that died.
 @asset(partitions_def=query_partitions, group_name=GROUP, kinds={"openai", "parquet"}, pool="llm",
-       retry_policy=RetryPolicy(max_retries=2, delay=10, backoff=Backoff.EXPONENTIAL),
+       retry_policy=LLM_RETRY,
        metadata={"duckdb_aliases": ["causal_search_runs"]},
        deps=_deps(CHUNKS, "graph_nodes", "graph_edges", "graph_entity_embeddings"))
+@infrastructure_retries
 def causal_search(context: AssetExecutionContext, config: SearchConfig, storage: Storage, llm: LLM) -> Output[pd.DataFrame]:
     """Answer a submitted question from the corpus graph: the entities nearest the question, their relationships,
     text units and communities (within a token budget) go to the LLM, which writes a causal analysis report and

@@ -218,3 +218,27 @@ def test_a_vectors_table_names_its_model_relative_to_itself(tmp_path):
         assert dense.resolve_model_reference(name, table) == name
     assert Embedder(str(model)).reference == str(model)
     assert Embedder(str(model), reference=reference).reference == reference
+
+
+def test_a_stopped_corpus_embedding_keeps_its_blocks_and_the_next_encodes_only_the_rest(tmp_path):
+    """repro_4: `build` stopped at 2560/5183 texts of corpus_embeddings kept nothing and started again from 0."""
+    n = 2 * dense.CACHE_BLOCK + 100
+    texts = [f"text {i}" * (1 + i % 3) for i in range(n)]
+    hashes = [f"h{i}" for i in range(n)]
+    cache = EmbeddingCache(tmp_path, DEFAULT_MODEL, "torch")
+
+    def ctrl_c_past_two_blocks(done, total):
+        if done > 2 * dense.CACHE_BLOCK:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        embed_incremental(texts, hashes, FakeEmbedder("torch"), cache, "c", progress=ctrl_c_past_two_blocks)
+    assert len(cache.load()) == 2 * dense.CACHE_BLOCK
+    # a save killed half-way leaves only its hidden temporary file, which the cache never reads
+    (cache.dir / ".c.parquet.0123.tmp").write_bytes(b"PAR1 half a file")
+    vectors, stats = embed_incremental(texts, hashes, FakeEmbedder("torch"), cache, "c")
+    assert stats["embedded"] == 100 and stats["cache_hits"] == 2 * dense.CACHE_BLOCK
+    full, _ = embed_incremental(texts, hashes, FakeEmbedder("torch"),
+                                EmbeddingCache(tmp_path / "fresh", DEFAULT_MODEL, "torch"), "c")
+    assert np.allclose(vectors, full)
+    assert [f.name for f in cache.dir.glob("*.parquet")] == ["c.parquet"]  # the parts folded into one file

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Callable
@@ -197,7 +198,11 @@ def torch_threads(n: int | None):
 
 class EmbeddingCache:
     """content_hash -> vector, one Parquet file per (model, backend, corpus) under `root`; lookups see every corpus
-    of the model on that backend, never another backend's vectors (see `cache_key`)."""
+    of the model on that backend, never another backend's vectors (see `cache_key`).
+
+    A long encoding saves as it goes (`encode_resumable`): each block is a part file `<name>.part-<id>.parquet`
+    until `save` writes `<name>.parquet` whole and removes the parts. Every file is written to a hidden temporary
+    name and renamed, so a run killed while saving leaves the cache as it was before that save."""
 
     def __init__(self, root: str | UPath, model: str, backend: str = DEFAULT_BACKEND):
         self.model, self.backend = model, check_backend(backend)
@@ -219,12 +224,41 @@ class EmbeddingCache:
     def save(self, corpus: str, hashes: list[str], vectors: np.ndarray) -> None:
         write_parquet_atomic(pd.DataFrame({"content_hash": hashes, "embedding": list(vectors)}),
                              self.dir / f"{corpus}.parquet")
+        for part in self.dir.glob(f"{corpus}.part-*.parquet"):  # now in the whole file
+            part.unlink()
+
+    def save_part(self, corpus: str, hashes: list[str], vectors: np.ndarray) -> None:
+        # A fresh id per part: a run resumed after a stop must not overwrite the parts it resumed from.
+        write_parquet_atomic(pd.DataFrame({"content_hash": hashes, "embedding": list(vectors)}),
+                             self.dir / f"{corpus}.part-{uuid.uuid4().hex[:12]}.parquet")
+
+
+CACHE_BLOCK = 512  # texts per part file: what a stopped encoding can lose at most
+
+
+def encode_resumable(todo: list[str], text_of: dict[str, str], encode: Callable[[list[str], int], np.ndarray],
+                     known: dict[str, np.ndarray], cache: EmbeddingCache | None, name: str,
+                     done: Callable[[int], None] | None = None, block: int = CACHE_BLOCK) -> None:
+    """Encode the texts of the content hashes `todo` into `known`, `block` texts at a time; with a `cache`, each
+    block is saved as a part of `name` as soon as it is encoded, so a stopped run keeps its work and the next
+    one (which loads the parts) encodes only the rest. `encode(texts, n_before)` gets how many texts earlier
+    blocks encoded (for progress); `done(n)` hears the count after each block."""
+    for start in range(0, len(todo), block):
+        part = todo[start:start + block]
+        vectors = np.asarray(encode([text_of[h] for h in part], start), dtype=np.float32)
+        known.update(zip(part, vectors))
+        if cache is not None:
+            cache.save_part(name, part, vectors)
+        if done:
+            done(start + len(part))
 
 
 def embed_incremental(texts: list[str], hashes: list[str], embedder: Embedder, cache: EmbeddingCache | None,
                       corpus: str, progress: Callable[[int, int], None] | None = None,
-                      log: Callable[[str], None] | None = None, log_interval_s: float = 15.0) -> tuple[np.ndarray, dict]:
+                      log: Callable[[str], None] | None = None, log_interval_s: float = 15.0,
+                      block: int = CACHE_BLOCK) -> tuple[np.ndarray, dict]:
     """Embeddings for `texts`, encoding only those whose content hash is not cached. Returns (vectors, stats).
+    New vectors reach the cache block by block (`encode_resumable`): a stopped run keeps what it encoded.
     `log` (e.g. a step logger's `info`) hears texts done / total, rate and ETA every `log_interval_s` seconds."""
     if cache is not None and (cache.model, cache.backend) != (embedder.model_name, embedder.backend):
         raise ValueError(f"embedding cache for {cache.model}/{cache.backend} used with an embedder of "
@@ -241,8 +275,15 @@ def embed_incremental(texts: list[str], hashes: list[str], embedder: Embedder, c
     if unique_missing:  # nothing new: never even load the model
         reporter = ProgressLog(log, f"embedding {corpus} ({embedder.backend})", "texts",
                                interval_s=log_interval_s) if log else None
-        known.update(zip(unique_missing, embedder.encode([first_text[h] for h in unique_missing],
-                                                         chain(progress, reporter))))
+        heard = chain(progress, reporter)
+        total = len(unique_missing)
+        # by length, so each block holds similar lengths (little padding), as one encode call would sort them
+        unique_missing.sort(key=lambda h: len(first_text[h]))
+
+        def encode(block: list[str], before: int) -> np.ndarray:
+            return embedder.encode(block, heard and (lambda d, _t: heard(before + d, total)))
+
+        encode_resumable(unique_missing, first_text, encode, known, cache, corpus, block=block)
     elif log:
         log(f"embedding {corpus}: all {len(texts)} texts cached, nothing to encode")
     t2 = time.perf_counter()

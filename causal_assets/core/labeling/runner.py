@@ -23,7 +23,7 @@ from causal_assets.core.labeling.design import balanced_design, bernoulli_design
 from causal_assets.core.labeling.estimators import AdaptiveLabeler, LabelingResult, naive, regression
 from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver, answer_continuations
 from causal_assets.core.labeling.validators import validate
-from causal_assets.core.llm.errors import BudgetExceeded, LLMError
+from causal_assets.core.llm.errors import BudgetExceeded, LLMInfrastructureError
 
 OUTCOMES = ("likelihood", "qa_likelihood", "success", "both")
 ESTIMATORS = ("adaptive", "regression", "naive")
@@ -172,8 +172,10 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
         if out.stopped:
             break
         if errors_in_a_row >= config.max_consecutive_errors:
-            raise LLMError(f"question {question_id}: {errors_in_a_row} batches in a row had infrastructure "
-                           "errors; completed calls are cached, re-run to resume")
+            # an outage, not the question's failure: the step retries it (retries.py)
+            raise LLMInfrastructureError(f"question {question_id}: {errors_in_a_row} batches in a row had "
+                                         "infrastructure errors; completed calls are cached, re-run to resume",
+                                         kind="outage")
         if labeler is None:
             # fixed designs: retry only the errored subsets, once per batch
             pending = np.array(failed_rows, dtype=bool).reshape(-1, len(pool))

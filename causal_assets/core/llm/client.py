@@ -16,6 +16,8 @@ Failure contract:
     seconds is cut off once `timeout_s` has passed (kind "timeout").
   * a response body larger than `max_response_bytes` is refused (kind "too_large", not retried, not cached).
   * `BudgetExceeded` before an uncached call would exceed the run's `CallBudget`.
+  * with `server_failure` (a local server's `failure()`), a failed attempt against a server that died is not
+    retried: `LLMInfrastructureError` of kind "local_server_died" at once, naming the server's log.
 The cache key includes the endpoint (`cache_endpoint`, by default the base URL; `None` keeps the endpoint out,
 which the default local server uses since its port changes every start).
 The API key is never logged, stored, put in exception messages or shown in reprs.
@@ -30,7 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from causal_assets.core.urls import has_credentials, without_credentials
 
@@ -135,7 +137,8 @@ class LLMClient:
                  cache: CallCache | None = None, timeout_s: float = 60, max_retries: int = 4,
                  backoff_s: float = 0.5, max_concurrency: int = 2, *, budget: CallBudget | None = None,
                  max_backoff_s: float = 30.0, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-                 cache_endpoint: str | None | object = _FROM_BASE_URL, error_text: re.Pattern | None = ERROR_TEXT):
+                 cache_endpoint: str | None | object = _FROM_BASE_URL, error_text: re.Pattern | None = ERROR_TEXT,
+                 server_failure: Callable[[], str | None] | None = None):
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
         if base_url and has_credentials(base_url):
@@ -154,6 +157,8 @@ class LLMClient:
         self.budget = budget
         self.max_response_bytes = max_response_bytes
         self.error_text = error_text
+        # a local server's `failure()`: once it names a dead server, retrying against its port is pointless
+        self.server_failure = server_failure
         self.cache_endpoint = base_url if cache_endpoint is _FROM_BASE_URL else cache_endpoint
         self._api_key = Secret(api_key or NO_KEY)  # the caller passes the key (resources: EnvVar of settings)
         # the openai SDK (~0.7 s to import) is loaded here, by the first client, not by every process that loads
@@ -387,8 +392,11 @@ class LLMClient:
             except Exception as exc:  # noqa: BLE001 - classified below; nothing escapes unredacted
                 total_latency += time.monotonic() - t0
                 err_kind, retryable, retry_after = self._classify(exc)
-                last_kind = err_kind
                 last_msg = self._redact(f"{type(exc).__name__}: {exc}")[:2000]
+                died = self.server_failure() if self.server_failure and retryable else None
+                if died:
+                    err_kind, retryable, last_msg = "local_server_died", False, f"{last_msg} ({died})"
+                last_kind = err_kind
                 if retryable and attempts <= self.max_retries:
                     delay = self._sleep_before_retry(attempts - 1, retry_after)
                     log.warning("llm %s attempt %d/%d failed (%s): %s; retrying in %.2fs", kind, attempts,

@@ -14,7 +14,17 @@ class LLMInfrastructureError(LLMError):
     def __init__(self, message: str, *, attempts: int = 0, kind: str = "unknown"):
         super().__init__(message)
         self.attempts = attempts
-        self.kind = kind  # timeout | connection | rate_limit | server_error | malformed | auth | config | unknown
+        # timeout | connection | rate_limit | server_error | malformed | error_text | too_large | auth | config |
+        # local_server_died | outage (the labelling loop: batches in a row failed) | unknown
+        self.kind = kind
+
+    @property
+    def transient(self) -> bool:
+        """Whether the same call may succeed later (a bad key, a wrong URL or model, an oversize answer: no)."""
+        return self.kind not in PERMANENT_KINDS
+
+
+PERMANENT_KINDS = frozenset({"auth", "config", "too_large"})
 
 
 class LLMRequestError(LLMError):

@@ -5,7 +5,9 @@
 
 The server runs in its own process group (so `stop()` also reaps anything it spawned), exits by itself when
 the process that started it dies (even by SIGKILL: see parent_guard.py), binds 127.0.0.1 only unless
-`allow_non_loopback=True`, and writes its log to `log_path`.
+`allow_non_loopback=True`, and writes its log to `log_path`. A watchdog thread kills it once it has been stopped
+(SIGSTOP) for `stopped_grace_s`: a stopped server holds every request until its client's timeout; killed, it
+fails them at once, and `failure()` says why, so its owner can start another.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -56,6 +59,19 @@ def default_model_path() -> Path:
 # supervisor thread (stop_all, then os._exit); the supervisor must wait for a stop another thread began, or it
 # exits before the server is gone.
 _UNREAPED: "dict[int, subprocess.Popen]" = {}
+
+WATCH_S = 0.5  # how often the watchdog looks at the server process
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of /proc/<pid>/stat (R, S, D, T = stopped, ...); None where there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2:][:1].decode()
+    except (OSError, ValueError):
+        return None
+
 
 # An interrupted run abandons its server: nothing in it is worth a graceful shutdown (the model and llama.cpp's
 # prompt cache live in memory), and a server still loading its model was measured to outlast a 5-s SIGTERM grace.
@@ -118,7 +134,8 @@ class LocalLlamaServer:
                  port: int | None = None, n_ctx: int = 4096, n_threads: int = 2,
                  alias: str = "smollm2-135m-instruct", startup_timeout_s: float = 120,
                  *, allow_non_loopback: bool = False, log_path: str | os.PathLike | None = None,
-                 python: str | None = None, extra_args: tuple[str, ...] = (), stop_grace_s: float = 5.0):
+                 python: str | None = None, extra_args: tuple[str, ...] = (), stop_grace_s: float = 5.0,
+                 stopped_grace_s: float = 2.0):
         if host not in LOOPBACK_HOSTS and not allow_non_loopback:
             raise ValueError(f"refusing to bind the LLM server to {host!r}: only 127.0.0.1 is allowed "
                              "unless allow_non_loopback=True")
@@ -134,6 +151,9 @@ class LocalLlamaServer:
         self.python = python or sys.executable
         self.extra_args = tuple(extra_args)
         self.stop_grace_s = stop_grace_s
+        self.stopped_grace_s = stopped_grace_s
+        self._killed_because: str | None = None
+        self._watching: threading.Event | None = None
         self.log_path = Path(log_path) if log_path is not None else None
         self.startup_s: float | None = None
         self._proc: subprocess.Popen | None = None
@@ -154,6 +174,15 @@ class LocalLlamaServer:
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    def failure(self) -> str | None:
+        """Why the started server can no longer answer, naming its log (None while it runs, or after `stop()`)."""
+        proc = self._proc
+        if proc is None or proc.poll() is None:
+            return None
+        code = proc.returncode
+        how = self._killed_because or (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+        return f"the local llama.cpp server (pid {proc.pid}) {how}; its log: {self.log_path}"
 
     def command(self) -> list[str]:
         # Through parent_guard: the server exits when the process that started it dies, even by SIGKILL.
@@ -192,7 +221,26 @@ class LocalLlamaServer:
             raise
         self.startup_s = time.monotonic() - t0
         log.info("llama server ready in %.2fs", self.startup_s)
+        self._killed_because = None
+        self._watching = threading.Event()
+        threading.Thread(target=self._watch, args=(self._proc, self._watching), name="llama-watchdog",
+                         daemon=True).start()
         return self
+
+    def _watch(self, proc: subprocess.Popen, done: threading.Event) -> None:
+        """Kill the server once it has been stopped (SIGSTOP, state T) for `stopped_grace_s`."""
+        stopped_since = None
+        while not done.wait(WATCH_S) and proc.poll() is None:
+            if _process_state(proc.pid) != "T":
+                stopped_since = None
+                continue
+            stopped_since = stopped_since or time.monotonic()
+            if time.monotonic() - stopped_since >= self.stopped_grace_s:
+                self._killed_because = (f"was stopped (SIGSTOP) for {self.stopped_grace_s:g} s and killed, as a hung "
+                                        "server")
+                log.warning("llama server pid %s %s", proc.pid, self._killed_because)
+                _kill_group(proc, 0)  # a stopped process cannot act on SIGTERM: SIGKILL at once
+                return
 
     def _wait_ready(self, t0: float) -> None:
         url = f"{self.base_url}/models"
@@ -215,6 +263,9 @@ class LocalLlamaServer:
     def stop(self) -> None:
         """Kill the server's process group (SIGTERM, then SIGKILL). Idempotent."""
         proc, self._proc = self._proc, None
+        if self._watching is not None:
+            self._watching.set()
+            self._watching = None
         if proc is not None:
             _kill_group(proc, self.stop_grace_s)
             log.info("stopped llama server pid=%s (exit %s)", proc.pid, proc.returncode)

@@ -14,10 +14,10 @@ import pandas as pd
 
 from causal_assets.core.corpus.chunk import content_hash
 from causal_assets.core.graph.store import CODE_KINDS
+from causal_assets.core.index.dense import CACHE_BLOCK, encode_resumable
 from causal_assets.core.progress import Progress
 
 TEXT_ENTITY = "entity"
-BLOCK = 512  # texts per cache write: what a stopped build can lose at most
 
 
 def entity_nodes(nodes: pd.DataFrame) -> pd.DataFrame:
@@ -40,9 +40,10 @@ def entity_texts(entities: pd.DataFrame) -> list[str]:
 
 
 def embed_entities(nodes: pd.DataFrame, encode: Callable[[list[str]], np.ndarray], cache, cache_name: str,
-                   emit: Callable[[str], None] | None = None, block: int = BLOCK) -> tuple[pd.DataFrame, dict]:
+                   emit: Callable[[str], None] | None = None, block: int = CACHE_BLOCK) -> tuple[pd.DataFrame, dict]:
     """(frame of node_id, content_hash, embedding; stats). `cache` is an `EmbeddingCache`: vectors already in it
-    are reused, new ones are saved under `cache_name` after every `block` texts, with a progress line each time."""
+    are reused, new ones are saved under `cache_name` after every `block` texts (`encode_resumable`), with a
+    progress line each time."""
     entities = entity_nodes(nodes)
     texts = entity_texts(entities)
     hashes = [content_hash(t) for t in texts]
@@ -52,13 +53,11 @@ def embed_entities(nodes: pd.DataFrame, encode: Callable[[list[str]], np.ndarray
     for h, t in zip(hashes, texts):
         first.setdefault(h, t)
     progress = Progress(len(todo), "embedding entity descriptions", emit, every_s=0.0)
-    own = [h for h in dict.fromkeys(hashes) if h in known]  # this graph's vectors already cached
-    for start in range(0, len(todo), block):
-        part = todo[start:start + block]
-        known.update(zip(part, np.asarray(encode([first[h] for h in part]), dtype=np.float32)))
-        own += part
+    encode_resumable(todo, first, lambda texts, _before: encode(texts), known, cache, cache_name,
+                     done=progress.update, block=block)
+    if todo:  # this graph's vectors in one file (the parts written on the way are folded into it)
+        own = list(dict.fromkeys(hashes))
         cache.save(cache_name, own, np.stack([known[h] for h in own]))
-        progress.update(start + len(part))
     vectors = np.stack([known[h] for h in hashes]).astype(np.float32) if hashes else np.zeros((0, 0), np.float32)
     frame = pd.DataFrame({"node_id": entities["node_id"], "content_hash": hashes, "embedding": list(vectors)})
     stats = {"entities": len(entities), "embedded": len(todo), "cache_hits": len(hashes) - len(todo),
