@@ -49,6 +49,12 @@ def search(args) -> int:
     if args.method in METHODS and params:   # these search the index as it is: a setting would be silently ignored
         raise ValueError(f"--method {args.method} takes no --params (given: {', '.join(sorted(params))})")
 
+    if args.method == "learned" and "model_path" not in params:
+        # the tuned models live beside the tuned configurations, which do not name a path the user could guess
+        fitted = sorted(args.settings.reports.glob("tuned/*/models/learned-*.joblib"), key=lambda p: -p.stat().st_mtime)
+        raise ValueError("--method learned needs --params '{\"model_path\": \"<file>\"}' (a model fitted by "
+                         "tuned_retriever_configs" + (f"; newest here: {fitted[0]}" if fitted else
+                                                      ": none under " + str(args.settings.reports / "tuned")) + ")")
     wanted = needs.required(dense=args.method in NEEDS_DENSE, graph=args.method in NEEDS_GRAPH)
     if needs.missing(args.base_path, args.corpus, wanted):
         # Building runs Dagster, whose import alone takes seconds: only imported when something is missing.

@@ -285,3 +285,16 @@ def test_the_command_exits_without_the_interpreters_teardown():
     assert (out.returncode, out.stdout.strip()) == (2, "exit handlers ran"), out.stderr
     assert "query is empty" in out.stderr and time.monotonic() - started < 60
 
+
+
+def test_learned_without_a_model_names_the_fitted_ones(tmp_path):
+    """`search --method learned` asked for a model_path that no table names (the tuned models are files under the
+    reports' tuned/ directory)."""
+    reports = tmp_path / "reports"
+    out = run_cli("search", "x", "--method", "learned", env={"CAUSAL_ASSETS_REPORTS": str(reports)})
+    assert out.returncode == 2 and f"none under {reports / 'tuned'}" in out.stderr, out.stderr
+    model = reports / "tuned" / "scifact" / "models" / "learned-0123.joblib"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"")
+    out = run_cli("search", "x", "--method", "learned", env={"CAUSAL_ASSETS_REPORTS": str(reports)})
+    assert out.returncode == 2 and f"newest here: {model}" in out.stderr, out.stderr
