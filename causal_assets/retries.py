@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from dagster import Backoff, DagsterError, Failure, RetryPolicy, RetryRequested
 
+from causal_assets.core.errors import CausalAssetsError
 from causal_assets.core.llm.errors import LLMInfrastructureError
 
 # The LLM client already retries single calls; the step retry covers an endpoint down for longer than that.
@@ -32,9 +33,15 @@ def only_infrastructure_retried(what: str | None = None):
     except Exception as exc:
         if isinstance(exc, LLMInfrastructureError) and exc.transient:
             raise
-        cls = type(exc).__qualname__ if type(exc).__module__ == "builtins" else \
-            f"{type(exc).__module__}.{type(exc).__qualname__}"
-        raise Failure(f"{what + ': ' if what else ''}{cls}: {exc}", allow_retries=False) from exc
+        if isinstance(exc, CausalAssetsError):   # ours: its message already names the file, field or value
+            text = str(exc)
+        else:
+            cls = type(exc).__qualname__ if type(exc).__module__ == "builtins" else \
+                f"{type(exc).__module__}.{type(exc).__qualname__}"
+            text = f"{cls}: {exc}"
+        if what and not text.startswith(what):
+            text = f"{what}: {text}"
+        raise Failure(text, allow_retries=False) from exc
 
 
 def infrastructure_retries(fn):

@@ -82,7 +82,7 @@ def test_causal_search_fails_at_once_on_a_corrupt_input(tmp_path):
     seconds = time.monotonic() - t0
     assert not result.success
     assert _attempts(result) == 1 and seconds < 8   # was 3 attempts, 10 s and 20 s apart
-    assert "ArrowInvalid" in failure_line(result)
+    assert failure_line(result).startswith(f"step causal_search failed: {nodes}: cannot read Parquet (")
 
 
 
@@ -103,7 +103,9 @@ def test_a_corrupt_input_the_io_manager_loads_fails_at_once_naming_the_file(tmp_
     (tmp_path / "parquet" / "pools.parquet").write_bytes(b"PAR1 truncated")
     result = materialize([pools, trials], selection=[trials], resources=resources, raise_on_error=False)
     assert not result.success and _attempts(result) == 1
-    assert failure_line(result).startswith(f"step trials failed: {tmp_path / 'parquet' / 'pools.parquet'}: pyarrow")
+    pools_file = tmp_path / "parquet" / "pools.parquet"
+    assert failure_line(result).startswith(f"step trials failed: {pools_file}: cannot read Parquet ("), \
+        failure_line(result)
 
 
 @pytest.mark.llm
