@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 
+import sqlalchemy.exc
 from dagster import AssetKey, DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.utils import make_new_run_id
@@ -27,7 +28,7 @@ from causal_assets.cli import EXIT_INTERRUPTED, EXIT_POOL_BLOCKED
 from causal_assets.commands import needs, say
 from causal_assets.core import progress
 from causal_assets.core.corpus.registry import require_available
-from causal_assets.core.errors import CausalAssetsError
+from causal_assets.core.errors import CausalAssetsError, first_line
 from causal_assets.core.llm.server import stop_all
 from causal_assets.core.progress import duration
 from causal_assets.core.storage import asset_path, read_parquet
@@ -59,8 +60,14 @@ NO_COMPUTE_LOGS = {"compute_logs": {"module": "dagster._core.storage.noop_comput
 def cli_instance() -> DagsterInstance:
     """The instance of $DAGSTER_HOME (default: the checkout's data/dagster_home, as in the README)."""
     home = str(Settings.from_env().dagster_home)
-    os.makedirs(home, exist_ok=True)
-    return DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=NO_COMPUTE_LOGS))
+    try:
+        os.makedirs(home, exist_ok=True)
+        instance = DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=NO_COMPUTE_LOGS))
+        instance.get_runs_count()   # the run database opens lazily: fail here, in one line, not inside a run
+    except (OSError, sqlalchemy.exc.SQLAlchemyError) as e:   # a read-only or full DAGSTER_HOME: a 70-line traceback
+        raise CausalAssetsError(f"Dagster instance {home} (DAGSTER_HOME) cannot be used: {first_line(e)}; it must be "
+                                "a writable directory") from None
+    return instance
 
 
 def quiet_run_config(verbose: bool) -> dict:

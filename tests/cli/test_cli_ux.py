@@ -298,3 +298,17 @@ def test_learned_without_a_model_names_the_fitted_ones(tmp_path):
     model.write_bytes(b"")
     out = run_cli("search", "x", "--method", "learned", env={"CAUSAL_ASSETS_REPORTS": str(reports)})
     assert out.returncode == 2 and f"newest here: {model}" in out.stderr, out.stderr
+
+
+def test_an_unusable_dagster_home_is_one_line(tmp_path):
+    """A read-only DAGSTER_HOME (here: one whose history/ is a file, as root ignores file modes) gave `ask` a
+    70-line traceback from the instance's storage."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "history").write_text("not a directory")
+    out = run_cli("--base-path", str(tmp_path / "pq"), "ask", "Who?", "--corpus", "default", "--no-build",
+                  env={"DAGSTER_HOME": str(home)})
+    assert out.returncode == 2, out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith(f"causal-assets: Dagster instance {home} (DAGSTER_HOME) cannot be used: ") and \
+        line.endswith("it must be a writable directory"), line
