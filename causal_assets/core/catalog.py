@@ -189,18 +189,13 @@ class DuckDBCatalog:
                                     "where not internal and not temporary").fetchall()
             notes = catalog.execute("select table_name, column_name, comment from duckdb_columns() "
                                     "where not internal and comment is not null").fetchall()
-        con = duckdb.connect(":memory:", config=config)
+        # no spill directory: an in-memory database's default (.tmp under the working directory) would be added to
+        # the directories a query may read
+        con = duckdb.connect(":memory:", config={**config, "temp_directory": ""})
         try:
             for fs in self._filesystems.values():
                 con.register_filesystem(fs)
-            for name, sql, comment in views:
-                m = _CREATE_VIEW.match(sql.strip().rstrip(";"))
-                if m:
-                    body = _PARQUET_PATH.sub(lambda p: self._absolute_literal(p), m.group(1))
-                    con.execute(f"create view {quote_ident(name)} as {body}")
-                    if comment:
-                        con.execute(f"comment on view {quote_ident(name)} is {quote_literal(comment)}")
-            copied = {name for name, _, _ in views}
+            copied = self._copy_views(con, views)
             for table, column, comment in notes:
                 if table in copied:
                     con.execute(f"comment on column {quote_ident(table)}.{quote_ident(column)} "
@@ -213,6 +208,33 @@ class DuckDBCatalog:
             con.close()
             raise
         return con
+
+    def _copy_views(self, con, views: list[tuple[str, str, str | None]]) -> set[str]:
+        """Create `views` (name, stored SQL, comment) in `con`, their Parquet paths made absolute, and return the
+        names created. A view over another (a user's, in the catalog) is created after it, whatever the listing
+        order; one whose SQL the rewrite does not recognise (a column list) is created as stored."""
+        pending, created = list(views), set()
+        while pending:
+            failed = []
+            for name, sql, comment in pending:
+                m = _CREATE_VIEW.match(sql.strip().rstrip(";"))
+                statement = (f"create view {quote_ident(name)} as "
+                             + _PARQUET_PATH.sub(lambda p: self._absolute_literal(p), m.group(1))) if m else sql
+                try:
+                    con.execute(statement)
+                except duckdb.CatalogException:   # it reads a view not created yet
+                    failed.append((name, sql, comment))
+                    continue
+                except duckdb.Error as e:   # its files are gone: the other views stay queryable
+                    log.warning("view %s left out of the SQL session: %s", name, first_line(e))
+                    continue
+                if comment:
+                    con.execute(f"comment on view {quote_ident(name)} is {quote_literal(comment)}")
+                created.add(name)
+            if len(failed) == len(pending):   # no progress: the rest read what does not exist; say why on use
+                break
+            pending = failed
+        return created
 
     def _absolute_literal(self, match: re.Match) -> str:
         path = match.group(2).replace("''", "'")

@@ -2,7 +2,6 @@
 `causal-assets sql` cannot write files, read outside the Parquet base or load extensions."""
 from __future__ import annotations
 
-import duckdb
 import pandas as pd
 import pytest
 
@@ -70,6 +69,20 @@ def test_sql_command_cannot_write_read_outside_the_base_or_load_extensions(tmp_p
                        "where table_name = 'corpus_chunks'")
     columns = len(pd.read_parquet(base / "corpus_chunks" / "default.parquet").columns)
     assert code == 0 and out.split()[-2:] == [str(columns), str(columns)], out
+    # a user's views in the catalog: one over a view it sorts before, one with a column list
+    with DuckDBCatalog(catalog_path).connect(read_only=False) as con:
+        con.execute("create view a_chunk_count as select count(*) as n from corpus_chunks")
+        con.execute("create view my_cols(x) as select 1")
+    for query in ("select n from a_chunk_count", "select x from my_cols"):
+        code, out, err = sql(query)
+        assert code == 0 and out.split()[-1] in ("1", "2"), (query, out, err)
+    # the in-memory session has no spill directory: DuckDB adds it (.tmp under the working directory) to the
+    # directories a query may read
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "notes.txt").write_text("secret-token-123")
+    code, out, err = sql("select content from read_text('.tmp/notes.txt')")
+    assert code == 2 and "secret-token-123" not in out + err, (out, err)
     code, out, _ = sql(f"select count(*) as n from '{base}/corpus_chunks/*.parquet'")  # the Parquet directly: fine
     assert code == 0 and "2" in out
     for query in (f"COPY (select 1) TO '{source}'", f"copy (select 1) to '{base}/corpus_chunks/x.parquet'",
