@@ -115,8 +115,9 @@ def entry_point() -> None:
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe: nothing more to say
+            if stream is not None:   # None: started with the descriptor closed (`>&-`)
+                stream.flush()
+        except (OSError, ValueError):  # a closed pipe or a full disk: nothing more can be said
             pass
     os._exit(code)
 

@@ -73,4 +73,7 @@ def run(args) -> int:
         if isinstance(e, (CausalAssetsError, ValueError)) and not args.verbose:
             say(str(e))
             return 2
+        if isinstance(e, OSError) and e.strerror and not args.verbose:   # e.g. the results' file on a full disk
+            say(f"{e.filename + ': ' if e.filename else ''}{e.strerror}")
+            return 1
         raise

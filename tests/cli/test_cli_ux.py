@@ -312,3 +312,17 @@ def test_an_unusable_dagster_home_is_one_line(tmp_path):
     [line] = out.stderr.strip().splitlines()
     assert line.startswith(f"causal-assets: Dagster instance {home} (DAGSTER_HOME) cannot be used: ") and \
         line.endswith("it must be a writable directory"), line
+
+
+@pytest.mark.parametrize("redirect, code", [(">&-", 0), ("> /dev/full", 1)])
+def test_results_to_a_closed_or_full_output_end_in_one_line(tmp_path, redirect, code):
+    """With stdout closed, the exit's flush met `sys.stdout is None` (a traceback, exit 1); on a full disk the
+    results' write was an OSError traceback."""
+    _tiny_index(tmp_path / "pq")
+    script = ("import sys; sys.argv = ['causal-assets', '--base-path', sys.argv[1], 'search', 'shortest path', "
+              "'-k', '1']; from causal_assets.cli import entry_point; entry_point()")
+    out = subprocess.run(["bash", "-c", f'"$0" -c "$1" "$2" {redirect}', sys.executable, script, str(tmp_path / "pq")],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == code and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines() == (["causal-assets: No space left on device"] if code else []), out.stderr
