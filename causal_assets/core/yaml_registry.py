@@ -80,6 +80,8 @@ def load_entries(path: str | Path, key: str, model: type[M]) -> dict[str, M]:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
         raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to read") from None
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
         raise ConfigError(f"{path}: expected a mapping with a {key!r} list")
     if _expands_past(data, MAX_VALUES):

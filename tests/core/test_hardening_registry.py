@@ -102,3 +102,13 @@ def test_malformed_hotpotqa_records_name_file_and_line(tmp_path, change, message
     path.write_text(json.dumps(GOOD) + "\n")
     chunks, questions = load_hotpotqa(path, "h")
     assert len(chunks) == 2 and questions[0].supporting_titles == ("T1",)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_a_registry_nested_too_deeply_is_one_error(tmp_path, suffix):
+    """20,000 nested lists gave a RecursionError traceback (a second probe)."""
+    path = tmp_path / f"benchmarks{suffix}"
+    path.write_text('{"benchmarks": ' + "[" * 20_000 + "]" * 20_000 + "}")
+    with pytest.raises(ConfigError, match=rf"benchmarks\{suffix}: nested too deeply to read"):
+        load_benchmark_registry(path)
+

@@ -106,6 +106,9 @@ def test_beir_bad_qrels(tmp_path):
     ('{"_id": " ", "text": "x"}', r"field '_id' is a blank id"),
     ('{"_id": "d1", "text": "fever \\ud800"}', r"corpus.jsonl:1: field 'text' holds an unpaired surrogate"),
     ('{"_id": "d1", "text": ' + "[" * 100_000 + "]" * 100_000 + "}", r"corpus.jsonl:1: JSON nested too deeply"),
+    # (a second probe) a bare ValueError naming no file; NaN became the text "nan"
+    ('{"_id": ' + "9" * 5000 + ', "text": "x"}', r"corpus.jsonl:1: malformed JSON \(Exceeds the limit"),
+    ('{"_id": "d1", "text": NaN}', r"corpus.jsonl:1: malformed JSON \(NaN is not a JSON value\)"),
 ])
 def test_beir_ids_and_texts_are_typed(tmp_path, corpus_line, message):
     """An id that is not a string or an integer became the chunk id 'None' or "['x']"; a lone surrogate passed

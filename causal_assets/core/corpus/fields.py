@@ -12,12 +12,19 @@ from causal_assets.core.errors import CorpusError
 def parse_json(where: str, line: str):
     """One JSON document; `where` names it (file and line, or the file of a whole-file document) in the error."""
     try:
-        return json.loads(line)
+        return json.loads(line, parse_constant=_not_json)
     except json.JSONDecodeError as e:
         at = f"{where}:{e.lineno}" if "\n" in line.rstrip() else where
         raise CorpusError(f"{at}: malformed JSON ({e.msg})") from None
     except RecursionError:
         raise CorpusError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError as e:   # an integer of more digits than Python converts (4,300), or NaN / Infinity
+        raise CorpusError(f"{where}: malformed JSON ({e})") from None
+
+
+def _not_json(constant: str):
+    """Python's json reads NaN and Infinity, which JSON does not have ("text": NaN became the text "nan")."""
+    raise ValueError(f"{constant} is not a JSON value")
 
 
 def text_value(where: str, field: str, value) -> str:
