@@ -51,6 +51,10 @@ def sql(args) -> int:
     try:
         with cat.connect_for_analysis(args.base_path) as con:
             print(con.sql(args.query).df().to_string(index=False))
+    except RuntimeError as e:
+        if "interrupted" not in str(e).lower():
+            raise
+        raise KeyboardInterrupt from None   # DuckDB's answer to Ctrl-C: the CLI's "interrupted", exit 130
     except duckdb.Error as e:
         say(f"sql: {str(e).splitlines()[0]}")
         return 2
