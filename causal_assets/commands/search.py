@@ -102,6 +102,10 @@ def search(args) -> int:
         if len(hits) < args.k:
             say(f"only {len(hits)} chunk(s) of corpus {args.corpus!r} contain a term of the query "
                 f"(try --method dense for more)")
+    elif len(hits) < args.k:
+        why = (f"entity_first ranks the corpus's shortlist of {len(hits)} (--params '{{\"shortlist\": {args.k}}}' "
+               f"for more)" if args.method == "entity_first" else f"{args.method} returned no more")
+        say(f"only {len(hits)} result(s): {why}")
     if args.json:
         print(json.dumps([h.__dict__ for h in hits], indent=2))
         return 0
