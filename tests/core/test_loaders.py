@@ -244,6 +244,12 @@ def test_folder_python_files_with_the_same_module_name_are_both_kept(tmp_path):
     assert "pkg.mod.f" in ids and "pkg.mod.py#0" in ids and "def g()" in chunks[ids.index("pkg.mod.py#0")].text
     assert report["skipped_name_clash"] == 1
     assert any(s.startswith("pkg.mod.py: ") and "pkg/mod.py" in s for s in report["skipped"])
+    # a text window's id `a.md#0` is also the name of module `a.md#0` (a second probe): the Python file is text
+    (tmp_path / "a.md").write_text("notes\n")
+    (tmp_path / "a.md#0.py").write_text('def g():\n    return 2\n')
+    chunks, report = load_folder(tmp_path, "clash")
+    ids = [c.chunk_id for c in chunks]
+    assert len(ids) == len(set(ids)) and {"a.md#0", "a.md#0.py#0"} <= set(ids) and report["skipped_name_clash"] == 2
 
 
 def test_folder_with_nothing_readable(tmp_path):

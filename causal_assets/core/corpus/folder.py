@@ -117,7 +117,7 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: int = 1500, overlap_
               "skipped_outside_root": 0, "skipped_unparsable": 0, "skipped_bad_name": 0, "skipped_hardlink": 0,
               "skipped_too_deep": 0, "skipped_unreadable": 0, "skipped_name_clash": 0, "skipped": []}
     chunks: list[Chunk] = []
-    owner: dict[str, str] = {}   # a code chunk's id -> the file it was cut from
+    owner: dict[str, str] = {}   # a chunk's id -> the file it was cut from
 
     def skip(kind: str, f: Path, why: str) -> None:
         report[kind] += 1
@@ -190,12 +190,18 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: int = 1500, overlap_
                 skip("skipped_unparsable", f, f"Python source too deeply nested to parse ({type(e).__name__}); "
                                               "chunked as text")
         starts = _line_starts(text)
-        for i, (s, e) in enumerate(split_with_overlap(text, chunk_chars, overlap_chars)):
-            chunks.append(Chunk(
-                chunk_id=f"{rel}#{i}", corpus=corpus, source="folder", path=rel, title=f.name, text=text[s:e],
-                kind="file_chunk", start_line=_line_of(starts, s), end_line=_line_of(starts, max(s, e - 1)),
-                metadata={"suffix": f.suffix.lower(), "char_start": s, "char_end": e},
-            ))
+        text_chunks = [Chunk(chunk_id=f"{rel}#{i}", corpus=corpus, source="folder", path=rel, title=f.name,
+                             text=text[s:e], kind="file_chunk", start_line=_line_of(starts, s),
+                             end_line=_line_of(starts, max(s, e - 1)),
+                             metadata={"suffix": f.suffix.lower(), "char_start": s, "char_end": e})
+                       for i, (s, e) in enumerate(split_with_overlap(text, chunk_chars, overlap_chars))]
+        # a window's id `<file>#<i>` can be a code chunk's name (a module `a.md#0`, from `a.md#0.py`)
+        taken = next((c.chunk_id for c in text_chunks if c.chunk_id in owner), None)
+        if taken is not None:
+            skip("skipped_name_clash", f, f"{taken!r} is already a chunk of {owner[taken]}; not indexed")
+            continue
+        chunks.extend(text_chunks)
+        owner.update((c.chunk_id, rel) for c in text_chunks)
         report["files"] += 1
     if not chunks:
         raise CorpusError(f"{root}: no readable text files (suffixes {sorted(suffixes)}); skipped: {report['skipped'][:5]}")
