@@ -6,7 +6,8 @@ import json
 import time
 
 from causal_assets.cli import EXIT_POOL_BLOCKED
-from causal_assets.commands import needs, say
+from causal_assets.commands import say
+from causal_assets.core import needs
 from causal_assets.commands.build import build as build_assets
 from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
 from causal_assets.commands.search import snippet

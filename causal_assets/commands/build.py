@@ -25,7 +25,8 @@ from dagster._core.utils import make_new_run_id
 from dagster._utils.interrupts import check_captured_interrupt
 
 from causal_assets.cli import EXIT_INTERRUPTED, EXIT_POOL_BLOCKED
-from causal_assets.commands import needs, say
+from causal_assets.commands import say
+from causal_assets.core import needs
 from causal_assets.core import progress
 from causal_assets.core.corpus.registry import require_available
 from causal_assets.core.errors import CausalAssetsError, first_line

@@ -5,7 +5,8 @@ import json
 import re
 import sys
 
-from causal_assets.commands import needs, pass_to_runs, say
+from causal_assets.commands import pass_to_runs, say
+from causal_assets.core import needs
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import METHODS, CorpusIndex
 from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS

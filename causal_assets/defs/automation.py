@@ -4,19 +4,21 @@ Carlo labels and re-evaluates every benchmark, and declarative automation that k
 
 Defaults, so `dagster dev` does the cheap things without clicks and nothing expensive by surprise:
 - `corpus_change_sensor`: RUNNING. Its first tick only records fingerprints (no run), later ticks request a
-  `corpus_index_job` run for each corpus whose source changed (file sizes/mtimes, or the package version).
+  `corpus_index_job` run for each corpus whose source changed (file sizes/mtimes, or the package version); a
+  source gone missing is a warning, not a run, and is re-indexed when it is back.
 - `automation_sensor`: RUNNING. Graph and evaluation assets are `eager`: they re-materialize after the index
   (or a label set) they depend on changes.
 - `nightly_labels_and_evaluation`: STOPPED. It costs LLM calls; switch it on in the UI or with
   `dagster schedule start nightly_labels_and_evaluation`.
 """
 import json
+import time
 
 from dagster import (AssetSelection, AutomationConditionSensorDefinition, DefaultScheduleStatus,
                      DefaultSensorStatus, RunRequest, ScheduleEvaluationContext, SensorEvaluationContext,
                      SensorResult, schedule, sensor)
 
-from causal_assets.core.corpus.fingerprint import source_fingerprint
+from causal_assets.core.corpus.fingerprint import MISSING, source_fingerprint
 from causal_assets.defs.jobs import corpus_index_job, labels_and_evaluation_job
 from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
 from causal_assets.resources import CorpusRegistry
@@ -24,7 +26,8 @@ from causal_assets.resources import CorpusRegistry
 
 @sensor(job=corpus_index_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def corpus_change_sensor(context: SensorEvaluationContext, corpus_registry: CorpusRegistry) -> SensorResult:
-    """Re-index a corpus partition when its source files (or installed package version) change."""
+    """Re-index a corpus partition when its source files (or installed package version) change; a source gone
+    missing is a warning (a run could only fail), and is re-indexed when it is back."""
     previous = json.loads(context.cursor) if context.cursor else None
     specs = corpus_registry.specs()
     current = {}
@@ -39,11 +42,19 @@ def corpus_change_sensor(context: SensorEvaluationContext, corpus_registry: Corp
             if previous is not None and name in previous:
                 current[name] = previous[name]
     requests = []
-    if previous is not None:
-        for name, fp in current.items():
-            if previous.get(name) != fp:
-                requests.append(RunRequest(run_key=f"{name}:{fp}", partition_key=name,
-                                           tags={"causal_assets/trigger": "corpus_changed"}))
+    # Dagster makes one run per run key, ever: a key of the fingerprint alone never re-indexed content restored to
+    # an earlier state (A -> B -> C -> B). The previous tick's time makes each change's key new, and stays the same
+    # if this tick is evaluated again.
+    stamp = int(context.last_tick_completion_time or time.time())
+    for name, fp in current.items():
+        before = previous.get(name) if previous is not None else None
+        if fp == MISSING:  # a run could only fail; "missing" in the cursor re-indexes it when the source is back
+            if before != MISSING:
+                context.log.warning(f"corpus {name!r}: its source {specs[name].resolved_path} is missing; not "
+                                    "re-indexed until it is back")
+        elif previous is not None and before != fp:
+            requests.append(RunRequest(run_key=f"{name}:{before}->{fp}@{stamp}", partition_key=name,
+                                       tags={"causal_assets/trigger": "corpus_changed"}))
     return SensorResult(run_requests=requests, cursor=json.dumps(current))
 
 

@@ -17,6 +17,7 @@ from causal_assets.core.checks import check_ranked_results
 from causal_assets.core.errors import ConfigError
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
 from causal_assets.core.index.search import CHUNKS, CorpusIndex
+from causal_assets.core import needs
 from causal_assets.core.local_search import inbox
 from causal_assets.core.local_search.context import GraphContextBuilder
 from causal_assets.core.local_search.entity_vectors import embed_entities
@@ -33,6 +34,8 @@ from causal_assets.resources import ANN, LLM, SETTINGS, CorpusRegistry, Storage
 GROUP = "search"
 # Submitted queries (and the inbox/ the sensor watches); $CAUSAL_ASSETS_QUERIES points a deployment or a test elsewhere.
 QUERIES_DIR = SETTINGS.queries
+# Where the inbox looks for a corpus's index and graph (the `storage` resource's default base).
+BASE_PATH = SETTINGS.base_path
 
 
 def _deps(*assets: str) -> list[AssetDep]:
@@ -126,54 +129,91 @@ def _known_corpora() -> list[str] | None:
         return None
 
 
-def _record_rejection(queries_dir: Path, name: str, reason: str) -> None:
+def _record_rejection(queries_dir: Path, name: str, reason: str, log) -> None:
     """Append one line to `<queries>/inbox_rejected.jsonl` (the inbox's error log beside the sensor's warnings)."""
     try:
         with open(queries_dir / "inbox_rejected.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps({"file": name, "reason": reason[:500], "time": time.time()}, ensure_ascii=False) + "\n")
-    except OSError:
-        pass
+    except OSError as e:  # the warning already logged names the file and the reason
+        log.warning(f"{queries_dir / 'inbox_rejected.jsonl'}: cannot record the rejection of {name} ({e})")
+
+
+def _settling(mtime: float, now: float) -> bool:
+    """Modified in the last SETTLE_S seconds: maybe still being written, so left for a later tick. A write sets the
+    mtime to the writer's clock, so a file dated further ahead (clock skew, an unpacked archive) is not being written
+    here and now: it is read at once (with a warning) instead of waiting, unseen, until the clock catches up."""
+    return abs(now - mtime) < inbox.SETTLE_S
+
+
+def _not_built(corpus: str, known: list[str] | None) -> str | None:
+    """Why a question for `corpus` could only fail (its index or graph missing), or None. Only a registered corpus
+    is looked at: an unknown name is refused by `inbox.submit` with the list of corpora."""
+    if known is None or corpus not in known:
+        return None
+    todo = needs.missing(BASE_PATH, corpus, needs.required(dense=True, graph=True))
+    if todo:
+        return f"corpus {corpus!r} is not built (missing: {', '.join(todo)}): run `causal-assets build {corpus}`"
+    return None
 
 
 @sensor(job=search_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def queries_inbox_sensor(context: SensorEvaluationContext) -> SensorResult:
     """Each new `.txt` file in data/queries/inbox/ becomes a query partition and a search run.
 
-    Only regular files of at most `inbox.MAX_INBOX_BYTES` are read (no symlink, FIFO, device, directory or hard
-    link); a refused or failing file is logged, recorded in `inbox_rejected.jsonl` and skipped, and the cursor
-    advances past it, so one bad file never stops the files after it."""
+    Only regular UTF-8 files of at most `inbox.MAX_INBOX_BYTES` are read (no symlink, FIFO, device, directory or
+    hard link), for a built corpus; a file refused for what it is or holds is logged, recorded in
+    `inbox_rejected.jsonl` and skipped, and the cursor advances past it, so one bad file never stops the files
+    after it. A failure that is not the file's (its record cannot be written: disk full) leaves it for the next
+    tick, and an inbox that cannot be listed keeps the cursor as it was."""
     inbox_dir = QUERIES_DIR / "inbox"
     seen = set(json.loads(context.cursor)) if context.cursor else set()
+    try:
+        entries = [e for e in os.scandir(inbox_dir) if e.name.endswith(".txt")]
+    except OSError as e:
+        # An empty listing would drop every marker, and the next tick would submit every old question again.
+        if seen or not isinstance(e, FileNotFoundError):
+            context.log.warning(f"{inbox_dir}: cannot list ({e}); the cursor is kept as it was")
+        return SensorResult(run_requests=[], cursor=context.cursor)
     new_keys, requests, present = [], [], set()
     known = _known_corpora()
-    try:
-        entries = [e for e in os.scandir(inbox_dir) if e.name.endswith(".txt")] if inbox_dir.is_dir() else []
-    except OSError as e:
-        context.log.warning(f"{inbox_dir}: cannot list ({e})")
-        entries = []
+    now = time.time()
     for entry in sorted(entries, key=lambda e: e.name):
+        name = inbox.printable(entry.name)
         try:
             st = entry.stat(follow_symlinks=False)
             marker = f"{entry.name}:{st.st_mtime_ns}"
         except OSError:
             marker = f"{entry.name}:?"
             st = None
-        if st is not None and time.time() - st.st_mtime < inbox.SETTLE_S:
+        if st is not None and _settling(st.st_mtime, now):
             continue   # maybe still being written: a later tick reads it whole (not marked as seen)
         present.add(marker)
         if marker in seen:
             continue
-        seen.add(marker)
+        if st is not None and st.st_mtime > now:
+            context.log.warning(f"{inbox_dir / name}: modified in the future ({st.st_mtime - now:.0f} s ahead of "
+                                "this clock); read now")
+        read = False
         try:
             if st is None:
-                raise ConfigError(f"{entry.name}: vanished while listing")
+                raise ConfigError(f"{name}: vanished while listing")
             query, corpus = inbox.parse_inbox_text(inbox.read_inbox_file(entry.path))
+            read = True
+            if why := _not_built(corpus, known):
+                raise ConfigError(why)
             qid = inbox.submit(QUERIES_DIR, query, corpus, known_corpora=known)
         except Exception as e:  # one bad file must not stop the inbox
+            if read and isinstance(e, OSError):  # ours, not the file's (disk full): not marked as seen, so retried
+                context.log.warning(f"{inbox_dir / name}: not submitted this tick: cannot check its corpus or write "
+                                    f"its query record in {QUERIES_DIR} ({type(e).__name__}: {e}); a later tick "
+                                    "tries again")
+                continue
+            seen.add(marker)
             reason = f"{type(e).__name__}: {e}"
-            context.log.warning(f"{inbox_dir / entry.name}: skipped ({reason[:300]})")
-            _record_rejection(QUERIES_DIR, entry.name, reason)
+            context.log.warning(f"{inbox_dir / name}: skipped ({reason[:300]})")
+            _record_rejection(QUERIES_DIR, name, reason, context.log)
             continue
+        seen.add(marker)
         new_keys.append(qid)
         requests.append(RunRequest(run_key=qid, partition_key=qid))
     # Only markers of files still in the inbox are kept, so the cursor does not grow forever.

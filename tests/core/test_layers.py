@@ -24,8 +24,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("benchmarks", ("benchmarks",)),
     ("index", ("index",)),
     ("graph", ("graph",)),
-    # What the stages read back: a corpus's index + graph loaded once, tuned configurations by version.
-    ("stored artifacts", ("artifacts", "tuning.store")),
+    # What the stages read back: a corpus's index + graph loaded once, tuned configurations by version, and which
+    # of a corpus's assets are missing (the CLI and the query inbox ask it).
+    ("stored artifacts", ("artifacts", "tuning.store", "needs")),
     ("retrievers", ("retrievers",)),
     ("labeling", ("labeling",)),
     ("evaluation", ("evaluation",)),

@@ -45,3 +45,50 @@ def test_nightly_schedule_requests_every_benchmark():
     requests = list(nightly_labels_and_evaluation(context))
     assert sorted(r.partition_key for r in requests) == sorted(benchmark_partitions.get_partition_keys())
     assert all(r.run_key.endswith("2026-11-22") for r in requests)
+
+
+def _folder_registry(tmp_path, root):
+    import yaml
+
+    reg = tmp_path / "corpora.yaml"
+    reg.write_text(yaml.safe_dump({"corpora": [{"name": "default", "loader": "folder", "path": str(root)}]}))
+    return {"corpus_registry": CorpusRegistry(path=str(reg))}
+
+
+def test_content_restored_to_an_earlier_state_is_reindexed(tmp_path):
+    root = tmp_path / "docs"
+    root.mkdir()
+    doc = root / "a.md"
+    resources = _folder_registry(tmp_path, root)
+
+    def tick(cursor, text, mtime):
+        doc.write_text(text)
+        os.utime(doc, (mtime, mtime))
+        return corpus_change_sensor(build_sensor_context(instance=instance, cursor=cursor, resources=resources))
+
+    with DagsterInstance.ephemeral() as instance:
+        a = tick(None, "A\n", 1e9)
+        b = tick(a.cursor, "BB\n", 1.1e9)
+        c = tick(b.cursor, "CCC\n", 1.2e9)
+        b_again = tick(c.cursor, "BB\n", 1.1e9)   # B restored from a backup that keeps mtimes (cp -p)
+    keys = [r.run_key for t in (b, c, b_again) for r in t.run_requests]
+    assert len(keys) == 3
+    assert len(set(keys)) == 3   # B's key had been used again: Dagster makes one run per key, so no re-index
+
+
+def test_a_missing_source_is_a_warning_not_a_run_and_is_reindexed_when_back(tmp_path):
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("A\n")
+    resources = _folder_registry(tmp_path, root)
+    with DagsterInstance.ephemeral() as instance:
+        def tick(cursor):
+            return corpus_change_sensor(build_sensor_context(instance=instance, cursor=cursor, resources=resources))
+
+        first = tick(None)
+        root.rename(tmp_path / "docs.away")   # an unmounted share, a directory moved away
+        gone = tick(first.cursor)
+        assert gone.run_requests == []   # a run that could only fail
+        (tmp_path / "docs.away").rename(root)
+        back = tick(gone.cursor)
+    assert [r.partition_key for r in back.run_requests] == ["default"]

@@ -11,10 +11,11 @@ import pytest
 from dagster import DagsterInstance, build_sensor_context
 
 from causal_assets.cli import main
+from causal_assets.core.errors import ConfigError
 from causal_assets.core.local_search import inbox
 from causal_assets.core.local_search.search import LocalSearch
 from causal_assets.defs import search
-from tests.conftest import HOTPOT, require
+from tests.conftest import HOTPOT, mark_built, require
 
 
 def _run_sensor(instance, cursor=None, timeout=60):
@@ -38,6 +39,8 @@ def _run_sensor(instance, cursor=None, timeout=60):
 def test_inbox_skips_special_files_and_still_submits_the_good_ones(tmp_path, monkeypatch):
     require(HOTPOT)  # the inbox's default corpus; a file naming an unregistered corpus is refused
     monkeypatch.setattr(search, "QUERIES_DIR", tmp_path)
+    monkeypatch.setattr(search, "BASE_PATH", str(tmp_path / "parquet"))
+    mark_built(tmp_path / "parquet", "hotpotqa")
     box = tmp_path / "inbox"
     box.mkdir()
     os.mkfifo(box / "a_fifo.txt")                             # hung the tick
@@ -87,6 +90,106 @@ def _age(path, seconds: float = 10.0) -> None:
     """As if written `seconds` ago (past the inbox's settle time)."""
     t = time.time() - seconds
     os.utime(path, (t, t), follow_symlinks=False)
+
+
+@pytest.fixture
+def inbox_box(tmp_path, monkeypatch):
+    """An empty inbox under tmp_path, with the `default` corpus (the installed networkx package: always there)
+    marked as built."""
+    monkeypatch.setattr(search, "QUERIES_DIR", tmp_path)
+    monkeypatch.setattr(search, "BASE_PATH", str(tmp_path / "parquet"))
+    mark_built(tmp_path / "parquet", "default")
+    box = tmp_path / "inbox"
+    box.mkdir()
+    return box
+
+
+def _question(box, name, text="Which function computes pagerank?\ncorpus: default\n", age=10.0):
+    path = os.path.join(os.fsencode(box), os.fsencode(name)) if isinstance(name, bytes) else box / name
+    with open(path, "wb") as f:
+        f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
+    _age(path, age)
+
+
+def _rejected(queries_dir) -> dict:
+    path = queries_dir / "inbox_rejected.jsonl"
+    return {json.loads(l)["file"]: json.loads(l)["reason"] for l in path.read_text().splitlines()} if path.exists() else {}
+
+
+def test_a_rejected_file_with_a_non_utf8_name_is_one_line_and_the_ticks_carry_on(inbox_box):
+    # A Latin-1 name (copied from an old system): its rejection had failed every tick (UnicodeEncodeError writing
+    # inbox_rejected.jsonl), so the good file after it was never submitted.
+    _question(inbox_box, b"caf\xe9.txt", "\ncorpus: default\n")
+    _question(inbox_box, "z_good.txt")
+    with DagsterInstance.ephemeral() as instance:
+        first = _run_sensor(instance)
+        assert len(first.run_requests) == 1
+        assert _rejected(inbox_box.parent) == {"caf\\xe9.txt": "ConfigError: query is empty"}
+        assert _run_sensor(instance, cursor=first.cursor).run_requests == []
+    assert len(list(inbox_box.parent.glob("*.json"))) == 1
+
+
+def test_a_disk_full_tick_leaves_the_questions_for_the_next_tick(inbox_box):
+    import resource
+    import signal
+
+    _question(inbox_box, "q1.txt")
+    _question(inbox_box, "q2.txt", "Which function computes betweenness centrality?\ncorpus: default\n")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    with DagsterInstance.ephemeral() as instance:
+        try:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))   # "disk full": writes fail with EFBIG
+            full = search.queries_inbox_sensor(build_sensor_context(instance=instance))
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+            signal.signal(signal.SIGXFSZ, handler)
+        assert full.run_requests == []
+        # Both were marked as seen before they were submitted, and so dropped for good.
+        later = _run_sensor(instance, cursor=full.cursor)
+    assert len(later.run_requests) == 2
+    assert _rejected(inbox_box.parent) == {}
+    assert sorted(p.name for p in inbox_box.parent.iterdir() if p.name.startswith(".")) == []  # no temporary file
+
+
+def test_an_inbox_that_cannot_be_listed_keeps_the_cursor(inbox_box):
+    _question(inbox_box, "q1.txt")
+    with DagsterInstance.ephemeral() as instance:
+        first = _run_sensor(instance)
+        assert len(first.run_requests) == 1
+        inbox_box.rename(inbox_box.with_name("inbox.away"))   # moved, remounted, being synced
+        gone = _run_sensor(instance, cursor=first.cursor)
+        assert gone.run_requests == [] and gone.cursor == first.cursor   # it had become [], ...
+        inbox_box.with_name("inbox.away").rename(inbox_box)
+        back = _run_sensor(instance, cursor=gone.cursor)
+    assert back.run_requests == []   # ... and every old question was submitted again
+
+
+def test_a_file_dated_in_the_future_is_not_held_back(inbox_box):
+    _question(inbox_box, "ahead.txt", age=-3600)   # an archive from a host whose clock is an hour fast
+    _question(inbox_box, "just_written.txt", age=-0.5)   # within the settle time: may still be being written
+    with DagsterInstance.ephemeral() as instance:
+        first = _run_sensor(instance)
+    assert len(first.run_requests) == 1   # it had waited, unseen, for an hour
+    assert [m.split(":")[0] for m in json.loads(first.cursor)] == ["ahead.txt"]
+
+
+def test_a_question_for_a_corpus_that_is_not_built_is_refused_in_one_line(inbox_box):
+    (inbox_box.parent / "parquet" / "graph_nodes" / "default.parquet").unlink()
+    _question(inbox_box, "q.txt")
+    with DagsterInstance.ephemeral() as instance:
+        first = _run_sensor(instance)
+    assert first.run_requests == []   # its run had failed on a bare FileNotFoundError
+    assert _rejected(inbox_box.parent) == {"q.txt": "ConfigError: corpus 'default' is not built (missing: graph_nodes, "
+                                           "graph_edges): run `causal-assets build default`"}
+
+
+def test_inbox_text_drops_a_bom_and_refuses_bytes_that_are_not_utf8(tmp_path):
+    (tmp_path / "bom.txt").write_bytes("\ufeffWho wrote Killing Pablo?\n".encode("utf-8"))
+    assert inbox.parse_inbox_text(inbox.read_inbox_file(tmp_path / "bom.txt"))[0] == "Who wrote Killing Pablo?"
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9 au lait?\n")   # had become 'caf\ufffd au lait?'
+    with pytest.raises(ConfigError, match=r"^latin1.txt: not UTF-8 text \(byte 0xe9 at offset 3\)$"):
+        inbox.read_inbox_file(tmp_path / "latin1.txt")
 
 
 def test_same_second_queries_get_distinct_ids(tmp_path):

@@ -14,7 +14,7 @@ from causal_assets.core.local_search import inbox
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.graph import graph_nodes_and_edges
 from causal_assets.defs.search import causal_search, query_partitions, retrieval_results
-from tests.conftest import HOTPOT, require
+from tests.conftest import HOTPOT, mark_built, require
 
 
 @pytest.mark.slow
@@ -56,6 +56,8 @@ def test_inbox_sensor_turns_files_into_partitions(tmp_path, monkeypatch):
     from causal_assets.defs import search
 
     monkeypatch.setattr(search, "QUERIES_DIR", tmp_path)
+    monkeypatch.setattr(search, "BASE_PATH", str(tmp_path / "parquet"))
+    mark_built(tmp_path / "parquet", "hotpotqa")
     (tmp_path / "inbox").mkdir()
     (tmp_path / "inbox" / "q1.txt").write_text("Who wrote Killing Pablo?\ncorpus: hotpotqa\n")
     (tmp_path / "inbox" / "empty.txt").write_text("")

@@ -11,6 +11,8 @@ from causal_assets.core.corpus.folder import walk_files
 from causal_assets.core.corpus.python_package import iter_python_files, package_root
 from causal_assets.core.corpus.registry import CorpusSpec
 
+MISSING = "missing"  # the fingerprint of a source that does not exist
+
 
 def _stat_digest(files) -> str:
     h = hashlib.sha256()
@@ -33,7 +35,7 @@ def source_fingerprint(spec: CorpusSpec) -> str:
         return f"{version}:{_stat_digest(iter_python_files(package_root(spec.package)))}"
     path = spec.resolved_path
     if path is None or not path.exists():
-        return "missing"
+        return MISSING
     # Iterative walk (a 1,100-deep directory made rglob raise RecursionError on every sensor tick).
     files = list(walk_files(path)) if path.is_dir() else [path]
     return _stat_digest(files)

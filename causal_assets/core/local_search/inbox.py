@@ -62,8 +62,8 @@ def submit(queries_dir: str | os.PathLike, query: str, corpus: str, now: float |
         qid = f"{base}_{secrets.token_hex(3)}"
         path = Path(queries_dir) / f"{qid}.json"
         tmp = path.with_name(f".{qid}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"query_id": qid, "query": query, "corpus": corpus}, ensure_ascii=False))
-        try:
+        try:  # a failed write (disk full) leaves no temporary file either
+            tmp.write_text(json.dumps({"query_id": qid, "query": query, "corpus": corpus}, ensure_ascii=False))
             os.link(tmp, path)  # atomic and exclusive: fails if the id exists, never shows a half-written record
         except FileExistsError:
             continue
@@ -77,28 +77,38 @@ def read_inbox_file(path: str | os.PathLike, max_bytes: int = MAX_INBOX_BYTES) -
     """The text of one inbox file, or a ConfigError saying why it is refused. Never blocks (FIFOs, devices),
     never follows a symlink, never reads more than `max_bytes` + 1 bytes."""
     path = Path(path)
+    name = printable(path.name)
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
         kind = ("symlink" if stat.S_ISLNK(st.st_mode) else "directory" if stat.S_ISDIR(st.st_mode)
                 else "FIFO" if stat.S_ISFIFO(st.st_mode) else "special file")
-        raise ConfigError(f"{path.name}: not a regular file ({kind})")
+        raise ConfigError(f"{name}: not a regular file ({kind})")
     if st.st_nlink > 1:
-        raise ConfigError(f"{path.name}: has {st.st_nlink} hard links (only plain files are accepted)")
+        raise ConfigError(f"{name}: has {st.st_nlink} hard links (only plain files are accepted)")
     if st.st_size > max_bytes:
-        raise ConfigError(f"{path.name}: {st.st_size} bytes; the limit is {max_bytes}")
+        raise ConfigError(f"{name}: {st.st_size} bytes; the limit is {max_bytes}")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     try:
         st2 = os.fstat(fd)
         if not stat.S_ISREG(st2.st_mode) or (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino):
-            raise ConfigError(f"{path.name}: replaced while being read")
+            raise ConfigError(f"{name}: replaced while being read")
         data = os.read(fd, max_bytes + 1)
     finally:
         os.close(fd)
     if len(data) > max_bytes:
-        raise ConfigError(f"{path.name}: more than {max_bytes} bytes")
+        raise ConfigError(f"{name}: more than {max_bytes} bytes")
     if b"\x00" in data:
-        raise ConfigError(f"{path.name}: contains a NUL byte (not a text file)")
-    return data.decode("utf-8", errors="replace")
+        raise ConfigError(f"{name}: contains a NUL byte (not a text file)")
+    try:  # a BOM (Windows editors) is not part of the question; other bytes are not guessed at
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{name}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})") from None
+
+
+def printable(name: str) -> str:
+    """A file name as valid UTF-8 for logs and JSON: bytes that are not UTF-8 (held by Python as surrogates) are
+    shown escaped, `caf\\xe9.txt`."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def parse_inbox_text(text: str, default_corpus: str = QUESTION_CORPUS) -> tuple[str, str]:

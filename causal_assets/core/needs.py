@@ -1,5 +1,5 @@
-"""Which materialized assets a command needs for a corpus, and which of them are missing (no Dagster import: a
-`search` over a built index must not pay for it)."""
+"""Which materialized assets a command (or the query inbox) needs for a corpus, and which of them are missing (no
+Dagster import: a `search` over a built index must not pay for it)."""
 from __future__ import annotations
 
 from causal_assets.core.storage import asset_path
