@@ -102,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(settings).parse_args(argv)
     # The command modules import Dagster, pandas, DuckDB or the index (seconds): only the one that runs, and only
     # after the arguments parsed, so `--help` and argument errors stay instant.
-    return importlib.import_module("causal_assets.commands").run(args)
+    try:
+        return importlib.import_module("causal_assets.commands").run(args)
+    except KeyboardInterrupt:   # Ctrl-C while the command's modules were still being imported
+        print("causal-assets: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def entry_point() -> None:
