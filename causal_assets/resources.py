@@ -180,20 +180,22 @@ class LLM(ConfigurableResource):
                     follows = "" if self.n_threads else " (follows the cores other processes leave free)"
                     self._log.info(f"in-process scorer {name} on {self._scorers[name].n_threads} thread(s){follows}")
             else:
-                self._scorers[name] = EndpointScorer(self.client.openai_client, self.model, CallCache(self.cache_path),
+                self._scorers[name] = EndpointScorer(self.client, self.model, CallCache(self.cache_path),
                                                      mode=self.scoring_mode)
         return self._scorers[name]
 
     def scores_prompts(self) -> bool:
         """Whether `scorer()` can return log-probabilities: always for the packaged local models (in-process);
-        for an endpoint, one small probe through the call cache (hosted chat-only APIs cannot). An unreachable
-        endpoint raises (an infrastructure failure is not an answer)."""
+        for an endpoint, one small probe through the call cache (hosted chat-only APIs cannot). An unreachable,
+        refusing (bad key, unknown model) or broken endpoint raises: an infrastructure failure is not "use lexical"."""
         if self.base_url is None:
             return True
         try:
-            self.scorer().score_many([ScoreRequest("Question: 1 + 1?\nAnswer:", (" 2",))])
+            [result] = self.scorer().score_many([ScoreRequest("Question: 1 + 1?\nAnswer:", (" 2",))])
         except ScoringUnsupported:
             return False
+        if isinstance(result, Exception):   # score_many returns a request's failure in its place
+            raise result
         return True
 
     @property

@@ -28,7 +28,7 @@ class Scripted:
                 pass
 
             def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 outer.requests += 1
                 try:
                     behaviour(self)

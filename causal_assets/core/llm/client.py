@@ -12,9 +12,15 @@ Failure contract:
   * a 2xx completion whose text is an error message ("Error: upstream model overloaded", matched by
     `ERROR_TEXT`) or whose body carries an `error` object is an endpoint failure (kind "error_text"): retried,
     journalled as an error, never cached as ok, never a solver's answer.
-  * `timeout_s` is a *total* deadline per attempt, not only per read: an endpoint trickling a byte every few
-    seconds is cut off once `timeout_s` has passed (kind "timeout").
-  * a response body larger than `max_response_bytes` is refused (kind "too_large", not retried, not cached).
+  * a completion the endpoint refused or filtered (finish_reason "content_filter") is kind "refused": not
+    retried (the same request would be filtered again), journalled as an error, never cached as ok, never a
+    solver's (empty) answer.
+  * `timeout_s` is a *total* deadline per attempt, not only per read: an endpoint trickling its headers or body a
+    byte every few seconds is cut off once `timeout_s` has passed (kind "timeout").
+  * a response body larger than `max_response_bytes` once decoded is refused (kind "too_large", not retried, not
+    cached); the client asks for no compression.
+  * error messages are redacted before they are cut, so a key across the cut leaves no prefix.
+  * `retrying` runs any other endpoint call (the prompt scorer's) under the same policy.
   * `BudgetExceeded` before an uncached call would exceed the run's `CallBudget`.
   * with `server_failure` (a local server's `failure()`), a failed attempt against a server that died is not
     retried: `LLMInfrastructureError` of kind "local_server_died" at once, naming the server's log.
@@ -108,6 +114,53 @@ class _Malformed(Exception):
 
 class _ErrorText(Exception):
     """The endpoint answered 2xx with an error message in place of a completion."""
+
+
+class _Refused(Exception):
+    """The endpoint answered 2xx but refused or filtered the completion (finish_reason "content_filter")."""
+
+
+def classify(exc: BaseException) -> tuple[str, bool, float | None]:
+    """(kind, retryable, retry_after_s) of an exception raised by one attempt at an endpoint call (shared by
+    `LLMClient` and the endpoint scorer)."""
+    import openai  # loaded by the client's transport already
+
+    if _caused_by(exc, ResponseTooLarge):
+        return "too_large", False, None
+    if isinstance(exc, _ErrorText):
+        return "error_text", True, None
+    if isinstance(exc, _Refused):
+        return "refused", False, None
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout", True, None
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection", True, None
+    if isinstance(exc, openai.APIStatusError):
+        code = exc.status_code
+        retry_after = None
+        try:
+            ra = exc.response.headers.get("retry-after")
+            retry_after = float(ra) if ra is not None else None
+        except (TypeError, ValueError, AttributeError):
+            pass
+        if code == 429:
+            return "rate_limit", True, retry_after
+        if code >= 500:
+            return "server_error", True, retry_after
+        if code in RETRYABLE_STATUS:
+            return f"http_{code}", True, retry_after
+        if code in (401, 403):
+            return "auth", False, None
+        if code == 404:
+            return "config", False, None
+        return "request", False, None
+    if isinstance(exc, (_Malformed, openai.APIResponseValidationError, json.JSONDecodeError)):
+        return "malformed", True, None  # 2xx with a body that is not JSON / not a completion
+    if isinstance(exc, ValueError) and type(exc).__module__.startswith(("pydantic", "json")):
+        return "malformed", True, None
+    if isinstance(exc, openai.OpenAIError):
+        return "unknown", True, None
+    return "unknown", False, None
 
 
 def _is_sdk_error(exc: BaseException) -> bool:
@@ -299,45 +352,6 @@ class LLMClient:
         time.sleep(delay)
         return delay
 
-    def _classify(self, exc: BaseException) -> tuple[str, bool, float | None]:
-        """(kind, retryable, retry_after_s) of an exception raised by one attempt."""
-        import openai  # loaded by this client's transport already
-
-        if _caused_by(exc, ResponseTooLarge):
-            return "too_large", False, None
-        if isinstance(exc, _ErrorText):
-            return "error_text", True, None
-        if isinstance(exc, openai.APITimeoutError):
-            return "timeout", True, None
-        if isinstance(exc, openai.APIConnectionError):
-            return "connection", True, None
-        if isinstance(exc, openai.APIStatusError):
-            code = exc.status_code
-            retry_after = None
-            try:
-                ra = exc.response.headers.get("retry-after")
-                retry_after = float(ra) if ra is not None else None
-            except (TypeError, ValueError, AttributeError):
-                pass
-            if code == 429:
-                return "rate_limit", True, retry_after
-            if code >= 500:
-                return "server_error", True, retry_after
-            if code in RETRYABLE_STATUS:
-                return f"http_{code}", True, retry_after
-            if code in (401, 403):
-                return "auth", False, None
-            if code == 404:
-                return "config", False, None
-            return "request", False, None
-        if isinstance(exc, (_Malformed, openai.APIResponseValidationError, json.JSONDecodeError)):
-            return "malformed", True, None  # 2xx with a body that is not JSON / not a completion
-        if isinstance(exc, ValueError) and type(exc).__module__.startswith(("pydantic", "json")):
-            return "malformed", True, None
-        if isinstance(exc, openai.OpenAIError):
-            return "unknown", True, None
-        return "unknown", False, None
-
     def _one_attempt(self, kind: str, payload: Any, params: dict) -> tuple[dict, str, int | None,
                                                                            int | None, Any, str | None]:
         if kind == "chat":
@@ -348,7 +362,8 @@ class LLMClient:
             raise _Malformed(f"unexpected response type {type(resp).__name__}")
         data = resp.model_dump(mode="json")
         if data.get("error"):
-            raise _ErrorText(f"2xx response carrying an error: {str(data['error'])[:300]}")
+            # redacted before it is cut: a key straddling the cut would leave its prefix
+            raise _ErrorText(f"2xx response carrying an error: {self._redact(data['error'])[:300]}")
         choices = data.get("choices")
         if not choices:
             raise _Malformed("response has no choices")
@@ -366,7 +381,9 @@ class LLMClient:
             raise _Malformed("response choice has no text content")
         if (self.error_text is not None and len(text) <= MAX_ERROR_TEXT_CHARS
                 and self.error_text.match(text)):
-            raise _ErrorText(f"2xx response whose text is an error message: {text[:200]!r}")
+            raise _ErrorText(f"2xx response whose text is an error message: {self._redact(text)[:200]!r}")
+        if choice.get("finish_reason") == "content_filter":
+            raise _Refused("the endpoint refused or filtered the completion (finish_reason 'content_filter')")
         key = self._api_key.get()
         raw = json.dumps(data) if key and key != NO_KEY else ""
         if key and key in raw:   # an endpoint that echoes the request's headers
@@ -376,37 +393,37 @@ class LLMClient:
         return (data, text, usage.get("prompt_tokens"), usage.get("completion_tokens"),
                 choice.get("logprobs"), choice.get("finish_reason"))
 
-    def _call_endpoint(self, kind: str, key: str, payload: Any, params: dict, request: dict) -> LLMResult:
+    def retrying(self, label: str, attempt: Callable[[], Any],
+                 on_failure: Callable[[str, int, float], None] | None = None) -> tuple[Any, int, float]:
+        """`attempt()` under this client's concurrency bound and retry policy: (its result, attempts, latency of the
+        successful attempt). Failures are classified by `classify`; the last one raises `LLMInfrastructureError`
+        (or `LLMRequestError` for a rejected request) with a redacted message naming `label`, after
+        `on_failure(message, attempts, total latency)` (the caller's journal)."""
         attempts = 0
         total_latency = 0.0
-        last_kind, last_msg = "unknown", ""
         while True:
             attempts += 1
             t0 = time.monotonic()
             try:
                 with self._sem:
                     t0 = time.monotonic()
-                    data, text, pt, ct, logprobs, finish = self._one_attempt(kind, payload, params)
-                latency = time.monotonic() - t0
-                total_latency += latency
+                    result = attempt()
+                return result, attempts, time.monotonic() - t0
             except Exception as exc:  # noqa: BLE001 - classified below; nothing escapes unredacted
                 total_latency += time.monotonic() - t0
-                err_kind, retryable, retry_after = self._classify(exc)
+                err_kind, retryable, retry_after = classify(exc)
                 last_msg = self._redact(f"{type(exc).__name__}: {exc}")[:2000]
                 died = self.server_failure() if self.server_failure and retryable else None
                 if died:
                     err_kind, retryable, last_msg = "local_server_died", False, f"{last_msg} ({died})"
-                last_kind = err_kind
                 if retryable and attempts <= self.max_retries:
                     delay = self._sleep_before_retry(attempts - 1, retry_after)
-                    log.warning("llm %s attempt %d/%d failed (%s): %s; retrying in %.2fs", kind, attempts,
+                    log.warning("llm %s attempt %d/%d failed (%s): %s; retrying in %.2fs", label, attempts,
                                 self.max_retries + 1, err_kind, last_msg, delay)
                     continue
-                msg = (f"{kind} call to model {self.model!r} failed after {attempts} attempt(s) "
-                       f"[{err_kind}]: {last_msg}")
-                if self.cache is not None:
-                    self.cache.put(key, self.model, request, None, None, None, None, total_latency,
-                                   status="error", error=msg, attempts=attempts)
+                msg = f"{label} failed after {attempts} attempt(s) [{err_kind}]: {last_msg}"
+                if on_failure is not None:
+                    on_failure(msg, attempts, total_latency)
                 log.error("llm %s", msg)
                 if err_kind == "request":
                     raise LLMRequestError(msg) from None
@@ -415,12 +432,20 @@ class LLMClient:
                     raise LLMError(msg) from None
                 # `from None`: the SDK exception holds the request (and its Authorization header)
                 raise LLMInfrastructureError(msg, attempts=attempts, kind=err_kind) from None
+
+    def _call_endpoint(self, kind: str, key: str, payload: Any, params: dict, request: dict) -> LLMResult:
+        def journal(msg: str, attempts: int, total_latency: float) -> None:
             if self.cache is not None:
-                self.cache.put(key, self.model, request, data, text, pt, ct, latency, status="ok",
-                               attempts=attempts)
-            if self.budget is not None:
-                self.budget.record((pt or 0) + (ct or 0))
-            log.debug("llm %s %s ok in %.3fs (%s attempt(s))", kind, key[:12], latency, attempts)
-            return LLMResult(text=text, prompt_tokens=pt, completion_tokens=ct, latency_s=latency,
-                             cached=False, logprobs=logprobs, finish_reason=finish, key=key,
-                             model=self.model, attempts=attempts)
+                self.cache.put(key, self.model, request, None, None, None, None, total_latency,
+                               status="error", error=msg, attempts=attempts)
+
+        (data, text, pt, ct, logprobs, finish), attempts, latency = self.retrying(
+            f"{kind} call to model {self.model!r}", lambda: self._one_attempt(kind, payload, params), journal)
+        if self.cache is not None:
+            self.cache.put(key, self.model, request, data, text, pt, ct, latency, status="ok", attempts=attempts)
+        if self.budget is not None:
+            self.budget.record((pt or 0) + (ct or 0))
+        log.debug("llm %s %s ok in %.3fs (%s attempt(s))", kind, key[:12], latency, attempts)
+        return LLMResult(text=text, prompt_tokens=pt, completion_tokens=ct, latency_s=latency,
+                         cached=False, logprobs=logprobs, finish_reason=finish, key=key,
+                         model=self.model, attempts=attempts)

@@ -15,7 +15,7 @@ class LLMInfrastructureError(LLMError):
         super().__init__(message)
         self.attempts = attempts
         # timeout | connection | rate_limit | server_error | malformed | error_text | too_large | auth | config |
-        # local_server_died | outage (the labelling loop: batches in a row failed) | unknown
+        # refused | local_server_died | outage (the labelling loop: batches in a row failed) | unknown
         self.kind = kind
 
     @property
@@ -24,7 +24,7 @@ class LLMInfrastructureError(LLMError):
         return self.kind not in PERMANENT_KINDS
 
 
-PERMANENT_KINDS = frozenset({"auth", "config", "too_large"})
+PERMANENT_KINDS = frozenset({"auth", "config", "too_large", "refused"})
 
 
 class LLMRequestError(LLMError):

@@ -12,8 +12,11 @@ Two backends behind one interface (`score_many(requests) -> [ScoreResult | LLMEr
   every prompt token (~57 CPU-s for a 600-token prompt against ~4 in-process, measured on these machines).
 * :class:`EndpointScorer` -- an OpenAI-compatible ``/v1/completions`` endpoint through the `openai` client:
   vLLM's ``prompt_logprobs`` extension, or ``echo`` + ``logprobs`` (llama.cpp server, older OpenAI-compatible
-  servers). An endpoint that returns neither (hosted chat-only APIs) raises :class:`ScoringUnsupported`
-  naming the option to use instead (``monte_carlo: {outcome: success}``); it never silently scores nothing.
+  servers). An endpoint that says it returns neither (hosted chat-only APIs) raises :class:`ScoringUnsupported`
+  naming the option to use instead (``monte_carlo: {outcome: success}``); it never silently scores nothing. Calls go
+  through :class:`~causal_assets.core.llm.client.LLMClient`'s retries and classification: a bad key, an unknown
+  model, a rejected request or a broken answer (no choices, not JSON, log-probabilities that are not finite numbers
+  <= 0 or fewer than the tokens) is an infrastructure or request error, never "unsupported" and never cached as ok.
 
 Every request goes through the persistent :class:`~causal_assets.core.llm.cache.CallCache` (kind ``score``):
 a re-run pays nothing twice and infrastructure errors are journalled, never returned as outcomes.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -32,8 +36,9 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .cache import CallCache, make_key
+from .client import _Malformed
 from .cores import CoreMeter
-from .errors import LLMError, LLMInfrastructureError
+from .errors import LLMError
 
 __all__ = ["ScoreRequest", "ScoreResult", "Scorer", "LlamaCppScorer", "EndpointScorer", "ScoringUnsupported",
            "prefix_order"]
@@ -109,12 +114,14 @@ class _CachedScorer:
     model_id: str
     backend: str
     cache: CallCache | None
+    # an endpoint's values belong to it (as LLMClient's keys); None (in-process) keeps the keys as they always were
+    cache_endpoint: str | None = None
 
     def key(self, req: ScoreRequest) -> str:
         payload = {"prompt": req.prompt, "continuations": list(req.continuations)}
         if req.span is not None:
             payload["span"] = list(req.span)
-        return make_key(self.model_id, "score", payload, {"backend": self.backend})
+        return make_key(self.model_id, "score", payload, {"backend": self.backend}, endpoint=self.cache_endpoint)
 
     def score_many(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult | LLMError]:
         out: list[ScoreResult | LLMError | None] = [None] * len(requests)
@@ -162,7 +169,7 @@ class _CachedScorer:
         ``stop`` string, through the call cache (kind ``complete``). Infrastructure errors raise, never an answer."""
         payload = {"prompt": prompt}
         params = {"backend": self.backend, "max_tokens": max_tokens, "stop": list(stop)}
-        key = make_key(self.model_id, "complete", payload, params)
+        key = make_key(self.model_id, "complete", payload, params, endpoint=self.cache_endpoint)
         hit = self.cache.get(key) if self.cache is not None else None
         if hit is not None and hit.response:
             return str(hit.response["text"])
@@ -345,7 +352,14 @@ class EndpointScorer(_CachedScorer):
     def __init__(self, client, model: str, cache: CallCache | None = None, mode: str = "auto"):
         if mode not in ("auto", "prompt_logprobs", "echo"):
             raise ValueError(f"mode must be auto, prompt_logprobs or echo, got {mode!r}")
-        self._client = client      # an openai.OpenAI (or the project's LLMClient's underlying client)
+        from .client import LLMClient
+
+        if not isinstance(client, LLMClient):   # a bare openai.OpenAI: the same endpoint and key, one attempt
+            client = LLMClient(str(client.base_url), model, api_key=client.api_key, max_retries=0)
+        # the project's LLMClient: its endpoint (in the keys), its retries, classification and redaction
+        self._llm = client
+        self._client = client.openai_client
+        self.cache_endpoint = client.cache_endpoint
         self.model_id = model
         self.cache = cache
         self.mode = mode
@@ -362,48 +376,62 @@ class EndpointScorer(_CachedScorer):
         return lps, ntok, ptok, ptok + sum(ntok), span_lp, span_n
 
     def _complete_one(self, prompt: str, max_tokens: int, stop: tuple[str, ...]) -> str:
-        import openai  # the SDK the client was made with (~0.7 s): not loaded for every code-location import
-
-        try:
+        def attempt() -> str:
             resp = self._client.completions.create(model=self.model_id, prompt=prompt, max_tokens=max_tokens,
                                                    temperature=0.0, stop=list(stop) or None)
-        except (openai.APIConnectionError, openai.APITimeoutError, openai.InternalServerError,
-                openai.RateLimitError) as exc:
-            raise LLMInfrastructureError(f"completion call to {self.model_id!r} failed: {type(exc).__name__}",
-                                         attempts=1, kind="connection") from None
-        return str(resp.choices[0].text or "")
+            choices = resp.model_dump(mode="json").get("choices")
+            if not choices:
+                raise _Malformed("response has no choices")
+            return str(choices[0].get("text") or "")
+
+        return self._llm.retrying(f"completion call to {self.model_id!r}", attempt)[0]
 
     def _one(self, prompt: str, cont: str, span: tuple[int, int] | None = None
              ) -> tuple[float, int, int, tuple[float, int] | None]:
-        import openai  # as in _complete_one
+        import openai  # the SDK the client was made with (~0.7 s): not loaded for every code-location import
 
         modes = ["prompt_logprobs", "echo"] if self.mode == "auto" else [self.mode]
-        last: Exception | None = None
+        refusals: list[str] = []
         for mode in modes:
-            try:
-                if mode == "prompt_logprobs":
-                    resp = self._client.completions.create(model=self.model_id, prompt=prompt + cont, max_tokens=1,
-                                                           temperature=0.0, extra_body={"prompt_logprobs": 0})
-                    data = resp.model_dump(mode="json")
-                    got = _from_prompt_logprobs(data, prompt, cont, span)
-                else:
-                    resp = self._client.completions.create(model=self.model_id, prompt=prompt + cont, max_tokens=1,
-                                                           temperature=0.0, echo=True, logprobs=0)
-                    data = resp.model_dump(mode="json")
-                    got = _from_echo(data, prompt, cont, span)
-            except (openai.APIConnectionError, openai.APITimeoutError, openai.InternalServerError,
-                    openai.RateLimitError) as exc:
-                raise LLMInfrastructureError(f"score call to {self.model_id!r} failed: {type(exc).__name__}",
-                                             attempts=1, kind="connection") from None
-            except openai.APIStatusError as exc:
-                last = exc
-                continue
-            if got is not None:
+            def attempt():
+                try:
+                    if mode == "prompt_logprobs":
+                        resp = self._client.completions.create(
+                            model=self.model_id, prompt=prompt + cont, max_tokens=1, temperature=0.0,
+                            extra_body={"prompt_logprobs": 0})
+                    else:
+                        resp = self._client.completions.create(
+                            model=self.model_id, prompt=prompt + cont, max_tokens=1, temperature=0.0, echo=True,
+                            logprobs=0)
+                except openai.APIStatusError as exc:
+                    # the option refused (tried first in auto mode, or said so): "unsupported", not a failure
+                    if exc.status_code in (400, 404, 422) and (
+                            (mode != modes[-1] and exc.status_code != 404) or UNSUPPORTED.search(str(exc))):
+                        return exc
+                    raise
+                data = resp.model_dump(mode="json")
+                if not data.get("choices"):
+                    raise _Malformed("response has no choices")
+                return (_from_prompt_logprobs if mode == "prompt_logprobs" else _from_echo)(data, prompt, cont, span)
+
+            got = self._llm.retrying(f"score call to {self.model_id!r} ({mode})", attempt)[0]
+            if isinstance(got, Exception):
+                refusals.append(f"{mode}: HTTP {got.status_code} {self._llm._redact(got.message)[:200]}")
+            elif got is not None:
                 return got
         raise ScoringUnsupported(
             f"endpoint model {self.model_id!r} returns no prompt log-probabilities (tried {', '.join(modes)}"
-            f"{': ' + type(last).__name__ if last else ''}); use a server that does (vLLM, llama.cpp) or set "
+            f"{'; ' + '; '.join(refusals) if refusals else ''}); use a server that does (vLLM, llama.cpp) or set "
             "the benchmark's `monte_carlo: {outcome: success}` to label by generated answers instead")
+
+
+# What a server says when it does not offer an option (OpenAI: "This is a chat model and not supported in the
+# v1/completions endpoint"; others name the parameter they do not know).
+UNSUPPORTED = re.compile(r"not supported|unsupported|not (?:allowed|permitted|implemented)|unrecognized|"
+                         r"unknown (?:field|parameter|argument)|extra (?:fields|inputs)|chat model|echo|logprobs",
+                         re.IGNORECASE)
+# A log-probability above this (nats) is a probability above 1 beyond float rounding: the response is broken.
+MAX_LOGPROB = 1e-3
 
 
 def _from_prompt_logprobs(data: dict, prompt: str, cont: str, span: tuple[int, int] | None = None
@@ -437,6 +465,9 @@ def _from_echo(data: dict, prompt: str, cont: str, span: tuple[int, int] | None 
     offsets, tokens, values = lp.get("text_offset"), lp.get("tokens"), lp.get("token_logprobs")
     if not offsets or not tokens or not values:
         return None
+    if not len(offsets) == len(tokens) == len(values):
+        raise _Malformed(f"echo log-probabilities of {len(tokens)} tokens, {len(offsets)} offsets and "
+                         f"{len(values)} values")
     # keep only echoed prompt tokens (drop the generated one after the full text)
     n = sum(1 for o in offsets if o < len(prompt) + len(cont))
     return _continuation_and_span(offsets[:n], values[:n], len(prompt), span)
@@ -446,17 +477,28 @@ def _continuation_and_span(offsets: list[int], values: list, prompt_len: int, sp
                            ) -> tuple[float, int, int, tuple[float, int] | None] | None:
     """From per-token (character offset, log-probability): the continuation's sum and token count (the tokens
     from ``prompt_len`` on), the number of prompt tokens, and the span's (sum, tokens) for the tokens starting
-    inside it. None when a needed value is missing (the response is then unusable, never read as 0)."""
+    inside it. None when a needed value is missing (the response is then unusable, never read as 0); a value that
+    is no log-probability (not a finite number <= 0) makes the response malformed (retried, never cached)."""
+    if len(values) != len(offsets):
+        raise _Malformed(f"{len(values)} log-probabilities for {len(offsets)} tokens")
     first = next((i for i, o in enumerate(offsets) if o >= prompt_len), None)
     if first is None or first == len(offsets):
         return None
     picked = values[first:]
     if any(v is None for v in picked):
         return None
+    _check_logprobs(picked)
     span_out = None
     if span is not None:
         inside = [values[i] for i, o in enumerate(offsets[:first]) if span[0] <= o < span[1]]
         if not inside or any(v is None for v in inside):
             return None
+        _check_logprobs(inside)
         span_out = (float(sum(inside)), len(inside))
     return float(sum(picked)), len(picked), first, span_out
+
+
+def _check_logprobs(values: list) -> None:
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v > MAX_LOGPROB:
+            raise _Malformed(f"{v!r} is not a log-probability (a finite number <= 0)")
