@@ -343,12 +343,16 @@ def test_ctrl_c_during_a_sql_query_is_interrupted_exit_130(tmp_path):
                              "--catalog-path", str(tmp_path / "c.duckdb")],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
-    for _ in range(6):   # a first Ctrl-C was lost twice on a loaded machine (not explained): press again
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, err = proc.communicate(timeout=10)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+    try:
+        time.sleep(3)
+        for _ in range(6):   # a first Ctrl-C was lost twice on a loaded machine (not explained): press again
+            proc.send_signal(signal.SIGINT)
+            try:
+                out, err = proc.communicate(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    finally:   # a query over 10^13 rows must not outlive a failed test
+        proc.kill()
+        proc.wait()
     assert proc.returncode == 130 and err.strip() == "causal-assets: interrupted", err
