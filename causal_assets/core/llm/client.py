@@ -108,7 +108,7 @@ class CallBudget:
         return (f"CallBudget(calls={self.calls}/{self.max_calls}, tokens={self.tokens}/{self.max_tokens})")
 
 
-class _Malformed(Exception):
+class MalformedResponse(Exception):
     """The endpoint answered 2xx but the body is not a usable completion."""
 
 
@@ -154,7 +154,7 @@ def classify(exc: BaseException) -> tuple[str, bool, float | None]:
         if code == 404:
             return "config", False, None
         return "request", False, None
-    if isinstance(exc, (_Malformed, openai.APIResponseValidationError, json.JSONDecodeError)):
+    if isinstance(exc, (MalformedResponse, openai.APIResponseValidationError, json.JSONDecodeError)):
         return "malformed", True, None  # 2xx with a body that is not JSON / not a completion
     if isinstance(exc, ValueError) and type(exc).__module__.startswith(("pydantic", "json")):
         return "malformed", True, None
@@ -290,7 +290,8 @@ class LLMClient:
         raise TypeError("LLMClient cannot be pickled (it holds an API key); build one per process")
 
     # -- internals ----------------------------------------------------------------------------------
-    def _redact(self, text: object) -> str:
+    def redact_secrets(self, text: object) -> str:
+        """`text` with the configured key (and the patterns `redact` knows) masked: before any cut of it."""
         return redact(text, self._api_key.get() if self._api_key.get() != NO_KEY else None)
 
     @staticmethod
@@ -359,29 +360,29 @@ class LLMClient:
         else:
             resp = self._client.completions.create(model=self.model, prompt=payload, **params)
         if resp is None or not hasattr(resp, "model_dump"):
-            raise _Malformed(f"unexpected response type {type(resp).__name__}")
+            raise MalformedResponse(f"unexpected response type {type(resp).__name__}")
         data = resp.model_dump(mode="json")
         if data.get("error"):
             # redacted before it is cut: a key straddling the cut would leave its prefix
-            raise _ErrorText(f"2xx response carrying an error: {self._redact(data['error'])[:300]}")
+            raise _ErrorText(f"2xx response carrying an error: {self.redact_secrets(data['error'])[:300]}")
         choices = data.get("choices")
         if not choices:
-            raise _Malformed("response has no choices")
+            raise MalformedResponse("response has no choices")
         choice = choices[0]
         if kind == "chat":
             msg = choice.get("message")
             if not isinstance(msg, dict):
-                raise _Malformed("response choice has no message")
+                raise MalformedResponse("response choice has no message")
             text = msg.get("content")
             if text is None and msg.get("tool_calls"):
                 text = ""
         else:
             text = choice.get("text")
         if not isinstance(text, str):
-            raise _Malformed("response choice has no text content")
+            raise MalformedResponse("response choice has no text content")
         if (self.error_text is not None and len(text) <= MAX_ERROR_TEXT_CHARS
                 and self.error_text.match(text)):
-            raise _ErrorText(f"2xx response whose text is an error message: {self._redact(text)[:200]!r}")
+            raise _ErrorText(f"2xx response whose text is an error message: {self.redact_secrets(text)[:200]!r}")
         if choice.get("finish_reason") == "content_filter":
             raise _Refused("the endpoint refused or filtered the completion (finish_reason 'content_filter')")
         key = self._api_key.get()
@@ -412,7 +413,7 @@ class LLMClient:
             except Exception as exc:  # noqa: BLE001 - classified below; nothing escapes unredacted
                 total_latency += time.monotonic() - t0
                 err_kind, retryable, retry_after = classify(exc)
-                last_msg = self._redact(f"{type(exc).__name__}: {exc}")[:2000]
+                last_msg = self.redact_secrets(f"{type(exc).__name__}: {exc}")[:2000]
                 died = self.server_failure() if self.server_failure and retryable else None
                 if died:
                     err_kind, retryable, last_msg = "local_server_died", False, f"{last_msg} ({died})"

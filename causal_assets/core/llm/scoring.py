@@ -36,7 +36,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .cache import CallCache, make_key
-from .client import _Malformed
+from .client import LLMClient, MalformedResponse
 from .cores import CoreMeter
 from .errors import LLMError
 
@@ -352,8 +352,6 @@ class EndpointScorer(_CachedScorer):
     def __init__(self, client, model: str, cache: CallCache | None = None, mode: str = "auto"):
         if mode not in ("auto", "prompt_logprobs", "echo"):
             raise ValueError(f"mode must be auto, prompt_logprobs or echo, got {mode!r}")
-        from .client import LLMClient
-
         if not isinstance(client, LLMClient):   # a bare openai.OpenAI: the same endpoint and key, one attempt
             client = LLMClient(str(client.base_url), model, api_key=client.api_key, max_retries=0)
         # the project's LLMClient: its endpoint (in the keys), its retries, classification and redaction
@@ -381,7 +379,7 @@ class EndpointScorer(_CachedScorer):
                                                    temperature=0.0, stop=list(stop) or None)
             choices = resp.model_dump(mode="json").get("choices")
             if not choices:
-                raise _Malformed("response has no choices")
+                raise MalformedResponse("response has no choices")
             return str(choices[0].get("text") or "")
 
         return self._llm.retrying(f"completion call to {self.model_id!r}", attempt)[0]
@@ -411,12 +409,12 @@ class EndpointScorer(_CachedScorer):
                     raise
                 data = resp.model_dump(mode="json")
                 if not data.get("choices"):
-                    raise _Malformed("response has no choices")
+                    raise MalformedResponse("response has no choices")
                 return (_from_prompt_logprobs if mode == "prompt_logprobs" else _from_echo)(data, prompt, cont, span)
 
             got = self._llm.retrying(f"score call to {self.model_id!r} ({mode})", attempt)[0]
             if isinstance(got, Exception):
-                refusals.append(f"{mode}: HTTP {got.status_code} {self._llm._redact(got.message)[:200]}")
+                refusals.append(f"{mode}: HTTP {got.status_code} {self._llm.redact_secrets(got.message)[:200]}")
             elif got is not None:
                 return got
         raise ScoringUnsupported(
@@ -466,7 +464,7 @@ def _from_echo(data: dict, prompt: str, cont: str, span: tuple[int, int] | None 
     if not offsets or not tokens or not values:
         return None
     if not len(offsets) == len(tokens) == len(values):
-        raise _Malformed(f"echo log-probabilities of {len(tokens)} tokens, {len(offsets)} offsets and "
+        raise MalformedResponse(f"echo log-probabilities of {len(tokens)} tokens, {len(offsets)} offsets and "
                          f"{len(values)} values")
     # keep only echoed prompt tokens (drop the generated one after the full text)
     n = sum(1 for o in offsets if o < len(prompt) + len(cont))
@@ -480,7 +478,7 @@ def _continuation_and_span(offsets: list[int], values: list, prompt_len: int, sp
     inside it. None when a needed value is missing (the response is then unusable, never read as 0); a value that
     is no log-probability (not a finite number <= 0) makes the response malformed (retried, never cached)."""
     if len(values) != len(offsets):
-        raise _Malformed(f"{len(values)} log-probabilities for {len(offsets)} tokens")
+        raise MalformedResponse(f"{len(values)} log-probabilities for {len(offsets)} tokens")
     first = next((i for i, o in enumerate(offsets) if o >= prompt_len), None)
     if first is None or first == len(offsets):
         return None
@@ -501,4 +499,4 @@ def _continuation_and_span(offsets: list[int], values: list, prompt_len: int, sp
 def _check_logprobs(values: list) -> None:
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v > MAX_LOGPROB:
-            raise _Malformed(f"{v!r} is not a log-probability (a finite number <= 0)")
+            raise MalformedResponse(f"{v!r} is not a log-probability (a finite number <= 0)")
