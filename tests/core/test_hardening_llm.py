@@ -129,15 +129,26 @@ def _trickle(h):
         time.sleep(0.3)
 
 
-def test_a_trickling_endpoint_is_cut_off_at_the_total_deadline(tmp_path):
-    with Scripted(_trickle) as server:
-        client = LLMClient(server.url, MODEL, cache=CallCache(tmp_path / "c.sqlite"), timeout_s=1.5, max_retries=0)
+def _trickle_headers(h):
+    h.wfile.write(b"HTTP/1.1 200 OK\r\nX-Pad: ")
+    for _ in range(30):                         # the headers alone take 6 s; httpx's read timeout never trips
+        h.wfile.flush()
+        time.sleep(0.2)
+        h.wfile.write(b"a")
+
+
+@pytest.mark.parametrize("trickle", [_trickle, _trickle_headers], ids=["body", "headers"])
+def test_a_trickling_endpoint_is_cut_off_at_the_total_deadline(tmp_path, trickle):
+    """A body trickled a byte at a time was cut at the deadline; headers trickled the same way held the call for
+    as long as the server liked (an endpoint probe), until a watchdog shut the connection at the deadline."""
+    with Scripted(trickle) as server:
+        client = LLMClient(server.url, MODEL, cache=CallCache(tmp_path / "c.sqlite"), timeout_s=1, max_retries=0)
         t0 = time.monotonic()
         with pytest.raises(LLMInfrastructureError) as e:
             client.chat(MSGS)
         elapsed = time.monotonic() - t0
     assert e.value.kind == "timeout"
-    assert elapsed < 4, elapsed                 # the body alone would take > 60 s at this pace
+    assert elapsed < 3, elapsed                 # the body alone would take > 60 s at this pace
 
 
 def _huge(h, chunked: bool):
