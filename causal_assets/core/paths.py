@@ -3,6 +3,7 @@ command names none. The configured places (environment variables) are read by `c
 here: code in `core` is given them as arguments."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -18,3 +19,9 @@ QUESTION_CORPUS = "hotpotqa"    # where a question goes when none is named (`ask
 def expand(path: str, shared_data: str | Path = DEFAULT_SHARED_DATA) -> str:
     """A registry path with `${SHARED_DATA}` replaced by the shared data directory."""
     return path.replace("${SHARED_DATA}", str(shared_data))
+
+
+def display_path(path: str | Path) -> str:
+    """A path as printable UTF-8: bytes of a non-UTF-8 file name (surrogate escapes) shown as \\xNN, `caf\\xe9.txt`
+    (for logs, messages and JSON, which cannot hold the surrogates)."""
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")

@@ -22,6 +22,7 @@ from causal_assets.core.local_search import inbox
 from causal_assets.core.local_search.context import GraphContextBuilder
 from causal_assets.core.local_search.entity_vectors import embed_entities
 from causal_assets.core.local_search.search import LocalSearch, save_outputs
+from causal_assets.core.paths import display_path
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.paths import QUESTION_CORPUS
@@ -178,7 +179,7 @@ def queries_inbox_sensor(context: SensorEvaluationContext) -> SensorResult:
     known = _known_corpora()
     now = time.time()
     for entry in sorted(entries, key=lambda e: e.name):
-        name = inbox.printable(entry.name)
+        name = display_path(entry.name)
         try:
             st = entry.stat(follow_symlinks=False)
             marker = f"{entry.name}:{st.st_mtime_ns}"

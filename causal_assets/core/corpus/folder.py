@@ -20,6 +20,7 @@ from typing import Iterator
 from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.python_package import chunk_python_source
 from causal_assets.core.errors import CorpusError
+from causal_assets.core.paths import display_path
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +61,6 @@ def split_with_overlap(text: str, chunk_chars: int, overlap_chars: int) -> list[
 
 # Deeper directories are skipped (and listed): real corpora are a few dozen levels deep at most.
 MAX_DEPTH = 64
-
-
-def display_path(path: str | Path) -> str:
-    """A path as printable UTF-8: bytes of a non-UTF-8 file name (surrogate escapes) shown as \\xNN."""
-    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
 
 
 def walk_files(root: str | Path, max_depth: int = MAX_DEPTH,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable
 
 from causal_assets.core.errors import ConfigError
-from causal_assets.core.paths import QUESTION_CORPUS
+from causal_assets.core.paths import QUESTION_CORPUS, display_path
 
 MAX_QUERY_CHARS = 2000
 # An inbox file holds a question and an optional `corpus:` line: 16 KiB is far more than that needs.
@@ -77,7 +77,7 @@ def read_inbox_file(path: str | os.PathLike, max_bytes: int = MAX_INBOX_BYTES) -
     """The text of one inbox file, or a ConfigError saying why it is refused. Never blocks (FIFOs, devices),
     never follows a symlink, never reads more than `max_bytes` + 1 bytes."""
     path = Path(path)
-    name = printable(path.name)
+    name = display_path(path.name)
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
         kind = ("symlink" if stat.S_ISLNK(st.st_mode) else "directory" if stat.S_ISDIR(st.st_mode)
@@ -103,12 +103,6 @@ def read_inbox_file(path: str | os.PathLike, max_bytes: int = MAX_INBOX_BYTES) -
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{name}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})") from None
-
-
-def printable(name: str) -> str:
-    """A file name as valid UTF-8 for logs and JSON: bytes that are not UTF-8 (held by Python as surrogates) are
-    shown escaped, `caf\\xe9.txt`."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def parse_inbox_text(text: str, default_corpus: str = QUESTION_CORPUS) -> tuple[str, str]:
