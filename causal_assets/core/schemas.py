@@ -99,7 +99,9 @@ PER_ASSET = {
                   "estimator": "regression, adaptive or naive (the simple rule on the same trials).",
                   "base_outcome": "Mean outcome over trials.", "mean_outcome": "Mean outcome with the document."},
     "candidate_pools": {"answer": "The gold answer.", "aliases": "Accepted answer spellings (JSON).",
-                        "position": "Position of the document in the shuffled pool."},
+                        "position": "Position of the document in the shuffled pool.",
+                        "path": "The document's file, relative to the corpus's root (folder and package corpora; "
+                                "empty for the others)."},
     "causal_search": {"grounded": "True when the answer's distinctive terms are found in the evidence shown to the model.",
                       "grounding_note": "Why the answer is not grounded (terms not found in the evidence), or empty.",
                       "sources": "JSON list of the text units (chunk_id, title) the model was shown.",

@@ -17,7 +17,10 @@ from causal_assets.core.benchmarks import Benchmark
 from causal_assets.core.index.search import CorpusIndex
 
 POOL_COLUMNS = ["benchmark", "question_id", "question", "answer", "aliases", "doc_id", "origin", "position",
-                "title", "text"]
+                "title", "text", "path"]
+# Corpora whose chunks name a file relative to the corpus's root: the pools (and the label exports) carry it beside the
+# document id. Other loaders' `path` is the dataset file itself, the same for every document.
+FILE_SOURCES = ("folder", "python_package")
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,8 @@ def build_pools(index: CorpusIndex, bench: Benchmark, question_ids: list[str], c
     for qid in question_ids:
         for pos, (doc_id, origin) in enumerate(build_pool(index, bench, qid, config, neighbors)):
             row = index.chunks.iloc[index.position[doc_id]]
+            path = str(row["path"]) if "path" in row and str(row.get("source", "")) in FILE_SOURCES else ""
             rows.append((bench.name, qid, bench.queries[qid], bench.answers.get(qid, ""),
                          list(bench.aliases.get(qid, [])), doc_id, origin, pos, str(row["title"]),
-                         str(row["text"])[: config.max_doc_chars]))
+                         str(row["text"])[: config.max_doc_chars], path))
     return pd.DataFrame(rows, columns=POOL_COLUMNS)
