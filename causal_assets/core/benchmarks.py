@@ -193,10 +193,14 @@ class BenchmarkSpec(BaseModel):
             return data
         path = _resolve(data["path"], info)
         try:
-            own = load_questions(path).own_splits if path.is_file() else None
+            qfile = load_questions(path) if path.is_file() else None
         except CorpusError:
-            own = None   # reported with its line by the file check below
+            qfile = None   # reported with its line by the file check below
+        own = qfile.own_splits if qfile else None
         parts = [s for s in own if s != "dev"] if own else ["train", "test"]
+        if qfile and not own:   # a half the hash leaves empty (a file of a few questions) is not a default split
+            records = [(r.question_id, r.split) for r in qfile.records]
+            parts = [s for s in parts if split_members(records, s)]
         data = dict(data)
         data.setdefault("splits", ["dev", *parts])
         if "eval_splits" not in data:
@@ -263,8 +267,8 @@ class BenchmarkSpec(BaseModel):
         # interval (core/labeling/budget.py derives it from the estimators' intervals).
         problem = budget_problem(self.budget, self.pool_size, self.estimator)
         if problem:
-            given = "" if self.monte_carlo.get("budget") else f" (the default {DEFAULT_BUDGET})"
-            raise ValueError(f"monte_carlo.budget{given}: {problem}")
+            default = "" if self.monte_carlo.get("budget") else f" ({DEFAULT_BUDGET} is the default: set it higher)"
+            raise ValueError(f"monte_carlo.budget: {problem}{default}")
         return self
 
     @model_validator(mode="after")

@@ -268,7 +268,7 @@ def small_sample_caveat(per_query: pd.DataFrame | None, n_queries: dict[str, int
             continue
         text = (f"**Small sample: `{split}` has {n} queries.** " +
                 (f"Its 95% intervals are ±{sum(widths) / len(widths):.2f} on average, so only differences larger "
-                 f"than that are more than noise. " if widths else ""))
+                 f"than that are more than noise. " if wide else ""))
         if flat:
             text += (f"An interval of zero width means every query scored the same in this sample, not that the "
                      f"figure is exact: with {n} queries and none missing, up to {miss_bound:.0%} of such questions "
