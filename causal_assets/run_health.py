@@ -14,6 +14,7 @@ every later LLM step waits "blocked by limit for pool llm" for ever. Two mechani
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import select
@@ -239,16 +240,31 @@ def cancel_on_interrupt(instance: DagsterInstance | None, poll_s: float = 0.1) -
         ready, _, _ = select.select([wake_r], [], [], poll_s)
         return bool(ready) and any(b in (signal.SIGINT, signal.SIGTERM) for b in os.read(wake_r, 64))
 
+    interrupted: set[str] = set()
+
     def watch() -> None:
         while True:
             try:
                 if not (signalled() or check_captured_interrupt()):
                     continue
                 for run in _runs_of_this_process(instance):
+                    interrupted.add(run.run_id)
                     if run.status == DagsterRunStatus.STARTED:
                         instance.report_run_canceling(run, message="Interrupted (Ctrl-C or SIGTERM)")
                 time.sleep(1.0)      # one marking per interrupt is enough
             except Exception:        # storage gone at exit: nothing to mark
                 time.sleep(1.0)
 
+    def finish() -> None:
+        """At exit: an interrupted run whose end Dagster wrote before it was marked CANCELING (a step still queued
+        for its pool ends at once) ends CANCELED all the same."""
+        for run_id in sorted(interrupted):
+            try:
+                run = instance.get_run_by_id(run_id)
+                if run is not None and run.status in (DagsterRunStatus.CANCELING, DagsterRunStatus.FAILURE):
+                    instance.report_run_canceled(run, message="Interrupted (Ctrl-C or SIGTERM)")
+            except Exception:
+                pass
+
+    atexit.register(finish)
     threading.Thread(target=watch, name="causal-assets-interrupt-watch", daemon=True).start()

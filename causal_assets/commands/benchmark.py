@@ -186,11 +186,11 @@ def label(args) -> int:
     """Monte Carlo labels of a benchmark's questions (pools, trials, labels, label quality)."""
     interrupt_on_sigterm()
     spec = _spec(args)
-    _prepare(args, spec, "labels")
-    _, plan = _labelling_plan(args, spec)
-    wait_s = _wait_for_llm(args)
+    wait_s = _wait_for_llm(args)   # first: a held slot is named at once, not after the index is built
     if wait_s is None:
         return EXIT_POOL_BLOCKED
+    _prepare(args, spec, "labels")
+    _, plan = _labelling_plan(args, spec)
     say(plan)
     t0 = time.monotonic()
     if _run(args, spec, LABEL_ASSETS, "labelling", pool=True, wait_s=wait_s) is None:
@@ -243,6 +243,9 @@ def all_stages(args) -> int:
     """Labels, tuning and evaluation of a benchmark in one run (the labels only for questions with answers)."""
     interrupt_on_sigterm()
     spec = _spec(args)
+    wait_s = _wait_for_llm(args)   # first: a held slot is named at once, not after the index is built
+    if wait_s is None:
+        return EXIT_POOL_BLOCKED
     _prepare(args, spec, "labels, tuning and evaluation")
     try:
         _, plan = _labelling_plan(args, spec)
@@ -252,14 +255,10 @@ def all_stages(args) -> int:
         plan = None
         say(f"no labels: {e}")
     assets = (LABEL_ASSETS if plan else []) + (TUNE_ASSETS if spec.tune_split else []) + EVALUATE_ASSETS
-    wait_s = 0.0
     if plan:
-        wait_s = _wait_for_llm(args)
-        if wait_s is None:
-            return EXIT_POOL_BLOCKED
         say(plan + "; then tuning and evaluation")
     t0 = time.monotonic()
-    result = _run(args, spec, assets, "labels, tuning and evaluation", pool=bool(plan), wait_s=wait_s)
+    result = _run(args, spec, assets, "labels, tuning and evaluation", pool=bool(plan), wait_s=wait_s if plan else 0)
     if result is None:
         return 1
     say(f"done in {duration(time.monotonic() - t0)} (load {os.getloadavg()[0]:.1f})")
