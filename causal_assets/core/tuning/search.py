@@ -91,6 +91,7 @@ class TuningResult:
     models: dict[str, Any] = field(default_factory=dict)   # retriever -> fitted CausalRelevanceModel
     query_ids: list[str] = field(default_factory=list)     # every query the tuner scored
     selection_note: str = ""                               # how far the selection can be trusted (`compare_nested`)
+    nested: dict[str, dict[str, float]] = field(default_factory=dict)   # retriever -> nested figure per train query
 
     @property
     def selected(self) -> str | None:
@@ -642,7 +643,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
             if "selection_margin" in b:
                 log(f"{n}: {b['selection_margin']}")
     trials = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
-    return TuningResult(trials, best, models, sorted(scored_queries), note)
+    return TuningResult(trials, best, models, sorted(scored_queries), note, nested_of)
 
 
 class FoldChoices:
