@@ -37,10 +37,6 @@ from causal_assets.run_health import blocked_message, pool_holders, reap_dead_ru
 from causal_assets.settings import Settings
 
 BUILD_JOB = "corpus_build_job"
-# Rough rates on 2 CPU cores (README "Scaling"): what the "about N min" of a build is computed from.
-CHUNKS_PER_S = 20.0
-ENTITIES_PER_S = 150.0
-ENTITIES_PER_TEXT_CHUNK = 7.5  # HotpotQA: 14,596 entities from 2,000 paragraphs
 
 
 class NotBuilt(CausalAssetsError):
@@ -239,20 +235,10 @@ def estimate_seconds(base, corpus: str, todo: list[str]) -> float | None:
     if not chunks_path.exists():
         return None
     chunks = read_parquet(chunks_path, columns=["kind"])
-    n = len(chunks)
-    code = bool(chunks["kind"].isin(["function", "method", "class", "module"]).mean() > 0.5)
-    seconds = 0.0
-    if "corpus_embeddings" in todo:
-        seconds += n / CHUNKS_PER_S
-    if "sparse_postings" in todo:
-        seconds += 5 + n * 0.002
-    if "graph_nodes" in todo:
-        seconds += 10 + n * 0.01
-    if "graph_entity_embeddings" in todo:
-        nodes_path = asset_path(base, "graph_nodes", corpus)
-        entities = len(read_parquet(nodes_path, columns=["node_id"])) if nodes_path.exists() else \
-            n * (1.0 if code else ENTITIES_PER_TEXT_CHUNK)  # not built yet: a typical ratio
-        seconds += entities / ENTITIES_PER_S
+    code = bool(chunks["kind"].isin(needs.CODE_KINDS).mean() > 0.5)
+    nodes_path = asset_path(base, "graph_nodes", corpus)
+    entities = len(read_parquet(nodes_path, columns=["node_id"])) if nodes_path.exists() else None
+    seconds = needs.build_seconds(len(chunks), code, todo, entities)
     # The rates are for idle cores; other work on the machine slows this build about in proportion.
     return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 

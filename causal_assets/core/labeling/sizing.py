@@ -94,3 +94,32 @@ def estimate_labels(questions: int, budget: int, pool_size: int, max_doc_chars: 
     slowdown = max(1.0, load / cores) * max(1.0, 2 / cores)   # the rate is for 2 free cores
     return LabelEstimate(questions, calls, calls * tokens * SECONDS_PER_TOKEN_2_CORES * slowdown,
                          f"the rate measured on 2 idle cores, at the load {load:.1f} now")
+
+
+# Tuning and evaluation of the default lineage on 2 idle cores: 56 s + 33 s measured at load ~2.5 (docs/sizing.md);
+# the stages whose time does not follow the chunks or the labelling calls.
+TUNE_AND_EVALUATE_S = 90.0
+LINEAGE_INDEX = ["corpus_embeddings", "sparse_postings", "graph_nodes", "graph_entity_embeddings"]
+
+
+def lineage_estimate(n_chunks: int, code: bool, labels: LabelEstimate | None, load: float | None = None,
+                     cores: int | None = None) -> tuple[float, str]:
+    """(seconds, one line) for the whole lineage of a partition: the index and graph of `n_chunks` chunks, the
+    labels (`estimate_labels`, already at this machine's rate), tuning and evaluation; the index and the rest are
+    scaled by the load now as the build's estimate is."""
+    from causal_assets.core.needs import build_seconds
+
+    load = os.getloadavg()[0] if load is None else load
+    slowdown = max(1.0, load / (cores or os.cpu_count() or 1))
+    index = build_seconds(n_chunks, code, LINEAGE_INDEX) * slowdown
+    rest = TUNE_AND_EVALUATE_S * slowdown
+    label_s = labels.seconds if labels is not None else 0.0
+    from causal_assets.core.progress import duration
+
+    parts = [f"index and graph of {n_chunks:,} chunks ~{duration(index)}"]
+    if labels is not None:
+        parts.append(f"labels of {labels.questions} questions x {labels.calls // max(1, labels.questions)} solver "
+                     f"calls ~{duration(label_s)} (from {labels.source})")
+    parts.append(f"tuning and evaluation ~{duration(rest)}")
+    total = index + label_s + rest
+    return total, f"about {duration(total)} at the load {load:.1f} now ({'; '.join(parts)})"
