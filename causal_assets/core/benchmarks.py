@@ -89,6 +89,7 @@ class PoolingSpec(BaseModel):
     hard_negatives: int = Field(default=4, ge=0)
     max_doc_chars: int = Field(default=600, ge=1)
     seed: int = 0
+    top_candidates: int = Field(default=0, ge=0)   # questions files: 4 unless given (`BenchmarkSpec.pool_settings`)
 
 
 class MonteCarloSpec(BaseModel):
@@ -126,6 +127,7 @@ def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any])
     return value
 
 
+QUESTION_TOP_CANDIDATES = 4
 HASH_SPLITS = ("dev", "train", "test")   # every loader without splits of its own: all, and the stable hash halves
 QUESTION_LOADERS = ("hotpotqa", "multihop", "questions")   # files whose records may carry their own `split`
 
@@ -240,6 +242,12 @@ class BenchmarkSpec(BaseModel):
         """How many of the label split's questions are labelled (`monte_carlo.max_questions`): by default every
         answered question of a user's questions file, and the first 20 of the other loaders."""
         return self.monte_carlo.get("max_questions") or (None if self.loader == "questions" else 20)
+
+    @property
+    def pool_settings(self) -> dict[str, Any]:
+        """`pooling:` with the loader's defaults: a questions file's pools take the retrievers' top 4 candidates
+        (its questions may have no gold to seed the pool with)."""
+        return {**({"top_candidates": QUESTION_TOP_CANDIDATES} if self.loader == "questions" else {}), **self.pooling}
 
     @property
     def pool_size(self) -> int:

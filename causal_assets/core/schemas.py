@@ -58,7 +58,7 @@ COMMON = {
     "effect": "Estimated effect of including the document on the solver's outcome (nats for likelihood outcomes).",
     "ci_low": "Lower end of the effect's confidence interval.",
     "ci_high": "Upper end of the effect's confidence interval.",
-    "origin": "Why the document is in the candidate pool: seed (gold or its graph neighbour), hard negative, random.",
+    "origin": "Why the document is in the candidate pool: seed (gold), seed_neighbor (its graph neighbour), top_candidate (the retrievers' top hits), hard_negative (top hits that are not gold), random.",
     "metric": "Metric name (ndcg, map, mrr, recall, precision, hit_rate).",
     "k": "Cut-off of the metric (metric@k).",
     "value": "Metric value, in [0, 1].",

@@ -52,7 +52,7 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
     limit = config.max_questions or spec.label_limit
     # questions with an answer to score (a questions file's question without one is evaluated only)
     qids = bench.labelable_ids()[:limit]
-    pool_cfg = PoolParams(**{**spec.pooling, **({"size": config.size} if config.size else {})})
+    pool_cfg = PoolParams(**{**spec.pool_settings, **({"size": config.size} if config.size else {})})
     warn_if_llm_pool_is_held(context)
     pools = build_pools(artifacts.index, bench, qids, pool_cfg, artifacts.neighbors)
     pools["aliases"] = pools["aliases"].map(json.dumps)
