@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from causal_assets.core.benchmarks import hash_half, load_benchmark, load_benchmark_registry
-from causal_assets.core.corpus.questions import load_questions
 from causal_assets.core.errors import ConfigError, CorpusError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,6 +151,8 @@ def test_hash_halves_without_splits(tmp_path):
     ("id,question\n", ".csv", r"questions\.csv: no questions"),
 ])
 def test_bad_records_are_one_line_naming_file_line_and_field(tmp_path, content, suffix, message):
+    from causal_assets.core.corpus.questions import load_questions
+
     path = tmp_path / f"questions{suffix}"
     path.write_text(content, encoding="utf-8")
     with pytest.raises(CorpusError, match=message) as e:
@@ -160,6 +161,8 @@ def test_bad_records_are_one_line_naming_file_line_and_field(tmp_path, content, 
 
 
 def test_a_file_that_is_not_utf8_or_a_directory_or_another_format(tmp_path):
+    from causal_assets.core.corpus.questions import load_questions
+
     path = tmp_path / "questions.jsonl"
     path.write_bytes(b'{"id": "a", "question": "caf\xe9?", "answer": "x"}\n')
     with pytest.raises(CorpusError, match=r"questions\.jsonl: not UTF-8"):

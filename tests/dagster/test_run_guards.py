@@ -104,3 +104,23 @@ def test_a_ctrl_c_of_a_materialize_ends_its_run_canceled(home, tmp_path):
         assert interrupted.status == DagsterRunStatus.CANCELED, (interrupted.status, log.read_text()[-3000:])
     finally:
         kill_group(holder, signal.SIGKILL)
+
+
+def test_build_of_a_built_corpus_frees_a_dead_runs_slot_too(home, tmp_path):
+    """`build` of a built corpus did not free it: nothing was run, so nothing reaped."""
+    from tests.cli.test_cli_ux import run_cli
+    from tests.conftest import mark_built
+
+    holder = start_holder(home, tmp_path)
+    with DagsterInstance.from_config(str(home)) as instance:
+        [dead_run] = [r.run_id for r in instance.get_runs()]
+    kill_group(holder, signal.SIGKILL)
+    env = registry_env(home, tmp_path)
+    mark_built(Path(env["CAUSAL_ASSETS_BASE_PATH"]), "hotpotqa")
+    done = run_cli("build", "hotpotqa", "--index-only", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"freed the pool slots of 1 run(s) whose process is gone (killed?): {dead_run}" in done.stderr
+    assert "is already built" in done.stderr
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert instance.event_log_storage.get_concurrency_info(LLM_POOL).claimed_slots == []
+        assert instance.get_run_by_id(dead_run).status == DagsterRunStatus.FAILURE
