@@ -110,7 +110,7 @@ def main() -> None:
     summary = summarize(samples, args.retrievers)
     for line in summary["lines"]:
         print(line)
-    write_json("small_train_default.json", {"machine": started, "args": vars(args), "samples": samples,
+    write_json("small_train_default", {"machine": started, "args": vars(args), "samples": samples,
                                             "summary": summary})
 
 
