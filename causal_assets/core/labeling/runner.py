@@ -279,9 +279,10 @@ def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParam
         origin = dict(zip(pool["doc_id"], pool["origin"]))
         texts = dict(zip(pool["doc_id"], pool["text"]))
         # the document's title, and its file where the corpus has files (a folder's pages): read beside the id
-        where = {d: {"title": str(t), **({"path": str(p)} if isinstance(p, str) and p else {})}
-                 for d, t, p in zip(pool["doc_id"], pool["title"],
-                                    pool["path"] if "path" in pool else [""] * len(pool))}
+        where = {d: {**({"title": str(t)} if isinstance(t, str) else {}),
+                     **({"path": str(p)} if isinstance(p, str) and p else {})}
+                 for d, t, p in zip(pool["doc_id"], pool["title"] if "title" in pool else [None] * len(pool),
+                                    pool["path"] if "path" in pool else [None] * len(pool))}
         pairs.append({"id": qid, "query": pool.iloc[0]["question"], "candidates": [
             {"fqn": r["doc_id"], **where[r["doc_id"]], "text": texts[r["doc_id"]], "empirical_relevance": r["label"],
              "effect": round(r["effect"], 4), "ci": [round(r["ci_low"], 4), round(r["ci_high"], 4)],

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from causal_assets.core.storage import read_parquet
+from causal_assets.core.needs import build_seconds
+from causal_assets.core.progress import duration
+from causal_assets.core.storage import asset_path, read_parquet
 
 CHARS_PER_TOKEN = 4.0
 QUESTION_TOKENS = 40            # the question, the answer and the prompt's own words
@@ -55,8 +57,6 @@ def evaluated_tokens(pool_size: int, max_doc_chars: int) -> float:
 def history_rate(base, benchmarks: list[str]) -> tuple[float, int] | None:
     """(seconds per evaluated prompt token, calls it is the median of) over the uncached ok calls recorded in the
     `solver_calls` tables of `benchmarks` under `base`, or None when they hold fewer than `MIN_HISTORY_CALLS`."""
-    from causal_assets.core.storage import asset_path
-
     rates = []
     for name in benchmarks:
         path = asset_path(base, "solver_calls", name)
@@ -107,15 +107,11 @@ def lineage_estimate(n_chunks: int, code: bool, labels: LabelEstimate | None, lo
     """(seconds, one line) for the whole lineage of a partition: the index and graph of `n_chunks` chunks, the
     labels (`estimate_labels`, already at this machine's rate), tuning and evaluation; the index and the rest are
     scaled by the load now as the build's estimate is."""
-    from causal_assets.core.needs import build_seconds
-
     load = os.getloadavg()[0] if load is None else load
     slowdown = max(1.0, load / (cores or os.cpu_count() or 1))
     index = build_seconds(n_chunks, code, LINEAGE_INDEX) * slowdown
     rest = TUNE_AND_EVALUATE_S * slowdown
     label_s = labels.seconds if labels is not None else 0.0
-    from causal_assets.core.progress import duration
-
     parts = [f"index and graph of {n_chunks:,} chunks ~{duration(index)}"]
     if labels is not None:
         parts.append(f"labels of {labels.questions} questions x {labels.calls // max(1, labels.questions)} solver "
