@@ -39,13 +39,13 @@ def walkthrough_commands(text: str) -> list[str]:
     return commands
 
 
-def documented_pages() -> list[Path]:
+def documented_pages(docs: Path = DOCS) -> list[Path]:
     """README.md, then every page of the documentation site by name (docs/_incoming/ is not part of it)."""
-    return [README, *sorted(DOCS.glob("*.md"))]
+    return [README, *sorted(docs.glob("*.md"))]
 
 
-def walkthrough_by_page() -> list[tuple[Path, list[str]]]:
-    return [(page, cmds) for page in documented_pages() if (cmds := walkthrough_commands(page.read_text()))]
+def walkthrough_by_page(docs: Path = DOCS) -> list[tuple[Path, list[str]]]:
+    return [(page, cmds) for page in documented_pages(docs) if (cmds := walkthrough_commands(page.read_text()))]
 
 
 def test_the_walkthrough_blocks_are_found():
@@ -58,11 +58,15 @@ def test_the_walkthrough_blocks_are_found():
     assert any("causal-assets search" in c for c in pages[README])
 
 
-def test_a_marked_block_in_a_docs_page_is_collected(tmp_path):
-    page = tmp_path / "page.md"
-    page.write_text("text\n\n<!-- readme-walkthrough -->\n```bash\n# a comment\n.venv/bin/causal-assets --help\n```\n"
-                    "\n```bash\n.venv/bin/causal-assets not-marked\n```\n")
-    assert walkthrough_commands(page.read_text()) == [".venv/bin/causal-assets --help"]
+def test_marked_blocks_of_the_docs_pages_are_collected_and_incoming_text_is_not(tmp_path):
+    (tmp_path / "_incoming").mkdir()
+    block = "<!-- readme-walkthrough -->\n```bash\n# a comment\n.venv/bin/causal-assets {}\n```\n"
+    (tmp_path / "b.md").write_text("text\n\n" + block.format("--help") + "\n```bash\n.venv/bin/not-marked\n```\n")
+    (tmp_path / "a.md").write_text(block.format("sql 'select 1'"))
+    (tmp_path / "_incoming" / "notes.md").write_text(block.format("incoming"))
+    pages = walkthrough_by_page(tmp_path)
+    assert [p.name for p, _ in pages] == ["README.md", "a.md", "b.md"]
+    assert pages[1][1] == [".venv/bin/causal-assets sql 'select 1'"] and pages[2][1] == [".venv/bin/causal-assets --help"]
 
 
 def run(command: str, exports: list[str], timeout: float = 3600) -> subprocess.CompletedProcess:
