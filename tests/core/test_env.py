@@ -1,5 +1,6 @@
 """Environment settings (causal_assets/settings.py): one module reads every variable, each bad value is one error
-naming the variable and the value, the README's table lists exactly these variables, and `core` reads none."""
+naming the variable and the value, the table of docs/configuration.md lists exactly these variables, and `core` reads
+none."""
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ from causal_assets.settings import VARIABLES, SecretVar, Settings
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "causal_assets"
 NAMES = {v.env for v in VARIABLES}
-# Read by the tests or CI only (documented in the README's table as such), never by the package.
+# Read by the tests or CI only (documented in the variables table as such), never by the package.
 TEST_ONLY = {"CAUSAL_ASSETS_FRESH_ASK", "CAUSAL_ASSETS_README_TEST", "CAUSAL_ASSETS_UI_SCREENSHOT_DIR"}
 # Package modules that may touch os.environ, and why: none of them reads a setting.
 ENVIRON_WRITERS = {
@@ -28,16 +29,19 @@ ENVIRON_WRITERS = {
 VAR = re.compile(r"\b(?:CAUSAL_ASSETS_[A-Z0-9_]+|DAGSTER_HOME|OPENAI_API_KEY)\b")
 
 
-def readme_table() -> dict[str, list[str]]:
-    """Variable -> cells of its row, from the table of README "Configuration"."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+CONFIGURATION_PAGE = ROOT / "docs" / "configuration.md"
+
+
+def variables_table() -> dict[str, list[str]]:
+    """Variable -> cells of its row, from the table of docs/configuration.md, "Variables"."""
+    text = CONFIGURATION_PAGE.read_text(encoding="utf-8")
+    section = text.split("\n## Variables\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and len(cells) == 3 and re.fullmatch(r"`[A-Z0-9_]+`", cells[0]):
             name = cells[0].strip("`")
-            assert name not in rows, f"README: {name} has two rows"
+            assert name not in rows, f"docs/configuration.md: {name} has two rows"
             rows[name] = cells
     return rows
 
@@ -126,11 +130,11 @@ def test_the_llm_resource_reads_the_key_through_envvar_with_openai_as_fallback()
     assert llm_from_settings(Settings()).api_key is None
 
 
-def test_readme_table_lists_every_variable_with_its_default():
-    rows = readme_table()
+def test_the_variables_table_lists_every_variable_with_its_default():
+    rows = variables_table()
     missing, extra = NAMES - set(rows), set(rows) - NAMES - TEST_ONLY
-    assert not missing, f"read by causal_assets/settings.py but not in the README's table: {sorted(missing)}"
-    assert not extra, f"in the README's table but not read by causal_assets/settings.py: {sorted(extra)}"
+    assert not missing, f"read by causal_assets/settings.py but not in docs/configuration.md: {sorted(missing)}"
+    assert not extra, f"in docs/configuration.md but not read by causal_assets/settings.py: {sorted(extra)}"
     for v in VARIABLES:
         assert f"`{v.default}`" in rows[v.env][2], (v.env, v.default, rows[v.env][2])
     used_by_tests = "\n".join(p.read_text(encoding="utf-8")

@@ -1,7 +1,7 @@
 """core/ imports only downward: no import circle between its modules, no import of a higher layer, no Dagster.
 
-Read from the source with `ast` (nothing is imported), so the check costs milliseconds. The layers are the README's
-"Layers" section; a new module of core must be placed in one of them here.
+Read from the source with `ast` (nothing is imported), so the check costs milliseconds. The layers are the "Layers"
+section of docs/architecture.md; a new module of core must be placed in one of them here.
 """
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def layer_of(name: str) -> int:
 
 def test_every_core_module_has_a_layer():
     missing = sorted(m for m in MODULES if _try_layer(m) is None)
-    assert not missing, f"place these modules in a layer of LAYERS (and the README's Layers section): {missing}"
+    assert not missing, f"place these modules in a layer of LAYERS (and docs/architecture.md, Layers): {missing}"
 
 
 def _try_layer(name: str) -> int | None:
@@ -205,12 +205,12 @@ def test_longest_entry_places_a_module(name, layer):
     assert LAYERS[layer_of(name)][0] == layer
 
 
-def test_every_layer_entry_names_a_module_and_the_readme_diagram_shows_it():
+def test_every_layer_entry_names_a_module_and_the_layer_diagram_shows_it():
     stale = [p for _, prefixes in LAYERS for p in prefixes
              if not any(m == p or m.startswith(p + ".") for m in MODULES)]
     assert not stale, f"LAYERS names modules core no longer has: {stale}"
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = page.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
     missing = [p for _, prefixes in LAYERS for p in prefixes
                if not re.search(rf"(?<![\w.]){re.escape(p)}(?![\w])", section)]
-    assert not missing, f"the README's layer diagram does not show: {missing}"
+    assert not missing, f"the layer diagram of docs/architecture.md does not show: {missing}"

@@ -1,12 +1,15 @@
-"""The README as a new user follows it (issue 19): every command of the blocks marked `<!-- readme-walkthrough` runs
-exactly as written, from the checkout, after README command 1 (the default lineage); the commands that need more
-data (HotpotQA) build it themselves, as the README says. Exit codes and outputs are checked.
+"""The documentation as a new user follows it: every command of the blocks marked `<!-- readme-walkthrough` in
+README.md and in docs/*.md runs exactly as written, from the checkout, after README command 1 (the default
+lineage); the commands that need more data (HotpotQA) build it themselves, as the pages say. Each page is a shell of
+its own (its `export` lines hold for its later commands only), README.md first, then the docs pages by name. Exit
+codes and outputs are checked.
 
 Also `ask` on `default` and `hotpotqa` from a fresh data directory (nothing built): opt-in with
 CAUSAL_ASSETS_FRESH_ASK=1, since it embeds both corpora and HotpotQA's 14,596 entities (about 10 min on 2 idle
 cores, much longer under load)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -22,6 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 # Long-running servers: started and checked by tests/e2e/test_ui.py (dagster dev) and tests/deploy/test_dg.py (dg dev).
 SERVERS = re.compile(r"(^|[\s/])(dg|dagster) dev\b")
 COMMAND_1_OUTPUT = ROOT / "data" / "parquet" / "evaluation_metrics" / "default.parquet"
@@ -35,11 +39,34 @@ def walkthrough_commands(text: str) -> list[str]:
     return commands
 
 
+def documented_pages(docs: Path = DOCS) -> list[Path]:
+    """README.md, then every page of the documentation site by name (docs/_incoming/ is not part of it)."""
+    return [README, *sorted(docs.glob("*.md"))]
+
+
+def walkthrough_by_page(docs: Path = DOCS) -> list[tuple[Path, list[str]]]:
+    return [(page, cmds) for page in documented_pages(docs) if (cmds := walkthrough_commands(page.read_text()))]
+
+
 def test_the_walkthrough_blocks_are_found():
-    commands = walkthrough_commands(README.read_text())
+    pages = dict(walkthrough_by_page())
+    commands = [c for cmds in pages.values() for c in cmds]
+    assert README in pages and len(pages) > 1, sorted(p.name for p in pages)  # the README and the docs pages
     assert sum(bool(SERVERS.search(c)) for c in commands) == 2  # dg dev, dagster dev: not run here
     assert any("causal-assets ask" in c and "hotpotqa" in c for c in commands)
     assert any("causal-assets sql" in c for c in commands) and not any(c.startswith("duckdb ") for c in commands)
+    assert any("causal-assets search" in c for c in pages[README])
+
+
+def test_marked_blocks_of_the_docs_pages_are_collected_and_incoming_text_is_not(tmp_path):
+    (tmp_path / "_incoming").mkdir()
+    block = "<!-- readme-walkthrough -->\n```bash\n# a comment\n.venv/bin/causal-assets {}\n```\n"
+    (tmp_path / "b.md").write_text("text\n\n" + block.format("--help") + "\n```bash\n.venv/bin/not-marked\n```\n")
+    (tmp_path / "a.md").write_text(block.format("sql 'select 1'"))
+    (tmp_path / "_incoming" / "notes.md").write_text(block.format("incoming"))
+    pages = walkthrough_by_page(tmp_path)
+    assert [p.name for p, _ in pages] == ["README.md", "a.md", "b.md"]
+    assert pages[1][1] == [".venv/bin/causal-assets sql 'select 1'"] and pages[2][1] == [".venv/bin/causal-assets --help"]
 
 
 def run(command: str, exports: list[str], timeout: float = 3600) -> subprocess.CompletedProcess:
@@ -60,22 +87,26 @@ def test_readme_walkthrough_runs_as_written():
         pytest.skip(message)
     inbox_file = ROOT / "data" / "queries" / "inbox" / "q1.txt"
     had_inbox_file = inbox_file.exists()
-    exports, report = [], []
+    report = []
     try:
-        for command in walkthrough_commands(README.read_text()):
-            if command.startswith("export "):
-                exports.append(command)
-                continue
-            if SERVERS.search(command):
-                report.append(f"(server, see test_ui/test_dg) {command}")
-                continue
-            t0 = time.monotonic()
-            done = run(command, exports)
-            took = time.monotonic() - t0
-            report.append(f"{took:7.1f}s rc={done.returncode} {command}")
-            assert done.returncode == 0, f"{command}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
-            assert "Traceback" not in done.stderr, done.stderr[-3000:]
-            check_output(command, done)
+        for page, commands in walkthrough_by_page():
+            exports = []   # a page is read on its own: its exports hold for its own later commands
+            report.append(f"--- {page.relative_to(ROOT)}")
+            for command in commands:
+                if command.startswith("export "):
+                    exports.append(command)
+                    continue
+                if SERVERS.search(command):
+                    report.append(f"(server, see test_ui/test_dg) {command}")
+                    continue
+                t0 = time.monotonic()
+                done = run(command, exports)
+                took = time.monotonic() - t0
+                report.append(f"{took:7.1f}s rc={done.returncode} {command}")
+                assert done.returncode == 0, (f"{page.name}: {command}\n--- stdout\n{done.stdout[-3000:]}\n"
+                                              f"--- stderr\n{done.stderr[-3000:]}")
+                assert "Traceback" not in done.stderr, done.stderr[-3000:]
+                check_output(command, done)
     finally:
         if not had_inbox_file:
             inbox_file.unlink(missing_ok=True)
@@ -84,8 +115,11 @@ def test_readme_walkthrough_runs_as_written():
 
 def check_output(command: str, done: subprocess.CompletedProcess) -> None:
     out, err = done.stdout, done.stderr
-    words = shlex.split(command)
-    if "search" in words:
+    words = shlex.split(command, comments=True)
+    if "search" in words and "--json" in words:
+        hits = json.loads(out)
+        assert hits and all("chunk_id" in h for h in hits), out
+    elif "search" in words:
         lines = out.splitlines()
         assert len(lines) >= 2 and lines[0].split()[0] == "1", out
         hit_id = lines[0].split()[2]
@@ -100,6 +134,11 @@ def check_output(command: str, done: subprocess.CompletedProcess) -> None:
             assert "chunk_id" in out and "corpus_chunks.chunk_id" in out, out
     elif "duckdb.connect" in command:
         assert re.search(r"\d", out), out
+    elif "export-labels" in words:
+        assert "judgements" in out and "->" in out, out
+    elif "mkdocs" in words[0]:
+        site = Path(words[words.index("--site-dir") + 1])
+        assert (site / "index.html").is_file() and (site / "concepts" / "index.html").is_file(), err
 
 
 def test_ask_from_a_fresh_data_dir(tmp_path):
