@@ -1,4 +1,5 @@
-"""causal-assets: search a corpus, ask a question, query the DuckDB catalog, export labels.
+"""causal-assets: search a corpus, ask a question, label, tune and evaluate a benchmark, query the DuckDB catalog,
+export labels.
 
 `search` and `ask` build what they need the first time (the corpus index, and for `ask` the graph), saying what
 and how long; `--no-build` refuses instead and names the command that builds it.
@@ -67,6 +68,20 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     a.add_argument("--no-build", action="store_true", help="refuse instead of building a missing index or graph")
     a.set_defaults(command="ask")
 
+    for name, help_text, command in (
+            ("label", "Monte Carlo labels of a benchmark's questions: which documents help the solver answer", "label"),
+            ("tune", "tune the retrievers on a benchmark's tune split and store the winner", "tune"),
+            ("evaluate", "evaluate every retriever on a benchmark's eval splits: metrics and a report", "evaluate"),
+            ("all", "label, tune and evaluate a benchmark in one run", "all_stages")):
+        c = sub.add_parser(name, help=help_text + " (builds the corpus index first when missing)")
+        c.add_argument("benchmark", help="a registered benchmark ($CAUSAL_ASSETS_BENCHMARKS or the shipped registry)")
+        if name in ("label", "all"):
+            c.add_argument("--wait", type=float, default=settings.pool_wait_s,
+                           help="seconds to wait for a free 'llm' pool slot before giving up with exit code 3 "
+                                "(default $CAUSAL_ASSETS_POOL_WAIT_S or 300)")
+        c.add_argument("--no-build", action="store_true", help="refuse instead of building a missing index or graph")
+        c.set_defaults(command=command)
+
     b = sub.add_parser("build", help="build a corpus's index and graph (what search and ask need)")
     b.add_argument("corpus")
     b.add_argument("--index-only", action="store_true", help="only the corpus index (what search needs)")
@@ -78,6 +93,8 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     e.add_argument("--estimator", help="which estimator's labels (default: the labels' own, not the naive rows)")
     e.add_argument("--solver", help="the solver model, for the dataset card of labels that do not record it")
     e.add_argument("--no-hf", action="store_true", help="skip the Hugging Face dataset (hf/)")
+    e.add_argument("--force", action="store_true",
+                   help="export labels that decide nothing (all UNCERTAIN, or infinite intervals) all the same")
     e.set_defaults(command="export_labels")
 
     catalog_help = ("the catalog file (default $CAUSAL_ASSETS_CATALOG or data/causal_assets.duckdb, whose views are "

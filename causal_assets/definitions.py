@@ -6,6 +6,13 @@ from causal_assets.defs.jobs import JOBS
 from causal_assets.resources import (SETTINGS, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage,
                                      llm_from_settings)
 from causal_assets.execution import executor_from_env
+from causal_assets.run_health import cancel_on_interrupt, home_instance, reap_at_load
+
+# Slots of dead runs (a labelling run killed with SIGKILL) are freed before this process queues any step for them,
+# and a run of this process that Ctrl-C interrupts ends CANCELED, not FAILURE.
+_home = home_instance()
+reap_at_load(_home)
+cancel_on_interrupt(_home)
 
 storage = Storage()
 # Local llama.cpp server by default; CAUSAL_ASSETS_LLM_BASE_URL (+ _MODEL, + the key in CAUSAL_ASSETS_LLM_API_KEY,

@@ -14,7 +14,12 @@ every later LLM step waits "blocked by limit for pool llm" for ever. Two mechani
 """
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import select
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,3 +166,105 @@ def blocked_message(pool: str, holders: list[Holder], waited_s: float) -> str:
               "(Deployment -> Concurrency), or raise the limit: `dagster instance concurrency set "
               f"{pool} N`. `--wait SECONDS` waits longer."]
     return "\n".join(lines)
+
+
+def home_instance() -> DagsterInstance | None:
+    """The instance of $DAGSTER_HOME, or None when it is not set (an ephemeral instance: no other process's runs)."""
+    from dagster._core.errors import DagsterHomeNotSetError
+
+    try:
+        return DagsterInstance.get()
+    except DagsterHomeNotSetError:
+        return None
+    except Exception as e:   # a broken instance fails Dagster's own command, with its own message; not the load
+        logging.getLogger(__name__).debug("instance of DAGSTER_HOME not opened: %s", e)
+        return None
+
+
+def reap_at_load(instance: DagsterInstance | None) -> list[str]:
+    """Free the pool slots of dead runs when the code location loads, in the process that loads it: what
+    `dagster asset materialize`, `dagster job execute` and the webserver's code server do first. A labelling run
+    killed with SIGKILL held the `llm` slot, and the documented re-run waited on it for ever (logged at DEBUG only);
+    now the re-run frees it before its own step queues, and says so at WARNING. Only when the run storage is local
+    SQLite (`reap_dead_runs`); never fails the load."""
+    if instance is None or not instance_is_local(instance):
+        return []
+    try:
+        reaped = reap_dead_runs(instance)
+    except Exception as e:   # a read-only or locked instance: the runs' own supervision still applies
+        logging.getLogger(__name__).debug("dead runs not reaped at load: %s", e)
+        return []
+    if reaped:
+        logging.getLogger(__name__).warning(
+            "freed the concurrency slots of %d run(s) whose process is gone (killed?), marked FAILURE: %s",
+            len(reaped), ", ".join(reaped))
+    return reaped
+
+
+def _runs_of_this_process(instance: DagsterInstance) -> list:
+    """The runs in progress whose worker is this process (the pid of their RUN_START event)."""
+    out = []
+    for run in instance.get_runs(filters=RunsFilter(statuses=list(IN_PROGRESS))):
+        pid, _ = worker_pid(instance, run.run_id)
+        if pid == os.getpid():
+            out.append(run)
+    return out
+
+
+def cancel_on_interrupt(instance: DagsterInstance | None, poll_s: float = 0.1) -> None:
+    """A Ctrl-C'd `dagster asset materialize` (or `job execute`) showed as FAILURE ("interrupted unexpectedly,
+    treating as failure"): Dagster records CANCELED only for a run that is CANCELING when the interrupt reaches the
+    run's end. A daemon thread, started when the code location loads, notices SIGINT / SIGTERM (through the signal
+    wakeup pipe where this process has none yet, and the flag Dagster's `capture_interrupts` sets) and marks this
+    process's runs CANCELING at once, so they end CANCELED. Runs of other processes are never touched; a command
+    with its own supervisor (`causal-assets label`) replaces the pipe and cancels its runs itself."""
+    if instance is None:
+        return
+    from dagster._utils.interrupts import check_captured_interrupt
+
+    wake_r = None
+    if threading.current_thread() is threading.main_thread():
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        if previous != -1:   # the process watches its signals itself: leave that alone
+            signal.set_wakeup_fd(previous)
+            os.close(wake_r)
+            os.close(wake_w)
+            wake_r = None
+
+    def signalled() -> bool:
+        if wake_r is None:
+            time.sleep(poll_s)
+            return False
+        ready, _, _ = select.select([wake_r], [], [], poll_s)
+        return bool(ready) and any(b in (signal.SIGINT, signal.SIGTERM) for b in os.read(wake_r, 64))
+
+    interrupted: set[str] = set()
+
+    def watch() -> None:
+        while True:
+            try:
+                if not (signalled() or check_captured_interrupt()):
+                    continue
+                for run in _runs_of_this_process(instance):
+                    interrupted.add(run.run_id)
+                    if run.status == DagsterRunStatus.STARTED:
+                        instance.report_run_canceling(run, message="Interrupted (Ctrl-C or SIGTERM)")
+                time.sleep(1.0)      # one marking per interrupt is enough
+            except Exception:        # storage gone at exit: nothing to mark
+                time.sleep(1.0)
+
+    def finish() -> None:
+        """At exit: an interrupted run whose end Dagster wrote before it was marked CANCELING (a step still queued
+        for its pool ends at once) ends CANCELED all the same."""
+        for run_id in sorted(interrupted):
+            try:
+                run = instance.get_run_by_id(run_id)
+                if run is not None and run.status in (DagsterRunStatus.CANCELING, DagsterRunStatus.FAILURE):
+                    instance.report_run_canceled(run, message="Interrupted (Ctrl-C or SIGTERM)")
+            except Exception:
+                pass
+
+    atexit.register(finish)
+    threading.Thread(target=watch, name="causal-assets-interrupt-watch", daemon=True).start()

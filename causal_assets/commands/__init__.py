@@ -1,6 +1,6 @@
 """The `causal-assets` commands. `causal_assets.cli` parses the arguments and imports only the module of the
-command it runs: `search` (index only, no Dagster), `ask` and `build` (Dagster runs), `data` (catalog, SQL, labels
-export). Each module has `run(args) -> exit code`; errors a user can act on become one line on stderr."""
+command it runs: `search` (index only, no Dagster), `ask` and `build` (Dagster runs), `benchmark` (label, tune,
+evaluate, all: Dagster runs), `data` (catalog, SQL, labels export). Each module has `run(args) -> exit code`; errors a user can act on become one line on stderr."""
 from __future__ import annotations
 
 import importlib
@@ -13,7 +13,9 @@ from causal_assets.core.errors import CausalAssetsError
 from causal_assets.settings import NO_CATALOG
 
 MODULES = {"search": "search", "ask": "ask", "build": "ask", "catalog": "data", "sql": "data",
-           "export_labels": "data"}
+           "export_labels": "data", "label": "benchmark", "tune": "benchmark", "evaluate": "benchmark",
+           "all_stages": "benchmark"}
+RUNS_JOBS = ("ask", "build", "label", "tune", "evaluate", "all_stages")   # commands that import the code location
 
 
 def quiet() -> None:
@@ -49,7 +51,7 @@ def pass_to_runs(args) -> None:
 def run(args) -> int:
     if not args.verbose:
         quiet()
-    if args.command in ("ask", "build"):
+    if args.command in RUNS_JOBS:
         pass_to_runs(args)  # before the command module imports the code location
     try:
         module = importlib.import_module(f"causal_assets.commands.{MODULES[args.command]}")

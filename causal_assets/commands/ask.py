@@ -17,7 +17,7 @@ from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.progress import duration
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.defs.partitions import query_partitions
-from causal_assets.run_health import LLM_POOL, blocked_message, wait_for_slot
+from causal_assets.run_health import LLM_POOL, blocked_message, reap_dead_runs, wait_for_slot
 
 SOURCES_SHOWN = 5
 
@@ -25,6 +25,9 @@ SOURCES_SHOWN = 5
 def build(args) -> int:
     require_available(inbox.check_corpus(args.corpus), args.settings.corpora, args.settings.shared_data)
     wanted = needs.required(dense=True, graph=not args.index_only, entity_vectors=not args.index_only)
+    reaped = reap_dead_runs(cli_instance())   # also when nothing is left to build: a killed run's slot is freed
+    if reaped:
+        say(f"freed the pool slots of {len(reaped)} run(s) whose process is gone (killed?): {', '.join(reaped)}")
     todo = needs.missing(args.base_path, args.corpus, wanted)
     if not todo:
         say(f"corpus {args.corpus!r} is already built ({', '.join(wanted)})")

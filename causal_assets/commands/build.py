@@ -37,10 +37,6 @@ from causal_assets.run_health import blocked_message, pool_holders, reap_dead_ru
 from causal_assets.settings import Settings
 
 BUILD_JOB = "corpus_build_job"
-# Rough rates on 2 CPU cores (README "Scaling"): what the "about N min" of a build is computed from.
-CHUNKS_PER_S = 20.0
-ENTITIES_PER_S = 150.0
-ENTITIES_PER_TEXT_CHUNK = 7.5  # HotpotQA: 14,596 entities from 2,000 paragraphs
 
 
 class NotBuilt(CausalAssetsError):
@@ -141,7 +137,12 @@ class Supervisor:
         if not pending:
             self._blocked_since = None
             return
-        self._blocked_since = self._blocked_since or time.monotonic()
+        if self._blocked_since is None:
+            self._blocked_since = time.monotonic()
+            reap_dead_runs(self.instance)   # a dead run's slot is freed at once; a live holder is named at once
+            holders = [h for h in pool_holders(self.instance, self.pool) if h.run_id != self.run_id]
+            if holders:
+                say(waiting_message(self.pool, holders, self.pool_wait_s))
         reap_dead_runs(self.instance)
         waited = time.monotonic() - self._blocked_since
         if waited < self.pool_wait_s:
@@ -153,6 +154,14 @@ class Supervisor:
         storage.free_concurrency_slots_for_run(self.run_id)
         say(f"{message}\nrun {self.run_id} marked FAILURE")
         os._exit(EXIT_POOL_BLOCKED)
+
+
+def waiting_message(pool: str, holders, wait_s: float) -> str:
+    """What a command says the moment its run waits for a slot of `pool`: who holds it and how to free it."""
+    return (f"waiting up to {duration(wait_s)} for a free {pool!r} slot, held by "
+            f"{'; '.join(h.describe() for h in holders)}. To free it: wait for that run, cancel it in the UI "
+            f"(Runs -> Terminate), or raise the limit (`dagster instance concurrency set {pool} N`); "
+            f"`--wait SECONDS` waits longer")
 
 
 _supervisor: Supervisor | None = None
@@ -226,20 +235,10 @@ def estimate_seconds(base, corpus: str, todo: list[str]) -> float | None:
     if not chunks_path.exists():
         return None
     chunks = read_parquet(chunks_path, columns=["kind"])
-    n = len(chunks)
-    code = bool(chunks["kind"].isin(["function", "method", "class", "module"]).mean() > 0.5)
-    seconds = 0.0
-    if "corpus_embeddings" in todo:
-        seconds += n / CHUNKS_PER_S
-    if "sparse_postings" in todo:
-        seconds += 5 + n * 0.002
-    if "graph_nodes" in todo:
-        seconds += 10 + n * 0.01
-    if "graph_entity_embeddings" in todo:
-        nodes_path = asset_path(base, "graph_nodes", corpus)
-        entities = len(read_parquet(nodes_path, columns=["node_id"])) if nodes_path.exists() else \
-            n * (1.0 if code else ENTITIES_PER_TEXT_CHUNK)  # not built yet: a typical ratio
-        seconds += entities / ENTITIES_PER_S
+    code = bool(chunks["kind"].isin(needs.CODE_KINDS).mean() > 0.5)
+    nodes_path = asset_path(base, "graph_nodes", corpus)
+    entities = len(read_parquet(nodes_path, columns=["node_id"])) if nodes_path.exists() else None
+    seconds = needs.build_seconds(len(chunks), code, todo, entities)
     # The rates are for idle cores; other work on the machine slows this build about in proportion.
     return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
@@ -260,20 +259,19 @@ def ensure_built(base, corpus: str, wanted: list[str], no_build: bool, why: str,
 
 
 def build(base, corpus: str, todo: list[str], verbose: bool, reason: str = "") -> float:
-    """Materialize `todo` for `corpus` in one or two supervised runs. Returns the seconds taken."""
+    """Materialize `todo` for `corpus` in one supervised run (one run in the UI, not one for the chunks and one for
+    the rest). Returns the seconds taken."""
     t0 = time.monotonic()
     interrupt_on_sigterm()
-    if "corpus_chunks" in todo:  # first, so the estimate can count the chunks
-        say(f"corpus {corpus!r}: reading and chunking its source" + (f" (needed by {reason})" if reason else ""))
-        _run(base, corpus, ["corpus_chunks"], verbose)
-        todo = [a for a in todo if a != "corpus_chunks"]
-    if todo:
-        seconds = estimate_seconds(base, corpus, todo)
-        load = os.getloadavg()[0]
-        about = (f"about {duration(seconds)} at the current load {load:.1f}" if seconds is not None
-                 else "a few minutes")
-        say(f"corpus {corpus!r}: building {', '.join(todo)} ({about}; once, then kept in the data directory)")
-        _run(base, corpus, todo, verbose)
+    needed = f" (needed by {reason})" if reason else ""
+    seconds = estimate_seconds(base, corpus, todo)
+    load = os.getloadavg()[0]
+    if seconds is not None:
+        about = f"about {duration(seconds)} at the current load {load:.1f}"
+    else:   # the chunks are not counted yet: the embedding step prints its own time left
+        about = "its size is known once chunked; the embedding step prints its time left"
+    say(f"corpus {corpus!r}: building {', '.join(todo)}{needed} ({about}; once, then kept in the data directory)")
+    _run(base, corpus, todo, verbose)
     took = time.monotonic() - t0
     say(f"corpus {corpus!r}: built in {duration(took)}")
     return took

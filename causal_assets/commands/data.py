@@ -9,6 +9,7 @@ import duckdb
 from causal_assets.commands import say
 from causal_assets.core.benchmarks import load_benchmark_registry
 from causal_assets.core.catalog import DuckDBCatalog, check_analysis_sql
+from causal_assets.core.checks import labels_decided_problem
 from causal_assets.core.errors import CausalAssetsError
 from causal_assets.core.export import DatasetCard, agreement_with_seeds, labels_solver, pick_estimator
 from causal_assets.core.export import export_labels as export
@@ -67,10 +68,14 @@ def export_labels(args) -> int:
     labels_path = asset_path(args.base_path, "mc_labels", args.benchmark)
     if not labels_path.exists():
         raise CausalAssetsError(
-            f"no Monte Carlo labels of benchmark {args.benchmark!r} under {args.base_path}: make them with `dagster "
-            f"asset materialize -m causal_assets.definitions --select 'candidate_pools,mc_trials,solver_calls,"
-            f"mc_labels' --partition {args.benchmark}`")
+            f"no Monte Carlo labels of benchmark {args.benchmark!r} under {args.base_path}: make them with "
+            f"`causal-assets label {args.benchmark}`")
     labels = read_parquet(labels_path)
+    problem = labels_decided_problem(labels)
+    if problem and not args.force:   # an all-UNCERTAIN label set exports as a dataset of zeros
+        raise CausalAssetsError(f"labels of benchmark {args.benchmark!r}: {problem}; `--force` exports them anyway")
+    if problem:
+        say(f"exporting anyway (--force): {problem}")
     pools = read_parquet(asset_path(args.base_path, "candidate_pools", args.benchmark))
     specs = load_benchmark_registry(args.settings.benchmarks, args.settings.shared_data, args.settings.corpora)
     mc = dict(specs[args.benchmark].monte_carlo or {}) if args.benchmark in specs else {}

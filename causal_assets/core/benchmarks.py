@@ -2,26 +2,82 @@
 setting demands it, the candidate set each query ranks (HotpotQA distractor: its own paragraphs)."""
 from __future__ import annotations
 
+import difflib
 import hashlib
+import math
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
-from causal_assets.core.corpus.beir import beir_doc_ids, load_beir_qrels, load_beir_queries
+from causal_assets.core.corpus.beir import (beir_doc_ids, beir_splits, load_beir_answers, load_beir_qrels,
+                                            load_beir_queries)
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
-from causal_assets.core.corpus.registry import CorpusSpec, load_corpus, load_corpus_registry
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.corpus.questions import QuestionFile, load_questions
+from causal_assets.core.corpus.registry import CorpusSpec, load_corpus, load_corpus_registry, resolve_registry_path
+from causal_assets.core.errors import ConfigError, CorpusError
 from causal_assets.core.evaluation.metrics import Qrels
 from causal_assets.core.mining import mine_examples, mine_questions
-from causal_assets.core.paths import DEFAULT_SHARED_DATA, REGISTRY_DIR, expand
+from causal_assets.core.paths import DEFAULT_SHARED_DATA, REGISTRY_DIR
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.core.yaml_registry import load_entries
+
+
+# ------------------------------------------------------------------------------------------ the smallest budget
+# The smallest Monte Carlo budget (solver calls per question) that can decide a label, derived from the
+# estimators' intervals (`labeling.estimators`). Here, below the labelling code, so that the registry can refuse a
+# budget that cannot work when it loads, before any LLM time is spent.
+#
+# A label is decided when a document's confidence interval lies wholly above (YES) or below (NO) the threshold; an
+# infinite interval decides nothing, so every label of such a question is UNCERTAIN whatever the solver says.
+#
+# * `regression` and `adaptive` fit one ordinary-least-squares model per question: an intercept plus one effect per
+#   pool document (`estimators.regression`, main effects). Its interval is `estimate +- t(1 - alpha/2, dof) * se`
+#   with `dof = trials - (pool size + 1)`; with `dof <= 0` the residual variance, and with it the interval, is
+#   undefined and the estimator returns (-inf, inf). The smallest budget with a finite interval is therefore
+#   **pool size + 2** (one residual degree of freedom). `adaptive` stops at its budget, so the same bound holds.
+# * `naive` compares the mean outcome with a document against the mean without it (Welch's interval for a graded
+#   outcome), which needs two trials on each side: **4**. Its subsets are drawn at random, so 4 only makes a
+#   decision possible; the balanced estimators guarantee theirs.
+#
+# This is the floor, not a recommendation: at the floor the t quantile of one degree of freedom (3.08 for 80%
+# intervals) leaves most labels UNCERTAIN. The defaults (16 calls for 10 documents, 24 on HotpotQA) were measured
+# (README, "Measured results").
+
+BUDGET_ESTIMATORS = ("adaptive", "regression", "naive")
+# Trials per question when a benchmark's `monte_carlo.budget` names none (`runner.LabelingParams.budget`).
+DEFAULT_BUDGET = 16
+NAIVE_MIN_TRIALS = 4   # two trials with the document and two without, for a finite Welch interval
+
+
+def min_budget(pool_size: int, estimator: str = "regression") -> int:
+    """The fewest trials per question at which `estimator` can give a pool of `pool_size` documents a finite
+    interval (the derivation above)."""
+    if estimator not in BUDGET_ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; expected one of {', '.join(BUDGET_ESTIMATORS)}")
+    if pool_size < 1:
+        raise ValueError(f"pool size must be at least 1, got {pool_size}")
+    return NAIVE_MIN_TRIALS if estimator == "naive" else pool_size + 2
+
+
+def budget_problem(budget: int, pool_size: int, estimator: str = "regression") -> str | None:
+    """Why `budget` cannot decide a label of a `pool_size`-document pool, or None when it can."""
+    need = min_budget(pool_size, estimator)
+    if budget >= need:
+        return None
+    if estimator == "naive":
+        return (f"budget {budget} cannot decide a label: the naive estimator needs at least {need} trials per "
+                f"question (two with a document and two without it, for a finite interval)")
+    return (f"budget {budget} cannot decide a label of a pool of {pool_size} documents: the {estimator} estimator "
+            f"fits an intercept and one effect per document, and its interval needs one residual degree of "
+            f"freedom, so the budget must be at least pool size + 2 = {need} (or make the pool smaller with "
+            f"pooling.size)")
 
 
 class PoolingSpec(BaseModel):
@@ -33,15 +89,18 @@ class PoolingSpec(BaseModel):
     hard_negatives: int = Field(default=4, ge=0)
     max_doc_chars: int = Field(default=600, ge=1)
     seed: int = 0
+    top_candidates: int = Field(default=0, ge=0)   # questions files: 4 unless given (`BenchmarkSpec.pool_settings`)
 
 
 class MonteCarloSpec(BaseModel):
     """`monte_carlo:` of a benchmark; unknown keys (a typo such as `budjet`) are refused instead of silently
-    running the defaults. Fields the labelling code reads; types are checked where they are fixed."""
-    model_config = ConfigDict(extra="forbid")
+    running the defaults. Fields the labelling code reads; types and ranges are checked where they are fixed, and
+    no number may be NaN or infinite (a NaN threshold made every label UNCERTAIN; an infinite question weight
+    failed the labels only after every trial was paid)."""
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     estimator: Literal["adaptive", "regression", "naive"] | None = None
-    threshold: float | None = None
+    threshold: float | None = Field(default=None, ge=0, lt=1)   # ΔP of a success probability
     budget: int | None = Field(default=None, ge=1)
     batch: int | None = Field(default=None, ge=1)
     alpha: float | None = Field(default=None, gt=0, lt=1)
@@ -51,7 +110,7 @@ class MonteCarloSpec(BaseModel):
     max_questions: int | None = Field(default=None, ge=1)
     outcome: Literal["qa_likelihood", "likelihood", "success", "both"] | None = None
     solver: Literal["gemma3-270m", "smollm2-135m"] | None = None   # a packaged local model (core/llm/models.py)
-    threshold_nats: float | None = None
+    threshold_nats: float | None = Field(default=None, ge=0)      # nats of log-likelihood
     question_weight: float | None = Field(default=None, ge=0)
 
 
@@ -68,11 +127,48 @@ def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any])
     return value
 
 
+QUESTION_TOP_CANDIDATES = 4
+HASH_SPLITS = ("dev", "train", "test")   # every loader without splits of its own: all, and the stable hash halves
+QUESTION_LOADERS = ("hotpotqa", "multihop", "questions")   # files whose records may carry their own `split`
+
+
+def _resolve(path: str, info: ValidationInfo | None) -> Path:
+    context = (info.context if info is not None else None) or {}
+    return resolve_registry_path(path, context.get("shared_data") or DEFAULT_SHARED_DATA, context.get("registry_dir"))
+
+
+def split_members(records: list[tuple[str, str | None]], split: str) -> list[str]:
+    """The ids of `records` ((id, own split or None), in file order) that belong to `split`: where the records carry
+    splits, theirs decide (`dev` is all of them unless some record says `dev`); else `dev` is all and `train` /
+    `test` are the stable hash halves (`hash_half`)."""
+    own = [s for _, s in records if s is not None]
+    if own:
+        if split == "dev" and "dev" not in own:
+            return [q for q, _ in records]
+        return [q for q, s in records if s == split]
+    if split == "dev":
+        return [q for q, _ in records]
+    return [q for q, _ in records if hash_half(q) == split]
+
+
+def _file_splits(loader: str, path: Path) -> list[str] | None:
+    """The splits a question file's records name themselves, or None (hash halves)."""
+    if loader == "questions":
+        return load_questions(path).own_splits
+    if loader == "hotpotqa":
+        named = [q.split for q in load_hotpotqa(path, "_")[1] if q.split]
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            named = [q.split for q in load_multihop(path, "_")[1].questions if q.split]
+    return list(dict.fromkeys(named)) or None
+
+
 class BenchmarkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9_]+$")
-    loader: Literal["beir", "hotpotqa", "multihop", "python_package_api", "python_package_examples"]
+    loader: Literal["beir", "hotpotqa", "multihop", "python_package_api", "python_package_examples", "questions"]
     corpus: str
     path: str | None = None
     splits: list[str] = Field(min_length=1)
@@ -87,6 +183,43 @@ class BenchmarkSpec(BaseModel):
     monte_carlo: dict[str, Any] = Field(default_factory=dict)
     # tuned_retriever_configs: which retrievers to tune, the metric, search-space overrides (core/tuning/spec.py).
     tuning: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _question_file_defaults(cls, data: Any, info: ValidationInfo) -> Any:
+        """A questions benchmark may leave out its splits: `dev` (every question, labelled) plus the file's own
+        splits, or the stable hash halves `train` (tuned on) and `test` (evaluated on)."""
+        if not isinstance(data, dict) or data.get("loader") != "questions" or not isinstance(data.get("path"), str):
+            return data
+        if "splits" in data and "eval_splits" in data:
+            return data
+        path = _resolve(data["path"], info)
+        try:
+            qfile = load_questions(path) if path.is_file() else None
+        except CorpusError:
+            qfile = None   # reported with its line by the file check below
+        own = qfile.own_splits if qfile else None
+        parts = [s for s in own if s != "dev"] if own else ["train", "test"]
+        if qfile and not own:   # a half the hash leaves empty (a file of a few questions) is not a default split
+            records = [(r.question_id, r.split) for r in qfile.records]
+            parts = [s for s in parts if split_members(records, s)]
+        data = dict(data)
+        data.setdefault("splits", ["dev", *parts])
+        if "eval_splits" not in data:
+            data["eval_splits"] = ["test"] if "test" in data["splits"] else [data["splits"][-1]]
+        if "tune_split" not in data and "train" in data["splits"] and "train" not in data["eval_splits"]:
+            data["tune_split"] = "train"
+        return data
+
+    @field_validator("corpus")
+    @classmethod
+    def _corpus_registered(cls, v: str, info: ValidationInfo) -> str:
+        # a benchmark on an unregistered corpus silently left the partitions before
+        known = ((info.context or {}).get("corpus_names"))
+        if known is not None and v not in known:
+            raise ValueError(f"{v!r} is not a registered corpus (the corpus registry "
+                             f"{(info.context or {}).get('corpora_path', '')} has: {', '.join(sorted(known))})")
+        return v
 
     @field_validator("pooling")
     @classmethod
@@ -104,11 +237,46 @@ class BenchmarkSpec(BaseModel):
         """The split whose questions get Monte Carlo labels (`monte_carlo.split`, else the first split)."""
         return self.monte_carlo.get("split") or self.splits[0]
 
+    @property
+    def label_limit(self) -> int | None:
+        """How many of the label split's questions are labelled (`monte_carlo.max_questions`): by default every
+        answered question of a user's questions file, and the first 20 of the other loaders."""
+        return self.monte_carlo.get("max_questions") or (None if self.loader == "questions" else 20)
+
+    @property
+    def pool_settings(self) -> dict[str, Any]:
+        """`pooling:` with the loader's defaults: a questions file's pools take the retrievers' top 4 candidates
+        (its questions may have no gold to seed the pool with)."""
+        return {**({"top_candidates": QUESTION_TOP_CANDIDATES} if self.loader == "questions" else {}), **self.pooling}
+
+    @property
+    def pool_size(self) -> int:
+        return int(self.pooling.get("size") or PoolingSpec().size)
+
+    @property
+    def budget(self) -> int:
+        """Solver calls per question (`monte_carlo.budget`, else the labelling's default)."""
+        return int(self.monte_carlo.get("budget") or DEFAULT_BUDGET)
+
+    @property
+    def estimator(self) -> str:
+        return self.monte_carlo.get("estimator") or DEFAULT_ESTIMATOR
+
     @model_validator(mode="after")
     def _monte_carlo_split_known(self) -> "BenchmarkSpec":
         split = self.monte_carlo.get("split")
         if split is not None and split not in self.splits:
             raise ValueError(f"monte_carlo.split {split!r} is not one of splits {self.splits}")
+        return self
+
+    @model_validator(mode="after")
+    def _budget_decides(self) -> "BenchmarkSpec":
+        # Refused here, before any solver call: below this budget every label is UNCERTAIN with an infinite
+        # interval (core/labeling/budget.py derives it from the estimators' intervals).
+        problem = budget_problem(self.budget, self.pool_size, self.estimator)
+        if problem:
+            default = "" if self.monte_carlo.get("budget") else f" ({DEFAULT_BUDGET} is the default: set it higher)"
+            raise ValueError(f"monte_carlo.budget: {problem}{default}")
         return self
 
     @model_validator(mode="after")
@@ -125,14 +293,16 @@ class BenchmarkSpec(BaseModel):
             raise ValueError(f"tune_split {self.tune_split!r} must not be an eval split (no tuning on the test set)")
         return self
 
-    # Set by load_benchmark_registry: what `${SHARED_DATA}` in `path` stands for, and the corpus registry that
-    # mined benchmarks (python_package_*) read their corpus from (None: the shipped one).
+    # Set by load_benchmark_registry: what `${SHARED_DATA}` in `path` stands for, the corpus registry that mined
+    # benchmarks (python_package_*) and questions files read their corpus from (None: the shipped one), and the
+    # directory a relative `path` is relative to (the registry file's).
     _shared_data: Path = PrivateAttr(default=DEFAULT_SHARED_DATA)
     _corpora: Path | None = PrivateAttr(default=None)
+    _registry_dir: Path | None = PrivateAttr(default=None)
 
     @property
     def resolved_path(self) -> Path | None:
-        return Path(expand(self.path, self._shared_data)) if self.path else None
+        return resolve_registry_path(self.path, self._shared_data, self._registry_dir) if self.path else None
 
     def available(self) -> bool:
         return self.path is None or self.resolved_path.exists()
@@ -151,9 +321,103 @@ class BenchmarkSpec(BaseModel):
 
     @model_validator(mode="after")
     def _path_needed(self) -> "BenchmarkSpec":
-        if self.loader in ("beir", "hotpotqa", "multihop") and not self.path:
+        if self.loader in ("beir", "hotpotqa", "multihop", "questions") and not self.path:
             raise ValueError(f"loader {self.loader} needs 'path'")
         return self
+
+    @model_validator(mode="after")
+    def _splits_exist(self, info: ValidationInfo) -> "BenchmarkSpec":
+        """Every split the registry names holds questions (`splits: [train, holdout]` gave 0 questions for
+        `holdout`, silently); checked from the file where that costs little."""
+        path = _resolve(self.path, info) if self.path else None
+        if self.loader == "questions":
+            return self   # `_question_file_valid` counts every split's questions
+        if self.loader == "beir":
+            if path is not None and (path / "qrels").is_dir():
+                halves = ("train", "test") if self.options.get("halves_of") else ()
+                files = beir_splits(path)
+                for s in self.splits:
+                    if s not in files and s not in halves:
+                        raise ValueError(f"splits: {s!r} has no judgements: {path / 'qrels'} has "
+                                         f"{', '.join(files) or 'no split'}"
+                                         + (" (and options.halves_of makes train and test)" if halves else ""))
+            return self
+        unknown = [s for s in self.splits if s not in HASH_SPLITS]
+        if not unknown:
+            return self
+        own = None
+        if self.loader in QUESTION_LOADERS and path is not None and path.is_file():
+            try:
+                own = _file_splits(self.loader, path)
+            except CorpusError as e:
+                raise ValueError(f"path: {e}") from None
+        if own is None or unknown[0] not in own:
+            have = (f"its records' splits are {', '.join(own)} (and dev, all of them)" if own else
+                    "its splits are dev (every question) and the stable hash halves train and test")
+            raise ValueError(f"splits: {unknown[0]!r} names no question: {have}")
+        return self
+
+    @model_validator(mode="after")
+    def _answers_for_monte_carlo(self, info: ValidationInfo) -> "BenchmarkSpec":
+        """`monte_carlo:` on questions that carry no answers is refused: the labels score the solver's likelihood
+        of the answer (a BEIR benchmark failed deep inside the labelling with "no gold answer to score")."""
+        if "monte_carlo" not in self.model_fields_set or self.loader != "beir" or not self.path:
+            return self
+        path = _resolve(self.path, info)
+        if (path / "queries.jsonl").is_file():
+            try:
+                answers = load_beir_answers(path)
+            except CorpusError as e:
+                raise ValueError(f"path: {e}") from None
+            if not answers:
+                raise ValueError(f"monte_carlo: the queries of {path / 'queries.jsonl'} carry no answers "
+                                 "(metadata.answer), and Monte Carlo labels score the solver's likelihood of a "
+                                 "question's answer: add answers, or remove monte_carlo")
+        return self
+
+    @model_validator(mode="after")
+    def _question_file_valid(self, info: ValidationInfo) -> "BenchmarkSpec":
+        """A questions file is read and checked when the registry loads (its size is a user's questions)."""
+        if self.loader != "questions" or not self.path:
+            return self
+        path = _resolve(self.path, info)
+        if not path.exists():
+            return self   # not available: left out of the partitions, as other loaders' missing sources
+        try:
+            qfile = load_questions(path)
+        except CorpusError as e:
+            raise ValueError(f"path: {e}") from None
+        check_question_splits(self, qfile, explicit_monte_carlo="monte_carlo" in self.model_fields_set)
+        return self
+
+
+DEFAULT_ESTIMATOR = "regression"
+
+
+def check_question_splits(spec: BenchmarkSpec, qfile: QuestionFile, explicit_monte_carlo: bool = True) -> None:
+    """ValueError (one line) when `spec` cannot work on `qfile`: a split without questions, Monte Carlo labels
+    asked of questions without answers, or an eval split with neither gold documents nor questions to label."""
+    records = [(r.question_id, r.split) for r in qfile.records]
+    by_id = {r.question_id: r for r in qfile.records}
+    members = {s: split_members(records, s) for s in spec.splits}
+    for s, ids in members.items():
+        if not ids:
+            own = qfile.own_splits
+            have = (f"the questions' own splits are {', '.join(own)}" if own else
+                    f"the stable hash halves put {len(split_members(records, 'train'))} of the {len(records)} "
+                    f"questions in train and {len(split_members(records, 'test'))} in test (give the questions a "
+                    f"'split' field to choose)")
+            raise ValueError(f"splits: {s!r} has no question in {qfile.path}: {have}")
+    labelled = [q for q in members[spec.label_split] if by_id[q].answers]
+    if explicit_monte_carlo and spec.monte_carlo and not qfile.with_answers:
+        raise ValueError(f"monte_carlo: no question of {qfile.path} has an 'answer', and Monte Carlo labels score "
+                         "the solver's likelihood of the answer: add answers, or remove monte_carlo")
+    for s in spec.eval_splits:
+        gold = [q for q in members[s] if by_id[q].gold]
+        if not gold and not set(members[s]) & set(labelled):
+            raise ValueError(f"eval_splits: {s!r} cannot be evaluated: none of its {len(members[s])} questions has "
+                             f"'gold' documents, and none of them is labelled (labels are made on split "
+                             f"{spec.label_split!r}, for questions with an 'answer')")
 
 
 @dataclass
@@ -169,6 +433,11 @@ class Benchmark:
     def query_ids(self) -> list[str]:
         """Judged queries, in a stable order."""
         return [q for q in self.queries if q in self.qrels]
+
+    def labelable_ids(self) -> list[str]:
+        """The questions Monte Carlo labels can be made for: those with an answer to score, in a stable order (a
+        question of a questions file without an answer is evaluated only)."""
+        return [q for q in self.queries if self.answers.get(q)]
 
 
 def restrict(bench: Benchmark, ids: list[str]) -> Benchmark:
@@ -187,10 +456,20 @@ def load_benchmark_registry(path: str | Path | None = None, shared_data: str | P
     """The registry at `path` (default: the shipped one); `${SHARED_DATA}` in its paths stands for `shared_data`
     (default: ../shared/data beside the checkout) and mined benchmarks find their corpus in the corpus registry
     `corpora` (default: the shipped one). The configured ones come from `causal_assets.settings`."""
-    specs = load_entries(Path(path) if path else DEFAULT_REGISTRY, "benchmarks", BenchmarkSpec)
+    path = Path(path) if path else DEFAULT_REGISTRY
+    shared = Path(shared_data) if shared_data else DEFAULT_SHARED_DATA
+    corpora_path = Path(corpora) if corpora else None
+    try:
+        corpus_names = set(load_corpus_registry(corpora_path, shared))
+    except ConfigError as e:   # the corpus registry's own error, named as such
+        raise ConfigError(f"{path}: its benchmarks' corpora cannot be checked: {e}") from None
+    context = {"registry_dir": path.resolve().parent, "shared_data": shared, "corpus_names": corpus_names,
+               "corpora_path": str(corpora_path or "causal_assets/registry/corpora.yaml")}
+    specs = load_entries(path, "benchmarks", BenchmarkSpec, context=context)
     for spec in specs.values():
-        spec._shared_data = Path(shared_data) if shared_data else DEFAULT_SHARED_DATA
-        spec._corpora = Path(corpora) if corpora else None
+        spec._shared_data = shared
+        spec._corpora = corpora_path
+        spec._registry_dir = context["registry_dir"]
     return specs
 
 
@@ -216,11 +495,17 @@ def load_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None 
                      if hash_half(q) == split}
         else:
             qrels = load_beir_qrels(spec.resolved_path, split, doc_ids, set(queries))
-        return Benchmark(spec.name, split, {q: queries[q] for q in qrels}, qrels)
+        # accepted answers in the queries' metadata (`metadata.answer`) make the queries labellable
+        answers = load_beir_answers(spec.resolved_path)
+        return Benchmark(spec.name, split, {q: queries[q] for q in qrels}, qrels,
+                         answers={q: a[0] for q, a in answers.items() if q in qrels},
+                         aliases={q: list(a[1:]) for q, a in answers.items() if q in qrels and len(a) > 1})
+    if spec.loader == "questions":
+        return questions_benchmark(spec, split, chunks)
     if spec.loader == "hotpotqa":
         chunks, questions = load_hotpotqa(spec.resolved_path, spec.corpus)
-        if split != "dev":
-            questions = [q for q in questions if hash_half(q.question_id) == split]
+        keep = set(split_members([(q.question_id, q.split) for q in questions], split))
+        questions = [q for q in questions if q.question_id in keep]
         qrels, _ = _gold_by_question([q.question_id for q in questions], chunks)
         return Benchmark(spec.name, split, {q.question_id: q.question for q in questions}, qrels,
                          {q.question_id: list(q.paragraph_ids) for q in questions},
@@ -292,8 +577,54 @@ def multihop_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
     with warnings.catch_warnings():   # the corpus asset reports skipped records; the benchmark does not repeat it
         warnings.simplefilter("ignore")
         chunks, data, _ = load_multihop(spec.resolved_path, spec.corpus, strict=bool(spec.options.get("strict", False)))
-    questions = data.questions if split == "dev" else [q for q in data.questions if hash_half(q.question_id) == split]
+    keep = set(split_members([(q.question_id, q.split) for q in data.questions], split))
+    questions = [q for q in data.questions if q.question_id in keep]
     qrels, within = _gold_by_question([q.question_id for q in questions], chunks)
     return Benchmark(spec.name, split, {q.question_id: q.question for q in questions}, qrels, within,
                      {q.question_id: q.answer for q in questions},
                      {q.question_id: list(q.aliases) for q in questions if q.aliases})
+
+
+def resolve_gold(entries: tuple[str, ...], where: str, chunks: pd.DataFrame, corpus: CorpusSpec) -> dict[str, float]:
+    """A question's gold entries as {chunk id: 1.0}: each a document id of the corpus, or (folder and package
+    corpora) a file path relative to the corpus's root, meaning every chunk of that file. An entry that is neither
+    stops with one error naming the questions file's line, the entry and the closest names."""
+    ids = set(chunks["chunk_id"])
+    by_path: dict[str, list[str]] = {}
+    if corpus.loader in ("folder", "python_package") and "path" in chunks:
+        for chunk_id, path in zip(chunks["chunk_id"], chunks["path"]):
+            by_path.setdefault(str(PurePosixPath(str(path).replace("\\", "/"))), []).append(chunk_id)
+    out: dict[str, float] = {}
+    for entry in entries:
+        if entry in ids:
+            out[entry] = 1.0
+            continue
+        key = str(PurePosixPath(entry.replace("\\", "/").removeprefix("./")))
+        if key in by_path:
+            out.update({c: 1.0 for c in by_path[key]})
+            continue
+        names = list(by_path) if by_path else sorted(ids)
+        close = difflib.get_close_matches(key, names, n=3)
+        kind = "a document id or a file" if by_path else "a document id"
+        raise CorpusError(f"{where}: gold {entry!r} is not {kind} of corpus {corpus.name!r}"
+                          + (f" (closest: {', '.join(repr(c) for c in close)})" if close else ""))
+    return out
+
+
+def questions_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
+    """A user's questions file over any registered corpus (`core/corpus/questions.py`): every question of `split`
+    ranks the whole corpus; gold, where given, is judged 1.0 per document (a file's every chunk). Questions without
+    gold are not in `qrels`: the Monte Carlo labels are their only truth."""
+    qfile = load_questions(spec.resolved_path)
+    keep = set(split_members([(r.question_id, r.split) for r in qfile.records], split))
+    records = [r for r in qfile.records if r.question_id in keep]
+    corpus = load_corpus_registry(spec._corpora, spec._shared_data)[spec.corpus]
+    qrels: Qrels = {}
+    if any(r.gold for r in records):
+        table = _chunk_table(corpus, chunks)
+        for r in records:
+            if r.gold:
+                qrels[r.question_id] = resolve_gold(r.gold, r.where, table, corpus)
+    return Benchmark(spec.name, split, {r.question_id: r.question for r in records}, qrels,
+                     answers={r.question_id: r.answer for r in records if r.answers},
+                     aliases={r.question_id: list(r.aliases) for r in records if r.aliases})

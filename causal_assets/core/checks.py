@@ -215,3 +215,38 @@ def check_labels(labels: pd.DataFrame) -> CheckOutcome:
                                          & ((v[:, 0] < v[:, 1] - 1e-9) | (v[:, 0] > v[:, 2] + 1e-9))).sum()),
         bad_questions_without_base_rate=no_base,
         bad_unknown_labels=int((~labels["label"].isin(LABELS)).sum()))
+
+
+def check_labels_decided(labels: pd.DataFrame) -> CheckOutcome:
+    """`labels_decided`: the labels decide something. Fails when every label of the configured estimator is
+    UNCERTAIN, or when a labelled question has no finite interval at all: the budget was too small for the pool
+    (an infinite interval decides nothing), or the solver's outcome never moved. Such labels exported as a dataset
+    are all zeros; the check is blocking, and `export-labels` refuses them unless forced."""
+    if not len(labels):
+        return CheckOutcome.of(rows=0)
+    main = labels[labels["estimator"] != "naive"] if "estimator" in labels and (labels["estimator"] != "naive").any() \
+        else labels
+    uncertain = main["label"] == "UNCERTAIN"
+    finite = np.isfinite(main["ci_low"].to_numpy(np.float64)) & np.isfinite(main["ci_high"].to_numpy(np.float64))
+    no_interval = pd.Series(~finite, index=main.index).groupby(main["question_id"]).all()
+    return CheckOutcome.of(
+        rows=len(main), uncertain_share=round(float(uncertain.mean()), 4),
+        infinite_interval_share=round(float((~finite).mean()), 4),
+        ok_some_label_decided=bool((~uncertain).any()),
+        bad_questions_without_a_finite_interval=int(no_interval.sum()))
+
+
+def labels_decided_problem(labels: pd.DataFrame) -> str | None:
+    """One line saying why `check_labels_decided` fails (what to change), or None when it passes."""
+    check = check_labels_decided(labels)
+    if check.passed:
+        return None
+    m = check.metadata
+    why = []
+    if not m.get("ok_some_label_decided", True):
+        why.append(f"all {m['rows']} labels are UNCERTAIN")
+    if m.get("bad_questions_without_a_finite_interval"):
+        why.append(f"{m['bad_questions_without_a_finite_interval']} question(s) have no finite interval "
+                   f"({m['infinite_interval_share']:.0%} of the intervals are infinite)")
+    return ("; ".join(why) + ": the labels decide nothing (raise monte_carlo.budget, or make the pool smaller with "
+            "pooling.size)")

@@ -145,6 +145,11 @@ def build_tables(labels: pd.DataFrame, pools: pd.DataFrame, estimator: str | Non
     unknown = set(qrels["doc_id"]) - set(corpus["_id"])
     if unknown:
         raise ValueError(f"labels name {len(unknown)} documents that are in no candidate pool, e.g. {sorted(unknown)[:3]}")
+    # each judgement names its document's title (and file, for folder and package corpora) beside the id
+    where = p.drop_duplicates("doc_id").set_index("doc_id")
+    qrels.insert(2, "title", qrels["doc_id"].map(where["title"]).fillna("").astype(str))
+    if "path" in where and (where["path"].fillna("") != "").any():
+        qrels.insert(3, "path", qrels["doc_id"].map(where["path"]).fillna("").astype(str))
     return qrels, queries, corpus, est
 
 

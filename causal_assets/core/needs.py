@@ -29,3 +29,26 @@ def missing(base, corpus: str, assets: list[str]) -> list[str]:
     absent = [a for a in assets if not asset_path(base, a, corpus).exists()]
     todo = [m for g in GROUPS if set(g) & set(absent) for m in g]
     return todo + [a for a in absent if a not in todo]
+
+
+# Rough rates on 2 CPU cores (README "Scaling"): what the "about N min" of a build is computed from.
+CHUNKS_PER_S = 20.0
+ENTITIES_PER_S = 150.0
+ENTITIES_PER_TEXT_CHUNK = 7.5  # HotpotQA: 14,596 entities from 2,000 paragraphs
+CODE_KINDS = ("function", "method", "class", "module")
+
+
+def build_seconds(n_chunks: int, code: bool, todo: list[str], n_entities: int | None = None) -> float:
+    """Seconds to materialize `todo` for a corpus of `n_chunks` chunks (`code`: mostly code chunks) on 2 idle cores;
+    `n_entities`: the graph's nodes when known, else a typical ratio."""
+    seconds = 0.0
+    if "corpus_embeddings" in todo:
+        seconds += n_chunks / CHUNKS_PER_S
+    if "sparse_postings" in todo:
+        seconds += 5 + n_chunks * 0.002
+    if "graph_nodes" in todo:
+        seconds += 10 + n_chunks * 0.01
+    if "graph_entity_embeddings" in todo:
+        entities = n_entities if n_entities is not None else n_chunks * (1.0 if code else ENTITIES_PER_TEXT_CHUNK)
+        seconds += entities / ENTITIES_PER_S
+    return seconds

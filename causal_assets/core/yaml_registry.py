@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import reprlib
 from pathlib import Path
 from typing import TypeVar
@@ -66,14 +67,61 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def load_entries(path: str | Path, key: str, model: type[M]) -> dict[str, M]:
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple]) -> dict:
+    """json's object_pairs_hook: a key given twice in one object is refused (json keeps the last, silently), as
+    `UniqueKeyLoader` refuses it in YAML. The error shows the object's first keys, to find it by."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            shown = {pk: pv for pk, pv in pairs[:3] if not isinstance(pv, (dict, list))}
+            raise _DuplicateKey(f"key {short_repr(k)} given twice in one object"
+                                + (f" ({short_repr(shown, 120)}...)" if shown else ""))
+        out[k] = v
+    return out
+
+
+def _json(path: Path, text: str):
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise ConfigError(f"{path}: malformed JSON ({e})") from None
+
+
+def entry_name(entry) -> str:
+    """` (entry 'acme')` for an entry with a name, to find it in a long registry; else ""."""
+    name = entry.get("name") if isinstance(entry, dict) else None
+    return f" (entry {short_repr(name, 60)})" if isinstance(name, str) and name else ""
+
+
+# An entry-level check names its field at the start of its message: "monte_carlo.budget: budget 2 cannot ..."
+_FIELD_FIRST = re.compile(r"^([A-Za-z_][\w.]*): (.*)$", re.DOTALL)
+
+
+def load_entries(path: str | Path, key: str, model: type[M], context: dict | None = None) -> dict[str, M]:
+    """The entries of the `key` list of the registry at `path`, each validated by `model` (with `context` for
+    validators that need it, e.g. the registry's own directory). Any problem is one `ConfigError` naming the file,
+    the entry and the field."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: registry not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a registry file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the registry ({e.strerror or e})") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=UniqueKeyLoader)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 ({e.reason} at byte {e.start}); a registry is UTF-8 text") \
+            from None
+    try:
+        data = _json(path, text) if path.suffix == ".json" else yaml.load(text, Loader=UniqueKeyLoader)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from None
     except yaml.YAMLError as e:
@@ -91,14 +139,18 @@ def load_entries(path: str | Path, key: str, model: type[M]) -> dict[str, M]:
     entries: dict[str, M] = {}
     for i, entry in enumerate(data[key]):
         try:
-            item = model.model_validate(entry)
+            item = model.model_validate(entry, context=context)
         except ValidationError as e:
             err = e.errors()[0]
-            field = ".".join(str(x) for x in err["loc"]) or "entry"
-            msg = str(err["msg"])
+            field = ".".join(str(x) for x in err["loc"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            named = _FIELD_FIRST.match(msg) if not field else None
+            if named:
+                field, msg = named.groups()
             msg = msg if len(msg) <= 2 * MAX_REPR_CHARS else msg[: 2 * MAX_REPR_CHARS - 3] + "..."
-            raise ConfigError(f"{path}: {key}[{i}].{field[:MAX_REPR_CHARS]}: {msg} "
-                              f"(value: {short_repr(err.get('input'))})") from None
+            value = f" (value: {short_repr(err.get('input'))})" if err["loc"] else ""
+            raise ConfigError(f"{path}: {key}[{i}].{(field or 'entry')[:MAX_REPR_CHARS]}: {msg}{value}"
+                              f"{entry_name(entry)}") from None
         name = getattr(item, "name")
         if name in entries:
             raise ConfigError(f"{path}: {key}[{i}].name: duplicate name {short_repr(name)}")

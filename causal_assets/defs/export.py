@@ -5,8 +5,10 @@
 import importlib.util
 
 import pandas as pd
-from dagster import (AssetExecutionContext, AssetKey, AssetRecordsFilter, Config, MaterializeResult, MetadataValue,
-                     asset)
+from dagster import (AssetExecutionContext, AssetKey, AssetRecordsFilter, Config, Failure, MaterializeResult,
+                     MetadataValue, asset)
+
+from causal_assets.core.checks import labels_decided_problem
 
 from causal_assets.core.export import DatasetCard, agreement_with_seeds, export_labels, labels_solver, pick_estimator
 from causal_assets.defs.partitions import benchmark_partitions
@@ -19,6 +21,7 @@ class ExportConfig(Config):
     estimator: str | None = None   # default: the labels' own estimator (adaptive over the naive comparison rows)
     out_dir: str | None = None     # default: <reports>/../datasets/<benchmark>
     hf: bool = True                # also save a Hugging Face DatasetDict (skipped with a warning without `datasets`)
+    force: bool = False            # export labels that decide nothing (all UNCERTAIN, or infinite intervals) anyway
 
 
 def _labelling_metadata(context: AssetExecutionContext) -> dict:
@@ -43,6 +46,9 @@ def labels_export(context: AssetExecutionContext, config: ExportConfig, storage:
                   benchmark_registry: BenchmarkRegistry, mc_labels: pd.DataFrame,
                   candidate_pools: pd.DataFrame) -> MaterializeResult:
     spec = benchmark_registry.spec(context.partition_key)
+    problem = labels_decided_problem(mc_labels)
+    if problem and not config.force:   # an all-UNCERTAIN label set exports as a dataset of zeros
+        raise Failure(f"labels of {spec.name!r}: {problem}; run config force: true exports them anyway")
     mc = dict(spec.monte_carlo or {})
     labelled = _labelling_metadata(context)
     estimator = pick_estimator(mc_labels, config.estimator)

@@ -15,7 +15,8 @@ from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Config, Fa
                      asset, multi_asset)
 
 from causal_assets.core.artifacts import CorpusArtifacts
-from causal_assets.core.checks import check_labels, check_pools, check_trials_from_ok_calls
+from causal_assets.core.checks import (check_labels, check_labels_decided, check_pools, check_trials_from_ok_calls,
+                                      labels_decided_problem)
 from causal_assets.core.labeling.pools import PoolParams, build_pools
 from causal_assets.core.labeling.quality import label_quality_rows, per_question_from_tables, quality_table, summarize
 from causal_assets.core.evaluation.report import quality_png
@@ -24,13 +25,15 @@ from causal_assets.core.labeling.trials import TrialRun, run_trials
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
 from causal_assets.retries import LLM_RETRY, infrastructure_retries
+from causal_assets.run_health import LLM_POOL, blocked_message, pool_holders, pool_limit, reap_dead_runs
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = "labels"
 
 
 class PoolsConfig(Config):
-    max_questions: int | None = None   # default: the benchmark's monte_carlo.max_questions
+    # default: the benchmark's monte_carlo.max_questions (every answered question of a questions file; else 20)
+    max_questions: int | None = None
     size: int | None = None            # default: the benchmark's pooling.size, else 10
 
 
@@ -46,9 +49,11 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
     split = spec.label_split
     bench = artifacts.benchmark(spec, split)
-    limit = config.max_questions or spec.monte_carlo.get("max_questions", 20)
-    qids = bench.query_ids()[:limit]
-    pool_cfg = PoolParams(**{**spec.pooling, **({"size": config.size} if config.size else {})})
+    limit = config.max_questions or spec.label_limit
+    # questions with an answer to score (a questions file's question without one is evaluated only)
+    qids = bench.labelable_ids()[:limit]
+    pool_cfg = PoolParams(**{**spec.pool_settings, **({"size": config.size} if config.size else {})})
+    warn_if_llm_pool_is_held(context)
     pools = build_pools(artifacts.index, bench, qids, pool_cfg, artifacts.neighbors)
     pools["aliases"] = pools["aliases"].map(json.dumps)
     yield Output(pools, metadata={
@@ -66,6 +71,20 @@ class MonteCarloConfig(Config):
     threshold: float | None = None
     threshold_nats: float | None = None
     question_weight: float | None = None
+
+
+def warn_if_llm_pool_is_held(context: AssetExecutionContext) -> None:
+    """Before the LLM step of this run waits for the `llm` pool: free the slots of dead runs, and say at WARNING
+    which live run holds every slot and how to free it (the wait itself is logged by Dagster at DEBUG only)."""
+    try:
+        reap_dead_runs(context.instance)
+        limit = pool_limit(context.instance, LLM_POOL)
+        holders = [h for h in pool_holders(context.instance, LLM_POOL) if h.run_id != context.run_id]
+    except Exception as e:   # an instance without pools or pids: nothing to say, the run goes on
+        context.log.debug(f"llm pool not inspected: {e}")
+        return
+    if limit is not None and len(holders) >= limit:
+        context.log.warning(f"mc_trials will wait: {blocked_message(LLM_POOL, holders, 0).split(chr(10), 1)[1]}")
 
 
 def mc_config(spec_mc: dict, config: MonteCarloConfig) -> LabelingParams:
@@ -105,6 +124,13 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     """Blind-solver trials on random context subsets. Errored calls are journalled, never counted as trials."""
     spec = benchmark_registry.spec(context.partition_key)
     cfg = mc_config(spec.monte_carlo, config)
+    if len(candidate_pools):   # before any solver call: a budget that cannot decide these pools (run config too)
+        largest = int(candidate_pools.groupby("question_id").size().max())
+        try:
+            cfg.check_budget(largest)
+        except ValueError as e:
+            raise Failure(f"{spec.name}: {e} (the largest pool has {largest} documents); no solver call made") \
+                from None
     run = trials_of(context, spec, cfg, llm, candidate_pools)
     trials_df, calls_df, stopped, seconds = run.trials, run.calls, run.stopped, run.seconds
     ok = calls_df[calls_df["status"] == "ok"]
@@ -130,7 +156,11 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
 @asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet", "yaml"},
        check_specs=[AssetCheckSpec("labels_sane", asset="mc_labels", blocking=True,
                                    description="Every labelled question has a base outcome; effects are finite and "
-                                               "inside their intervals; ΔP lies in [-1, 1].")])
+                                               "inside their intervals; ΔP lies in [-1, 1]."),
+                    AssetCheckSpec("labels_decided", asset="mc_labels", blocking=True,
+                                   description="The labels decide something: not every label is UNCERTAIN, and "
+                                               "every labelled question has finite intervals (else the budget was "
+                                               "too small for the pool).")])
 def mc_labels(context: AssetExecutionContext, config: MonteCarloConfig, storage: Storage,
               benchmark_registry: BenchmarkRegistry, candidate_pools: pd.DataFrame, mc_trials: pd.DataFrame):
     """YES / NO / UNCERTAIN per (question, candidate): the candidate's effect on the solver's outcome (the gold
@@ -160,6 +190,10 @@ def mc_labels(context: AssetExecutionContext, config: MonteCarloConfig, storage:
                                             if len(labels) else {}),
         "dataset_yaml": MetadataValue.path(str(out))})
     yield check_result("mc_labels", "labels_sane", check)
+    decided = check_labels_decided(labels)
+    if not decided.passed:
+        context.log.error(f"{spec.name}: {labels_decided_problem(labels)}")
+    yield check_result("mc_labels", "labels_decided", decided)
 
 
 @asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet"})
@@ -172,6 +206,12 @@ def label_quality(context: AssetExecutionContext, config: MonteCarloConfig, stor
     spec = benchmark_registry.spec(context.partition_key)
     cfg = mc_config(spec.monte_carlo, config)
     bench = CorpusArtifacts(storage.base, spec.corpus).benchmark(spec, spec.label_split)
+    if not set(bench.qrels) & set(mc_labels["question_id"].astype(str) if len(mc_labels) else ()):
+        # a questions file without gold: the labels are the only truth, there is nothing to compare them with
+        context.log.info(f"{spec.name}: no labelled question has gold documents: label quality not measured")
+        return Output(pd.DataFrame(columns=["source", "metric", "value", "estimator", "benchmark", "outcome",
+                                            "solver"]),
+                      metadata={"questions": 0, "note": "no gold documents to compare the labels with"})
     frames, summaries = [], {}
     for estimator in sorted(mc_labels["estimator"].unique()) if len(mc_labels) else []:
         summary = summarize(label_quality_rows(per_question_from_tables(mc_labels, candidate_pools, bench.qrels,

@@ -13,17 +13,19 @@ statistics and hybrid weight from it (each parameter is chosen here, once).
 import json
 import os
 import shutil
+from dataclasses import replace
 import tempfile
 import warnings
 from pathlib import Path
 
 import pandas as pd
 from dagster import (AssetDep, AssetExecutionContext, AssetOut, AssetSelection, AutomationCondition, BetaWarning,
-                     Config, DataVersion, MetadataValue, Output, asset, multi_asset)
+                     Config, DataVersion, Failure, MetadataValue, Output, asset, multi_asset)
 
 from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
+from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.index.dense import model_reference, resolve_model_reference
 from causal_assets.core.retrievers.cross_encoder import member_dir, member_dirs
 from causal_assets.core.retrievers.factory import SCORING
@@ -362,6 +364,20 @@ class TuningConfig(Config):
     retune: bool = False
 
 
+def tune_benchmark(spec, bench, mc_labels: pd.DataFrame | None):
+    """The tune split's questions with their truth: the gold documents, or where the split has none (a questions
+    file without gold) the Monte Carlo labels' YES documents; a split with neither stops, naming the command that
+    makes labels."""
+    if any(any(v > 0 for v in judged.values()) for judged in bench.qrels.values()):
+        return bench
+    by_labels = label_qrels(mc_labels, bench.queries)
+    if not by_labels:
+        raise Failure(f"{spec.name}: nothing to tune on: the {len(bench.queries)} questions of tune split "
+                      f"{bench.split!r} have no gold documents and no YES label"
+                      + ("" if mc_labels is not None else f" (make labels first: `causal-assets label {spec.name}`)"))
+    return replace(bench, qrels=by_labels)
+
+
 def previous_tuning(storage: Storage, benchmark: str, inputs: str) -> tuple[pd.DataFrame, TunedConfig] | None:
     """The last materialization's (trials, configuration) when it tuned the same `inputs` and the configuration
     and its models are intact: a job that selects the whole tuning group then tunes nothing twice."""
@@ -401,10 +417,11 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     # the fine-tuned encoder's vectors where tuned_encoder adopted one (its held-out decision), else the corpus's
     encoder = tuned_embeddings_path(storage, spec.name)
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, encoder)
-    bench = sample_queries(artifacts.benchmark(spec, spec.tune_split), config.max_queries, tuning.seed)
-    index, graph = artifacts.index, artifacts.graph
     labels_path = asset_path(storage.base, "mc_labels", spec.name)
     mc_labels = read_parquet(labels_path) if labels_path.exists() else None
+    bench = tune_benchmark(spec, artifacts.benchmark(spec, spec.tune_split), mc_labels)
+    bench = sample_queries(bench, config.max_queries, tuning.seed)
+    index, graph = artifacts.index, artifacts.graph
 
     # The learned model's extra training rows depend on which other benchmarks are built in this data dir: said
     # in the metadata, since the chosen model (and every retriever built on it) changes with them.
@@ -457,7 +474,8 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
                       scorer=scorer)
         content = {"benchmark": spec.name, "corpus": spec.corpus, "tune_split": spec.tune_split,
                    "metric": tuning.metric, "index": index_fingerprint(index), "graph": graph is not None,
-                   "selected": result.selected, "retrievers": result.best}
+                   "selected": result.selected, "selection_note": result.selection_note,
+                   "retrievers": result.best}
         stored = save_tuned(storage.reports_path / "tuned", spec.name, content, result.models)
         trials = result.trials.assign(benchmark=spec.name, split=bench.split, config_version=stored.version,
                                       inputs_version=inputs)
@@ -470,6 +488,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         "tuned": True, "reused": kept is not None, "inputs_version": inputs, "config_version": stored.version,
         "config_path": MetadataValue.path(str(stored.path)),
         "selected": stored.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
+        "selection_note": str(stored.content.get("selection_note") or ""),
         "metric": tuning.metric, "best_by_retriever": MetadataValue.json(best),
         "selection_by_retriever": MetadataValue.json(selection),
         # a combination is selectable only beyond one standard error of what it is built on (core.tuning.search)

@@ -192,7 +192,7 @@ def test_registries_expand_shared_data_given_as_an_argument(tmp_path):
     assert load_corpus_registry(corpora, data)["here"].resolved_path == data / "here"
     assert available_corpora(corpora, data) == ["default", "here"]
     assert available_corpora(corpora, tmp_path / "elsewhere") == ["default"]
-    spec = load_benchmark_registry(benchmarks, data)["here"]
+    spec = load_benchmark_registry(benchmarks, data, corpora)["here"]
     assert spec.resolved_path == data / "here" and spec.available()
     assert spec.model_copy().resolved_path == data / "here"
 

@@ -99,7 +99,7 @@ def test_killed_labelling_resumes_without_losing_or_repaying_a_call(tmp_path):
 
 def test_malformed_benchmark_registry_names_file_and_field(tmp_path):
     p = tmp_path / "benchmarks.yaml"
-    p.write_text("benchmarks:\n  - name: x\n    loader: beir\n    corpus: x\n    splits: [test]\n    eval_splits: [dev]\n")
+    p.write_text("benchmarks:\n  - name: x\n    loader: beir\n    corpus: scifact\n    splits: [test]\n    eval_splits: [dev]\n")
     with pytest.raises(ConfigError, match=r"benchmarks.yaml: benchmarks\[0\].*split 'dev' is not one of splits"):
         load_benchmark_registry(p)
     p.write_text("benchmarks:\n  - name: x\n    loader: nope\n")

@@ -82,3 +82,24 @@ def test_a_repeated_id_in_within_is_ranked_once():
         ids = [h.chunk_id for h in hits]
         assert sorted(ids) == ["danube", "seine", "thames"], (method, ids)
         assert ids[0] == "seine"
+
+
+def test_top_candidates_are_the_retrievers_top_hits_gold_or_not():
+    """A questions file may have no gold: its pools take the retrievers' top hits (BM25 and dense in turn) after the
+    seeds, so the labels judge what a retriever would show for the question."""
+    from dataclasses import replace
+
+    index, bench = tiny_index(), tiny_benchmark()
+    question = QUESTIONS["q2"][0]
+    bm25 = [h.chunk_id for h in index.search(question, k=12, method="bm25")]
+    dense = [h.chunk_id for h in index.search(question, k=12, method="dense")]
+    expected = list(dict.fromkeys(d for pair in zip(bm25, dense) for d in pair if d != "gustave_eiffel"))[:3]
+    pool = dict(build_pool(index, bench, "q2", PoolParams(size=8, hard_negatives=1, top_candidates=3)))
+    assert pool["gustave_eiffel"] == "seed" and [d for d, o in pool.items() if o == "top_candidate"] != []
+    assert {d for d, o in pool.items() if o == "top_candidate"} == set(expected)
+    no_gold = replace(bench, qrels={})
+    pool = dict(build_pool(index, no_gold, "q2", PoolParams(size=8, hard_negatives=1, top_candidates=3)))
+    tops = list(dict.fromkeys(d for pair in zip(bm25, dense) for d in pair))[:3]
+    assert {d for d, o in pool.items() if o == "top_candidate"} == set(tops) and "seed" not in pool.values()
+    # 0 (every loader but questions files by default): the pools are what they were
+    assert "top_candidate" not in dict(build_pool(index, bench, "q2", PoolParams(size=8))).values()

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Iterator
 
 from causal_assets.core.corpus.chunk import Chunk
-from causal_assets.core.corpus.fields import id_field, parse_json, text_field
+from causal_assets.core.corpus.fields import id_field, parse_json, text_field, text_value
 from causal_assets.core.errors import CorpusError
 
 
@@ -62,6 +62,29 @@ def load_beir_queries(folder: str | Path) -> dict[str, str]:
         if not queries[qid].strip():
             raise CorpusError(f"{where}: query {qid!r} has no text")
     return queries
+
+
+def load_beir_answers(folder: str | Path) -> dict[str, tuple[str, ...]]:
+    """Accepted answers of the queries that carry them: `metadata.answer` or `metadata.answers` of queries.jsonl (a
+    text or a list of texts; the first is the answer, the others its aliases). What Monte Carlo labels of a BEIR
+    benchmark score; queries without one get no labels."""
+    path = Path(folder) / "queries.jsonl"
+    answers: dict[str, tuple[str, ...]] = {}
+    for lineno, obj in _jsonl(path, ("_id",)):
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            continue
+        where = f"{path}:{lineno}"
+        found: list[str] = []
+        for key in ("answer", "answers"):
+            value = meta.get(key)
+            for i, item in enumerate(value if isinstance(value, list) else [value] if value is not None else []):
+                text = text_value(where, f"metadata.{key}" + (f"[{i}]" if isinstance(value, list) else ""), item)
+                if text.strip():
+                    found.append(text.strip())
+        if found:
+            answers[id_field(where, obj, "_id")] = tuple(dict.fromkeys(found))
+    return answers
 
 
 def beir_doc_ids(folder: str | Path) -> set[str]:

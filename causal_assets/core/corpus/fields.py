@@ -62,6 +62,19 @@ def id_field(where: str, obj: dict, field: str) -> str:
     return text
 
 
+def split_field(where: str, obj: dict) -> str | None:
+    """A record's own `split` (a name: letters, digits, `_` or `-`), or None when it has none: where a file's records
+    carry one, it decides which split each belongs to instead of the stable hash halves."""
+    if obj.get("split") is None:
+        return None
+    split = text_value(where, "split", obj["split"]).strip()
+    if not split:
+        return None
+    if not split.replace("_", "").replace("-", "").isalnum():
+        raise CorpusError(f"{where}: field 'split' {split[:80]!r} must be a name (letters, digits, _ or -)")
+    return split
+
+
 def _json_type(value) -> str:
     return {dict: "object", list: "array", bool: "boolean", float: "number", int: "number", str: "string",
             type(None): "null"}.get(type(value), type(value).__name__)

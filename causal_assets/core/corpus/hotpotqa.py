@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from causal_assets.core.corpus.chunk import Chunk
-from causal_assets.core.corpus.fields import id_field, parse_json, text_field, text_value
+from causal_assets.core.corpus.fields import id_field, parse_json, split_field, text_field, text_value
 from causal_assets.core.errors import CorpusError
 
 
@@ -22,6 +22,7 @@ class HotpotQuestion:
     level: str
     supporting_titles: tuple[str, ...]
     paragraph_ids: tuple[str, ...]
+    split: str | None = None   # the record's own `split`, if it has one (else the benchmark's hash halves)
 
 
 def _records(path: Path) -> list[tuple[str, dict]]:
@@ -93,7 +94,8 @@ def load_hotpotqa(path: str | Path, corpus: str) -> tuple[list[Chunk], list[Hotp
         if missing:
             raise CorpusError(f"{where}: supporting_facts title {missing[0][:80]!r} is not a context paragraph")
         questions.append(HotpotQuestion(qid, question, text_field(where, obj, "answer"), text_field(where, obj, "type"),
-                                        text_field(where, obj, "level"), supporting, tuple(ids)))
+                                        text_field(where, obj, "level"), supporting, tuple(ids),
+                                        split_field(where, obj)))
     if not chunks:
         raise CorpusError(f"{path}: no paragraphs")
     return chunks, questions

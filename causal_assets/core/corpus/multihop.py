@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from causal_assets.core.corpus.chunk import Chunk
-from causal_assets.core.corpus.fields import id_field, text_field, text_value
+from causal_assets.core.corpus.fields import id_field, split_field, text_field, text_value
 from causal_assets.core.corpus.hotpotqa import _records
 from causal_assets.core.errors import CorpusError
 
@@ -44,6 +44,7 @@ class MultiHopQuestion:
     aliases: tuple[str, ...]
     type: str
     paragraphs: tuple[Paragraph, ...]
+    split: str | None = None   # the record's own `split`, if it has one (else the benchmark's hash halves)
 
     @property
     def gold(self) -> list[int]:
@@ -93,7 +94,7 @@ def _musique(obj: dict, where: str) -> MultiHopQuestion | None:
     return MultiHopQuestion(id_field(where, obj, "id"), text_field(where, obj, "question", required=True),
                             text_field(where, obj, "answer"),
                             tuple(text_value(where, f"answer_aliases[{k}]", a) for k, a in enumerate(aliases)),
-                            "musique", tuple(out))
+                            "musique", tuple(out), split_field(where, obj))
 
 
 def _hotpot_like(obj: dict, where: str) -> MultiHopQuestion | None:
@@ -119,7 +120,8 @@ def _hotpot_like(obj: dict, where: str) -> MultiHopQuestion | None:
         sentences = [text_value(where, f"context[{pos}] sentence {k}", s) for k, s in enumerate(para[1])]
         out.append(Paragraph(title, join_sentences(sentences), title in titles))
     return MultiHopQuestion(id_field(where, obj, "_id"), text_field(where, obj, "question", required=True),
-                            text_field(where, obj, "answer"), (), text_field(where, obj, "type"), tuple(out))
+                            text_field(where, obj, "answer"), (), text_field(where, obj, "type"), tuple(out),
+                            split_field(where, obj))
 
 
 def read_multihop(path: str | Path, strict: bool = False) -> MultiHopFile:

@@ -29,8 +29,10 @@ class CorpusSpec(BaseModel):
     package: str | None = None
     description: str = ""
     options: dict[str, Any] = Field(default_factory=dict)
-    # what `${SHARED_DATA}` in `path` stands for: set by load_corpus_registry
+    # what `${SHARED_DATA}` in `path` stands for, and the directory a relative `path` is relative to (the
+    # registry file's): set by load_corpus_registry
     _shared_data: Path = PrivateAttr(default=DEFAULT_SHARED_DATA)
+    _registry_dir: Path | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _source_given(self) -> "CorpusSpec":
@@ -50,7 +52,7 @@ class CorpusSpec(BaseModel):
 
     @property
     def resolved_path(self) -> Path | None:
-        return Path(expand(self.path, self._shared_data)) if self.path else None
+        return resolve_registry_path(self.path, self._shared_data, self._registry_dir) if self.path else None
 
     def available(self) -> bool:
         return self.loader == "python_package" or self.resolved_path.exists()
@@ -76,6 +78,16 @@ def loader_options(loader: str) -> dict[str, type | None]:
     return options
 
 
+def resolve_registry_path(path: str, shared_data: str | Path, registry_dir: Path | None) -> Path:
+    """A registry entry's `path`: `${SHARED_DATA}` replaced by the shared data directory, `~` expanded, and a path
+    that is still relative taken relative to the registry file's directory (never to the working directory, which
+    differs between the CLI, `dagster dev` and each run worker)."""
+    resolved = Path(expand(path, shared_data)).expanduser()
+    if not resolved.is_absolute() and registry_dir is not None:
+        resolved = registry_dir / resolved
+    return resolved
+
+
 def load_corpus_registry(path: str | Path | None = None,
                          shared_data: str | Path | None = None) -> dict[str, CorpusSpec]:
     """The registry at `path` (default: the shipped one), `${SHARED_DATA}` in its paths standing for `shared_data`
@@ -86,6 +98,7 @@ def load_corpus_registry(path: str | Path | None = None,
         raise ConfigError(f"{path}: no corpus named {DEFAULT_CORPUS!r}")
     for spec in specs.values():
         spec._shared_data = Path(shared_data) if shared_data else DEFAULT_SHARED_DATA
+        spec._registry_dir = path.resolve().parent
     return specs
 
 

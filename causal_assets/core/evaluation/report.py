@@ -191,12 +191,17 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
     metric_name = f"{primary[0]}@{primary[1]}"
     qrels_metrics = metrics[metrics["truth"] == "qrels"] if "truth" in metrics else metrics
     scope = f"each query ranks its own {n_candidates} candidates" if n_candidates else "each query ranks the whole corpus"
+    has_gold = bool(len(qrels_metrics)) and (("truth" not in metrics) or (metrics["truth"] == "qrels").any())
     lines = [f"# Evaluation report: {benchmark}", "", *[f"- {n}" for n in notes],
              "- queries scored per split: " + (", ".join(f"`{s}` {n}" for s, n in n_queries.items()) if n_queries else "?")
              + f"; {scope}" + ("" if n_candidates is None else
                                " (recall and hit rate at k ≥ that number are 1 by construction and left out)"), "",
-             "## Headline metrics (truth: the benchmark's judgements)", "",
-             headline_table(metrics, n_candidates=n_candidates, n_queries=n_queries).to_markdown(index=False), "",
+             *small_sample_caveat(per_query, n_queries or {}),
+             *(["## Headline metrics (truth: the benchmark's judgements)", "",
+                headline_table(metrics, n_candidates=n_candidates, n_queries=n_queries).to_markdown(index=False), ""]
+               if has_gold else
+               ["## Headline metrics", "", "This benchmark has no gold documents on its eval splits: every figure "
+                "below is against the Monte Carlo labels.", ""]),
              *(sections or [])]
     if per_query is not None and len(per_query):
         lines += [f"## {metric_name}: 95% intervals and significance against the best baseline", "",
@@ -211,8 +216,10 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
                   headline_table(metrics, "mc_labels", n_candidates=n_candidates).to_markdown(index=False), ""]
     lines += label_summary(labels)
     inline = list(lines)
-    for split in qrels_metrics["split"].unique():
-        png = curves_png(qrels_metrics, split, f"{benchmark} / {split}", n_candidates)
+    curves = qrels_metrics if has_gold else metrics[metrics["truth"] == "mc_labels"]
+    for split in curves["split"].unique():
+        png = curves_png(curves, split, f"{benchmark} / {split}" + ("" if has_gold else " (truth: mc_labels)"),
+                         n_candidates)
         path = out_dir / f"{benchmark}_{split}_curves.png"
         path.write_bytes(png)
         lines += [f"![{split} curves]({path.name})", ""]
@@ -223,7 +230,7 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
                                       aggfunc="count", fill_value=0).reset_index()
         counts.columns.name = None
         fail += [counts.to_markdown(index=False), ""]
-        best = _best(qrels_metrics, primary)
+        best = _best(curves, primary)
         if best is not None:
             fail += failure_examples(failures, queries, best)
     fail += ["Rules, tried in this order:", ""] + [f"- **{b}**: {r}" for b, r in BUCKET_RULES.items()] + [""]
@@ -232,6 +239,42 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
     path = out_dir / f"{benchmark}.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return "\n".join(inline), path
+
+
+# A figure is resolved to about this much: a report says when its sample cannot resolve differences this large.
+RESOLUTION = 0.05
+CONFIDENCE = 0.95
+
+
+def small_sample_caveat(per_query: pd.DataFrame | None, n_queries: dict[str, int]) -> list[str]:
+    """Markdown lines warning, per eval split, when its queries are too few for the figures to be read as exact:
+    the 95% intervals are wider than `RESOLUTION` on average, or an interval of zero width (e.g. nDCG 1.0 [1, 1] on
+    8 queries) stands for a sample in which every query scored the same, while the share of queries that would miss
+    can still be as high as 1 - 0.05^(1/n) (the exact 95% upper bound with no miss in n; 31% for n = 8)."""
+    out = []
+    for split, n in n_queries.items():
+        if not n:
+            continue
+        widths, flat = [], False
+        if per_query is not None and len(per_query):
+            group = per_query[per_query["split"] == split]
+            if len(group):
+                table = compare_to_baseline(group)
+                widths = ((table["ci_high"] - table["ci_low"]) / 2).tolist()
+                flat = bool(((table["ci_high"] - table["ci_low"]) <= 1e-12).any())
+        miss_bound = 1 - (1 - CONFIDENCE) ** (1 / n)
+        wide = bool(widths) and sum(widths) / len(widths) > RESOLUTION
+        if not (wide or (flat and miss_bound > RESOLUTION)):
+            continue
+        text = (f"**Small sample: `{split}` has {n} queries.** " +
+                (f"Its 95% intervals are ±{sum(widths) / len(widths):.2f} on average, so only differences larger "
+                 f"than that are more than noise. " if wide else ""))
+        if flat:
+            text += (f"An interval of zero width means every query scored the same in this sample, not that the "
+                     f"figure is exact: with {n} queries and none missing, up to {miss_bound:.0%} of such questions "
+                     f"could still miss (95% upper bound). ")
+        out.append(text + "More questions narrow this (about 4× the questions halve an interval).")
+    return out + ([""] if out else [])
 
 
 def _best(metrics: pd.DataFrame, primary: tuple[str, int]) -> str | None:

@@ -8,13 +8,14 @@ was tuned on (HotpotQA's `dev` holds its `train` half).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import pandas as pd
 
 from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.benchmarks import BenchmarkSpec
+from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.failures import classify_failures
 from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query
 from causal_assets.core.evaluation.report import overfitting_gauge
@@ -93,6 +94,8 @@ def plan_evaluation(configured: dict[str, dict[str, Any]], tuned: TunedConfig | 
         figures = ", ".join(f"{n} {b['value']:.4f} ({b['evaluation']})" for n, b in tuned.retrievers.items())
         notes.append(f"`*_tuned`: tuned config `{tuned.version}`, searched on `{tuned.content['tune_split']}` only "
                      f"by {tuned.content['metric']} ({figures}); selected there: `{tuned.selected}_tuned`")
+        if tuned.content.get("selection_note"):   # how far the train questions separate the selection
+            notes.append(f"how far the selection can be trusted: {tuned.content['selection_note']}")
         if reranker is not None and tuned.selected:
             params = {k: v for k, v in reranker.items() if k != "version"}
             runs.append(PlannedRun("cross_encoder_tuned", "cross_encoder",
@@ -148,10 +151,31 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
     judged_by_split: dict[str, dict[str, str]] = {}
     label_questions: dict[str, int] = {}
     n_candidates = None
+    # Every eval split is checked before anything runs: a split with nothing to score wrote all-NaN metrics and a
+    # NaN report before its check failed.
+    benches = {split: artifacts.benchmark(spec, split) for split in spec.eval_splits}
+    for split, bench in benches.items():
+        gold = [q for q, labels in bench.qrels.items() if any(v > 0 for v in labels.values())]
+        if not gold and not label_qrels(mc_labels, bench.queries):
+            labelled = "" if mc_labels is None else ", and none of them has a YES label"
+            raise CorpusError(f"benchmark {spec.name!r}: eval split {split!r} has nothing to evaluate: "
+                              f"{len(bench.queries)} questions, none with gold documents{labelled}"
+                              + ("" if mc_labels is not None or not bench.labelable_ids() else
+                                 f" (label them first: `causal-assets label {spec.name}`)")
+                              + "; nothing written")
     for split in spec.eval_splits:
-        bench = artifacts.benchmark(spec, split)
+        bench = benches[split]
+        by_labels = label_qrels(mc_labels, bench.queries)
         judged = [q for q, labels in bench.qrels.items() if any(v > 0 for v in labels.values())]
-        judged_by_split[split] = {q: bench.queries[q] for q in judged if q in bench.queries}
+        # without gold on this split the labels are the only truth: the runs and the failure buckets use them
+        truth = bench.qrels if judged else by_labels
+        if not judged:
+            notes.append(f"`{split}`: no question has gold documents; its figures are against the Monte Carlo "
+                         f"labels only ({len(by_labels)} questions with a YES label)")
+        # every question with gold or with a YES label is run (the labels' questions may have no gold)
+        run_bench = replace(bench, qrels={q: bench.qrels.get(q) or by_labels.get(q, {}) for q in bench.queries
+                                          if q in bench.qrels or q in by_labels})
+        judged_by_split[split] = {q: bench.queries[q] for q in (judged or by_labels) if q in bench.queries}
         questions.append(pd.DataFrame({"split": split, "query_id": list(bench.queries),
                                        "text": list(bench.queries.values())}))
         judgements.append(pd.DataFrame([(split, q, d, float(v)) for q, labels in bench.qrels.items()
@@ -162,7 +186,6 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
         overlap = len(tuned_on & set(bench.queries))
         if overlap:
             notes.append(f"`*_tuned` not scored on `{split}`: {overlap} of its queries are in the tune split")
-        by_labels = label_qrels(mc_labels, bench.queries)
         label_questions[split] = len(by_labels)
         doc_texts = {c: index.text(c) for c in index.ids} if not bench.within else \
             {c: index.text(c) for ids in bench.within.values() for c in ids}
@@ -175,17 +198,18 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                                         llm_client() if uses_llm and llm_client else None,
                                         tuned_graph if run.tuned else graph,
                                         scorer() if scores and scorer else None)
-            rr = run_benchmark(retriever, bench, depth, run.label, progress=log if run.kind == "causal" else None)
+            rr = run_benchmark(retriever, run_bench, depth, run.label, progress=log if run.kind == "causal" else None)
             seconds[f"{split}/{run.label}"] = round(rr.seconds, 2)
-            metrics.append(score_run(bench, rr).assign(split=split, truth="qrels"))
-            pq = evaluate_per_query(bench.qrels, rr.run, ks=(primary[1],), map_k=primary[1])
+            if judged:
+                metrics.append(score_run(bench, rr).assign(split=split, truth="qrels"))
+            pq = evaluate_per_query(truth, rr.run, ks=(primary[1],), map_k=primary[1])
             per_query.append(pq[(pq.metric == primary[0]) & (pq.k == primary[1])]
                              .assign(split=split, retriever=run.label))
             if by_labels:
                 metrics.append(evaluate(by_labels, rr.run, ks=LABEL_KS)
                                .assign(retriever=run.label, split=split, truth="mc_labels"))
             runs.append(rr.frame.assign(split=split, retriever=run.label))
-            failures.append(classify_failures(bench.queries, bench.qrels, rr.run, doc_texts, FAILURE_K, index.terms)
+            failures.append(classify_failures(run_bench.queries, truth, rr.run, doc_texts, FAILURE_K, index.terms)
                             .assign(split=split, retriever=run.label))
             log(f"{split}/{run.label}: nDCG@10 {metric_value(metrics[-1], 'ndcg', 10):.4f} in {rr.seconds:.1f}s")
 
@@ -193,10 +217,13 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
         df = pd.concat(frames, ignore_index=True).assign(benchmark=spec.name)
         return df[first + [c for c in df.columns if c not in first]]
 
-    if label_questions:
+    if any(label_questions.values()):   # a benchmark without labels says nothing about labels
         notes.append("truth `mc_labels`: the Monte Carlo labels' YES documents, graded by their effect, on the "
                      "labelled questions of each split (" + ", ".join(f"{s}: {n}" for s, n in label_questions.items())
                      + " questions with a YES label)")
+    elif mc_labels is not None and len(mc_labels):
+        notes.append(f"the Monte Carlo labels ({mc_labels['question_id'].nunique()} questions) have no YES label on a "
+                     f"question of the eval splits: no figures against them")
     metrics_df = finish(metrics, ["benchmark", "split", "truth", "retriever", "metric", "k", "value"])
     failures_df = finish(failures, ["benchmark", "split", "retriever", "query_id", "bucket"])
     sections: list[str] = []

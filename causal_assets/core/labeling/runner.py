@@ -14,11 +14,14 @@ the call cache (the subsets are seeded by question id, so the same calls are ask
 from __future__ import annotations
 
 import hashlib
+import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from causal_assets.core.benchmarks import DEFAULT_BUDGET, budget_problem
 from causal_assets.core.labeling.design import balanced_design, bernoulli_design
 from causal_assets.core.labeling.estimators import AdaptiveLabeler, LabelingResult, naive, regression
 from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver, answer_continuations
@@ -44,7 +47,7 @@ class LabelingParams:
     threshold: float = 0.1         # ΔP above which a document is relevant (pass/fail outcomes)
     threshold_nats: float = 2.0    # effect on the (question-and-)answer log-likelihood above which it is relevant
     question_weight: float = 0.5   # weight of the question's own log-likelihood in the qa_likelihood outcome
-    budget: int = 16               # trials per question (adaptive: at most; otherwise exactly)
+    budget: int = DEFAULT_BUDGET   # trials per question (adaptive: at most; otherwise exactly)
     batch: int = 8
     alpha: float = 0.2             # 80% intervals
     seed: int = 0
@@ -55,6 +58,25 @@ class LabelingParams:
             raise ValueError(f"monte_carlo.outcome must be one of {OUTCOMES}, got {self.outcome!r}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"monte_carlo.estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+        # The registry refuses these when it loads; run config overrides (MonteCarloConfig) come through here,
+        # before any trial: a NaN threshold made every label UNCERTAIN, an infinite weight failed after the trials.
+        for name, low, high, high_open in (("threshold", 0.0, 1.0, True), ("threshold_nats", 0.0, math.inf, False),
+                                           ("question_weight", 0.0, math.inf, False), ("alpha", 0.0, 1.0, True)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+                    or value < low or (value >= high if high_open else value > high) or (name == "alpha" and value <= 0):
+                bounds = {"threshold": "in [0, 1)", "alpha": "in (0, 1)"}.get(name, "finite and at least 0")
+                raise ValueError(f"monte_carlo.{name} must be {bounds}, got {value!r}")
+        for name in ("budget", "batch", "max_consecutive_errors"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"monte_carlo.{name} must be a whole number of at least 1, got {value!r}")
+
+    def check_budget(self, pool_size: int) -> None:
+        """ValueError when this budget cannot decide a label of a `pool_size`-document pool (`labeling.budget`)."""
+        problem = budget_problem(self.budget, pool_size, self.estimator)
+        if problem:
+            raise ValueError(f"monte_carlo.budget: {problem}")
 
     @property
     def label_outcome(self) -> str:
@@ -256,8 +278,13 @@ def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParam
             rows += _rows(estimate(records, doc_ids, config, "naive"), qid, "naive", outcome, delta_p)
         origin = dict(zip(pool["doc_id"], pool["origin"]))
         texts = dict(zip(pool["doc_id"], pool["text"]))
+        # the document's title, and its file where the corpus has files (a folder's pages): read beside the id
+        where = {d: {**({"title": str(t)} if isinstance(t, str) else {}),
+                     **({"path": str(p)} if isinstance(p, str) and p else {})}
+                 for d, t, p in zip(pool["doc_id"], pool["title"] if "title" in pool else [None] * len(pool),
+                                    pool["path"] if "path" in pool else [None] * len(pool))}
         pairs.append({"id": qid, "query": pool.iloc[0]["question"], "candidates": [
-            {"fqn": r["doc_id"], "text": texts[r["doc_id"]], "empirical_relevance": r["label"],
+            {"fqn": r["doc_id"], **where[r["doc_id"]], "text": texts[r["doc_id"]], "empirical_relevance": r["label"],
              "effect": round(r["effect"], 4), "ci": [round(r["ci_low"], 4), round(r["ci_high"], 4)],
              "average_effect": round(r["average_effect"], 4),
              **({"delta_p": round(r["delta_p"], 4)} if delta_p else {}),

@@ -13,7 +13,9 @@ from typing import Callable
 
 import pandas as pd
 
+from causal_assets.core import progress
 from causal_assets.core.labeling.runner import LabelingParams, label_question
+from causal_assets.core.progress import duration
 from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver
 from causal_assets.core.llm.client import LLMClient
 from causal_assets.core.llm.scoring import Scorer
@@ -64,6 +66,11 @@ def run_trials(pools: pd.DataFrame, cfg: LabelingParams, benchmark: str, validat
         elapsed = time.perf_counter() - t0
         log(f"{qid}: {len(outcome.trials)} trials, YES: {outcome.result.yes()} | question {n}/{len(todo)}, "
             f"{elapsed / n:.1f} s per question, ETA {elapsed / n * (len(todo) - n):.0f} s")
+        if progress.terminal is not None:   # the command that runs this step in its own process shows it
+            left = f", about {duration(elapsed / n * (len(todo) - n))} left" if n < len(todo) else \
+                f", done in {duration(elapsed)}"
+            progress.terminal(f"labels of {benchmark!r}: question {n}/{len(todo)} ({n / len(todo):.0%}), "
+                              f"{elapsed / n:.0f} s per question{left}")
         if outcome.stopped:
             stopped = outcome.stopped
             (warn or log)(f"LLM budget exceeded at question {qid}: stopping, partial trials kept")

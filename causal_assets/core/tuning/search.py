@@ -90,6 +90,8 @@ class TuningResult:
     best: dict[str, dict[str, Any]]              # retriever -> {params, value, evaluation, queries}
     models: dict[str, Any] = field(default_factory=dict)   # retriever -> fitted CausalRelevanceModel
     query_ids: list[str] = field(default_factory=list)     # every query the tuner scored
+    selection_note: str = ""                               # how far the selection can be trusted (`compare_nested`)
+    nested: dict[str, dict[str, float]] = field(default_factory=dict)   # retriever -> nested figure per train query
 
     @property
     def selected(self) -> str | None:
@@ -238,11 +240,25 @@ def ingredients(params: dict[str, Any]) -> list[str]:
             *([shortlist] if isinstance(shortlist, str) else [])]
 
 
-def compare_nested(best: dict[str, dict[str, Any]], nested: dict[str, dict[str, float]], splits: int = 1) -> None:
+def paired_margin(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, int]:
+    """(mean of a - b, one standard error of that mean, queries) over the queries both were scored on."""
+    on = sorted(set(a) & set(b))
+    d = np.array([a[q] - b[q] for q in on])
+    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("inf")
+    return (float(d.mean()) if len(d) else float("nan")), se, len(on)
+
+
+def compare_nested(best: dict[str, dict[str, Any]], nested: dict[str, dict[str, float]], splits: int = 1,
+                   robust_default: str | None = None) -> str:
     """Sets each retriever's `selection_value` (the mean of its nested scores over the queries it was scored on),
     `selectable` (a combination only where it beats every retriever it is built on, recursively, by more than one
     standard error of the paired difference on their common queries; `selection_margin` says by how much, or which
-    one it did not beat) and marks the `selected` one (`choose`)."""
+    one it did not beat) and marks the `selected` one (`choose`).
+
+    `robust_default` (`TuningSpec.robust_default`): the winner must also beat it by more than one standard error
+    of their paired difference, else the default is selected. A few train questions (a user's file of 10-50) do not
+    separate the candidates, and the winner by a hair was the noise's choice (docs: the robust default's
+    measurement). Returns one line saying how far the selection can be trusted."""
     scored = set().union(*(set(v) for v in nested.values())) if nested else set()
     for name, scores in nested.items():
         best[name]["selection_value"] = float(np.mean(list(scores.values()))) if scores else float("nan")
@@ -273,10 +289,39 @@ def compare_nested(best: dict[str, dict[str, Any]], nested: dict[str, dict[str, 
                 f"{'+' if diff >= 0 else ''}{diff:.4f} over {m} (1 SE {se:.4f})" for m, diff, se in margins) + \
                 (f": not beyond the noise of {', '.join(m for m, _, _ in lost)}" if lost else "")
     chosen = choose({n: v for n, v in nested.items() if best[n]["selectable"]})
+    note = ""
+    if chosen is not None and robust_default is not None:
+        chosen, note = _against_default(best, nested, chosen, robust_default)
     for name in best:
         best[name].pop("selected", None)
     if chosen is not None:
         best[chosen]["selected"] = True
+    return note
+
+
+def _against_default(best: dict[str, dict[str, Any]], nested: dict[str, dict[str, float]], chosen: str,
+                     default: str) -> tuple[str, str]:
+    """(the retriever to select, why): `chosen` if it beats `default` beyond one standard error, else `default`."""
+    if default not in nested or not best[default].get("selectable", True):
+        return chosen, (f"`{chosen}` selected by its nested train figure (the robust default `{default}` was not "
+                        f"tuned here, so nothing checks that the margin is more than noise)")
+    if chosen != default:
+        diff, se, n = paired_margin(nested[chosen], nested[default])
+        if diff > se:
+            return chosen, (f"`{chosen}` selected: {diff:+.4f} over the robust default `{default}` on {n} train "
+                            f"queries (1 SE {se:.4f}), beyond the noise")
+        return default, (f"`{default}` selected, the robust default: the best nested train figure, `{chosen}`'s, "
+                         f"is {diff:+.4f} over it on {n} train queries (1 SE {se:.4f}), within the noise, so the "
+                         f"train questions do not tell the two apart")
+    others = [m for m in nested if m != default and best[m].get("selectable", True)]
+    if not others:
+        return chosen, f"`{chosen}` selected, the only retriever tuned"
+    margins = {m: paired_margin(nested[default], nested[m]) for m in others}
+    runner = min(margins, key=lambda m: margins[m][0])
+    diff, se, n = margins[runner]
+    return chosen, (f"`{chosen}` selected, the robust default, {diff:+.4f} over the next best `{runner}` on {n} "
+                    f"train queries (1 SE {se:.4f}): " + ("beyond the noise" if diff > se else
+                                                          "within the noise (they tie on these questions)"))
 
 
 def choose(nested: dict[str, dict[str, float]]) -> str | None:
@@ -586,7 +631,9 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                 log(f"causal: nested {np.mean(list(nested_of[name].values())):.4f} over both searches")
             if name == "causal" and chosen["params"].get("shortlist") == "learned" and not _given_model(fixed):
                 chosen["params"]["shortlist_params"] = {"model_path": "@learned"}   # resolved by the store
-    compare_nested(best, nested_of, len(splits))
+    note = compare_nested(best, nested_of, len(splits), spec.robust_default)
+    if note:
+        log(f"selection: {note}")
     if best:
         log("selection (nested; a sample's figure on its sample): " + ", ".join(
             f"{n} {b['selection_value']:.4f}" + ("" if b.get("selectable", True) else " (not selectable)")
@@ -596,7 +643,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
             if "selection_margin" in b:
                 log(f"{n}: {b['selection_margin']}")
     trials = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
-    return TuningResult(trials, best, models, sorted(scored_queries))
+    return TuningResult(trials, best, models, sorted(scored_queries), note, nested_of)
 
 
 class FoldChoices:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 TUNABLE = ("hybrid", "rrf", "cascade", "entity_first", "learned", "fusion", "pairwise", "query_likelihood", "causal")
 # entity_first ranks a fixed candidate set per question (HotpotQA's own paragraphs); it needs `within`.
 NEEDS_WITHIN = ("entity_first",)
 ORDER = {name: i for i, name in enumerate(TUNABLE)}   # hybrid first (learned uses its weight), causal last
+ROBUST_DEFAULT = "learned"   # TuningSpec.robust_default (its measurement: docs, "Choosing a retriever on few questions")
 
 # Search spaces: parameter (dotted path into the retriever's params) -> values. The first value is not special:
 # the search starts from the retriever's defaults (`DEFAULT_POINTS`).
@@ -161,9 +162,21 @@ class TuningSpec(BaseModel):
     learned_question_likelihood: bool = False
     pairwise_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "entity_first"])  # first tuned one
     query_likelihood_base: list[str] = Field(default_factory=lambda: ["fusion", "learned", "hybrid"])  # first tuned
+    # The retriever selected unless the best nested train figure beats it by more than one standard error of their
+    # paired difference (`search.compare_nested`): on a few train questions the winner by a hair is the noise's
+    # choice. Chosen on the shipped benchmarks' small train samples (docs: "Choosing a retriever on few
+    # questions"); null: the best nested figure, however small its margin.
+    robust_default: str | None = ROBUST_DEFAULT
     encoder: EncoderSpec | None = None           # fine-tune the dense encoder first (tuned_encoder asset)
     reranker: RerankerSpec | None = None         # a cross-encoder over the selected retriever (tuned_reranker asset)
     seed: int = 0
+
+    @field_validator("robust_default")
+    @classmethod
+    def _default_tunable(cls, v: str | None) -> str | None:
+        if v is not None and v not in TUNABLE:
+            raise ValueError(f"robust_default {v!r} is not a tunable retriever ({', '.join(TUNABLE)})")
+        return v
 
     def resolved_retrievers(self, listed: list[str], has_within: bool) -> list[str]:
         names = self.retrievers if self.retrievers is not None else \

@@ -1,0 +1,270 @@
+"""`causal-assets label`, `tune`, `evaluate` and `all`: a benchmark's Monte Carlo labels, tuned retrievers and
+evaluation report, each a Dagster run of the right assets (in this process, on the instance of $DAGSTER_HOME, so
+the runs show up in the UI), after the corpus's index and graph are built where they are missing.
+
+Everything that can be checked without paying for it is checked first, in one line: the registries (a budget
+that cannot decide a label, a corpus that is not registered, ...), the questions against the corpus's chunks
+(a gold file the folder does not have), questions to label at all. Then the command says what it will do and
+about how long it takes; labelling prints one line per question with the time left. Exit codes: 0 done, 1 a run
+failed (its step and error in one line), 2 bad input, 3 no free `llm` slot within --wait, 130 interrupted (the
+run is marked CANCELED).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pandas as pd
+
+from causal_assets.cli import EXIT_POOL_BLOCKED
+from causal_assets.commands import say
+from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
+from causal_assets.core import needs
+from causal_assets.core.benchmarks import BenchmarkSpec, load_benchmark, load_benchmark_registry
+from causal_assets.core.checks import labels_decided_problem
+from causal_assets.core.corpus.registry import require_available
+from causal_assets.core.errors import CausalAssetsError
+from causal_assets.core.labeling.sizing import estimate_labels, history_rate
+from causal_assets.core.progress import duration
+from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.run_health import LLM_POOL, wait_for_slot
+
+JOB = "labels_and_evaluation_job"
+LABEL_ASSETS = ["candidate_pools", "mc_trials", "solver_calls", "mc_labels", "label_quality"]
+TUNE_ASSETS = ["tuned_encoder", "tuned_embeddings", "tuned_reranker", "tuned_retriever_configs"]
+EVALUATE_ASSETS = ["evaluation_metrics", "evaluation_runs", "evaluation_failures", "evaluation_queries",
+                   "evaluation_qrels"]
+SHOWN_RETRIEVERS = 6
+
+
+def _spec(args) -> BenchmarkSpec:
+    """The benchmark named on the command line, available here (its registry entry and its data), or one line
+    saying why not."""
+    settings = args.settings
+    specs = load_benchmark_registry(settings.benchmarks, settings.shared_data, settings.corpora)
+    spec = specs.get(args.benchmark)
+    if spec is None:
+        raise CausalAssetsError(f"unknown benchmark {args.benchmark!r} in {settings.benchmarks}; benchmarks: "
+                                f"{', '.join(sorted(specs))} (CAUSAL_ASSETS_BENCHMARKS names the registry)")
+    if not spec.available():
+        raise CausalAssetsError(f"benchmark {spec.name!r} is registered, but its file {spec.resolved_path} does not "
+                                "exist")
+    require_available(spec.corpus, settings.corpora, settings.shared_data)
+    return spec
+
+
+def _prepare(args, spec: BenchmarkSpec, why: str) -> None:
+    """The corpus's index and graph (what pools, tuning and evaluation read), built where missing."""
+    ensure_built(args.base_path, spec.corpus, needs.required(dense=True, graph=True), args.no_build,
+                 why=f"{why} of benchmark {spec.name!r}", verbose=args.verbose)
+
+
+def _chunks(args, spec: BenchmarkSpec) -> pd.DataFrame:
+    return read_parquet(asset_path(args.base_path, "corpus_chunks", spec.corpus))
+
+
+def _labelling_plan(args, spec: BenchmarkSpec) -> tuple[int, str]:
+    """(questions to label, the line saying what and how long) — or one line why nothing can be labelled. The
+    questions are read against the built chunks here, so a gold entry the corpus lacks stops before any LLM call."""
+    chunks = _chunks(args, spec)
+    bench = load_benchmark(spec, spec.label_split, chunks)
+    for split in {*spec.eval_splits, *([spec.tune_split] if spec.tune_split else [])} - {spec.label_split}:
+        load_benchmark(spec, split, chunks)   # every split's gold resolved now, not in a later step
+    labelable = bench.labelable_ids()
+    if not labelable:
+        raise CausalAssetsError(f"benchmark {spec.name!r}: none of the {len(bench.queries)} questions of split "
+                                f"{spec.label_split!r} has an answer, and Monte Carlo labels score the solver's "
+                                "likelihood of the answer: add answers to label them")
+    n = min(len(labelable), spec.label_limit or len(labelable))
+    endpoint = args.settings.llm_base_url
+    estimate = estimate_labels(n, spec.budget, spec.pool_size, int(spec.pooling.get("max_doc_chars") or 600),
+                               history=history_rate(args.base_path, [spec.name, *_other_benchmarks(args)])
+                               if not endpoint else None)
+    solver = (f"the endpoint {endpoint}" if endpoint else
+              f"the local solver {spec.monte_carlo.get('solver') or args.settings.solver or 'gemma3-270m'} "
+              f"in-process")
+    line = (f"labelling {n} questions of benchmark {spec.name!r} (split {spec.label_split!r}): pools of "
+            f"{spec.pool_size} documents, {spec.budget} solver calls each ({estimate.calls} calls with {solver}); "
+            + (f"about {duration(estimate.seconds)} ({estimate.seconds_per_question:.0f} s per question, from "
+               f"{estimate.source})" if not endpoint else "its time depends on the endpoint's latency"))
+    return n, line
+
+
+def _other_benchmarks(args) -> list[str]:
+    folder = asset_path(args.base_path, "solver_calls", "x").parent
+    try:
+        return sorted(p.stem for p in folder.glob("*.parquet"))
+    except OSError:
+        return []
+
+
+def _wait_for_llm(args) -> float | None:
+    """Wait (at most --wait) for a free `llm` slot, saying at once who holds it and how to free it; returns the
+    seconds of waiting left for the run, or None when no slot came free."""
+    from causal_assets.commands.build import waiting_message
+    from causal_assets.run_health import blocked_message
+
+    if args.wait < 0:
+        raise ValueError(f"--wait must be at least 0 seconds (got {args.wait})")
+    t0 = time.monotonic()
+    free, holders = wait_for_slot(cli_instance(), LLM_POOL, args.wait,
+                                  on_wait=lambda h: say(waiting_message(LLM_POOL, h, args.wait)))
+    if not free:
+        say(blocked_message(LLM_POOL, holders, time.monotonic() - t0))
+        return None
+    return max(args.wait - (time.monotonic() - t0), 0.0)
+
+
+def _run(args, spec: BenchmarkSpec, assets: list[str], what: str, pool: bool = False, wait_s: float = 0.0):
+    result = execute(JOB, spec.name, args.base_path, assets, args.verbose, pool=LLM_POOL if pool else None,
+                     pool_wait_s=wait_s)
+    if result.success:
+        return result
+    failed = [c for c in result.get_asset_check_evaluations() if not c.passed]
+    decided = [c for c in failed if c.check_name == "labels_decided"]
+    if decided and asset_path(args.base_path, "mc_labels", spec.name).exists():
+        line = labels_decided_problem(read_parquet(asset_path(args.base_path, "mc_labels", spec.name)))
+        say(f"{what} of {spec.name!r}: check labels_decided failed: {line} (run {result.run_id})")
+    elif failed:
+        say(f"{what} of {spec.name!r}: check {', '.join(c.check_name for c in failed)} failed "
+            f"({'; '.join(str(c.metadata.get('failing').value) for c in failed if 'failing' in c.metadata)}; "
+            f"run {result.run_id}; `--verbose` shows the log)")
+    else:
+        say(f"{what} of {spec.name!r} failed: {failure_line(result)} (run {result.run_id}; `--verbose` shows the log)")
+    return None
+
+
+def _label_summary(args, spec: BenchmarkSpec) -> None:
+    labels = read_parquet(asset_path(args.base_path, "mc_labels", spec.name))
+    main = labels[labels["estimator"] != "naive"] if (labels["estimator"] != "naive").any() else labels
+    counts = main["label"].value_counts()
+    shares = ", ".join(f"{lab} {int(counts.get(lab, 0))}" for lab in ("YES", "NO", "UNCERTAIN"))
+    print(f"labels of {spec.name!r}: {main['question_id'].nunique()} questions, {len(main)} (question, document) "
+          f"pairs: {shares}")
+    quality = asset_path(args.base_path, "label_quality", spec.name)
+    if quality.exists():
+        q = read_parquet(quality)
+        q = q[(q["source"] == "labels") & (q["estimator"] == main["estimator"].iloc[0])] if len(q) else q
+        figures = {m: v for m, v in zip(q["metric"], q["value"]) if m in ("precision", "recall", "top2_precision")}
+        if figures:
+            print("  against the gold documents: " + ", ".join(f"{m} {v:.2f}" for m, v in figures.items()))
+    dataset = args.settings.reports.parent / "datasets" / f"retrieval_dataset_{spec.name}.yaml"
+    print(f"  table mc_labels (`causal-assets sql \"select * from mc_labels where benchmark = '{spec.name}'\"`); "
+          f"dataset {dataset}; `causal-assets export-labels {spec.name}` writes BEIR/TREC/Parquet files")
+
+
+def _tune_summary(args, spec: BenchmarkSpec, result) -> None:
+    meta = {}
+    for event in result.get_asset_materialization_events():
+        m = event.materialization
+        if m.asset_key.to_user_string() == "tuned_retriever_configs":
+            meta = {k: getattr(v, "value", v) for k, v in m.metadata.items()}
+    if not meta.get("tuned"):
+        print(f"tuning of {spec.name!r}: nothing tuned (no tune split)")
+        return
+    print(f"tuned on {meta.get('tune_queries')} {meta.get('tune_split')} questions by {meta.get('metric')}: selected "
+          f"`{meta.get('selected')}` (configuration {meta.get('config_version')})")
+    if meta.get("selection_note"):
+        print(f"  {meta['selection_note']}")
+
+
+def _evaluation_summary(args, spec: BenchmarkSpec, result) -> None:
+    metrics = read_parquet(asset_path(args.base_path, "evaluation_metrics", spec.name))
+    metric = (spec.tuning.get("metric") or "ndcg@10").lower()
+    name, _, k = metric.partition("@")
+    rows = metrics[(metrics["metric"] == name) & (metrics["k"] == int(k or 10))]
+    for (split, truth), group in rows.groupby(["split", "truth"], sort=False):
+        top = group.sort_values("value", ascending=False).head(SHOWN_RETRIEVERS)
+        against = "the gold documents" if truth == "qrels" else "the Monte Carlo labels"
+        print(f"{metric} on `{split}` against {against}: "
+              + ", ".join(f"{r} {v:.3f}" for r, v in zip(top["retriever"], top["value"])))
+    report = args.settings.reports / f"{spec.name}.md"
+    print(f"report: {report}")
+
+
+def label(args) -> int:
+    """Monte Carlo labels of a benchmark's questions (pools, trials, labels, label quality)."""
+    interrupt_on_sigterm()
+    spec = _spec(args)
+    wait_s = _wait_for_llm(args)   # first: a held slot is named at once, not after the index is built
+    if wait_s is None:
+        return EXIT_POOL_BLOCKED
+    _prepare(args, spec, "labels")
+    _, plan = _labelling_plan(args, spec)
+    say(plan)
+    t0 = time.monotonic()
+    if _run(args, spec, LABEL_ASSETS, "labelling", pool=True, wait_s=wait_s) is None:
+        return 1
+    say(f"labelled in {duration(time.monotonic() - t0)} (load {os.getloadavg()[0]:.1f})")
+    _label_summary(args, spec)
+    return 0
+
+
+def tune(args) -> int:
+    """The tunable retrievers searched on the benchmark's tune split; the winner stored, versioned."""
+    interrupt_on_sigterm()
+    spec = _spec(args)
+    if not spec.tune_split:
+        raise CausalAssetsError(f"benchmark {spec.name!r} has no tune_split: nothing to tune on (eval splits are "
+                                "never tuned on)")
+    _prepare(args, spec, "tuning")
+    load_benchmark(spec, spec.tune_split, _chunks(args, spec))
+    say(f"tuning the retrievers of {spec.name!r} on split {spec.tune_split!r} (usually a few minutes: the learned "
+        f"model's cross-validation is most of it)")
+    t0 = time.monotonic()
+    result = _run(args, spec, TUNE_ASSETS, "tuning")
+    if result is None:
+        return 1
+    say(f"tuned in {duration(time.monotonic() - t0)}")
+    _tune_summary(args, spec, result)
+    return 0
+
+
+def evaluate(args) -> int:
+    """Every configured and tuned retriever on the eval splits, against the gold documents and the labels."""
+    interrupt_on_sigterm()
+    spec = _spec(args)
+    _prepare(args, spec, "evaluation")
+    chunks = _chunks(args, spec)
+    for split in spec.eval_splits:
+        load_benchmark(spec, split, chunks)
+    say(f"evaluating {len(spec.retrievers)} configured retrievers (and the tuned ones) on "
+        f"{', '.join(spec.eval_splits)} of {spec.name!r}")
+    t0 = time.monotonic()
+    result = _run(args, spec, EVALUATE_ASSETS, "evaluation")
+    if result is None:
+        return 1
+    say(f"evaluated in {duration(time.monotonic() - t0)}")
+    _evaluation_summary(args, spec, result)
+    return 0
+
+
+def all_stages(args) -> int:
+    """Labels, tuning and evaluation of a benchmark in one run (the labels only for questions with answers)."""
+    interrupt_on_sigterm()
+    spec = _spec(args)
+    wait_s = _wait_for_llm(args)   # first: a held slot is named at once, not after the index is built
+    if wait_s is None:
+        return EXIT_POOL_BLOCKED
+    _prepare(args, spec, "labels, tuning and evaluation")
+    try:
+        _, plan = _labelling_plan(args, spec)
+    except CausalAssetsError as e:
+        if "has an answer" not in str(e):
+            raise
+        plan = None
+        say(f"no labels: {e}")
+    assets = (LABEL_ASSETS if plan else []) + (TUNE_ASSETS if spec.tune_split else []) + EVALUATE_ASSETS
+    if plan:
+        say(plan + "; then tuning and evaluation")
+    t0 = time.monotonic()
+    result = _run(args, spec, assets, "labels, tuning and evaluation", pool=bool(plan), wait_s=wait_s if plan else 0)
+    if result is None:
+        return 1
+    say(f"done in {duration(time.monotonic() - t0)} (load {os.getloadavg()[0]:.1f})")
+    if plan:
+        _label_summary(args, spec)
+    if spec.tune_split:
+        _tune_summary(args, spec, result)
+    _evaluation_summary(args, spec, result)
+    return 0

@@ -1,0 +1,121 @@
+"""How long Monte Carlo labels take, before they are paid for: calls per question and seconds per call.
+
+A question costs `budget` solver calls (one prompt evaluation each: the likelihood outcomes read the answer's and
+the question's log-probabilities off the same evaluation). A call's time grows with the tokens the solver
+evaluates, about the pool's text (`pool size x max_doc_chars` characters, ~4 characters a token) plus the question.
+
+Seconds per call come, in this order, from:
+
+1. this data directory's own history: every `solver_calls` table under the base path records each uncached call's
+   latency and evaluated prompt tokens, so the rate is this machine's, under the load it had then;
+2. else the rate measured on 2 idle cores with the packaged Gemma-3-270M in-process (`SECONDS_PER_TOKEN_2_CORES`,
+   docs/sizing.md), scaled by the load now (other work on the machine slows llama.cpp about in proportion).
+
+A hosted endpoint changes the second factor only: its latency per call, whatever the prompt.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pandas as pd
+
+from causal_assets.core.needs import build_seconds
+from causal_assets.core.progress import duration
+from causal_assets.core.storage import asset_path, read_parquet
+
+CHARS_PER_TOKEN = 4.0
+QUESTION_TOKENS = 40            # the question, the answer and the prompt's own words
+# Evaluated prompt tokens per token of that estimate: the prompt's template and code's short tokens add some, the
+# prefix a call shares with the one before (the scorer reuses its KV cache) takes some away. Measured on the
+# default lineage's 192 labelling calls: 546 evaluated tokens per call against 440 estimated.
+TOKENS_RATIO = 1.25
+# Seconds per evaluated prompt token, Gemma-3-270M in-process on 2 idle cores: the default lineage's 192 labelling
+# calls in 131 s at ~546 evaluated tokens each (README, "Measured results"); docs/sizing.md.
+SECONDS_PER_TOKEN_2_CORES = 0.00125
+MIN_HISTORY_CALLS = 20          # fewer uncached calls than this say little about the rate
+
+
+@dataclass(frozen=True)
+class LabelEstimate:
+    questions: int
+    calls: int
+    seconds: float
+    source: str                 # where the rate came from, for the message
+
+    @property
+    def seconds_per_question(self) -> float:
+        return self.seconds / max(1, self.questions)
+
+
+def evaluated_tokens(pool_size: int, max_doc_chars: int) -> float:
+    """The prompt tokens a call evaluates: the text of half the pool's documents (a balanced subset) and the
+    question, times the measured `TOKENS_RATIO`."""
+    return (pool_size / 2 * max_doc_chars / CHARS_PER_TOKEN + QUESTION_TOKENS) * TOKENS_RATIO
+
+
+def history_rate(base, benchmarks: list[str]) -> tuple[float, int] | None:
+    """(seconds per evaluated prompt token, calls it is the median of) over the uncached ok calls recorded in the
+    `solver_calls` tables of `benchmarks` under `base`, or None when they hold fewer than `MIN_HISTORY_CALLS`."""
+    rates = []
+    for name in benchmarks:
+        path = asset_path(base, "solver_calls", name)
+        if not path.exists():
+            continue
+        try:
+            calls = read_parquet(path, columns=["status", "cached", "latency_s", "prompt_tokens"])
+        except Exception:   # a table from an older schema: no history from it
+            continue
+        ok = calls[(calls["status"] == "ok") & ~calls["cached"].astype(bool)].dropna(subset=["latency_s",
+                                                                                            "prompt_tokens"])
+        ok = ok[ok["prompt_tokens"] > 0]
+        rates.append(ok["latency_s"] / ok["prompt_tokens"])
+    joined = pd.concat(rates) if rates else pd.Series(dtype=float)
+    if len(joined) < MIN_HISTORY_CALLS:
+        return None
+    return float(joined.median()), len(joined)
+
+
+def estimate_labels(questions: int, budget: int, pool_size: int, max_doc_chars: int,
+                    history: tuple[float, int] | None = None, load: float | None = None,
+                    cores: int | None = None, seconds_per_call: float | None = None) -> LabelEstimate:
+    """Seconds to label `questions` questions (module docstring). `seconds_per_call`: a hosted endpoint's measured
+    latency, which replaces the per-token rate."""
+    calls = questions * budget
+    if seconds_per_call is not None:
+        return LabelEstimate(questions, calls, calls * seconds_per_call, f"{seconds_per_call:.2f} s per call")
+    tokens = evaluated_tokens(pool_size, max_doc_chars)
+    if history is not None:
+        rate, n = history
+        return LabelEstimate(questions, calls, calls * tokens * rate,
+                             f"this data directory's {n} earlier solver calls")
+    load = os.getloadavg()[0] if load is None else load
+    cores = cores or os.cpu_count() or 1
+    slowdown = max(1.0, load / cores) * max(1.0, 2 / cores)   # the rate is for 2 free cores
+    return LabelEstimate(questions, calls, calls * tokens * SECONDS_PER_TOKEN_2_CORES * slowdown,
+                         f"the rate measured on 2 idle cores, at the load {load:.1f} now")
+
+
+# Tuning and evaluation of the default lineage on 2 idle cores: 56 s + 33 s measured at load ~2.5 (docs/sizing.md);
+# the stages whose time does not follow the chunks or the labelling calls.
+TUNE_AND_EVALUATE_S = 90.0
+LINEAGE_INDEX = ["corpus_embeddings", "sparse_postings", "graph_nodes", "graph_entity_embeddings"]
+
+
+def lineage_estimate(n_chunks: int, code: bool, labels: LabelEstimate | None, load: float | None = None,
+                     cores: int | None = None) -> tuple[float, str]:
+    """(seconds, one line) for the whole lineage of a partition: the index and graph of `n_chunks` chunks, the
+    labels (`estimate_labels`, already at this machine's rate), tuning and evaluation; the index and the rest are
+    scaled by the load now as the build's estimate is."""
+    load = os.getloadavg()[0] if load is None else load
+    slowdown = max(1.0, load / (cores or os.cpu_count() or 1))
+    index = build_seconds(n_chunks, code, LINEAGE_INDEX) * slowdown
+    rest = TUNE_AND_EVALUATE_S * slowdown
+    label_s = labels.seconds if labels is not None else 0.0
+    parts = [f"index and graph of {n_chunks:,} chunks ~{duration(index)}"]
+    if labels is not None:
+        parts.append(f"labels of {labels.questions} questions x {labels.calls // max(1, labels.questions)} solver "
+                     f"calls ~{duration(label_s)} (from {labels.source})")
+    parts.append(f"tuning and evaluation ~{duration(rest)}")
+    total = index + label_s + rest
+    return total, f"about {duration(total)} at the load {load:.1f} now ({'; '.join(parts)})"

@@ -1,0 +1,104 @@
+"""`causal-assets label / tune / evaluate / all` on a user's own folder and questions (the tutorial's example):
+refusals before any run or LLM call, the runs they start (one per command, on the instance of $DAGSTER_HOME),
+the summary they print, and a labelling run that waits for the `llm` pool saying at once who holds it.
+
+Commands that execute runs import the code location for their --base-path, so they run in a new interpreter
+(`run_cli`); the refusals run in this process (`run_main`)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster import DagsterInstance
+
+from tests.cli.test_cli_ux import run_cli, run_main
+from tests.dagster.test_run_health import kill_group, start_holder
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "own-documents"
+
+
+@pytest.fixture
+def own(tmp_path) -> dict[str, str]:
+    """The example's folder, questions and registries copied into tmp_path, and the environment that points the
+    CLI at them and at tmp_path's own data directory and instance (as shipped: one `llm` slot)."""
+    for name in ("docs", "questions.jsonl", "corpora.yaml", "benchmarks.yaml"):
+        (shutil.copytree if name == "docs" else shutil.copy)(EXAMPLE / name, tmp_path / name)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "data" / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    with DagsterInstance.from_config(str(home)) as instance:
+        instance.get_runs(limit=1)
+    return {"CAUSAL_ASSETS_CORPORA": str(tmp_path / "corpora.yaml"),
+            "CAUSAL_ASSETS_BENCHMARKS": str(tmp_path / "benchmarks.yaml"),
+            "CAUSAL_ASSETS_BASE_PATH": str(tmp_path / "parquet"), "CAUSAL_ASSETS_CATALOG": str(tmp_path / "c.duckdb"),
+            "CAUSAL_ASSETS_REPORTS": str(tmp_path / "reports"), "CAUSAL_ASSETS_QUERIES": str(tmp_path / "queries"),
+            "CAUSAL_ASSETS_LLM_CACHE": str(tmp_path / "llm.sqlite"), "DAGSTER_HOME": str(home)}
+
+
+def runs(env: dict[str, str]) -> list:
+    with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        return instance.get_runs()
+
+
+def test_a_budget_that_cannot_decide_is_refused_before_any_run(own, monkeypatch, capsys):
+    registry = yaml.safe_load(Path(own["CAUSAL_ASSETS_BENCHMARKS"]).read_text())
+    registry["benchmarks"][0]["monte_carlo"]["budget"] = 2
+    Path(own["CAUSAL_ASSETS_BENCHMARKS"]).write_text(yaml.safe_dump(registry))
+    for command in ("label", "all"):
+        code, err = run_main(monkeypatch, capsys, command, "brindle", env=own)
+        assert code == 2, err
+        assert "benchmarks[0].monte_carlo.budget: budget 2 cannot decide a label of a pool of 8 documents" in err
+        assert "at least pool size + 2 = 10" in err and "(entry 'brindle')" in err and len(err.splitlines()) == 1
+    assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
+
+
+def test_an_unknown_or_unavailable_benchmark_is_one_line(own, monkeypatch, capsys):
+    code, err = run_main(monkeypatch, capsys, "evaluate", "brindel", env=own)
+    assert code == 2 and "unknown benchmark 'brindel'" in err and "benchmarks: brindle" in err
+    Path(own["CAUSAL_ASSETS_BENCHMARKS"]).with_name("questions.jsonl").unlink()
+    code, err = run_main(monkeypatch, capsys, "label", "brindle", env=own)
+    assert code == 2 and "benchmark 'brindle' is registered, but its file" in err and "does not exist" in err
+
+
+@pytest.mark.slow
+def test_build_is_one_run(own):
+    """Each `build` appeared as two runs in the UI (the chunks first, then the rest)."""
+    done = run_cli("build", "brindle_docs", "--index-only", env=own)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "corpus 'brindle_docs': built in" in done.stderr
+    assert len(runs(own)) == 1
+
+
+@pytest.mark.slow
+def test_evaluate_and_tune_run_through_dagster_and_print_what_they_found(own):
+    done = run_cli("evaluate", "brindle", env=own)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "corpus 'brindle_docs': building" in done.stderr        # the index is built first, when missing
+    assert "evaluating 6 configured retrievers" in done.stderr and "evaluated in" in done.stderr
+    assert "ndcg@10 on `test` against the gold documents: " in done.stdout
+    assert f"report: {own['CAUSAL_ASSETS_REPORTS']}/brindle.md" in done.stdout
+    assert [r.status.value for r in runs(own)] == ["SUCCESS", "SUCCESS"]   # the build, then the evaluation
+    done = run_cli("tune", "brindle", env=own)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "tuned on 5 train questions by ndcg@10: selected `" in done.stdout
+    assert "robust default" in done.stdout                          # how far the selection can be trusted
+    assert len(runs(own)) == 3
+
+
+@pytest.mark.slow
+def test_a_labelling_run_that_waits_for_the_llm_pool_says_at_once_who_holds_it(own, tmp_path):
+    holder = start_holder(Path(own["DAGSTER_HOME"]), tmp_path)
+    try:
+        done = run_cli("label", "brindle", "--wait", "2", env=own)
+    finally:
+        kill_group(holder)
+    assert done.returncode == 3, done.stderr[-3000:]
+    err = done.stderr
+    waiting = next(line for line in err.splitlines() if "waiting up to 2 s for a free 'llm' slot" in line)
+    assert f"pid {holder.pid}, alive" in waiting and "step hold_llm_slot" in waiting
+    assert "cancel it in the UI (Runs -> Terminate)" in waiting and "`--wait SECONDS` waits longer" in waiting
+    assert "the 'llm' pool has no free slot after" in err
+    assert "labelling 8 questions" not in err and "building" not in err   # said first: nothing built, nothing run

@@ -1,0 +1,208 @@
+"""A user's questions file as a benchmark over any registered corpus (`loader: questions`): JSONL and CSV, answers
+with aliases, gold by document id or by a folder corpus's file path, questions without gold (the labels are their
+only truth) or without an answer (evaluated only), their own splits, and every malformed record refused with one
+line naming the file, the line and the field."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from causal_assets.core.benchmarks import hash_half, load_benchmark, load_benchmark_registry
+from causal_assets.core.errors import ConfigError, CorpusError
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "own-documents"
+
+
+def _folder(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    (docs / "guide").mkdir(parents=True, exist_ok=True)
+    (docs / "install.md").write_text("# Install\n\nRun the installer; the tool listens on port 7461.\n")
+    (docs / "guide" / "usage.md").write_text("# Usage\n\n" + "\n\n".join(f"Paragraph {i}: " + "word " * 40
+                                                                          for i in range(6)))
+    (docs / "notes.txt").write_text("Snapshots are kept for 30 days by default.\n")
+    return docs
+
+
+def _registries(tmp_path: Path, questions: str, suffix: str = ".jsonl", chunk_chars: int = 300,
+                **entry) -> tuple[Path, Path]:
+    docs = _folder(tmp_path)
+    (tmp_path / f"questions{suffix}").write_text(questions, encoding="utf-8")
+    corpora = tmp_path / "corpora.yaml"
+    corpora.write_text(yaml.safe_dump({"corpora": [
+        {"name": "default", "loader": "python_package", "package": "networkx"},
+        {"name": "mydocs", "loader": "folder", "path": "docs",
+         "options": {"chunk_chars": chunk_chars, "overlap_chars": 0}}]}))
+    benchmarks = tmp_path / "benchmarks.yaml"
+    benchmarks.write_text(yaml.safe_dump({"benchmarks": [
+        {"name": "mine", "loader": "questions", "corpus": "mydocs", "path": f"questions{suffix}", **entry}]}))
+    return benchmarks, corpora
+
+
+def _jsonl(*records: dict) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def _load(benchmarks: Path, corpora: Path, split: str = "dev"):
+    spec = load_benchmark_registry(benchmarks, corpora=corpora)["mine"]
+    return spec, load_benchmark(spec, split)
+
+
+def test_jsonl_with_gold_files_aliases_and_a_question_to_evaluate_only(tmp_path):
+    benchmarks, corpora = _registries(tmp_path, _jsonl(
+        {"id": "port", "question": "Which port?", "answer": ["7461", "port 7461"], "gold": ["install.md"]},
+        {"id": 7, "question": "How long are snapshots kept?", "answer": "30 days", "gold": "notes.txt#0"},
+        {"id": "usage", "question": "How is it used?", "gold": ["./guide/usage.md"]}))
+    spec, bench = _load(benchmarks, corpora)
+    # the three ids all hash to `test`: an empty half is no default split, so nothing is tuned
+    assert {hash_half(q) for q in ("port", "7", "usage")} == {"test"}
+    assert spec.splits == ["dev", "test"] and spec.eval_splits == ["test"] and spec.tune_split is None
+    assert spec.label_split == "dev" and spec.label_limit is None   # every answered question is labelled
+    assert list(bench.queries) == ["port", "7", "usage"]
+    assert bench.answers == {"port": "7461", "7": "30 days"} and bench.aliases == {"port": ["port 7461"]}
+    assert bench.qrels["port"] == {"install.md#0": 1.0} and bench.qrels["7"] == {"notes.txt#0": 1.0}
+    # a file's gold is every chunk of that file: the usage page is cut into several
+    usage = bench.qrels["usage"]
+    assert len(usage) > 1 and all(c.startswith("guide/usage.md#") for c in usage) and set(usage.values()) == {1.0}
+    assert bench.labelable_ids() == ["port", "7"]               # "usage" has no answer: evaluated, never labelled
+    assert bench.within is None                                  # every question ranks the whole corpus
+
+
+def test_csv_with_a_header_several_answers_and_a_json_array_cell(tmp_path):
+    csv_text = ("\ufeffid,question,answer,gold\n"
+                "port,Which port?,7461|port 7461,install.md\n"
+                'kept,"How long, by default?","[""30 days"", ""a month|30d""]",notes.txt|install.md\n')
+    benchmarks, corpora = _registries(tmp_path, csv_text, ".csv")
+    _, bench = _load(benchmarks, corpora)
+    assert bench.queries == {"port": "Which port?", "kept": "How long, by default?"}
+    assert bench.answers == {"port": "7461", "kept": "30 days"}
+    assert bench.aliases == {"port": ["port 7461"], "kept": ["a month|30d"]}
+    assert bench.qrels["kept"] == {"notes.txt#0": 1.0, "install.md#0": 1.0}
+
+
+def test_questions_without_gold_have_only_the_labels_as_truth(tmp_path):
+    benchmarks, corpora = _registries(tmp_path, _jsonl(
+        {"id": "a", "question": "Which port?", "answer": "7461"},
+        {"id": "b", "question": "How long are snapshots kept?", "answer": "30 days"},
+        {"id": "c", "question": "Is there an installer?", "answer": "yes"}))
+    spec, bench = _load(benchmarks, corpora)
+    assert bench.qrels == {} and bench.query_ids() == [] and bench.labelable_ids() == ["a", "b", "c"]
+    # an eval split whose questions have neither gold nor a label to come is refused when the registry loads
+    benchmarks.write_text(yaml.safe_dump({"benchmarks": [
+        {"name": "mine", "loader": "questions", "corpus": "mydocs", "path": "questions.jsonl",
+         "monte_carlo": {"split": "train"}}]}))
+    with pytest.raises(ConfigError, match=r"eval_splits: 'test' cannot be evaluated: none of its \d+ questions has "
+                                          r"'gold' documents, and none of them is labelled"):
+        load_benchmark_registry(benchmarks, corpora=corpora)
+
+
+def test_the_questions_own_splits_decide_and_dev_is_all(tmp_path):
+    benchmarks, corpora = _registries(tmp_path, _jsonl(
+        {"id": "a", "question": "Which port?", "answer": "7461", "gold": ["install.md"], "split": "tune"},
+        {"id": "b", "question": "Kept how long?", "answer": "30 days", "gold": ["notes.txt"], "split": "holdout"}),
+        splits=["dev", "tune", "holdout"], eval_splits=["holdout"], tune_split="tune")
+    spec, dev = _load(benchmarks, corpora)
+    assert list(dev.queries) == ["a", "b"]
+    assert list(load_benchmark(spec, "tune").queries) == ["a"]
+    assert list(load_benchmark(spec, "holdout").queries) == ["b"]
+
+
+def test_splits_by_default_are_the_files_own(tmp_path):
+    benchmarks, corpora = _registries(tmp_path, _jsonl(
+        {"id": "a", "question": "Which port?", "answer": "7461", "gold": ["install.md"], "split": "train"},
+        {"id": "b", "question": "Kept how long?", "answer": "30 days", "gold": ["notes.txt"], "split": "test"}))
+    spec, _ = _load(benchmarks, corpora)
+    assert spec.splits == ["dev", "train", "test"] and spec.eval_splits == ["test"]
+    assert list(load_benchmark(spec, "test").queries) == ["b"]
+
+
+def test_hash_halves_without_splits(tmp_path):
+    ids = [f"q{i}" for i in range(12)]
+    benchmarks, corpora = _registries(tmp_path, _jsonl(*({"id": q, "question": f"Question {q}?", "answer": "x",
+                                                          "gold": ["install.md"]} for q in ids)))
+    spec, _ = _load(benchmarks, corpora)
+    assert spec.splits == ["dev", "train", "test"] and spec.eval_splits == ["test"] and spec.tune_split == "train"
+    assert list(load_benchmark(spec, "train").queries) == [q for q in ids if hash_half(q) == "train"]
+    assert list(load_benchmark(spec, "test").queries) == [q for q in ids if hash_half(q) == "test"]
+
+
+@pytest.mark.parametrize("content, suffix, message", [
+    (_jsonl({"id": "a", "question": "Q?", "answer": "x"}, {"id": "a", "question": "R?", "answer": "y"}), ".jsonl",
+     r"questions\.jsonl:2: duplicate id 'a' \(first at .*questions\.jsonl:1\)"),
+    ("id,question,answer\na,Q?,x\nb,R?,y\na,S?,z\n", ".csv", r"questions\.csv:4: duplicate id 'a'"),
+    (_jsonl({"id": "a", "question": "Q?", "anwser": "x"}), ".jsonl",
+     r"questions\.jsonl:1: unknown field 'anwser' \(fields: id, question, answer, gold, split, metadata\)"),
+    (_jsonl({"id": "a", "question": "Q?"}), ".jsonl",
+     r"questions\.jsonl:1: question 'a' has neither an 'answer' .* nor 'gold' documents"),
+    (_jsonl({"question": "Q?", "answer": "x"}), ".jsonl", r"questions\.jsonl:1: missing field 'id'"),
+    (_jsonl({"id": "a", "question": "  ", "answer": "x"}), ".jsonl", r"questions\.jsonl:1: field 'question' has no text"),
+    (_jsonl({"id": "a", "question": "Q?", "answer": {"text": "x"}}), ".jsonl",
+     r"questions\.jsonl:1: field 'answer' must be a string or a list of strings"),
+    (_jsonl({"id": "a", "question": "Q?", "answer": "x", "split": "train"}, {"id": "b", "question": "R?",
+                                                                            "answer": "y"}), ".jsonl",
+     r"questions\.jsonl:2: question 'b' has no 'split' while others have one"),
+    ("question,answer\nQ?,x\n", ".csv", r"questions\.csv:1: the header has no 'id' column"),
+    ("id,question,answr\na,Q?,x\n", ".csv", r"questions\.csv:1: unknown column 'answr' in the header"),
+    ("id,question,answer\na,Q?\n", ".csv", r"questions\.csv:2: 2 cells for the header's 3 columns"),
+    ('{"id": "a", "question": "Q?", "answer": "x"\n', ".jsonl", r"questions\.jsonl:1: malformed JSON"),
+    ("id,question\n", ".csv", r"questions\.csv: no questions"),
+])
+def test_bad_records_are_one_line_naming_file_line_and_field(tmp_path, content, suffix, message):
+    from causal_assets.core.corpus.questions import load_questions
+
+    path = tmp_path / f"questions{suffix}"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(CorpusError, match=message) as e:
+        load_questions(path)
+    assert "\n" not in str(e.value)
+
+
+def test_a_file_that_is_not_utf8_or_a_directory_or_another_format(tmp_path):
+    from causal_assets.core.corpus.questions import load_questions
+
+    path = tmp_path / "questions.jsonl"
+    path.write_bytes(b'{"id": "a", "question": "caf\xe9?", "answer": "x"}\n')
+    with pytest.raises(CorpusError, match=r"questions\.jsonl: not UTF-8"):
+        load_questions(path)
+    (tmp_path / "dir.jsonl").mkdir()
+    with pytest.raises(CorpusError, match=r"dir\.jsonl: is a directory"):
+        load_questions(tmp_path / "dir.jsonl")
+    (tmp_path / "q.xlsx").write_text("x")
+    with pytest.raises(CorpusError, match=r"q\.xlsx: a questions file is JSON Lines .* or CSV"):
+        load_questions(tmp_path / "q.xlsx")
+
+
+def test_a_gold_entry_the_corpus_lacks_names_the_line_and_the_closest_file(tmp_path):
+    benchmarks, corpora = _registries(tmp_path, _jsonl(
+        {"id": "a", "question": "Which port?", "answer": "7461", "gold": ["instal.md"]}))
+    spec = load_benchmark_registry(benchmarks, corpora=corpora)["mine"]
+    with pytest.raises(CorpusError, match=r"questions\.jsonl:1: gold 'instal\.md' is not a document id or a file of "
+                                          r"corpus 'mydocs' \(closest: 'install\.md'"):
+        load_benchmark(spec, "dev")
+
+
+def test_a_split_the_registry_names_without_questions_is_refused(tmp_path):
+    """`splits: [train, holdout]` gave 0 questions for `holdout`, silently; an explicit hash half left empty too."""
+    records = _jsonl({"id": "port", "question": "Which port?", "answer": "7461", "gold": ["install.md"]})
+    benchmarks, corpora = _registries(tmp_path, records, splits=["dev", "holdout"], eval_splits=["holdout"])
+    with pytest.raises(ConfigError, match=r"benchmarks\[0\]\.splits: 'holdout' has no question in .*questions\.jsonl: "
+                                          r"the stable hash halves put 0 of the 1 questions in train and 1 in test"):
+        load_benchmark_registry(benchmarks, corpora=corpora)
+    benchmarks, corpora = _registries(tmp_path, records, splits=["dev", "train", "test"], eval_splits=["test"])
+    with pytest.raises(ConfigError, match=r"splits: 'train' has no question"):
+        load_benchmark_registry(benchmarks, corpora=corpora)
+
+
+def test_the_shipped_example_is_a_valid_benchmark():
+    """The tutorial's folder and questions (docs/tutorial.md): 9 questions, 8 with answers, every one with a gold
+    page of the folder."""
+    spec = load_benchmark_registry(EXAMPLE / "benchmarks.yaml", corpora=EXAMPLE / "corpora.yaml")["brindle"]
+    bench = load_benchmark(spec, "dev")
+    assert len(bench.queries) == 9 and len(bench.labelable_ids()) == 8
+    pages = {p.name for p in (EXAMPLE / "docs").glob("*.md")}
+    assert len(pages) >= 6
+    assert all(len(g) == 1 and next(iter(g)).split("#")[0] in pages for g in bench.qrels.values())
+    assert load_benchmark(spec, "test").labelable_ids()   # the held-out half has labelled questions too

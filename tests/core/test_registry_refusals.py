@@ -1,0 +1,241 @@
+"""What cannot work is refused when the registry loads, before any LLM time is spent, in one line naming the file,
+the entry and the field: a Monte Carlo budget too small to decide a label (the floor derived from the estimators'
+intervals), `monte_carlo` on questions without answers, a corpus that is not registered, splits without questions,
+NaN / infinite / out-of-range labelling numbers, a JSON key given twice, and a registry that is not UTF-8 text."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from causal_assets.core.benchmarks import load_benchmark_registry
+from causal_assets.core.corpus.registry import load_corpus_registry
+from causal_assets.core.errors import ConfigError
+from causal_assets.core.labeling.design import balanced_design, bernoulli_design
+from causal_assets.core.labeling.estimators import naive, regression
+from causal_assets.core.labeling.runner import LabelingParams
+from tests.conftest import SCIFACT, require
+
+HOTPOT = {"name": "hotmini", "loader": "hotpotqa", "corpus": "hotpotqa", "path": "/nonexistent.jsonl",
+          "splits": ["dev"], "eval_splits": ["dev"]}
+
+
+def _write(tmp_path, *entries, name="benchmarks.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"benchmarks": list(entries)}) if name.endswith(".yaml")
+                    else json.dumps({"benchmarks": list(entries)}))
+    return path
+
+
+def _questions(tmp_path, records: list[dict]):
+    """A folder corpus and a questions file beside a corpus registry that has both; returns the corpora path."""
+    (tmp_path / "docs").mkdir(exist_ok=True)
+    (tmp_path / "docs" / "a.md").write_text("The port is 7461.\n")
+    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    corpora = tmp_path / "corpora.yaml"
+    corpora.write_text(yaml.safe_dump({"corpora": [
+        {"name": "default", "loader": "python_package", "package": "networkx"},
+        {"name": "mydocs", "loader": "folder", "path": "docs"}]}))
+    return corpora
+
+
+QUESTION = {"name": "mine", "loader": "questions", "corpus": "mydocs", "path": "questions.jsonl"}
+ANSWERED = [{"id": f"q{i}", "question": f"Question {i}?", "answer": "7461", "gold": ["a.md"]} for i in range(8)]
+
+
+# ------------------------------------------------------------------------------------------------ the budget
+@pytest.mark.parametrize("pool, estimator", [(8, "regression"), (10, "regression"), (3, "adaptive"), (10, "naive")])
+def test_the_budget_floor_is_where_the_estimators_interval_becomes_finite(pool, estimator):
+    """`min_budget` is derived, not picked: one trial fewer and every interval the estimator gives is infinite (so
+    every label is UNCERTAIN whatever the solver says); at the floor a strong effect is decided."""
+    from causal_assets.core.benchmarks import min_budget
+
+    floor = min_budget(pool, estimator)
+    rng = np.random.default_rng(0)
+
+    def design(trials: int) -> np.ndarray:
+        if estimator == "naive":   # the floor makes a decision possible: two trials on each side of document 0
+            x = bernoulli_design(pool, trials, 0.5, rng)
+            x[:, 0] = np.arange(trials) % 2 == 0
+            return x
+        while True:   # a design of full rank (a random one can repeat a column: then fewer effects are estimable)
+            x = balanced_design(pool, trials, rng)
+            f = np.column_stack([np.ones(trials), 2.0 * x - 1])
+            if np.linalg.matrix_rank(f) == min(f.shape):
+                return x
+
+    def intervals(trials: int) -> list[tuple[float, float, str]]:
+        x = design(trials)
+        y = 10.0 * x[:, 0] + rng.normal(0, 0.1, trials)   # document 0 raises the outcome by 10 nats
+        result = naive(x, y, 2.0, 0.2, rule="ci") if estimator == "naive" else \
+            regression(x, y, 2.0, 0.2, interactions=False)
+        return [(d.ci_low, d.ci_high, d.label) for d in result.docs]
+
+    below = intervals(floor - 1)
+    if estimator != "naive":
+        assert all(not math.isfinite(lo) and not math.isfinite(hi) and lab == "UNCERTAIN" for lo, hi, lab in below)
+    else:
+        assert not all(math.isfinite(lo) and math.isfinite(hi) for lo, hi, _ in below)
+    at = intervals(floor)
+    assert math.isfinite(at[0][0]) and math.isfinite(at[0][1]) and at[0][2] == "YES"
+
+
+@pytest.mark.parametrize("mc, pooling, message", [
+    ({"budget": 2}, {}, r"monte_carlo\.budget: budget 2 cannot decide a label of a pool of 10 documents: .* at least "
+                        r"pool size \+ 2 = 12"),
+    ({"budget": 10}, {"size": 9}, r"monte_carlo\.budget: budget 10 cannot decide a label of a pool of 9 documents"),
+    ({}, {"size": 20}, r"monte_carlo\.budget: budget 16 cannot decide a label of a pool of 20 .*\(16 is the default"),
+    ({"budget": 3, "estimator": "naive"}, {}, r"monte_carlo\.budget: budget 3 cannot decide a label: the naive "
+                                              r"estimator needs at least 4"),
+])
+def test_a_budget_that_cannot_decide_a_label_is_refused_naming_it(tmp_path, mc, pooling, message):
+    entry = {**HOTPOT, **({"monte_carlo": mc} if mc else {}), **({"pooling": pooling} if pooling else {})}
+    with pytest.raises(ConfigError, match=rf"benchmarks\.yaml: benchmarks\[0\]\.{message}.*\(entry 'hotmini'\)"):
+        load_benchmark_registry(_write(tmp_path, entry))
+    from causal_assets.core.benchmarks import budget_problem
+
+    assert budget_problem(12, 10) is None and budget_problem(4, 10, "naive") is None
+
+
+def test_the_shipped_registry_budgets_decide():
+    from causal_assets.core.benchmarks import budget_problem
+
+    for spec in load_benchmark_registry().values():
+        assert budget_problem(spec.budget, spec.pool_size, spec.estimator) is None, spec.name
+
+
+def test_a_run_config_budget_that_cannot_decide_is_refused_before_trials():
+    params = LabelingParams(budget=4)
+    with pytest.raises(ValueError, match=r"monte_carlo\.budget: budget 4 cannot decide a label of a pool of 6"):
+        params.check_budget(6)
+    params.check_budget(2)
+
+
+# ------------------------------------------------------------------------------- answers, corpora and splits
+def test_monte_carlo_on_questions_without_answers_is_refused(tmp_path):
+    corpora = _questions(tmp_path, [{"id": f"q{i}", "question": f"Q{i}?", "gold": ["a.md"]} for i in range(6)])
+    with pytest.raises(ConfigError, match=r"benchmarks\[0\]\.monte_carlo: no question of .*questions\.jsonl has an "
+                                          r"'answer', and Monte Carlo labels score the solver's likelihood"):
+        load_benchmark_registry(_write(tmp_path, {**QUESTION, "monte_carlo": {"budget": 16}}), corpora=corpora)
+    # without `monte_carlo` the same file is a benchmark to evaluate
+    assert load_benchmark_registry(_write(tmp_path, QUESTION), corpora=corpora)["mine"].loader == "questions"
+
+
+def test_monte_carlo_on_beir_queries_without_answers_is_refused(tmp_path):
+    scifact = require(SCIFACT)
+    entry = {"name": "sf", "loader": "beir", "corpus": "scifact", "path": str(scifact), "splits": ["test"],
+             "eval_splits": ["test"], "monte_carlo": {"budget": 16}}
+    with pytest.raises(ConfigError, match=r"benchmarks\[0\]\.monte_carlo: the queries of .*queries\.jsonl carry no "
+                                          r"answers \(metadata\.answer\)"):
+        load_benchmark_registry(_write(tmp_path, entry))
+
+
+def test_beir_queries_with_answers_in_their_metadata_are_labellable(tmp_path):
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text('{"_id": "d1", "text": "The port is 7461."}\n')
+    (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "Which port?", "metadata": {"answer": ["7461", '
+                                          '"port 7461"]}}\n{"_id": "q2", "text": "Other?"}\n')
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td1\t1\n")
+    corpora = tmp_path / "corpora.yaml"
+    corpora.write_text(yaml.safe_dump({"corpora": [{"name": "default", "loader": "python_package",
+                                                    "package": "networkx"},
+                                                   {"name": "mine", "loader": "beir", "path": str(folder)}]}))
+    from causal_assets.core.benchmarks import load_benchmark
+
+    spec = load_benchmark_registry(_write(tmp_path, {"name": "b", "loader": "beir", "corpus": "mine",
+                                                     "path": str(folder), "splits": ["test"], "eval_splits": ["test"],
+                                                     "monte_carlo": {"budget": 16}}), corpora=corpora)["b"]
+    bench = load_benchmark(spec, "test")
+    assert bench.answers == {"q1": "7461"} and bench.aliases == {"q1": ["port 7461"]}
+    assert bench.labelable_ids() == ["q1"]
+
+
+def test_a_corpus_that_is_not_registered_is_refused(tmp_path):
+    """Today's registry silently left such a benchmark out of the partitions."""
+    with pytest.raises(ConfigError, match=r"benchmarks\[0\]\.corpus: 'nosuch' is not a registered corpus \(the corpus "
+                                          r"registry .* has: 2wiki, cosqa, default, hotpotqa, musique, scifact\)"):
+        load_benchmark_registry(_write(tmp_path, {**HOTPOT, "corpus": "nosuch"}))
+
+
+@pytest.mark.parametrize("splits", [["dev", "holdout"], ["train", "validation"]])
+def test_a_hash_half_loader_refuses_a_split_no_question_has(tmp_path, splits):
+    entry = {**HOTPOT, "splits": splits, "eval_splits": [splits[-1]]}
+    with pytest.raises(ConfigError, match=rf"benchmarks\[0\]\.splits: '{splits[-1]}' names no question: its splits "
+                                          r"are dev \(every question\) and the stable hash halves train and test"):
+        load_benchmark_registry(_write(tmp_path, entry))
+
+
+def test_a_beir_split_without_judgements_is_refused(tmp_path):
+    scifact = require(SCIFACT)
+    entry = {"name": "sf", "loader": "beir", "corpus": "scifact", "path": str(scifact), "splits": ["train", "dev"],
+             "eval_splits": ["dev"]}
+    with pytest.raises(ConfigError, match=r"splits: 'dev' has no judgements: .*qrels has test, train"):
+        load_benchmark_registry(_write(tmp_path, entry))
+
+
+def test_relative_paths_are_relative_to_the_registry_file(tmp_path, monkeypatch):
+    corpora = _questions(tmp_path, ANSWERED)
+    monkeypatch.chdir(tmp_path.parent)   # not the registry's directory
+    spec = load_benchmark_registry(_write(tmp_path, QUESTION), corpora=corpora)["mine"]
+    assert spec.resolved_path == tmp_path / "questions.jsonl" and spec.available()
+    assert load_corpus_registry(corpora)["mydocs"].resolved_path == tmp_path / "docs"
+
+
+# ------------------------------------------------------------------------------------------ numbers and files
+@pytest.mark.parametrize("key, value, message", [
+    ("threshold_nats", float("nan"), r"monte_carlo\.threshold_nats: Input should be a finite number"),
+    ("question_weight", float("inf"), r"monte_carlo\.question_weight: Input should be a finite number"),
+    ("threshold", float("-inf"), r"monte_carlo\.threshold: Input should be a finite number"),
+    ("alpha", float("nan"), r"monte_carlo\.alpha: Input should be a finite number"),
+    ("threshold", 1.5, r"monte_carlo\.threshold: Input should be less than 1"),
+    ("threshold", -0.1, r"monte_carlo\.threshold: Input should be greater than or equal to 0"),
+    ("threshold_nats", -2, r"monte_carlo\.threshold_nats: Input should be greater than or equal to 0"),
+    ("question_weight", -1, r"monte_carlo\.question_weight: Input should be greater than or equal to 0"),
+])
+def test_non_finite_and_out_of_range_monte_carlo_numbers_are_refused(tmp_path, key, value, message):
+    """A NaN threshold made every label UNCERTAIN (a +5.2-nat document included); an infinite question weight failed
+    mc_labels only after every trial was paid. JSON, since YAML's `.nan` / `.inf` read the same."""
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps({"benchmarks": [{**HOTPOT, "monte_carlo": {key: value}}]}, allow_nan=True))
+    with pytest.raises(ConfigError, match=message):
+        load_benchmark_registry(path)
+    yaml_path = _write(tmp_path, {**HOTPOT, "monte_carlo": {key: value}})
+    with pytest.raises(ConfigError, match=message):
+        load_benchmark_registry(yaml_path)
+
+
+@pytest.mark.parametrize("override", [{"threshold_nats": float("nan")}, {"question_weight": float("inf")},
+                                      {"threshold": 2.0}, {"alpha": 0.0}, {"budget": 0}])
+def test_run_config_numbers_are_checked_too(override):
+    with pytest.raises(ValueError, match=rf"monte_carlo\.{next(iter(override))} must be"):
+        LabelingParams(**override)
+
+
+def test_a_json_key_given_twice_is_refused(tmp_path):
+    """JSON kept the last of two `path`s silently; the YAML loader refused the same already."""
+    path = tmp_path / "benchmarks.json"
+    path.write_text('{"benchmarks": [{"name": "hotmini", "loader": "hotpotqa", "corpus": "hotpotqa", '
+                    '"path": "/a.jsonl", "path": "/b.jsonl", "splits": ["dev"], "eval_splits": ["dev"]}]}')
+    with pytest.raises(ConfigError, match=r"benchmarks\.json: malformed JSON \(key 'path' given twice in one object "
+                                          r"\(\{.*'name': 'hotmini'"):
+        load_benchmark_registry(path)
+    path.write_text('{"benchmarks": [], "benchmarks": []}')
+    with pytest.raises(ConfigError, match=r"key 'benchmarks' given twice"):
+        load_benchmark_registry(path)
+
+
+def test_a_registry_that_is_not_utf8_or_is_a_directory_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "benchmarks.yaml"
+    path.write_bytes(b"benchmarks:\n  - name: caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"benchmarks\.yaml:2: not UTF-8 \(invalid continuation byte at byte 25\); "
+                                          r"a registry is UTF-8 text"):
+        load_benchmark_registry(path)
+    (tmp_path / "dir.yaml").mkdir()
+    with pytest.raises(ConfigError, match=r"dir\.yaml: is a directory, not a registry file"):
+        load_benchmark_registry(tmp_path / "dir.yaml")
+    with pytest.raises(ConfigError, match=r"dir\.yaml: is a directory"):
+        load_corpus_registry(tmp_path / "dir.yaml")
