@@ -105,11 +105,27 @@ def read_inbox_file(path: str | os.PathLike, max_bytes: int = MAX_INBOX_BYTES) -
         raise ConfigError(f"{name}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})") from None
 
 
+# Lines of an inbox file end at \n, \r\n or \r only: str.splitlines also cuts at a form feed, U+2028, U+0085 and
+# the other separators, which inside a question are whitespace (`submit` turns them into spaces).
+_LINE_END = re.compile(r"\r\n|\r|\n")
+# `corpus: NAME`: the key (any case), a colon, one token. A line "Corpus: what does ... mean?" is question text.
+_CORPUS_LINE = re.compile(r"^\s*corpus\s*:\s*(\S*)\s*$", re.IGNORECASE)
+
+
 def parse_inbox_text(text: str, default_corpus: str = QUESTION_CORPUS) -> tuple[str, str]:
-    """(query, corpus) of an inbox file: first line = query, optional later line `corpus: NAME`."""
-    lines = text.splitlines()
-    corpus = next((l.split(":", 1)[1].strip() for l in lines[1:] if l.lower().startswith("corpus:")), default_corpus)
-    return (lines[0] if lines else ""), corpus
+    """(query, corpus) of an inbox file: the question is the first line that is neither blank nor a `corpus: NAME`
+    line, and the corpus is named by a `corpus: NAME` line anywhere in the file (before the question too), else
+    `default_corpus`. Two `corpus:` lines naming different corpora are refused: which one was meant is a guess."""
+    query, named = "", []
+    for line in _LINE_END.split(text):
+        directive = _CORPUS_LINE.match(line)
+        if directive:
+            named.append(directive.group(1))
+        elif not query and line.strip():
+            query = " ".join(line.split())   # a form feed, U+2028, a tab: a space, as `submit` records it
+    if len(set(named)) > 1:
+        raise ConfigError(f"{len(named)} corpus: lines naming different corpora ({', '.join(map(repr, named))})")
+    return query, named[0] if named else default_corpus
 
 
 ID_PATTERN = re.compile(r"^[0-9a-f]{8}_\d+(?:_[0-9a-f]{6})?$")
