@@ -255,7 +255,8 @@ def ensure_built(base, corpus: str, wanted: list[str], no_build: bool, why: str,
     index_only = not any(a.startswith("graph") for a in todo)
     command = build_command(corpus, index_only)
     if no_build:
-        raise NotBuilt(f"corpus {corpus!r} is not built for {why} (missing: {', '.join(todo)}); run `{command}`")
+        raise NotBuilt(f"corpus {corpus!r} is not built for {why} ({needs.describe(base, corpus, todo)}); run "
+                       f"`{command}`")
     build(base, corpus, todo, verbose, reason=why)
 
 
@@ -263,6 +264,10 @@ def build(base, corpus: str, todo: list[str], verbose: bool, reason: str = "") -
     """Materialize `todo` for `corpus` in one or two supervised runs. Returns the seconds taken."""
     t0 = time.monotonic()
     interrupt_on_sigterm()
+    old = needs.outdated(base, corpus, todo)
+    if old:
+        say(f"corpus {corpus!r}: {', '.join(old)} {'was' if len(old) == 1 else 'were'} built from another version of "
+            f"its chunks; rebuilding {'it' if len(old) == 1 else 'them'} from the current corpus_chunks")
     if "corpus_chunks" in todo:  # first, so the estimate can count the chunks
         say(f"corpus {corpus!r}: reading and chunking its source" + (f" (needed by {reason})" if reason else ""))
         _run(base, corpus, ["corpus_chunks"], verbose)

@@ -112,3 +112,17 @@ def read_parquet(path: str | UPath, columns: list[str] | None = None) -> pd.Data
             cause = first_line(e).replace(" '<Buffer>'", "")
             raise ParquetReadError(f"{path}: cannot read Parquet ({cause})") from e
     return table.to_pandas()
+
+
+def read_parquet_column(path: str | UPath, column: str) -> pd.Series | None:
+    """One column of a Parquet file, read alone (None when the file has no such column)."""
+    path = UPath(path)
+    with path.open("rb") as fh:
+        try:
+            parquet = pq.ParquetFile(fh)
+            if column not in parquet.schema_arrow.names:
+                return None
+            return parquet.read(columns=[column]).column(0).to_pandas()
+        except (pa.ArrowException, OSError) as e:
+            cause = first_line(e).replace(" '<Buffer>'", "")
+            raise ParquetReadError(f"{path}: cannot read Parquet ({cause})") from e
