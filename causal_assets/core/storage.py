@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from upath import UPath
 
-from causal_assets.core.errors import ParquetReadError, first_line
+from causal_assets.core.errors import ParquetReadError, first_line, naming_file
 
 
 def safe_name(name: str, what: str = "partition") -> str:
@@ -94,7 +94,7 @@ def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: UPath) -> None:
     sweep_dead_temps(path)
     tmp = temp_path(path)
     try:
-        with tmp.open("wb") as fh:
+        with naming_file(path), tmp.open("wb") as fh:   # a full disk names the asset's file, not the temporary one
             pq.write_table(table, fh, compression="zstd")
         tmp.rename(path)  # os.replace semantics locally: atomic
     except BaseException:

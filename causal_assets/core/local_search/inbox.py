@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.errors import ConfigError, naming_file
 from causal_assets.core.paths import QUESTION_CORPUS, display_path
 
 MAX_QUERY_CHARS = 2000
@@ -62,8 +62,9 @@ def submit(queries_dir: str | os.PathLike, query: str, corpus: str, now: float |
         qid = f"{base}_{secrets.token_hex(3)}"
         path = Path(queries_dir) / f"{qid}.json"
         tmp = path.with_name(f".{qid}.{os.getpid()}.tmp")
-        try:  # a failed write (disk full) leaves no temporary file either
-            tmp.write_text(json.dumps({"query_id": qid, "query": query, "corpus": corpus}, ensure_ascii=False))
+        try:  # a failed write (disk full) leaves no temporary file either, and names the record
+            with naming_file(path):
+                tmp.write_text(json.dumps({"query_id": qid, "query": query, "corpus": corpus}, ensure_ascii=False))
             os.link(tmp, path)  # atomic and exclusive: fails if the id exists, never shows a half-written record
         except FileExistsError:
             continue
@@ -168,6 +169,10 @@ def load(queries_dir: str | os.PathLike, key: str, default_corpus: str | None = 
     record = {"query_id": query_id(query, time.time()), "query": query, "corpus": default_corpus, "partition_key": key}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, ensure_ascii=False))
-    tmp.replace(path)
+    try:
+        with naming_file(path):
+            tmp.write_text(json.dumps(record, ensure_ascii=False))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return record
