@@ -1,8 +1,9 @@
 """The production profile (deploy/) for real on this machine: a throwaway PostgreSQL cluster (initdb/pg_ctl in a temp
 dir on 127.0.0.1), the code location served by `dagster code-server`, `dagster-daemon` and `dagster-webserver` as
-separate processes with deploy/dagster.yaml and deploy/workspace.yaml, runs launched through GraphQL.
+separate processes with deploy/dagster.yaml and deploy/workspace.yaml, each started with its systemd unit's command
+(deploy/systemd/), runs launched through GraphQL. The webserver must not answer on the machine's other addresses.
 
-The killed-run scenario of issue 15: a `causal_search` step (pool `llm`, one slot) is inside its LLM call (a local
+The killed-run scenario: a `causal_search` step (pool `llm`, one slot) is inside its LLM call (a local
 stand-in endpoint that holds the request) when its run worker gets SIGKILL. The run must end FAILURE, the slot must
 be given back, and the automatic re-execution (run_retries) must get the slot and succeed once the endpoint answers.
 

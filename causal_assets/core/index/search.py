@@ -20,7 +20,7 @@ from upath import UPath
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k
 from causal_assets.core.index.dense import DEFAULT_BACKEND, DEFAULT_MODEL, Embedder, resolve_model_reference
-from causal_assets.core.index.provenance import FINGERPRINT, StaleIndexError, chunks_fingerprint, require_current
+from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, require_current
 from causal_assets.core.index.exact import INT8_SCAN_MIN, Int8Scan, single_thread_blas, top_positions
 from causal_assets.core.index.sparse import SparseIndex
 from causal_assets.core.storage import asset_path, read_parquet
@@ -109,13 +109,13 @@ class CorpusIndex:
         sparse = {m: SparseIndex.from_frames(m, postings, vocab, len(chunks)) for m in vocab["method"].unique()}
         embeddings, model, reference, backend = None, DEFAULT_MODEL, None, None
         if dense:
-            # a table of vectors from before fingerprints: its ids and content hashes must be the chunks'
-            if vectors is not None and FINGERPRINT not in emb and (
-                    len(emb) != len(chunks) or (emb["chunk_id"].to_numpy() != chunks["chunk_id"].to_numpy()).any()
-                    or ("content_hash" in emb
-                        and (emb["content_hash"].to_numpy() != chunks["content_hash"].to_numpy()).any())):
-                raise StaleIndexError(f"{vectors}: {len(emb)} vectors do not match the {len(chunks)} chunks of "
-                                      f"corpus {corpus!r} (re-materialize it)")
+            # whatever it records, a table whose rows are not these chunks is refused by name, not misaligned
+            def same(col: str) -> bool:
+                return col not in emb or bool((emb[col].to_numpy() == chunks[col].to_numpy()).all())
+
+            if len(emb) != len(chunks) or not (same("chunk_id") and same("content_hash")):
+                raise ValueError(f"{vectors or asset_path(base, EMBEDDINGS, corpus)}: {len(emb)} vectors do not "
+                                 f"match the {len(chunks)} chunks of corpus {corpus!r} (re-materialize it)")
             embeddings = np.stack(emb["embedding"].to_numpy()).astype(np.float32)
             reference = emb["model"].iloc[0]
             model = resolve_model_reference(reference, vectors) if vectors is not None else reference
