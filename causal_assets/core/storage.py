@@ -18,6 +18,7 @@ import uuid
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from upath import UPath
 
@@ -114,15 +115,27 @@ def read_parquet(path: str | UPath, columns: list[str] | None = None) -> pd.Data
     return table.to_pandas()
 
 
-def read_parquet_column(path: str | UPath, column: str) -> pd.Series | None:
-    """One column of a Parquet file, read alone (None when the file has no such column)."""
+def parquet_column_values(path: str | UPath, column: str) -> set | None:
+    """The distinct values of one column of a Parquet file (None when it has no such column), from the row groups'
+    statistics where each holds a single value (a constant column: no data read), else from the column alone."""
     path = UPath(path)
     with path.open("rb") as fh:
         try:
             parquet = pq.ParquetFile(fh)
-            if column not in parquet.schema_arrow.names:
+            names = parquet.schema_arrow.names
+            if column not in names:
                 return None
-            return parquet.read(columns=[column]).column(0).to_pandas()
+            index = parquet.metadata.schema.names.index(column) if column in parquet.metadata.schema.names else None
+            values: set = set()
+            for group in range(parquet.metadata.num_row_groups):
+                stats = parquet.metadata.row_group(group).column(index).statistics if index is not None else None
+                if stats is None or not stats.has_min_max or stats.min != stats.max or stats.null_count:
+                    values = None
+                    break
+                values.add(stats.min)
+            if values is None:
+                values = set(pc.unique(parquet.read(columns=[column]).column(0)).to_pylist())
+            return values
         except (pa.ArrowException, OSError) as e:
             cause = first_line(e).replace(" '<Buffer>'", "")
             raise ParquetReadError(f"{path}: cannot read Parquet ({cause})") from e

@@ -21,7 +21,7 @@ import pandas as pd
 from upath import UPath
 
 from causal_assets.core.errors import CorpusError
-from causal_assets.core.storage import asset_path, read_parquet, read_parquet_column
+from causal_assets.core.storage import asset_path, parquet_column_values, read_parquet
 
 FINGERPRINT = "chunks_fingerprint"
 # What the parts read from a chunk: its id and position, its text and title (through `content_hash`), its kind,
@@ -53,18 +53,18 @@ def chunks_fingerprint(chunks: pd.DataFrame) -> str:
     return recorded if recorded else compute_fingerprint(chunks)
 
 
-def recorded_fingerprint(column: pd.Series | None) -> str | None:
-    """The one fingerprint a part's column holds; "" for an empty part; None when the part has no such column
-    (or holds several: a mix of builds, which is no build)."""
+def recorded_fingerprint(column: pd.Series | set | None) -> str | None:
+    """The one fingerprint a part's column (or the set of its values) holds; "" for an empty part; None when the
+    part has no such column (or holds several: a mix of builds, which is no build)."""
     if column is None:
         return None
-    values = set(column.astype(str).unique())
+    values = set(map(str, column)) if isinstance(column, set) else set(column.astype(str).unique())
     if not values:
         return ""
     return values.pop() if len(values) == 1 else None
 
 
-def stale(expected: str, parts: dict[str, pd.Series | None]) -> dict[str, str | None]:
+def stale(expected: str, parts: dict[str, pd.Series | set | None]) -> dict[str, str | None]:
     """{part: the fingerprint it records (None: none)} for each part of `parts` (name -> its fingerprint column,
     None when it has none) not built from the chunks of fingerprint `expected`."""
     out = {}
@@ -92,13 +92,14 @@ def stale_message(corpus: str, expected: str, old: dict[str, str | None]) -> str
             f"{'it' if one else 'them'} for partition {corpus})")
 
 
-def stored_fingerprints(base: str | UPath, corpus: str, assets: list[str]) -> dict[str, pd.Series | None]:
-    """Each existing asset's `chunks_fingerprint` column (None when it has none), read alone from its Parquet."""
+def stored_fingerprints(base: str | UPath, corpus: str, assets: list[str]) -> dict[str, set | None]:
+    """The fingerprints each existing asset records (None when it has no such column), read from its Parquet's
+    statistics, or its one column, without loading the table."""
     out = {}
     for asset in assets:
         path = asset_path(base, asset, corpus)
         if path.exists():
-            out[asset] = read_parquet_column(path, FINGERPRINT)
+            out[asset] = parquet_column_values(path, FINGERPRINT)
     return out
 
 
@@ -107,7 +108,7 @@ def stored_chunks_fingerprint(base: str | UPath, corpus: str) -> str | None:
     path = asset_path(base, "corpus_chunks", corpus)
     if not path.exists():
         return None
-    recorded = recorded_fingerprint(read_parquet_column(path, FINGERPRINT))
+    recorded = recorded_fingerprint(parquet_column_values(path, FINGERPRINT))
     if recorded:
         return recorded
     return compute_fingerprint(read_parquet(path))
