@@ -265,9 +265,13 @@ def build(base, corpus: str, todo: list[str], verbose: bool, reason: str = "") -
     t0 = time.monotonic()
     interrupt_on_sigterm()
     old = needs.outdated(base, corpus, todo)
-    if old:
-        say(f"corpus {corpus!r}: {', '.join(old)} {'was' if len(old) == 1 else 'were'} built from another version of "
-            f"its chunks; rebuilding {'it' if len(old) == 1 else 'them'} from the current corpus_chunks")
+    parts = [a for a in old if a not in needs.CHUNKS]
+    if len(parts) < len(old):
+        say(f"corpus {corpus!r}: its corpus_chunks was written before it recorded its fingerprint; chunking the "
+            f"source again")
+    if parts:
+        say(f"corpus {corpus!r}: {', '.join(parts)} {'was' if len(parts) == 1 else 'were'} built from another "
+            f"version of its chunks; rebuilding {'it' if len(parts) == 1 else 'them'} from the current corpus_chunks")
     if "corpus_chunks" in todo:  # first, so the estimate can count the chunks
         say(f"corpus {corpus!r}: reading and chunking its source" + (f" (needed by {reason})" if reason else ""))
         _run(base, corpus, ["corpus_chunks"], verbose)

@@ -2,7 +2,8 @@
 Dagster import: a `search` over a built index must not pay for it)."""
 from __future__ import annotations
 
-from causal_assets.core.index.provenance import stale, stored_chunks_fingerprint, stored_fingerprints
+from causal_assets.core.index.provenance import (recorded_fingerprint, stale, stored_chunks_fingerprint,
+                                                 stored_fingerprints)
 from causal_assets.core.errors import ParquetReadError
 from causal_assets.core.storage import asset_path
 
@@ -38,14 +39,18 @@ def missing(base, corpus: str, assets: list[str]) -> list[str]:
 def outdated(base, corpus: str, assets: list[str]) -> list[str]:
     """The materialized assets of `assets` built from another version of the corpus's chunks (or recording none:
     written before the index recorded its chunks; or unreadable), in the order given; [] when the chunks are not
-    materialized or cannot be read (loading them then says why)."""
-    parts = [a for a in assets if a not in CHUNKS]
+    materialized or cannot be read (loading them then says why). A `corpus_chunks` that records no fingerprint of
+    its own (written before it did) is listed too, when asked for: made again, it records one, and every load of it
+    stops computing it from the whole table."""
+    chunks_path = asset_path(base, CHUNKS[0], corpus)
+    if not chunks_path.exists():
+        return []
     try:
-        expected = stored_chunks_fingerprint(base, corpus) if parts else None
+        recorded_by_chunks = recorded_fingerprint(stored_fingerprints(base, corpus, list(CHUNKS))[CHUNKS[0]])
+        expected = recorded_by_chunks or stored_chunks_fingerprint(base, corpus)
     except ParquetReadError:
         return []
-    if expected is None:
-        return []
+    parts = [a for a in assets if a not in CHUNKS]
     recorded = {}
     for part in parts:
         try:
@@ -53,13 +58,16 @@ def outdated(base, corpus: str, assets: list[str]) -> list[str]:
         except ParquetReadError:   # a damaged part: built again like an old one
             recorded[part] = None
     old = stale(expected, recorded)
-    return [a for a in parts if a in old]
+    chunks = [a for a in assets if a in CHUNKS and not recorded_by_chunks]
+    return chunks + [a for a in parts if a in old]
 
 
 def describe(base, corpus: str, todo: list[str]) -> str:
     """What `missing` found, in words: "missing: a, b; built from older chunks: c"."""
     old = outdated(base, corpus, todo)
     absent = [a for a in todo if a not in old]
+    parts = [a for a in old if a not in CHUNKS]
     said = ([f"missing: {', '.join(absent)}"] if absent else []) + \
-        ([f"built from older chunks: {', '.join(old)}"] if old else [])
+        (["corpus_chunks written before it recorded its fingerprint"] if len(parts) < len(old) else []) + \
+        ([f"built from older chunks: {', '.join(parts)}"] if parts else [])
     return "; ".join(said)

@@ -100,7 +100,7 @@ def test_no_build_refuses_naming_the_command(tmp_path):
 
 def _tiny_index(base: Path) -> None:
     from causal_assets.core.index.build import build_sparse, sparse_frames
-    from causal_assets.core.index.provenance import chunks_fingerprint
+    from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, compute_fingerprint
     from causal_assets.core.storage import asset_path, write_parquet_atomic
 
     texts = ["networkx.shortest_path\n@nx._dispatchable\ndef shortest_path(G, source, target):\n"
@@ -111,6 +111,7 @@ def _tiny_index(base: Path) -> None:
                            "title": ["networkx.shortest_path", "networkx.pagerank"], "text": texts,
                            "start_line": 1, "end_line": 3, "content_hash": ["a", "b"], "metadata": "{}",
                            "index_options": json.dumps({"split_identifiers": True})})
+    chunks[FINGERPRINT] = compute_fingerprint(chunks)   # as the corpus_chunks asset writes it
     write_parquet_atomic(chunks, asset_path(base, "corpus_chunks", "default"))
     postings, vocab = sparse_frames(build_sparse(chunks, True)[0], "default", chunks_fingerprint(chunks))
     write_parquet_atomic(postings, asset_path(base, "sparse_postings", "default"))

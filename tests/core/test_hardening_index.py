@@ -133,3 +133,18 @@ def test_index_parts_that_record_no_chunks_are_rebuilt_not_trusted(tmp_path):
     with pytest.raises(StaleIndexError, match=r"sparse_postings was built .*recorded: no chunk fingerprint"):
         CorpusIndex.load(tmp_path, "c", dense=False)
     assert needs.missing(tmp_path, "c", needs.required()) == ["sparse_postings", "sparse_vocabulary"]
+
+
+def test_a_chunk_table_that_records_no_fingerprint_is_made_again_with_its_parts(tmp_path):
+    """corpus_chunks written before it recorded its fingerprint: every load would compute it from the whole table;
+    `build` chunks the source again (parts that record the same chunks stay)."""
+    from causal_assets.core import needs
+
+    chunks = _chunks(["dijkstra shortest path", "minimum spanning tree kruskal"])   # no fingerprint column
+    write_parquet_atomic(chunks, asset_path(tmp_path, CHUNKS, "c"))
+    _write_index(tmp_path, chunks, vectors=False)   # parts recording the fingerprint computed from the content
+    wanted = needs.required()
+    assert needs.outdated(tmp_path, "c", wanted) == [CHUNKS]
+    assert needs.missing(tmp_path, "c", wanted) == [CHUNKS]
+    assert needs.describe(tmp_path, "c", [CHUNKS]) == "corpus_chunks written before it recorded its fingerprint"
+    assert CorpusIndex.load(tmp_path, "c", dense=False).search("kruskal", k=1)[0].chunk_id == "d1"   # still served
