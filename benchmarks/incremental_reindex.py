@@ -33,6 +33,7 @@ from common import Figure, machine, write_result
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.registry import CorpusSpec, load_corpus
 from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
+from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, compute_fingerprint
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
 from causal_assets.core.storage import asset_path, write_parquet_atomic
 from causal_assets.settings import Settings
@@ -50,10 +51,11 @@ def index_corpus(spec: CorpusSpec, base: Path, cache: EmbeddingCache, embedder: 
     frame = chunks_to_frame(chunks)
     frame.insert(0, "chunk_idx", range(len(frame)))
     frame["index_options"] = json.dumps({"split_identifiers": spec.split_identifiers})
+    frame[FINGERPRINT] = compute_fingerprint(frame)
     write_parquet_atomic(frame, asset_path(base, "corpus_chunks", spec.name))
     t1 = time.perf_counter()
     indexes, _ = build_sparse(frame, spec.split_identifiers)
-    postings, vocab = sparse_frames(indexes, spec.name)
+    postings, vocab = sparse_frames(indexes, spec.name, chunks_fingerprint(frame))
     write_parquet_atomic(postings, asset_path(base, "sparse_postings", spec.name))
     write_parquet_atomic(vocab, asset_path(base, "sparse_vocabulary", spec.name))
     t2 = time.perf_counter()
@@ -61,7 +63,7 @@ def index_corpus(spec: CorpusSpec, base: Path, cache: EmbeddingCache, embedder: 
     vectors, stats = embed_incremental(chunk_texts(frame), hashes, embedder, cache, spec.name)
     write_parquet_atomic(pd.DataFrame({"corpus": spec.name, "chunk_id": frame["chunk_id"], "chunk_idx": frame["chunk_idx"],
                                        "content_hash": hashes, "model": embedder.model_name,
-                                       "embedding": list(vectors)}),
+                                       "embedding": list(vectors), FINGERPRINT: frame[FINGERPRINT]}),
                          asset_path(base, "corpus_embeddings", spec.name))
     t3 = time.perf_counter()
     return {"total_s": t3 - t0, "chunks_s": t1 - t0, "sparse_s": t2 - t1, "embeddings_s": t3 - t2,

@@ -115,7 +115,7 @@ def measure_size(source: SourceChunks, n: int, queries: list[str], embedder: Emb
     row["postings"] = {m: int(idx.matrix.nnz) for m, idx in sparse.items()}
     if n <= write_max:
         with Stage(row, "postings_write_s"):
-            postings, vocab = sparse_frames(sparse, "synthetic")
+            postings, vocab = sparse_frames(sparse, "synthetic", "synthetic")
             with tempfile.TemporaryDirectory() as tmp:
                 write_parquet_atomic(postings, Path(tmp) / "sparse_postings.parquet")
                 write_parquet_atomic(vocab, Path(tmp) / "sparse_vocabulary.parquet")

@@ -28,6 +28,19 @@ def quiet() -> None:
     logging.basicConfig(level=logging.ERROR)
     for handler in logging.getLogger().handlers:  # libraries that set their own logger to DEBUG (bm25s) included
         handler.setLevel(logging.ERROR)
+        handler.addFilter(reported_by_the_command)
+
+
+# Loggers whose ERROR records are each followed by the exception they describe: the command reports that exception
+# in its one error line (and `--verbose` shows the log), so on the terminal the record would say it a second time,
+# once per attempt of a retried step.
+RAISED_AFTER_LOGGING = ("causal_assets.core.llm.client",)
+
+
+def reported_by_the_command(record: logging.LogRecord) -> bool:
+    """False for a record the command's own error line reports (`RAISED_AFTER_LOGGING`, below CRITICAL)."""
+    return record.levelno >= logging.CRITICAL or not any(
+        record.name == name or record.name.startswith(name + ".") for name in RAISED_AFTER_LOGGING)
 
 
 def say(message: str) -> None:

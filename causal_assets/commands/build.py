@@ -254,7 +254,8 @@ def ensure_built(base, corpus: str, wanted: list[str], no_build: bool, why: str,
     index_only = not any(a.startswith("graph") for a in todo)
     command = build_command(corpus, index_only)
     if no_build:
-        raise NotBuilt(f"corpus {corpus!r} is not built for {why} (missing: {', '.join(todo)}); run `{command}`")
+        raise NotBuilt(f"corpus {corpus!r} is not built for {why} ({needs.describe(base, corpus, todo)}); run "
+                       f"`{command}`")
     build(base, corpus, todo, verbose, reason=why)
 
 
@@ -263,6 +264,14 @@ def build(base, corpus: str, todo: list[str], verbose: bool, reason: str = "") -
     the rest). Returns the seconds taken."""
     t0 = time.monotonic()
     interrupt_on_sigterm()
+    old = needs.outdated(base, corpus, todo)
+    parts = [a for a in old if a not in needs.CHUNKS]
+    if len(parts) < len(old):
+        say(f"corpus {corpus!r}: its corpus_chunks was written before it recorded its fingerprint; chunking the "
+            f"source again")
+    if parts:
+        say(f"corpus {corpus!r}: {', '.join(parts)} {'was' if len(parts) == 1 else 'were'} built from another "
+            f"version of its chunks; rebuilding {'it' if len(parts) == 1 else 'them'} from the current corpus_chunks")
     needed = f" (needed by {reason})" if reason else ""
     seconds = estimate_seconds(base, corpus, todo)
     load = os.getloadavg()[0]

@@ -8,7 +8,7 @@ import duckdb
 
 from causal_assets.commands import say
 from causal_assets.core.benchmarks import load_benchmark_registry
-from causal_assets.core.catalog import DuckDBCatalog, check_analysis_sql
+from causal_assets.core.catalog import READONLY_PROTOCOL, DuckDBCatalog, check_analysis_sql
 from causal_assets.core.checks import labels_decided_problem
 from causal_assets.core.errors import CausalAssetsError
 from causal_assets.core.export import DatasetCard, agreement_with_seeds, labels_solver, pick_estimator
@@ -40,9 +40,9 @@ def catalog(args) -> int:
 
 
 def sql(args) -> int:
-    """Query the catalog read-only, with the base path's fsspec filesystem registered (needed for views over URLs
-    DuckDB cannot read itself). Only queries (SELECT/EXPLAIN) run, and DuckDB may read nothing but the Parquet
-    under the base path: no file writes, no other files, no extensions (README "Security model")."""
+    """Query the catalog's views (or `base://<asset>/*.parquet`) on a connection that can read the Parquet under the
+    base path and write nothing (`DuckDBCatalog.connect_for_analysis`). Statements other than queries
+    (SELECT/EXPLAIN) are refused up front, with the statement named; whatever gets past that still cannot write."""
     check_analysis_sql(args.query)
     path = catalog_path(args)
     if not Path(path).exists():
@@ -57,9 +57,21 @@ def sql(args) -> int:
             raise
         raise KeyboardInterrupt from None   # DuckDB's answer to Ctrl-C: the CLI's "interrupted", exit 130
     except duckdb.Error as e:
-        say(f"sql: {str(e).splitlines()[0]}")
+        say(f"sql: {sql_error_line(e)}")
         return 2
     return 0
+
+
+def sql_error_line(e: Exception) -> str:
+    """DuckDB's error in one line: the exception line of an error raised inside the read-only file system (DuckDB
+    passes on its Python traceback), and where to read from when a path on the local disk was named."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]
+    line = lines[-1] if lines[0].startswith("Traceback") or lines[0].endswith("Traceback (most recent call last):") \
+        else lines[0]
+    if "LocalFileSystem has been disabled" in line:
+        line += (f"; causal-assets sql reads the catalog's views, or the base path's Parquet as "
+                 f"'{READONLY_PROTOCOL}://<asset>/*.parquet'")
+    return line
 
 
 def export_labels(args) -> int:

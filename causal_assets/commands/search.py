@@ -74,7 +74,7 @@ def search(args) -> int:
         from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
         from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
 
-        graph = load_graph(args.base_path, args.corpus) if args.method in {"causal", "learned", *COMBINATIONS} \
+        graph = load_graph(args.base_path, args.corpus, index.fingerprint) if args.method in {"causal", "learned", *COMBINATIONS} \
             else None
         scorer = None
         if uses_scorer(args.method, params, False):   # a causal run keeps its lexical default here
@@ -85,7 +85,8 @@ def search(args) -> int:
             scorer = local_scorer(args.settings.solver or DEFAULT_SOLVER, CallCache(args.settings.llm_cache),
                                   args.settings.models_dir)
         try:
-            retriever = build_retriever(args.method, index, params, load_chunk_neighbors(args.base_path, args.corpus),
+            retriever = build_retriever(args.method, index, params,
+                                        load_chunk_neighbors(args.base_path, args.corpus, index.fingerprint),
                                         graph=graph, scorer=scorer)
         except TypeError as e:   # a keyword the retriever does not take: name it, without the traceback
             raise ValueError(f"--params for --method {args.method}: {e}") from None

@@ -34,8 +34,9 @@ class CorpusArtifacts:
 
     @cached_property
     def graph(self) -> tuple[pd.DataFrame, pd.DataFrame] | None:
-        """(graph_nodes, graph_edges), or None when the corpus has no graph yet."""
-        return load_graph(self.base, self.corpus)
+        """(graph_nodes, graph_edges), or None when the corpus has no graph yet; refused when built from other chunks
+        than the index serves."""
+        return load_graph(self.base, self.corpus, self.index.fingerprint)
 
     @cached_property
     def neighbors(self) -> Neighbors | None:

@@ -30,11 +30,15 @@ import hashlib
 import json
 import logging
 import os
+import posixpath
 import re
 import time
 from pathlib import Path
 
 import duckdb
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.spec import AbstractFileSystem
+from fsspec.utils import stringify_path
 from upath import UPath
 
 from causal_assets.core.errors import CatalogError, first_line
@@ -79,17 +83,95 @@ def quote_literal(value: str) -> str:
 VIEW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
-def analysis_directories(base: str | UPath) -> list[str]:
-    """The directory prefixes an analysis connection may read: the base path as given and resolved (local), or
-    the URL in both spellings DuckDB uses for fsspec paths (`memory://x/` and `memory:///x/`)."""
-    base = UPath(base)
-    if base.protocol in LOCAL_PROTOCOLS:
-        local = Path(base.path)
-        forms = {str(local), str(local.absolute()), str(local.resolve())}
-    else:
-        path = base.path.lstrip("/")
-        forms = {f"{base.protocol}://{path}", f"{base.protocol}:///{path}"}
-    return sorted(f.rstrip("/") + "/" for f in forms)
+READONLY_PROTOCOL = "base"   # `base://<asset>/*.parquet`: the base path's Parquet as `causal-assets sql` reads it
+
+
+class ReadOnlyBase(AbstractFileSystem):
+    """The storage base path as an fsspec file system that can list and read and do nothing else: what the
+    analysis connection serves the Parquet through, so no statement can write, whatever its wrapping.
+
+    Paths are relative to the base (`base://corpus_chunks/default.parquet`); one that leaves it (`..`, or a local
+    symlink pointing outside) is refused. Only listing, `info`, `modified` and opening for reading reach the
+    underlying file system; opening for writing or appending, removing, copying, moving and making directories
+    raise `PermissionError` (fsspec's defaults for the rest write nothing)."""
+    protocol = (READONLY_PROTOCOL,)
+    root_marker = ""
+    cachable = False
+
+    def __init__(self, base: str | UPath, **kwargs):
+        super().__init__(**kwargs)
+        base = UPath(base)
+        self.base_protocol = base.protocol
+        self.local = base.protocol in LOCAL_PROTOCOLS
+        self.target = LocalFileSystem() if self.local else base.fs
+        self.root = os.path.abspath(base.path) if self.local else posixpath.normpath(base.path)
+        # a local base reached through a symlink: its files are named under either spelling
+        self._roots = [self.root, os.path.realpath(self.root)] if self.local else [self.root]
+
+    @classmethod
+    def _strip_protocol(cls, path) -> str:
+        path = stringify_path(path)
+        prefix = f"{READONLY_PROTOCOL}://"
+        return (path[len(prefix):] if path.startswith(prefix) else path).strip("/")
+
+    def _target(self, path) -> str:
+        """The underlying file system's path of `path`, refused when it leaves the base path."""
+        rel = posixpath.normpath(self._strip_protocol(path) or ".")
+        if rel == ".." or rel.startswith("../") or rel.startswith("/"):
+            raise PermissionError(f"{path}: outside the base path {self.root}")
+        target = self.root if rel == "." else posixpath.join(self.root, rel)
+        if self.local and self._relative(os.path.realpath(target), self._roots[1:]) is None:
+            raise PermissionError(f"{path}: leads outside the base path {self.root} (through a symlink)")
+        return target
+
+    def _relative(self, target: str, roots: list[str] | None = None) -> str | None:
+        for root in roots or self._roots:
+            if target == root:
+                return ""
+            if target.startswith(root.rstrip("/") + "/"):
+                return target[len(root.rstrip("/")) + 1:]
+        return None
+
+    def _entry(self, entry: dict) -> dict:
+        name = self._relative(self.target._strip_protocol(entry["name"]))
+        if name is None:
+            raise PermissionError(f"{entry['name']}: outside the base path {self.root}")
+        return {**entry, "name": name}
+
+    def url_of(self, path: str) -> str | None:
+        """`base://...` for a path (local, or a URL of the base's file system) under the base path, else None."""
+        if self.local:
+            if "://" in path:
+                return None
+            full = os.path.normpath(os.path.abspath(path))
+        else:
+            other = UPath(path)
+            if other.protocol != self.base_protocol:
+                return None
+            full = posixpath.normpath(other.path)
+        rel = self._relative(full)
+        return None if rel is None else f"{READONLY_PROTOCOL}://{rel}"
+
+    def ls(self, path, detail=True, **kwargs):
+        entries = [self._entry(e) for e in self.target.ls(self._target(path), detail=True, **kwargs)]
+        return entries if detail else [e["name"] for e in entries]
+
+    def info(self, path, **kwargs):
+        return self._entry(self.target.info(self._target(path), **kwargs))
+
+    def modified(self, path):
+        return self.target.modified(self._target(path))
+
+    def _open(self, path, mode="rb", **kwargs):
+        if mode != "rb":
+            self._refuse(path)
+        return self.target.open(self._target(path), "rb")
+
+    def _refuse(self, path, *args, **kwargs):
+        raise PermissionError(f"{READONLY_PROTOCOL}://{self._strip_protocol(path)}: causal-assets sql reads the "
+                              "Parquet under the base path and writes nothing")
+
+    _rm = rm_file = cp_file = mv = mkdir = makedirs = rmdir = touch = _refuse
 
 
 ANALYSIS_STATEMENTS = ("SELECT", "EXPLAIN")
@@ -173,15 +255,16 @@ class DuckDBCatalog:
                 delay = min(delay * 2, 0.5)
 
     def connect_for_analysis(self, base: str | UPath) -> duckdb.DuckDBPyConnection:
-        """A connection for ad-hoc SQL (`causal-assets sql`) that can read the Parquet under `base` and nothing
-        else: no file writes (COPY/EXPORT are refused by `check_analysis_sql`, and every path outside `base` is
-        refused by DuckDB), no reads outside `base` (`/proc/self/environ`, `/etc/passwd`), no extension install or
-        load (so no network through httpfs), no ATTACH; the settings are locked, so the query cannot lift them.
+        """A connection for ad-hoc SQL (`causal-assets sql`) that can read the Parquet under `base` and write nothing.
 
-        The catalog's views, with their comments, are copied into an in-memory database with absolute Parquet
-        paths: a connection that may only read under the base path checks paths as written, before resolving them.
-        Only the copies are visible, so `show tables` and `duckdb_columns()` list each view once (temporary views
-        shadowing the catalog's listed every view twice, the second time without its comments)."""
+        Read-only by construction, whatever the statement or its wrapping (EXPLAIN ANALYZE, PREPARE/EXECUTE, a
+        CTE, several statements): the connection is an in-memory database whose only file system is
+        `ReadOnlyBase`, an fsspec file system rooted at `base` that implements listing and reading and nothing
+        else (no open for writing, no remove, no rename, no mkdir). DuckDB's own local file system is disabled,
+        external access is off with `base://` the one allowed prefix, no extension can be installed or loaded
+        (so no httpfs, no network), no spill directory is set, and the settings are locked, so a query cannot
+        lift any of this. The catalog's views, with their comments, are copied in with their Parquet paths
+        rewritten to `base://<asset>/...`; a query may also read `base://<asset>/*.parquet` itself."""
         config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False,
                   "file_search_path": self.search_path}
         with duckdb.connect(str(self.path), read_only=True, config=config) as catalog:
@@ -189,19 +272,18 @@ class DuckDBCatalog:
                                     "where not internal and not temporary").fetchall()
             notes = catalog.execute("select table_name, column_name, comment from duckdb_columns() "
                                     "where not internal and comment is not null").fetchall()
-        # no spill directory: an in-memory database's default (.tmp under the working directory) would be added to
-        # the directories a query may read
-        con = duckdb.connect(":memory:", config={**config, "temp_directory": ""})
+        readonly = ReadOnlyBase(base)
+        con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                                 "autoload_known_extensions": False, "temp_directory": ""})
         try:
-            for fs in self._filesystems.values():
-                con.register_filesystem(fs)
-            copied = self._copy_views(con, views)
+            con.register_filesystem(readonly)
+            copied = self._copy_views(con, views, lambda m: self._base_literal(m, readonly))
             for table, column, comment in notes:
                 if table in copied:
                     con.execute(f"comment on column {quote_ident(table)}.{quote_ident(column)} "
                                 f"is {quote_literal(comment)}")
-            dirs = ", ".join(quote_literal(d) for d in analysis_directories(base))
-            con.execute(f"SET allowed_directories = [{dirs}]")
+            con.execute(f"SET allowed_directories = [{quote_literal(READONLY_PROTOCOL + '://')}]")
+            con.execute("SET disabled_filesystems = 'LocalFileSystem'")
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
         except BaseException:
@@ -209,17 +291,18 @@ class DuckDBCatalog:
             raise
         return con
 
-    def _copy_views(self, con, views: list[tuple[str, str, str | None]]) -> set[str]:
-        """Create `views` (name, stored SQL, comment) in `con`, their Parquet paths made absolute, and return the
-        names created. A view over another (a user's, in the catalog) is created after it, whatever the listing
-        order; one whose SQL the rewrite does not recognise (a column list) is created as stored."""
+    def _copy_views(self, con, views: list[tuple[str, str, str | None]], rewrite) -> set[str]:
+        """Create `views` (name, stored SQL, comment) in `con`, each Parquet path literal replaced by `rewrite`
+        (a function of the `_PARQUET_PATH` match), and return the names created. A view over another (a user's,
+        in the catalog) is created after it, whatever the listing order; one whose SQL the rewrite does not
+        recognise (a column list) is created as stored."""
         pending, created = list(views), set()
         while pending:
             failed = []
             for name, sql, comment in pending:
                 m = _CREATE_VIEW.match(sql.strip().rstrip(";"))
                 statement = (f"create view {quote_ident(name)} as "
-                             + _PARQUET_PATH.sub(lambda p: self._absolute_literal(p), m.group(1))) if m else sql
+                             + _PARQUET_PATH.sub(rewrite, m.group(1))) if m else sql
                 try:
                     con.execute(statement)
                 except duckdb.CatalogException:   # it reads a view not created yet
@@ -236,11 +319,14 @@ class DuckDBCatalog:
             pending = failed
         return created
 
-    def _absolute_literal(self, match: re.Match) -> str:
+    def _base_literal(self, match: re.Match, readonly: "ReadOnlyBase") -> str:
+        """A view's Parquet path as the read-only file system names it (`base://<asset>/*.parquet`); a path
+        outside the base path is left as written (reading it is refused when the view is used)."""
         path = match.group(2).replace("''", "'")
-        if os.path.isabs(path) or "://" in path:
-            return match.group(0)
-        return match.group(1) + quote_literal(os.path.join(self.search_path, path))
+        if not os.path.isabs(path) and "://" not in path:
+            path = os.path.join(self.search_path, path)
+        url = readonly.url_of(path)
+        return match.group(0) if url is None else match.group(1) + quote_literal(url)
 
     def existing_views(self) -> dict[str, str]:
         """{view: its SQL as DuckDB stores it (normalised)}."""

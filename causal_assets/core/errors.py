@@ -1,4 +1,8 @@
 """Errors a user can act on: each names the file, line or field and the offending value."""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
 
 
 def first_line(e: BaseException) -> str:
@@ -26,3 +30,17 @@ class ParquetReadError(CausalAssetsError):
 class CatalogError(CausalAssetsError):
     """The DuckDB catalog cannot be read or written (damaged file, read-only directory): derived data, so a run only
     warns; `causal-assets catalog` says it in one line."""
+
+
+@contextmanager
+def naming_file(path: str | os.PathLike):
+    """Give a write's OSError that names no file (a full disk or quota: ENOSPC, EFBIG, EDQUOT; an I/O error) the
+    file being written, `path`: `[Errno 28] No space left on device: 'data/parquet/corpus_chunks/x.parquet'`."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        if e.errno is None:
+            raise OSError(f"{os.fspath(path)}: {e}") from e
+        raise OSError(e.errno, e.strerror or str(e), os.fspath(path)) from e

@@ -2,6 +2,9 @@
 Dagster import: a `search` over a built index must not pay for it)."""
 from __future__ import annotations
 
+from causal_assets.core.index.provenance import (recorded_fingerprint, stale, stored_chunks_fingerprint,
+                                                 stored_fingerprints)
+from causal_assets.core.errors import ParquetReadError
 from causal_assets.core.storage import asset_path
 
 # Assets materialized together (a multi-asset's outputs) are listed together.
@@ -24,11 +27,50 @@ GROUPS = (CHUNKS, SPARSE, DENSE, GRAPH, ENTITY_VECTORS)
 
 
 def missing(base, corpus: str, assets: list[str]) -> list[str]:
-    """What to materialize: each asset of `assets` without its file, with the other outputs of its multi-asset (a
-    run killed between a multi-asset's two writes leaves one; Dagster cannot materialize the other alone)."""
+    """What to materialize: each asset of `assets` without its file or built from other chunks than
+    `corpus_chunks` holds (`outdated`), with the other outputs of its multi-asset (a run killed between a
+    multi-asset's two writes leaves one; Dagster cannot materialize the other alone)."""
     absent = [a for a in assets if not asset_path(base, a, corpus).exists()]
+    absent += [a for a in outdated(base, corpus, assets) if a not in absent]
     todo = [m for g in GROUPS if set(g) & set(absent) for m in g]
     return todo + [a for a in absent if a not in todo]
+
+
+def outdated(base, corpus: str, assets: list[str]) -> list[str]:
+    """The materialized assets of `assets` built from another version of the corpus's chunks (or recording none:
+    written before the index recorded its chunks; or unreadable), in the order given; [] when the chunks are not
+    materialized or cannot be read (loading them then says why). A `corpus_chunks` that records no fingerprint of
+    its own (written before it did) is listed too, when asked for: made again, it records one, and every load of it
+    stops computing it from the whole table."""
+    chunks_path = asset_path(base, CHUNKS[0], corpus)
+    if not chunks_path.exists():
+        return []
+    try:
+        recorded_by_chunks = recorded_fingerprint(stored_fingerprints(base, corpus, list(CHUNKS))[CHUNKS[0]])
+        expected = recorded_by_chunks or stored_chunks_fingerprint(base, corpus)
+    except ParquetReadError:
+        return []
+    parts = [a for a in assets if a not in CHUNKS]
+    recorded = {}
+    for part in parts:
+        try:
+            recorded.update(stored_fingerprints(base, corpus, [part]))
+        except ParquetReadError:   # a damaged part: built again like an old one
+            recorded[part] = None
+    old = stale(expected, recorded)
+    chunks = [a for a in assets if a in CHUNKS and not recorded_by_chunks]
+    return chunks + [a for a in parts if a in old]
+
+
+def describe(base, corpus: str, todo: list[str]) -> str:
+    """What `missing` found, in words: "missing: a, b; built from older chunks: c"."""
+    old = outdated(base, corpus, todo)
+    absent = [a for a in todo if a not in old]
+    parts = [a for a in old if a not in CHUNKS]
+    said = ([f"missing: {', '.join(absent)}"] if absent else []) + \
+        (["corpus_chunks written before it recorded its fingerprint"] if len(parts) < len(old) else []) + \
+        ([f"built from older chunks: {', '.join(parts)}"] if parts else [])
+    return "; ".join(said)
 
 
 # Rough rates on 2 CPU cores (README "Scaling"): what the "about N min" of a build is computed from.

@@ -54,6 +54,9 @@ COMMON = {
     "method": "Sparse scoring method: bm25 or tfidf.",
     "term_id": "Id of an index term; joins sparse_vocabulary.term_id (same corpus and method).",
     "build_id": "Id of the index build; postings and vocabulary of one build share it.",
+    "chunks_fingerprint": "Fingerprint of the corpus_chunks table the row was built from (in corpus_chunks: of "
+                          "itself); an index part recording another is refused when loaded and rebuilt by "
+                          "`causal-assets build`.",
     "label": "Monte Carlo label: YES (the document measurably helps answer), NO or UNCERTAIN.",
     "effect": "Estimated effect of including the document on the solver's outcome (nats for likelihood outcomes).",
     "ci_low": "Lower end of the effect's confidence interval.",

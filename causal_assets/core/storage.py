@@ -18,10 +18,11 @@ import uuid
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from upath import UPath
 
-from causal_assets.core.errors import ParquetReadError, first_line
+from causal_assets.core.errors import ParquetReadError, first_line, naming_file
 
 
 def safe_name(name: str, what: str = "partition") -> str:
@@ -94,7 +95,7 @@ def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: UPath) -> None:
     sweep_dead_temps(path)
     tmp = temp_path(path)
     try:
-        with tmp.open("wb") as fh:
+        with naming_file(path), tmp.open("wb") as fh:   # a full disk names the asset's file, not the temporary one
             pq.write_table(table, fh, compression="zstd")
         tmp.rename(path)  # os.replace semantics locally: atomic
     except BaseException:
@@ -112,3 +113,29 @@ def read_parquet(path: str | UPath, columns: list[str] | None = None) -> pd.Data
             cause = first_line(e).replace(" '<Buffer>'", "")
             raise ParquetReadError(f"{path}: cannot read Parquet ({cause})") from e
     return table.to_pandas()
+
+
+def parquet_column_values(path: str | UPath, column: str) -> set | None:
+    """The distinct values of one column of a Parquet file (None when it has no such column), from the row groups'
+    statistics where each holds a single value (a constant column: no data read), else from the column alone."""
+    path = UPath(path)
+    with path.open("rb") as fh:
+        try:
+            parquet = pq.ParquetFile(fh)
+            names = parquet.schema_arrow.names
+            if column not in names:
+                return None
+            index = parquet.metadata.schema.names.index(column) if column in parquet.metadata.schema.names else None
+            values: set = set()
+            for group in range(parquet.metadata.num_row_groups):
+                stats = parquet.metadata.row_group(group).column(index).statistics if index is not None else None
+                if stats is None or not stats.has_min_max or stats.min != stats.max or stats.null_count:
+                    values = None
+                    break
+                values.add(stats.min)
+            if values is None:
+                values = set(pc.unique(parquet.read(columns=[column]).column(0)).to_pylist())
+            return values
+        except (pa.ArrowException, OSError) as e:
+            cause = first_line(e).replace(" '<Buffer>'", "")
+            raise ParquetReadError(f"{path}: cannot read Parquet ({cause})") from e

@@ -6,10 +6,16 @@ Defaults, so `dagster dev` does the cheap things without clicks and nothing expe
 - `corpus_change_sensor`: RUNNING. Its first tick only records fingerprints (no run), later ticks request a
   `corpus_index_job` run for each corpus whose source changed (file sizes/mtimes, or the package version); a
   source gone missing is a warning, not a run, and is re-indexed when it is back.
-- `automation_sensor`: RUNNING. Graph and evaluation assets are `eager`: they re-materialize after the index
-  (or a label set) they depend on changes.
+- `automation_sensor`: RUNNING, over the cheap derived assets only: the graph and entity vectors of a corpus are
+  `eager`, so they follow its index (minutes on 2 cores, no LLM).
+- `heavy_automation_sensor`: STOPPED. The tuning and evaluation assets are `eager` too (a new index or label set
+  re-tunes and re-evaluates its benchmarks: an hour or more of CPU for HotpotQA, and LLM calls where a retriever
+  scores with the solver), so they follow only once you switch it on, in the UI or with
+  `dagster sensor start heavy_automation_sensor`; until then they run when you materialize them. Labels, shards
+  and exports are in its selection too (`HEAVY_GROUPS`), should they get an automation condition.
 - `nightly_labels_and_evaluation`: STOPPED. It costs LLM calls; switch it on in the UI or with
   `dagster schedule start nightly_labels_and_evaluation`.
+- `queries_inbox_sensor` (defs/search.py): RUNNING; it answers the questions dropped into the inbox.
 """
 import json
 import time
@@ -66,6 +72,18 @@ def nightly_labels_and_evaluation(context: ScheduleEvaluationContext):
         yield RunRequest(run_key=f"{key}:{date}", partition_key=key)
 
 
+# Asset groups whose runs are long or cost LLM calls: declarative automation starts them only through the sensor
+# that is off by default. Starting the UI must not launch an hour of tuning because `search` built an index.
+HEAVY_GROUPS = ("labels", "tuning", "evaluation", "scale_out", "export")
+HEAVY = AssetSelection.groups(*HEAVY_GROUPS)
+
 automation_sensor = AutomationConditionSensorDefinition(
-    "automation_sensor", target=AssetSelection.all(), default_status=DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=60)
+    "automation_sensor", target=AssetSelection.all() - HEAVY, default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=60,
+    description="Keeps the graph and entity vectors of a corpus in step with its index (cheap, no LLM).")
+
+heavy_automation_sensor = AutomationConditionSensorDefinition(
+    "heavy_automation_sensor", target=HEAVY, default_status=DefaultSensorStatus.STOPPED,
+    minimum_interval_seconds=60,
+    description="Re-tunes and re-evaluates a benchmark when its index or labels change (long runs, LLM calls): "
+                f"off until switched on. Groups: {', '.join(HEAVY_GROUPS)}.")

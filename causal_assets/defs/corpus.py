@@ -12,6 +12,7 @@ from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.registry import load_corpus
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
+from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, compute_fingerprint
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import corpus_partitions
@@ -69,6 +70,8 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
                           f"{blank['chunk_id'].iloc[0]!r} ({blank['path'].iloc[0]})")
     frame.insert(0, "chunk_idx", range(len(frame)))
     frame["index_options"] = json.dumps({"split_identifiers": spec.split_identifiers})
+    # what every index part built from this table records, and is checked against when it is loaded
+    frame[FINGERPRINT] = compute_fingerprint(frame)
     skipped = report.pop("skipped", [])
     if report.get("skipped_without_paragraphs"):
         context.log.warning(f"{spec.name}: {report['skipped_without_paragraphs']} record(s) without paragraphs "
@@ -82,6 +85,7 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
         "load_report": MetadataValue.json(report),
         "skipped_files": MetadataValue.md("\n".join(f"- {s}" for s in skipped[:50]) or "none"),
         "corpus_hash": corpus_fingerprint(frame["content_hash"]),
+        FINGERPRINT: frame[FINGERPRINT].iloc[0],
         "loader": spec.loader,
         "load_seconds": round(time.perf_counter() - t0, 2),
     })
@@ -117,7 +121,8 @@ def corpus_embeddings(context: AssetExecutionContext, config: EmbeddingConfig, s
                                        context.partition_key, log=context.log.info)
     frame = pd.DataFrame({"corpus": context.partition_key, "chunk_id": corpus_chunks["chunk_id"],
                           "chunk_idx": corpus_chunks["chunk_idx"], "content_hash": hashes,
-                          "model": config.model, "backend": config.backend, "embedding": list(vectors)})
+                          "model": config.model, "backend": config.backend, "embedding": list(vectors),
+                          FINGERPRINT: chunks_fingerprint(corpus_chunks)})
     context.log.info(f"embeddings: {stats}")
     yield Output(frame, metadata={
         "model": config.model, "backend": config.backend, "dimension": int(vectors.shape[1]), "chunks": stats["chunks"],
@@ -140,7 +145,7 @@ def sparse_postings_and_vocabulary(context: AssetExecutionContext, corpus_chunks
     """BM25 (bm25s, Lucene k1=1.2, b=0.75) and TF-IDF (scikit-learn, sublinear tf, l2) over the analyzed chunks."""
     split = json.loads(corpus_chunks["index_options"].iloc[0])["split_identifiers"]
     indexes, stats = build_sparse(corpus_chunks, split)
-    postings, vocab = sparse_frames(indexes, context.partition_key)
+    postings, vocab = sparse_frames(indexes, context.partition_key, chunks_fingerprint(corpus_chunks))
     meta = {"vocabulary": stats["vocabulary"], "postings": len(postings), "split_identifiers": split,
             "analyze_seconds": round(stats["analyze_s"], 2), "build_seconds": round(stats["build_s"], 2),
             "avg_terms_per_chunk": round(stats["avg_terms_per_chunk"], 1),

@@ -10,6 +10,7 @@ from dagster import (AutomationCondition, AssetExecutionContext, AssetOut, Metad
 from causal_assets.core.checks import check_graph
 from causal_assets.core.graph.build import build_graph
 from causal_assets.core.graph.store import graph_stats, to_networkx
+from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, recorded_fingerprint
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
 from causal_assets.core.local_search.entity_vectors import embed_entities
 from causal_assets.defs.checks import check_result, spec
@@ -30,8 +31,10 @@ def graph_nodes_and_edges(context: AssetExecutionContext, corpus_chunks: pd.Data
     """Build the corpus's graph from its chunks (code graph for Python sources, entity graph for text)."""
     t0 = time.perf_counter()
     nodes, edges = build_graph(corpus_chunks)
-    nodes = nodes.assign(corpus=context.partition_key)
-    edges = edges.assign(corpus=context.partition_key)
+    # the chunks they were built from: a graph of other chunks is refused where it is loaded (`provenance`)
+    built_from = {FINGERPRINT: chunks_fingerprint(corpus_chunks)}
+    nodes = nodes.assign(corpus=context.partition_key, **built_from)
+    edges = edges.assign(corpus=context.partition_key, **built_from)
     stats = graph_stats(nodes, edges, to_networkx(nodes, edges))
     seconds = round(time.perf_counter() - t0, 2)
     context.log.info(f"graph: {len(nodes)} nodes, {len(edges)} edges in {seconds}s")
@@ -53,6 +56,10 @@ def graph_entity_embeddings(context: AssetExecutionContext, storage: Storage, gr
     frame, stats = embed_entities(graph_nodes, embedder.encode, EmbeddingCache(storage.cache_dir("embeddings"), DEFAULT_MODEL),
                                   f"{context.partition_key}_entities", emit=context.log.info)
     seconds = round(time.perf_counter() - t0, 1)
-    return Output(frame.assign(corpus=context.partition_key), metadata={
+    frame = frame.assign(corpus=context.partition_key)
+    built_from = recorded_fingerprint(graph_nodes.get(FINGERPRINT))
+    if built_from:   # the chunks of the graph it embeds (a graph from before fingerprints records none, nor does this)
+        frame[FINGERPRINT] = built_from
+    return Output(frame, metadata={
         **{k: v for k, v in stats.items() if k != "progress"}, "seconds": seconds, "model": DEFAULT_MODEL,
         "progress": stats["progress"]})

@@ -16,6 +16,7 @@ from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Confi
 from causal_assets.core.checks import check_ranked_results
 from causal_assets.core.errors import ConfigError
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
+from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, require_current
 from causal_assets.core.index.search import CHUNKS, CorpusIndex
 from causal_assets.core import needs
 from causal_assets.core.local_search import inbox
@@ -91,9 +92,13 @@ def causal_search(context: AssetExecutionContext, config: SearchConfig, storage:
     embedder = Embedder()
     t0 = time.perf_counter()
     vectors_path = asset_path(storage.base, "graph_entity_embeddings", corpus)
+    parts = {"graph_nodes": nodes.get(FINGERPRINT), "graph_edges": edges.get(FINGERPRINT)}
     if vectors_path.exists():
         vectors = read_parquet(vectors_path)
-    else:  # built by the graph stage; an older graph without it is embedded here (resumable, with progress)
+        parts["graph_entity_embeddings"] = vectors.get(FINGERPRINT)
+    # a graph of other chunks would answer with entities and ids of texts that are gone or changed
+    require_current(corpus, chunks_fingerprint(chunks), parts)
+    if not vectors_path.exists():  # built by the graph stage; an older graph without it is embedded here (resumable, with progress)
         context.log.warning(f"graph_entity_embeddings/{corpus} is missing: embedding the entity descriptions now")
         vectors, _ = embed_entities(nodes, embedder.encode, EmbeddingCache(storage.cache_dir("embeddings"), DEFAULT_MODEL),
                                     f"{corpus}_entities", emit=context.log.info)
@@ -153,7 +158,8 @@ def _not_built(corpus: str, known: list[str] | None) -> str | None:
         return None
     todo = needs.missing(BASE_PATH, corpus, needs.required(dense=True, graph=True))
     if todo:
-        return f"corpus {corpus!r} is not built (missing: {', '.join(todo)}): run `causal-assets build {corpus}`"
+        return (f"corpus {corpus!r} is not built ({needs.describe(BASE_PATH, corpus, todo)}): run "
+                f"`causal-assets build {corpus}`")
     return None
 
 

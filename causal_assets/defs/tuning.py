@@ -27,6 +27,7 @@ from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.index.dense import model_reference, resolve_model_reference
+from causal_assets.core.index.provenance import FINGERPRINT, recorded_fingerprint
 from causal_assets.core.retrievers.cross_encoder import member_dir, member_dirs
 from causal_assets.core.retrievers.factory import SCORING
 from causal_assets.core.storage import asset_path, read_parquet
@@ -51,7 +52,7 @@ RERANKER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "weight", "depth
                     "held_out_base", "held_out_reranked", "held_out_gain", "held_out_gain_se", "fit_queries",
                     "held_out_queries", "pairs", "epochs", "lr", "members", "tune_split_queries", "fit_seconds",
                     "held_out_seconds", "model", "version", "held_out_by_mix", "held_out_by_member"]
-EMBEDDING_COLUMNS = ["corpus", "chunk_id", "chunk_idx", "content_hash", "model", "backend", "embedding"]
+EMBEDDING_COLUMNS = ["corpus", "chunk_id", "chunk_idx", "content_hash", "model", "backend", "embedding", FINGERPRINT]
 
 
 def eager_tolerating_missing(*keys: str) -> AutomationCondition:
@@ -115,8 +116,8 @@ class EncoderConfig(Config):
     refit: bool = False
 
 
-def previous_fit(storage: Storage, benchmark: str, version: str, target: Path,
-                 chunks: int) -> tuple[pd.DataFrame, pd.DataFrame, dict] | None:
+def previous_fit(storage: Storage, benchmark: str, version: str, target: Path, chunks: int,
+                 fingerprint: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict] | None:
     """The last materialization's (record, vectors, held-out figures by weight) when it fitted `version` and what
     it adopted is intact: a job that selects the whole tuning group then costs no second fit (~10 min on SciFact)
     for an unchanged version."""
@@ -136,7 +137,8 @@ def previous_fit(storage: Storage, benchmark: str, version: str, target: Path,
     vectors = read_parquet(vectors_path)
     models = {resolve_model_reference(str(m), vectors_path) for m in vectors["model"]}
     intact = (resolve_model_reference(str(record["model"].iloc[0]), record_path) == str(target.resolve())
-              and models == {str(target.resolve())} and (target / "config.json").exists() and len(vectors) == chunks)
+              and models == {str(target.resolve())} and (target / "config.json").exists() and len(vectors) == chunks
+              and (fingerprint is None or recorded_fingerprint(vectors.get(FINGERPRINT)) == fingerprint))
     return (record, vectors, by_weight) if intact else None
 
 
@@ -172,7 +174,8 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
     version = encoder_version(index, bench, tuning.encoder, tuning.seed)
     # beside the learned models of the same benchmark (fitted through `fit_into`)
     target = storage.reports_path / "tuned" / spec.name / f"encoder-{version}"
-    previous = None if config.refit else previous_fit(storage, spec.name, version, target, len(index.chunks))
+    previous = None if config.refit else previous_fit(storage, spec.name, version, target, len(index.chunks),
+                                                      index.fingerprint)
     if previous is not None:
         record, embeddings, by_weight = previous
         context.log.info(f"encoder {version}: fitted by the last materialization ({record['reason'].iloc[0]}), "
@@ -209,7 +212,7 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
     embeddings = pd.DataFrame({
         "corpus": spec.corpus, "chunk_id": index.chunks["chunk_id"], "chunk_idx": index.chunks["chunk_idx"],
         "content_hash": index.chunks["content_hash"], "model": named_in[TUNED_EMBEDDINGS], "backend": BACKEND,
-        "embedding": list(result.embeddings)}) if result.adopted else empty
+        "embedding": list(result.embeddings), FINGERPRINT: index.fingerprint}) if result.adopted else empty
     # the vectors first: a run killed between the two outputs leaves the previous record, which never points at
     # vectors that are not there
     yield versioned(embeddings, version, output_name=TUNED_EMBEDDINGS,

@@ -100,6 +100,7 @@ def test_no_build_refuses_naming_the_command(tmp_path):
 
 def _tiny_index(base: Path) -> None:
     from causal_assets.core.index.build import build_sparse, sparse_frames
+    from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, compute_fingerprint
     from causal_assets.core.storage import asset_path, write_parquet_atomic
 
     texts = ["networkx.shortest_path\n@nx._dispatchable\ndef shortest_path(G, source, target):\n"
@@ -110,8 +111,9 @@ def _tiny_index(base: Path) -> None:
                            "title": ["networkx.shortest_path", "networkx.pagerank"], "text": texts,
                            "start_line": 1, "end_line": 3, "content_hash": ["a", "b"], "metadata": "{}",
                            "index_options": json.dumps({"split_identifiers": True})})
+    chunks[FINGERPRINT] = compute_fingerprint(chunks)   # as the corpus_chunks asset writes it
     write_parquet_atomic(chunks, asset_path(base, "corpus_chunks", "default"))
-    postings, vocab = sparse_frames(build_sparse(chunks, True)[0], "default")
+    postings, vocab = sparse_frames(build_sparse(chunks, True)[0], "default", chunks_fingerprint(chunks))
     write_parquet_atomic(postings, asset_path(base, "sparse_postings", "default"))
     write_parquet_atomic(vocab, asset_path(base, "sparse_vocabulary", "default"))
 
@@ -343,3 +345,120 @@ def test_results_to_a_closed_or_full_output_end_in_one_line(tmp_path, redirect, 
                          timeout=120)
     assert out.returncode == code and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.strip().splitlines() == (["causal-assets: No space left on device"] if code else []), out.stderr
+
+
+@pytest.mark.slow
+def test_build_rebuilds_index_parts_built_from_older_chunks(tmp_path):
+    """`build` of a corpus whose chunks were re-materialized alone (a file added to its folder) said "already
+    built", and search served the old index for the new chunks; now it names the parts and rebuilds them."""
+    import yaml
+    from dagster import DagsterInstance, materialize
+
+    from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
+    from causal_assets.resources import CorpusRegistry, ParquetIOManagerFactory, Storage
+
+    docs, base = tmp_path / "docs", tmp_path / "pq"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Dijkstra\n\nDijkstra's algorithm finds shortest paths in weighted graphs.\n")
+    (docs / "b.md").write_text("# Kruskal\n\nKruskal's algorithm builds a minimum spanning tree.\n")
+    registry = tmp_path / "corpora.yaml"
+    registry.write_text(yaml.safe_dump({"corpora": [{"name": "default", "loader": "folder", "path": str(docs)}]}))
+    storage = Storage(base_path=str(base), catalog_path=str(tmp_path / "catalog.duckdb"),
+                      reports_dir=str(tmp_path / "reports"))
+    resources = {"storage": storage, "corpus_registry": CorpusRegistry(path=str(registry)),
+                 "io_manager": ParquetIOManagerFactory(storage=storage)}
+    assets = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary]
+    with DagsterInstance.ephemeral() as instance:
+        assert materialize(assets, resources=resources, partition_key="default", instance=instance).success
+        (docs / "c.md").write_text("# Greedy colouring\n\nGreedy colouring gives each vertex the lowest free colour.\n")
+        assert materialize(assets, resources=resources, partition_key="default", instance=instance,
+                           selection=["corpus_chunks"]).success
+    env = {"DAGSTER_HOME": str(tmp_path / "home"), "CAUSAL_ASSETS_CORPORA": str(registry),
+           "CAUSAL_ASSETS_CATALOG": str(tmp_path / "catalog.duckdb")}
+    out = run_cli("--base-path", str(base), "search", "greedy colouring", "--no-build", env=env)
+    assert out.returncode == 2 and "(built from older chunks: sparse_postings, sparse_vocabulary)" in out.stderr, \
+        out.stderr
+    out = run_cli("--base-path", str(base), "build", "default", "--index-only", env=env)
+    assert out.returncode == 0, out.stderr
+    assert ("sparse_postings, sparse_vocabulary, corpus_embeddings were built from another version of its chunks; "
+            "rebuilding them") in out.stderr, out.stderr
+    for method in ("bm25", "dense"):
+        out = run_cli("--base-path", str(base), "search", "greedy colouring of a vertex", "-k", "1", "--method",
+                      method, "--no-build", "--json", env=env)
+        assert out.returncode == 0 and json.loads(out.stdout)[0]["chunk_id"] == "c.md#0", (method, out.stderr)
+
+
+def test_quiet_terminal_drops_log_records_the_command_reports_as_its_error_line():
+    """The LLM client logs each failure it then raises; without --verbose the terminal showed it as an `ERROR:`
+    line (once per attempt of a retried step) before the command's own error line. Other libraries' errors stay."""
+    code = ("import logging\nfrom causal_assets.commands import quiet\nquiet()\n"
+            "logging.getLogger('causal_assets.core.llm.client').error('llm chat call failed after 1 attempt(s)')\n"
+            "logging.getLogger('causal_assets.core.llm.client').critical('llm client cannot go on')\n"
+            "logging.getLogger('some.library').error('a library error')\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines() == ["CRITICAL:causal_assets.core.llm.client:llm client cannot go on",
+                                       "ERROR:some.library:a library error"], out.stderr
+
+
+class _RefusingEndpoint:
+    """An OpenAI-compatible endpoint on 127.0.0.1 that answers every request 400 (a model it does not have)."""
+
+    def __enter__(self):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                body = json.dumps({"error": {"message": "model does not exist",
+                                             "type": "invalid_request_error"}}).encode()
+                self.send_response(400)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.slow
+def test_ask_whose_llm_call_fails_prints_one_error_line(tmp_path):
+    import shutil
+
+    import yaml
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Dijkstra\n\nDijkstra's algorithm was published by Edsger Dijkstra in 1959. "
+                               "Edsger Dijkstra worked in Amsterdam.\n")
+    (docs / "b.md").write_text("# Kruskal\n\nKruskal's algorithm was published by Joseph Kruskal in 1956. "
+                               "Joseph Kruskal worked at Bell Labs.\n")
+    registry = tmp_path / "corpora.yaml"
+    registry.write_text(yaml.safe_dump({"corpora": [{"name": "default", "loader": "folder", "path": str(docs)}]}))
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(ROOT / "data" / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    with _RefusingEndpoint() as url:
+        out = run_cli("ask", "Who published Dijkstra's algorithm?", "--corpus", "default", env={
+            "DAGSTER_HOME": str(home), "CAUSAL_ASSETS_CORPORA": str(registry), "CAUSAL_ASSETS_CATALOG": "none",
+            "CAUSAL_ASSETS_BASE_PATH": str(tmp_path / "pq"), "CAUSAL_ASSETS_QUERIES": str(tmp_path / "queries"),
+            "CAUSAL_ASSETS_REPORTS": str(tmp_path / "reports"), "CAUSAL_ASSETS_LLM_CACHE": str(tmp_path / "llm.sqlite"),
+            "CAUSAL_ASSETS_LLM_BASE_URL": url})
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and all(line.startswith("causal-assets: ") for line in lines), out.stderr
+    assert lines[-1].startswith("causal-assets: answering failed: step causal_search failed: ") and \
+        "Error code: 400 - model does not exist" in lines[-1], out.stderr
+    assert sum("400" in line for line in lines) == 1, out.stderr

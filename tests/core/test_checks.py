@@ -10,6 +10,7 @@ from causal_assets.core.checks import (check_chunks, check_embeddings, check_gra
 from causal_assets.core.corpus.beir import load_beir_corpus
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.graph.build import build_graph
+from causal_assets.core.index.provenance import chunks_fingerprint
 from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
 from causal_assets.core.index.dense import Embedder
 
@@ -18,7 +19,7 @@ from causal_assets.core.index.dense import Embedder
 def tables(scifact_small):
     chunks = chunks_to_frame(load_beir_corpus(scifact_small, "scifact"))
     chunks.insert(0, "chunk_idx", range(len(chunks)))
-    postings, vocab = sparse_frames(build_sparse(chunks, False)[0], "scifact")
+    postings, vocab = sparse_frames(build_sparse(chunks, False)[0], "scifact", chunks_fingerprint(chunks))
     vectors = Embedder().encode(chunk_texts(chunks))
     embeddings = pd.DataFrame({"chunk_id": chunks["chunk_id"], "content_hash": chunks["content_hash"],
                                "embedding": list(vectors)})

@@ -90,15 +90,18 @@ def test_backend_choice():
 
 
 def test_corpus_index_embeds_queries_with_the_backend_of_its_vectors(tmp_path):
+    from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint
     from causal_assets.core.storage import asset_path, write_parquet_atomic
 
     chunks = pd.DataFrame({"chunk_idx": [0, 1], "chunk_id": ["a", "b"], "title": "", "kind": "x", "text": ["x", "y"],
                            "content_hash": ["h1", "h2"]})
-    postings = pd.DataFrame({"method": ["bm25"], "term_id": [0], "chunk_idx": [0], "weight": [1.0]})
-    vocab = pd.DataFrame({"method": ["bm25"], "term_id": [0], "term": ["x"], "df": [1], "idf": [1.0]})
+    built_from = {FINGERPRINT: chunks_fingerprint(chunks)}
+    postings = pd.DataFrame({"method": ["bm25"], "term_id": [0], "chunk_idx": [0], "weight": [1.0], **built_from})
+    vocab = pd.DataFrame({"method": ["bm25"], "term_id": [0], "term": ["x"], "df": [1], "idf": [1.0], **built_from})
     for name, frame in (("corpus_chunks", chunks), ("sparse_postings", postings), ("sparse_vocabulary", vocab)):
         write_parquet_atomic(frame, asset_path(tmp_path, name, "c"))
-    emb = pd.DataFrame({"chunk_idx": [0, 1], "model": DEFAULT_MODEL, "embedding": [np.eye(4)[0], np.eye(4)[1]]})
+    emb = pd.DataFrame({"chunk_idx": [0, 1], "model": DEFAULT_MODEL, "embedding": [np.eye(4)[0], np.eye(4)[1]],
+                        **built_from})
     write_parquet_atomic(emb.assign(backend="onnx-int8"), asset_path(tmp_path, "corpus_embeddings", "c"))
     assert CorpusIndex.load(tmp_path, "c").embedder.backend == "onnx-int8"
     write_parquet_atomic(emb, asset_path(tmp_path, "corpus_embeddings", "c"))  # written before backends existed

@@ -14,7 +14,9 @@ from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.python_package import load_python_package
 from causal_assets.core.graph.build import build_graph
 from causal_assets.core.graph.code_graph import build_code_graph, resolve_relative
-from causal_assets.core.graph.store import EDGE_COLUMNS, NODE_COLUMNS, chunk_neighbors, graph_stats, to_networkx
+from causal_assets.core.checks import check_graph
+from causal_assets.core.graph.store import (CODE_KINDS, EDGE_COLUMNS, NODE_COLUMNS, chunk_neighbors, graph_stats,
+                                           to_networkx)
 from causal_assets.core.graph.text_graph import build_text_graph
 from causal_assets.core.text.titles import TitleMatcher, entity_key
 
@@ -278,3 +280,63 @@ def test_title_matcher_and_keys():
     assert m.find("Neil Peart joined Rush in 1974.") == {"a", "b"}
     assert m.find("a rush of blood") == set()  # capitalised titles need a capitalised mention
     assert entity_key("Neil Peart's") == "neil peart"
+
+
+def _mixed_folder(root):
+    root.mkdir()
+    (root / "operations.md").write_text(
+        "# Operations\n\n## Retries\n\nA step that calls the LLM is retried when the failure is the "
+        "infrastructure's: a dead local server, a timeout or a refused connection. Each such step is retried at most "
+        "3 times, waiting 10 seconds, then 20, then 40. A request the endpoint refuses is not retried.\n")
+    (root / "retries.py").write_text(
+        '"""Retry policies of the steps."""\n\n\ndef retry_policy(max_retries=3, delay=10):\n'
+        '    """The retry policy of a step: how many retries and the first delay."""\n'
+        '    return {"max_retries": max_retries, "delay": delay}\n\n\n'
+        'def infrastructure_retries(step):\n    """Retry `step` on infrastructure failures only."""\n'
+        '    return retry_policy()\n')
+    (root / "cache.py").write_text(
+        '"""The call cache."""\n\n\nclass CallCache:\n    """Calls by key."""\n\n'
+        '    def get(self, key):\n        """The call stored under `key`."""\n        return None\n\n'
+        '    def history(self, key):\n        """Every attempt of a call, retries included."""\n        return []\n')
+    return root
+
+
+def test_a_mixed_folder_graph_holds_its_text_and_its_code(tmp_path):
+    """A folder of Markdown and Python files got a code graph only: its Markdown page had no node, so causal search
+    drew every source from Python files although `search` ranked the page first."""
+    from causal_assets.core.corpus.folder import load_folder
+    from causal_assets.core.local_search.entity_vectors import entity_nodes
+
+    chunks, _ = load_folder(_mixed_folder(tmp_path / "docs"), "mixed")
+    frame = chunks_to_frame(chunks)
+    nodes, edges = build_graph(frame)
+    types = set(nodes["node_type"])
+    assert {"chunk", "entity", "module", "function", "class", "method"} <= types, types
+    assert "chunk:operations.md#0" in set(nodes["node_id"])
+    assert set(nodes.loc[nodes["chunk_id"] != "", "chunk_id"]) == set(frame["chunk_id"])   # every chunk has a node
+    assert nodes["node_id"].is_unique
+    assert check_graph(nodes, edges, frame["chunk_id"]).passed
+    assert {"entity", "function"} <= set(entity_nodes(nodes)["node_type"])
+    # a corpus of one kind keeps the graph of that kind
+    assert "entity" not in set(build_graph(frame[frame["kind"] != "file_chunk"])[0]["node_type"])
+    assert not set(build_graph(frame[frame["kind"] == "file_chunk"])[0]["node_type"]) & CODE_KINDS
+
+
+def test_causal_search_context_of_a_mixed_folder_starts_with_the_page_that_answers(tmp_path):
+    from causal_assets.core.corpus.folder import load_folder
+    from causal_assets.core.index.dense import Embedder
+    from causal_assets.core.local_search.context import GraphContextBuilder
+    from causal_assets.core.local_search.search import LocalSearchResult
+
+    chunks, _ = load_folder(_mixed_folder(tmp_path / "docs"), "mixed")
+    frame = chunks_to_frame(chunks)
+    nodes, edges = build_graph(frame)
+    embedder = Embedder()
+    builder = GraphContextBuilder(nodes, edges, frame, embed=embedder.encode, embed_query=embedder.encode_queries)
+    question = "How many times is a step that calls the LLM retried, and how long does it wait?"
+    data = builder.build_network_data(question, max_tokens=2000)
+    sources = LocalSearchResult(query=question, query_id="q", created_at=0.0, response="", report="",
+                                network_data=data, response_type="", model=None, n_ctx=4096,
+                                network_max_tokens=2000).sources()
+    assert sources[0]["id"] == "operations.md#0", [s["id"] for s in sources]
+    assert "at most 3 times" in sources[0]["text"]

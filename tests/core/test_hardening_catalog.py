@@ -1,7 +1,8 @@
-"""Issue 15, findings 6 and 7: the DuckDB catalog quotes every identifier and path it splices into SQL, and
+"""The DuckDB catalog quotes every identifier and path it splices into SQL, and
 `causal-assets sql` cannot write files, read outside the Parquet base or load extensions."""
 from __future__ import annotations
 
+import duckdb
 import pandas as pd
 import pytest
 
@@ -83,8 +84,10 @@ def test_sql_command_cannot_write_read_outside_the_base_or_load_extensions(tmp_p
     (tmp_path / ".tmp" / "notes.txt").write_text("secret-token-123")
     code, out, err = sql("select content from read_text('.tmp/notes.txt')")
     assert code == 2 and "secret-token-123" not in out + err, (out, err)
-    code, out, _ = sql(f"select count(*) as n from '{base}/corpus_chunks/*.parquet'")  # the Parquet directly: fine
+    code, out, _ = sql("select count(*) as n from 'base://corpus_chunks/*.parquet'")  # the Parquet directly: fine
     assert code == 0 and "2" in out
+    code, out, err = sql(f"select count(*) as n from '{base}/corpus_chunks/*.parquet'")  # by local path: no
+    assert code == 2 and "'base://<asset>/*.parquet'" in err, err
     for query in (f"COPY (select 1) TO '{source}'", f"copy (select 1) to '{base}/corpus_chunks/x.parquet'",
                   f"export database '{tmp_path}/exp'", "install httpfs", "load httpfs", "attach ':memory:' as m",
                   "set enable_external_access = true", "create table t as select 1"):
@@ -99,3 +102,79 @@ def test_sql_command_cannot_write_read_outside_the_base_or_load_extensions(tmp_p
         assert "disabled by configuration" in err or "Permission" in err, (query, err)
     assert source.read_bytes() == before and not (base / "corpus_chunks" / "x.parquet").exists()
     assert not (tmp_path / "exp").exists()
+
+
+def _tree(root):
+    """Every file and directory under `root` with its content hash: what a write of any kind would change."""
+    import hashlib
+    return {str(p): (hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir")
+            for p in sorted(root.rglob("*"))}
+
+
+# Statements that write, each wrapped a way a check of the outer statement alone lets through, or aimed at the
+# read-only file system's own URLs; run on the analysis connection itself, with no statement check in front.
+WRITES = [
+    "EXPLAIN ANALYZE COPY (select 'EVIL' as chunk_id) TO '{source}'",
+    "EXPLAIN ANALYZE COPY (select 'EVIL' as chunk_id) TO 'base://corpus_chunks/default.parquet'",
+    "COPY (select 'EVIL' as chunk_id) TO '{base}/cache/embeddings/poison.parquet'",
+    "COPY (select 'EVIL' as chunk_id) TO 'base://cache/embeddings/poison.parquet'",
+    "COPY (select 1 as a, 2 as b) TO 'base://corpus_chunks' (format parquet, partition_by a, overwrite_or_ignore)",
+    "PREPARE w AS COPY (select 1) TO 'base://w.csv'; EXECUTE w",
+    "select 1; COPY (select 1) TO 'base://two.csv'",
+    "WITH x AS (select 'EVIL' as chunk_id) select * from x; COPY (select 1) TO '{base}/cte.csv'",
+    "EXPORT DATABASE 'base://exported'",
+    "ATTACH 'base://new.duckdb' AS n",
+    "ATTACH '{base}/new.duckdb' AS n",
+    "SET disabled_filesystems = ''",
+    "SET enable_external_access = true",
+    "RESET lock_configuration",
+    "PRAGMA enable_profiling = 'json'",
+    "SET profiling_output = '{base}/profile.json'",
+    "CALL enable_logging(storage = 'file', storage_path = '{base}/log')",
+    "SET temp_directory = '{base}/spill'",
+    "INSTALL httpfs",
+]
+
+
+@pytest.mark.parametrize("statement", WRITES)
+def test_the_analysis_connection_writes_nothing_however_a_statement_is_wrapped(tmp_path, statement):
+    base = _base(tmp_path)
+    (base / "cache" / "embeddings").mkdir(parents=True)
+    (tmp_path / "outside.txt").write_text("outside")
+    catalog = DuckDBCatalog(tmp_path / "catalog.duckdb")
+    catalog.refresh_from_storage(base)
+    source = base / "corpus_chunks" / "default.parquet"
+    before = _tree(tmp_path)
+    with catalog.connect_for_analysis(base) as con:
+        with pytest.raises(duckdb.Error):
+            relation = con.sql(statement.format(base=base, source=source))   # what `causal-assets sql` runs
+            if relation is not None:
+                relation.fetchall()
+        # the connection still reads (a refused statement did not break it), and only under the base path
+        assert con.execute("select count(*) from corpus_chunks").fetchall() == [(2,)]
+        assert con.execute("select count(*) from 'base://corpus_chunks/*.parquet'").fetchall() == [(2,)]
+        for outside in ("base://../outside.txt", "base://corpus_chunks/../../outside.txt"):
+            try:
+                rows = con.execute(f"select content from read_text('{outside}')").fetchall()
+            except duckdb.Error:
+                rows = []
+            assert rows == [], outside
+    assert _tree(tmp_path) == before
+
+
+def test_sql_command_explain_analyze_copy_leaves_the_partition_as_it_was(tmp_path, capsys):
+    from causal_assets.cli import main
+
+    base = _base(tmp_path)
+    catalog_path = tmp_path / "catalog.duckdb"
+    DuckDBCatalog(catalog_path).refresh_from_storage(base)
+    source = base / "corpus_chunks" / "default.parquet"
+    before = _tree(tmp_path)
+    for target in (source, "base://corpus_chunks/default.parquet"):
+        code = main(["--base-path", str(base), "sql", f"EXPLAIN ANALYZE COPY (select 'EVIL' as chunk_id, 'default' "
+                     f"as corpus, 'injected' as text) TO '{target}'", "--catalog-path", str(catalog_path)])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert "writes nothing" in err or "disabled" in err, err
+    assert _tree(tmp_path) == before
+    assert pd.read_parquet(source)["chunk_id"].tolist() == ["a", "b"]

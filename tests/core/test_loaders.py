@@ -281,6 +281,24 @@ def test_registry_errors_name_file_and_field(tmp_path):
      r"option 'split_identifiers' must be true or false, not 'false'"),
     # the last of two keys silently won
     ("loader: folder\n    path: /tmp\n    path: /etc", r"corpora.yaml:8: malformed YAML \(duplicate key 'path'\)"),
+    # folder sizes: a string or a fraction failed the build with a bare TypeError; negative sizes wrote empty chunks
+    ("loader: folder\n    path: /tmp\n    options: {chunk_chars: '1500'}",
+     r"corpora\[1\].*option 'chunk_chars' is '1500': input should be a valid integer"),
+    ("loader: folder\n    path: /tmp\n    options: {chunk_chars: 1500.5}",
+     r"option 'chunk_chars' is 1500.5: input should be a valid integer"),
+    ("loader: folder\n    path: /tmp\n    options: {chunk_chars: -10, overlap_chars: -20}",
+     r"option 'chunk_chars' is -10: input should be greater than 0"),
+    ("loader: folder\n    path: /tmp\n    options: {overlap_chars: -20}",
+     r"option 'overlap_chars' is -20: input should be greater than or equal to 0"),
+    ("loader: folder\n    path: /tmp\n    options: {chunk_chars: 200, overlap_chars: 200}",
+     r"option 'overlap_chars' \(200\) must be smaller than 'chunk_chars' \(200\)"),
+    ("loader: folder\n    path: /tmp\n    options: {overlap_chars: 1500}",
+     r"option 'overlap_chars' \(1500\) must be smaller than 'chunk_chars' \(1500\)"),   # against the default
+    ("loader: folder\n    path: /tmp\n    options: {max_file_bytes: true}",
+     r"option 'max_file_bytes' is True: input should be a valid integer"),
+    ("loader: folder\n    path: /tmp\n    options: {suffixes: .md}", r"option 'suffixes' is '.md': input should be a valid"),
+    ("loader: python_package\n    package: networkx\n    options: {subpackages: algorithms}",
+     r"option 'subpackages' is 'algorithms': input should be a valid"),
 ])
 def test_registry_options_and_keys_are_checked(tmp_path, entry, message):
     p = tmp_path / "corpora.yaml"
@@ -291,9 +309,28 @@ def test_registry_options_and_keys_are_checked(tmp_path, entry, message):
     p.write_text(f"corpora:\n  - name: x\n    loader: folder\n    path: /tmp\n    options: {{chunk_chars: 500}}\n"
                  f"  - name: default\n    loader: python_package\n    package: networkx\n")
     assert load_corpus_registry(p)["x"].options == {"chunk_chars": 500}
+    p.write_text(f"corpora:\n  - name: x\n    loader: folder\n    path: /tmp\n    options: {{chunk_chars: 500, "
+                 f"overlap_chars: 0, suffixes: [.md, .txt]}}\n"
+                 f"  - name: default\n    loader: python_package\n    package: networkx\n")
+    assert load_corpus_registry(p)["x"].options["suffixes"] == [".md", ".txt"]
 
 
 def test_shipped_registry_is_valid():
     specs = load_corpus_registry()
     assert specs["default"].available()
     assert {"scifact", "cosqa", "hotpotqa"} <= set(specs)
+
+
+def test_folder_counts_and_lists_fifos_and_blank_files(tmp_path):
+    """A FIFO, an empty file and a whitespace-only file were skipped without a word in the load report."""
+    from causal_assets.core.corpus.folder import load_folder
+
+    (tmp_path / "good.md").write_text("# Paths\n\nDijkstra finds shortest paths.\n")
+    os.mkfifo(tmp_path / "pipe.md")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.md").write_text("  \n\n\t\n")
+    chunks, report = load_folder(tmp_path, "notes")
+    assert [c.path for c in chunks] == ["good.md"] and report["files"] == 1
+    assert report["skipped_not_regular"] == 1 and report["skipped_blank"] == 2
+    assert sorted(report["skipped"]) == ["blank.md: empty or only whitespace", "empty.txt: empty file",
+                                         "pipe.md: not a regular file (a FIFO)"]

@@ -122,3 +122,51 @@ def test_an_unchanged_view_needs_no_write_lock(tmp_path):
     assert DuckDBCatalog(tmp_path / "cat.duckdb").refresh_from_storage(base) == {"evaluation_runs": "created"}
     with DuckDBCatalog(tmp_path / "cat.duckdb").connect() as con:
         assert con.execute("select count(*), count(w), count(chunk_id) from evaluation_runs").fetchone() == (2, 1, 2)
+
+
+@pytest.fixture
+def full_disk():
+    """Writes in this process fail as on a full disk (EFBIG through RLIMIT_FSIZE: the write itself fails, with an
+    OSError that names no file) while the test body runs."""
+    import resource
+    import signal
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    class Disk:
+        def __enter__(self):
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))
+
+        def __exit__(self, *exc):
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+    try:
+        yield Disk()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_a_full_disk_names_the_file_being_written(tmp_path, full_disk):
+    """`[Errno 27] File too large` (or 28, No space left on device) said nothing of which file: the asset's
+    Parquet, the query record and the search report each name themselves, and leave no temporary file."""
+    from causal_assets.core.local_search import inbox
+    from causal_assets.core.local_search.search import _write_atomic
+
+    target = asset_path(tmp_path / "parquet", "corpus_chunks", "default")
+    target.parent.mkdir(parents=True)
+    report = tmp_path / "reports" / "causal_search_report_x.md"
+    report.parent.mkdir()
+    (tmp_path / "queries").mkdir()
+    writes = {str(target): lambda: write_parquet_atomic(pd.DataFrame({"x": range(1000)}), target),
+              str(report): lambda: _write_atomic(report, "# report\n" * 1000),
+              str(tmp_path / "queries"): lambda: inbox.submit(tmp_path / "queries", "Who wrote Killing Pablo?",
+                                                              "hotpotqa")}
+    for where, write in writes.items():
+        with full_disk, pytest.raises(OSError) as raised:
+            write()
+        assert raised.value.errno in (27, 28) and str(raised.value.filename).startswith(where), raised.value
+        assert where in str(raised.value)
+    leftovers = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert leftovers == [], leftovers

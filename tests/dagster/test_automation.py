@@ -5,7 +5,8 @@ import json
 import os
 from datetime import datetime, timezone
 
-from dagster import DagsterInstance, build_schedule_context, build_sensor_context
+from dagster import (AutomationConditionSensorDefinition, DagsterInstance, DefaultSensorStatus, build_schedule_context,
+                     build_sensor_context)
 
 from causal_assets.core.corpus.fingerprint import source_fingerprint
 from causal_assets.core.corpus.registry import CorpusSpec
@@ -92,3 +93,33 @@ def test_a_missing_source_is_a_warning_not_a_run_and_is_reindexed_when_back(tmp_
         (tmp_path / "docs.away").rename(root)
         back = tick(gone.cursor)
     assert [r.partition_key for r in back.run_requests] == ["default"]
+
+
+# Long runs or LLM calls: what must never start by itself
+HEAVY_GROUPS = ("labels", "tuning", "evaluation")
+
+
+def _automation_sensors():
+    from causal_assets.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    sensors = [s for s in defs.get_repository_def().sensor_defs if isinstance(s, AutomationConditionSensorDefinition)]
+    return graph, {s.name: (s, s.asset_selection.resolve(graph)) for s in sensors}
+
+
+def test_starting_the_ui_launches_no_tuning_evaluation_or_labels():
+    graph, sensors = _automation_sensors()
+    heavy = {key for key in graph.get_all_asset_keys() if graph.get(key).group_name in HEAVY_GROUPS}
+    assert {"tuning", "evaluation", "labels"} <= {graph.get(k).group_name for k in heavy}
+    automated = {key for key in graph.get_all_asset_keys() if graph.get(key).automation_condition is not None}
+    assert automated & heavy, "the tuning and evaluation assets are eager (they follow when switched on)"
+    for name, (sensor, keys) in sensors.items():
+        if sensor.default_status == DefaultSensorStatus.RUNNING:
+            assert not keys & heavy, (name, sorted(k.to_user_string() for k in keys & heavy))
+    # every automated heavy asset is covered by a sensor that is off until switched on
+    stopped = set().union(*(keys for s, keys in sensors.values() if s.default_status == DefaultSensorStatus.STOPPED))
+    assert automated & heavy <= stopped
+    # and the cheap ones (graph, entity vectors) still follow their index without a click
+    running = set().union(*(keys for s, keys in sensors.values() if s.default_status == DefaultSensorStatus.RUNNING))
+    assert {k.to_user_string() for k in automated - heavy} <= {k.to_user_string() for k in running}
+    assert {"graph_nodes", "graph_edges", "graph_entity_embeddings"} <= {k.to_user_string() for k in running}

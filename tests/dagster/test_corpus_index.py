@@ -163,3 +163,43 @@ def test_cli_search_with_cascade_and_entity_first(resources, capsys):
         hits = json.loads(capsys.readouterr().out)
         assert len(hits) == 2 and hits[0]["rank"] == 1
     assert main(["--base-path", base, "search", "  ", "--corpus", "hotpotqa"]) == 2
+
+
+def test_chunks_rematerialized_alone_leave_an_index_that_is_refused_until_rebuilt(tmp_path):
+    """A file added to a folder corpus and only corpus_chunks re-materialized: `search` returned the new chunk ids
+    with the old texts' scores, and dense search died with "could not broadcast input array from shape (2,) into
+    shape (3,)"; `build` said the index was there. Now the stale parts are refused on load and listed as missing,
+    and materializing them again serves the new file."""
+    from causal_assets.core import needs
+    from causal_assets.core.index.provenance import FINGERPRINT, StaleIndexError
+    from causal_assets.resources import CorpusRegistry, ParquetIOManagerFactory, Storage
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Dijkstra\n\nDijkstra's algorithm finds shortest paths in weighted graphs.\n")
+    (docs / "b.md").write_text("# Kruskal\n\nKruskal's algorithm builds a minimum spanning tree.\n")
+    registry = tmp_path / "corpora.yaml"
+    registry.write_text(yaml.safe_dump({"corpora": [{"name": "default", "loader": "folder", "path": str(docs)}]}))
+    storage = Storage(base_path=str(tmp_path / "parquet"), catalog_path=str(tmp_path / "catalog.duckdb"),
+                      reports_dir=str(tmp_path / "reports"))
+    resources = {"storage": storage, "corpus_registry": CorpusRegistry(path=str(registry)),
+                 "io_manager": ParquetIOManagerFactory(storage=storage)}
+    base, wanted = storage.base_path, needs.required(dense=True)
+    with DagsterInstance.ephemeral() as instance:
+        _materialize(resources, "default", instance)
+        assert needs.missing(base, "default", wanted) == []
+        (docs / "c.md").write_text("# Greedy colouring\n\nGreedy colouring gives each vertex the lowest free colour.\n")
+        assert materialize(ASSETS, resources=resources, partition_key="default", instance=instance,
+                           selection=["corpus_chunks"]).success
+        chunks = pd.read_parquet(f"{base}/corpus_chunks/default.parquet")
+        assert len(chunks) == 3 and chunks[FINGERPRINT].nunique() == 1
+        with pytest.raises(StaleIndexError, match="sparse_postings, sparse_vocabulary, corpus_embeddings were built "
+                                                  "from another version of corpus_chunks"):
+            CorpusIndex.load(base, "default")
+        assert needs.missing(base, "default", wanted) == ["sparse_postings", "sparse_vocabulary", "corpus_embeddings"]
+        assert materialize(ASSETS, resources=resources, partition_key="default", instance=instance,
+                           selection=["corpus_embeddings", "sparse_postings", "sparse_vocabulary"]).success
+    assert needs.missing(base, "default", wanted) == []
+    index = CorpusIndex.load(base, "default")
+    for method in ("bm25", "dense"):
+        assert index.search("greedy colouring of a vertex", k=1, method=method)[0].chunk_id == "c.md#0", method

@@ -1,4 +1,4 @@
-"""Issue 15, findings 4 and 12: the query inbox survives special files, and submitted queries are unique, refused
+"""The query inbox survives special files, and submitted queries are unique, refused
 early and kept out of system messages."""
 from __future__ import annotations
 
@@ -190,6 +190,25 @@ def test_inbox_text_drops_a_bom_and_refuses_bytes_that_are_not_utf8(tmp_path):
     (tmp_path / "latin1.txt").write_bytes(b"caf\xe9 au lait?\n")   # had become 'caf\ufffd au lait?'
     with pytest.raises(ConfigError, match=r"^latin1.txt: not UTF-8 text \(byte 0xe9 at offset 3\)$"):
         inbox.read_inbox_file(tmp_path / "latin1.txt")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("\n\nWho wrote Killing Pablo?\ncorpus: scifact\n", ("Who wrote Killing Pablo?", "scifact")),   # had been ""
+    ("corpus: scifact\nWho wrote Killing Pablo?\n", ("Who wrote Killing Pablo?", "scifact")),   # "corpus: scifact"
+    ("  \t\nCORPUS:scifact\r\n\r\nWho wrote Killing Pablo?\r\n", ("Who wrote Killing Pablo?", "scifact")),
+    ("Who wrote\u2028Killing Pablo?\ncorpus: scifact\n", ("Who wrote Killing Pablo?", "scifact")),   # "Who wrote"
+    ("Who wrote\x0cKilling\x85Pablo?\n", ("Who wrote Killing Pablo?", "hotpotqa")),
+    ("Corpus: what does corpus linguistics study?\n", ("Corpus: what does corpus linguistics study?", "hotpotqa")),
+    ("Who wrote Killing Pablo?\nA second line is a note.\ncorpus: scifact\n", ("Who wrote Killing Pablo?", "scifact")),
+])
+def test_inbox_question_is_the_first_text_line_and_a_corpus_line_may_come_anywhere(text, expected):
+    assert inbox.parse_inbox_text(text) == expected
+
+
+def test_inbox_refuses_two_corpus_lines_that_disagree():
+    with pytest.raises(ConfigError, match=r"2 corpus: lines naming different corpora \('scifact', 'default'\)"):
+        inbox.parse_inbox_text("Who wrote Killing Pablo?\ncorpus: scifact\ncorpus: default\n")
+    assert inbox.parse_inbox_text("Q?\ncorpus: scifact\ncorpus: scifact\n") == ("Q?", "scifact")
 
 
 def test_same_second_queries_get_distinct_ids(tmp_path):

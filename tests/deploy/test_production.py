@@ -1,8 +1,9 @@
 """The production profile (deploy/) for real on this machine: a throwaway PostgreSQL cluster (initdb/pg_ctl in a temp
 dir on 127.0.0.1), the code location served by `dagster code-server`, `dagster-daemon` and `dagster-webserver` as
-separate processes with deploy/dagster.yaml and deploy/workspace.yaml, runs launched through GraphQL.
+separate processes with deploy/dagster.yaml and deploy/workspace.yaml, each started with its systemd unit's command
+(deploy/systemd/), runs launched through GraphQL. The webserver must not answer on the machine's other addresses.
 
-The killed-run scenario of issue 15: a `causal_search` step (pool `llm`, one slot) is inside its LLM call (a local
+The killed-run scenario: a `causal_search` step (pool `llm`, one slot) is inside its LLM call (a local
 stand-in endpoint that holds the request) when its run worker gets SIGKILL. The run must end FAILURE, the slot must
 be given back, and the automatic re-execution (run_retries) must get the slot and succeed once the endpoint answers.
 
@@ -16,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,7 @@ import yaml
 
 from causal_assets.core.llm.server import free_port
 from tests.dagster.procs import ROOT, group_alive
+from tests.deploy.systemd_units import exec_start
 
 pytestmark = pytest.mark.slow
 
@@ -279,7 +282,8 @@ def deployment(tmp_path):
                "CAUSAL_ASSETS_BASE_PATH": str(root / "parquet"), "CAUSAL_ASSETS_CATALOG": str(root / "catalog.duckdb"),
                "CAUSAL_ASSETS_REPORTS": str(root / "reports"), "CAUSAL_ASSETS_QUERIES": str(root / "queries"),
                "CAUSAL_ASSETS_LLM_CACHE": str(root / "llm_calls.sqlite"),
-               "CAUSAL_ASSETS_LLM_BASE_URL": llm.url, "CAUSAL_ASSETS_LLM_MODEL": "fake-model"}
+               "CAUSAL_ASSETS_LLM_BASE_URL": llm.url, "CAUSAL_ASSETS_LLM_MODEL": "fake-model",
+               "CAUSAL_ASSETS_WEBSERVER_PORT": str(web_port)}
 
         def teardown():
             stubborn = {}
@@ -290,10 +294,9 @@ def deployment(tmp_path):
             print(f"\nteardown: processes that needed SIGKILL: {stubborn or 'none'}")
 
         stack.callback(teardown)
-        # The order of a deployment: code server first (the others connect to it), then daemon and webserver.
-        procs.append(start([str(BIN / "dagster"), "code-server", "start", "-h", "127.0.0.1", "-p", str(code_port),
-                            "-m", "causal_assets.definitions", "--location-name", "causal_assets"],
-                           env, logs["code_server"]))
+        # The order of a deployment: code server first (the others connect to it), then daemon and webserver, each
+        # with the command of its systemd unit (deploy/systemd/)
+        procs.append(start(exec_start("code-server", env, BIN), env, logs["code_server"]))
         def code_server_serving():
             assert procs[0].poll() is None, f"code server exited:\n{logs['code_server'].read_text()[-3000:]}"
             return subprocess.run([str(BIN / "dagster"), "api", "grpc-health-check", "--host", "127.0.0.1",
@@ -301,9 +304,8 @@ def deployment(tmp_path):
 
         wait_for("code server answering health checks", code_server_serving, STARTUP_TIMEOUT_S, [logs["code_server"]],
                  interval_s=2)
-        procs.append(start([str(BIN / "dagster-daemon"), "run", "-w", str(home / "workspace.yaml")], env, logs["daemon"]))
-        procs.append(start([str(BIN / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(web_port),
-                            "-w", str(home / "workspace.yaml")], env, logs["webserver"]))
+        procs.append(start(exec_start("daemon", env, BIN), env, logs["daemon"]))
+        procs.append(start(exec_start("webserver", env, BIN), env, logs["webserver"]))
         url = f"http://127.0.0.1:{web_port}"
 
         def location_loaded():
@@ -331,6 +333,23 @@ def wait_run(d: dict, run_id: str, statuses=("SUCCESS", "FAILURE", "CANCELED"), 
                     lambda: (lambda s: s if s in statuses else None)(run_status(d["url"], run_id)), timeout_s, d["logs"])
 
 
+def external_addresses() -> list[str]:
+    """This machine's IPv4 addresses other than loopback: the host name's, and the one a route out leaves from
+    (a UDP `connect` sends nothing). None on a machine without a network."""
+    found = set()
+    try:
+        found |= {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+    except OSError:
+        pass
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))   # TEST-NET-1: routed like any outside address, never reached
+            found.add(probe.getsockname()[0])
+        except OSError:
+            pass
+    return sorted(a for a in found if not a.startswith("127.") and a != "0.0.0.0")
+
+
 def test_killed_run_worker_frees_llm_slot_and_rerun_succeeds(deployment):
     from dagster_graphql import DagsterGraphQLClient
 
@@ -339,6 +358,10 @@ def test_killed_run_worker_frees_llm_slot_and_rerun_succeeds(deployment):
     d = deployment
     timings = {"postgres_up_s": round(d["pg_s"], 1), "deployment_up_s": round(d["startup_s"], 1)}
     client = DagsterGraphQLClient("127.0.0.1", port_number=d["web_port"])
+    # The webserver (no authentication) answers on loopback only: not on this machine's other addresses.
+    for address in external_addresses():
+        with pytest.raises(OSError), socket.create_connection((address, d["web_port"]), timeout=5):
+            pass
 
     # 1. A partitioned run through GraphQL: the tiny folder corpus's chunks and entity graph.
     t0 = time.monotonic()

@@ -2,9 +2,9 @@
 
 Python files go through the AST chunker (one chunk per function/class); other files are cut into windows of
 about `chunk_chars` characters with `overlap_chars` of overlap, preferring paragraph and line boundaries.
-Binary, non-UTF-8, oversize files, symlinks leaving the root, hard links, file names that are not UTF-8,
-directories nested deeper than `MAX_DEPTH`, and Python files too deep for the parser or whose names another file
-already gave (both chunked as text) are skipped and counted in the report: one bad file should not stop a corpus
+Binary, non-UTF-8, oversize, empty and blank files, FIFOs, sockets and devices, symlinks leaving the root, hard
+links, file names that are not UTF-8, directories nested deeper than `MAX_DEPTH`, and Python files too deep for the
+parser or whose names another file already gave (both chunked as text) are skipped and counted in the report: one bad file should not stop a corpus
 of thousands. The walk is iterative (no recursion), does not follow directory symlinks and never opens anything but
 regular files.
 """
@@ -16,6 +16,8 @@ import os
 import stat
 from pathlib import Path
 from typing import Iterator
+
+from pydantic import NonNegativeInt, PositiveInt
 
 from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.python_package import chunk_python_source
@@ -98,20 +100,40 @@ def walk_files(root: str | Path, max_depth: int = MAX_DEPTH,
         stack.extend((d, depth + 1) for d in reversed(subdirs))
 
 
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
 def _is_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
-def load_folder(root: str | Path, corpus: str, chunk_chars: int = 1500, overlap_chars: int = 200,
-                max_file_bytes: int = 2_000_000, suffixes: set[str] | None = None) -> tuple[list[Chunk], dict]:
+def check_options(chunk_chars: int = 1500, overlap_chars: int = 200, **_) -> None:
+    """What the option types cannot say: the overlap must be shorter than a chunk (else no window advances)."""
+    if overlap_chars >= chunk_chars:
+        raise ValueError(f"option 'overlap_chars' ({overlap_chars}) must be smaller than 'chunk_chars' "
+                         f"({chunk_chars})")
+
+
+def load_folder(root: str | Path, corpus: str, chunk_chars: PositiveInt = 1500, overlap_chars: NonNegativeInt = 200,
+                max_file_bytes: PositiveInt = 2_000_000, suffixes: set[str] | None = None) -> tuple[list[Chunk], dict]:
+    """Chunks of every text file under `root` and a load report. The options' annotations are what the corpus
+    registry checks them against when it loads (types exactly, and these ranges)."""
     root = Path(root)
+    check_options(chunk_chars, overlap_chars)
     if not root.is_dir():
         raise CorpusError(f"{root}: folder not found")
     real_root = root.resolve()
     suffixes = suffixes or TEXT_SUFFIXES
     report = {"files": 0, "skipped_binary": 0, "skipped_undecodable": 0, "skipped_oversize": 0,
               "skipped_outside_root": 0, "skipped_unparsable": 0, "skipped_bad_name": 0, "skipped_hardlink": 0,
-              "skipped_too_deep": 0, "skipped_unreadable": 0, "skipped_name_clash": 0, "skipped": []}
+              "skipped_too_deep": 0, "skipped_unreadable": 0, "skipped_name_clash": 0, "skipped_not_regular": 0,
+              "skipped_blank": 0, "skipped": []}
     chunks: list[Chunk] = []
     owner: dict[str, str] = {}   # a chunk's id -> the file it was cut from
 
@@ -142,7 +164,8 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: int = 1500, overlap_
                 skip("skipped_outside_root", f, f"resolves outside the corpus root ({display_path(resolved)})")
                 continue
             st = os.stat(f)
-            if not stat.S_ISREG(st.st_mode):
+            if not stat.S_ISREG(st.st_mode):   # a FIFO would block the read, a device never end
+                skip("skipped_not_regular", f, f"not a regular file ({file_kind(st.st_mode)})")
                 continue
             if st.st_nlink > 1:
                 skip("skipped_hardlink", f, f"has {st.st_nlink} hard links (may be a file outside the root)")
@@ -167,6 +190,7 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: int = 1500, overlap_
             skip("skipped_undecodable", f, f"not UTF-8 ({e.reason} at byte {e.start})")
             continue
         if not text.strip():
+            skip("skipped_blank", f, "empty or only whitespace" if text else "empty file")
             continue
         if f.suffix == ".py":
             module = ".".join(f.relative_to(root).with_suffix("").parts)

@@ -2,20 +2,23 @@
 from __future__ import annotations
 
 import inspect
+import json
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
 
 from causal_assets.core.corpus.beir import load_beir_corpus
 from causal_assets.core.corpus.chunk import Chunk
+from causal_assets.core.corpus.folder import check_options as check_folder_options
 from causal_assets.core.corpus.folder import load_folder
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
 from causal_assets.core.corpus.python_package import load_python_package
 from causal_assets.core.errors import ConfigError, CorpusError
 from causal_assets.core.paths import DEFAULT_CORPUS, DEFAULT_SHARED_DATA, REGISTRY_DIR, expand
-from causal_assets.core.yaml_registry import load_entries
+from causal_assets.core.yaml_registry import load_entries, short_repr
 
 DEFAULT_REGISTRY = REGISTRY_DIR / "corpora.yaml"
 
@@ -46,8 +49,9 @@ class CorpusSpec(BaseModel):
             raise ValueError(f"unknown option {unknown[0]!r} for loader {self.loader} (its options: "
                              f"{', '.join(sorted(known))})")
         for name, value in self.options.items():
-            if known[name] is bool and not isinstance(value, bool):   # "false" would be true
-                raise ValueError(f"option {name!r} must be true or false, not {value!r}")
+            check_option(name, value, known[name])
+        if self.loader == "folder":
+            check_folder_options(**{k: v for k, v in self.options.items() if k in known and k != "split_identifiers"})
         return self
 
     @property
@@ -64,17 +68,19 @@ class CorpusSpec(BaseModel):
 
 
 # Options every loader takes (read here, not by the loader), and the loaders whose keyword parameters are options.
-COMMON_OPTIONS: dict[str, type | None] = {"split_identifiers": bool}
+COMMON_OPTIONS: dict[str, Any] = {"split_identifiers": bool}
 LOADER_FUNCTIONS = {"python_package": load_python_package, "folder": load_folder}
 
 
-def loader_options(loader: str) -> dict[str, type | None]:
-    """Option name -> bool for a flag (checked as one), else None: the common ones, `strict` for multihop, and the
-    keyword parameters of the loader's function (after its source and corpus name)."""
+def loader_options(loader: str) -> dict[str, Any]:
+    """Option name -> its type: the common ones, `strict` for multihop, and the keyword parameters of the loader's
+    function (after its source and corpus name), typed by their annotations (with their range constraints)."""
     options = dict(COMMON_OPTIONS) | ({"strict": bool} if loader == "multihop" else {})
     if loader in LOADER_FUNCTIONS:
-        for param in list(inspect.signature(LOADER_FUNCTIONS[loader]).parameters.values())[2:]:
-            options[param.name] = bool if isinstance(param.default, bool) else None
+        function = LOADER_FUNCTIONS[loader]
+        hints = typing.get_type_hints(function, include_extras=True)
+        for param in list(inspect.signature(function).parameters.values())[2:]:
+            options[param.name] = hints.get(param.name, Any)
     return options
 
 
@@ -86,6 +92,18 @@ def resolve_registry_path(path: str, shared_data: str | Path, registry_dir: Path
     if not resolved.is_absolute() and registry_dir is not None:
         resolved = registry_dir / resolved
     return resolved
+
+
+def check_option(name: str, value: Any, kind: Any) -> None:
+    """Refuse an option value that is not of the option's type, exactly (`"1500"` and `1500.5` are not integers,
+    `"false"` is not a flag: YAML gives every one of them as written), or outside its declared range."""
+    try:
+        TypeAdapter(kind).validate_json(json.dumps(value), strict=True)
+    except (TypeError, ValueError) as e:
+        if kind is bool:   # "false" would be true
+            raise ValueError(f"option {name!r} must be true or false, not {short_repr(value)}") from None
+        msg = e.errors()[0]["msg"] if isinstance(e, ValidationError) else "Input should be a plain YAML value"
+        raise ValueError(f"option {name!r} is {short_repr(value)}: {msg[0].lower() + msg[1:]}") from None
 
 
 def load_corpus_registry(path: str | Path | None = None,

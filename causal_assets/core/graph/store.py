@@ -25,6 +25,7 @@ from typing import Callable
 import networkx as nx
 import pandas as pd
 
+from causal_assets.core.index.provenance import FINGERPRINT, require_current
 from causal_assets.core.storage import asset_path, read_parquet
 
 NODE_COLUMNS = ["corpus", "node_id", "node_type", "name", "chunk_id", "description", "rank", "community",
@@ -161,18 +162,23 @@ def chunk_neighbors(nodes: pd.DataFrame, edges: pd.DataFrame, max_entity_chunks:
     return neighbors
 
 
-def load_chunk_neighbors(base, corpus: str, **kw) -> Callable[[str], list[tuple[str, str, float]]] | None:
+def load_chunk_neighbors(base, corpus: str, fingerprint: str | None = None,
+                         **kw) -> Callable[[str], list[tuple[str, str, float]]] | None:
     """`chunk_neighbors` of a materialized graph (`<base>/graph_nodes|graph_edges/<corpus>.parquet`), or None when
-    the corpus has no graph yet: graph stages then simply do not expand."""
+    the corpus has no graph yet: graph stages then simply do not expand. With `fingerprint` (the chunks'), a graph
+    built from other chunks is refused (`provenance.StaleIndexError`)."""
+    graph = load_graph(base, corpus, fingerprint)
+    return None if graph is None else chunk_neighbors(*graph, **kw)
+
+
+def load_graph(base, corpus: str, fingerprint: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The materialized (graph_nodes, graph_edges) frames of a corpus, or None when it has no graph yet; with
+    `fingerprint` (the chunks' the caller serves), refused when built from other chunks."""
     nodes = asset_path(base, "graph_nodes", corpus)
     if not nodes.exists():
         return None
-    return chunk_neighbors(read_parquet(nodes), read_parquet(asset_path(base, "graph_edges", corpus)), **kw)
-
-
-def load_graph(base, corpus: str) -> tuple[pd.DataFrame, pd.DataFrame] | None:
-    """The materialized (graph_nodes, graph_edges) frames of a corpus, or None when it has no graph yet."""
-    nodes = asset_path(base, "graph_nodes", corpus)
-    if not nodes.exists():
-        return None
-    return read_parquet(nodes), read_parquet(asset_path(base, "graph_edges", corpus))
+    nodes, edges = read_parquet(nodes), read_parquet(asset_path(base, "graph_edges", corpus))
+    if fingerprint is not None:
+        require_current(corpus, fingerprint, {"graph_nodes": nodes.get(FINGERPRINT),
+                                              "graph_edges": edges.get(FINGERPRINT)})
+    return nodes, edges

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from causal_assets.core.index.dense import Embedder, embed_incremental
+from causal_assets.core.index.provenance import FINGERPRINT
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.index.sparse import SparseIndex, build_bm25, build_tfidf
 from causal_assets.core.text.analyzer import analyze
@@ -44,13 +45,15 @@ def sparse_build_id(postings: pd.DataFrame, vocab: pd.DataFrame) -> str:
     return h.hexdigest()[:16]
 
 
-def sparse_frames(indexes: dict[str, SparseIndex], corpus: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(postings, vocabulary) of every method, both carrying the same `build_id` column (checked on load: `search.check_sparse_build`)."""
+def sparse_frames(indexes: dict[str, SparseIndex], corpus: str, fingerprint: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(postings, vocabulary) of every method, both carrying the same `build_id` column (checked on load:
+    `search.check_sparse_build`) and the fingerprint of the chunks they were built from (`provenance`)."""
     pairs = [idx.to_frames(corpus) for idx in indexes.values()]
     postings = pd.concat([p for p, _ in pairs], ignore_index=True)
     vocab = pd.concat([v for _, v in pairs], ignore_index=True)
     build = sparse_build_id(postings, vocab)
-    return postings.assign(build_id=build), vocab.assign(build_id=build)
+    return (postings.assign(build_id=build, **{FINGERPRINT: fingerprint}),
+            vocab.assign(build_id=build, **{FINGERPRINT: fingerprint}))
 
 
 def build_index(chunks: pd.DataFrame, corpus: str, split_identifiers: bool = False, dense: bool = True,

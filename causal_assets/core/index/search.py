@@ -20,6 +20,7 @@ from upath import UPath
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k
 from causal_assets.core.index.dense import DEFAULT_BACKEND, DEFAULT_MODEL, Embedder, resolve_model_reference
+from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, require_current
 from causal_assets.core.index.exact import INT8_SCAN_MIN, Int8Scan, single_thread_blas, top_positions
 from causal_assets.core.index.sparse import SparseIndex
 from causal_assets.core.storage import asset_path, read_parquet
@@ -80,6 +81,14 @@ class CorpusIndex:
         self._ann: AnnIndex | None = None
         self._scan: Int8Scan | None = None
         self._dense_moments: tuple[np.ndarray, np.ndarray] | None = None
+        self._fingerprint: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint of the chunk table this index serves (`provenance`): what its graph must record too."""
+        if self._fingerprint is None:
+            self._fingerprint = chunks_fingerprint(self.chunks)
+        return self._fingerprint
 
     @classmethod
     def load(cls, base: str | UPath, corpus: str, dense: bool = True,
@@ -89,15 +98,24 @@ class CorpusIndex:
         chunks = read_parquet(asset_path(base, CHUNKS, corpus)).sort_values("chunk_idx").reset_index(drop=True)
         postings = read_parquet(asset_path(base, POSTINGS, corpus))
         vocab = read_parquet(asset_path(base, VOCABULARY, corpus))
+        emb = read_parquet(vectors or asset_path(base, EMBEDDINGS, corpus)).sort_values("chunk_idx") if dense else None
+        # every part built from these chunks, or refused (before anything is scored with it)
+        fingerprint = chunks_fingerprint(chunks)
+        parts = {POSTINGS: postings.get(FINGERPRINT), VOCABULARY: vocab.get(FINGERPRINT)}
+        if emb is not None and (vectors is None or FINGERPRINT in emb):
+            parts[EMBEDDINGS if vectors is None else str(vectors)] = emb.get(FINGERPRINT)
+        require_current(corpus, fingerprint, parts)
         check_sparse_build(postings, vocab, corpus, len(chunks))
         sparse = {m: SparseIndex.from_frames(m, postings, vocab, len(chunks)) for m in vocab["method"].unique()}
         embeddings, model, reference, backend = None, DEFAULT_MODEL, None, None
         if dense:
-            emb = read_parquet(vectors or asset_path(base, EMBEDDINGS, corpus)).sort_values("chunk_idx")
-            if vectors is not None and (len(emb) != len(chunks)
-                                        or (emb["chunk_id"].to_numpy() != chunks["chunk_id"].to_numpy()).any()):
-                raise ValueError(f"{vectors}: {len(emb)} vectors do not match the {len(chunks)} chunks of corpus "
-                                 f"{corpus!r} (re-materialize it)")
+            # whatever it records, a table whose rows are not these chunks is refused by name, not misaligned
+            def same(col: str) -> bool:
+                return col not in emb or bool((emb[col].to_numpy() == chunks[col].to_numpy()).all())
+
+            if len(emb) != len(chunks) or not (same("chunk_id") and same("content_hash")):
+                raise ValueError(f"{vectors or asset_path(base, EMBEDDINGS, corpus)}: {len(emb)} vectors do not "
+                                 f"match the {len(chunks)} chunks of corpus {corpus!r} (re-materialize it)")
             embeddings = np.stack(emb["embedding"].to_numpy()).astype(np.float32)
             reference = emb["model"].iloc[0]
             model = resolve_model_reference(reference, vectors) if vectors is not None else reference
@@ -106,7 +124,9 @@ class CorpusIndex:
         split = bool(json.loads(chunks["index_options"].iloc[0]).get("split_identifiers", False)) \
             if "index_options" in chunks else False
         embedder = Embedder(model, backend=backend or DEFAULT_BACKEND, reference=reference)
-        return cls(corpus, chunks, sparse, embeddings, split, embedder, ann_config or AnnConfig())
+        index = cls(corpus, chunks, sparse, embeddings, split, embedder, ann_config or AnnConfig())
+        index._fingerprint = fingerprint
+        return index
 
     def terms(self, query: str) -> list[str]:
         return analyze(query, self.split_identifiers)

@@ -21,11 +21,9 @@ TEXT_ENTITY = "entity"
 
 
 def entity_nodes(nodes: pd.DataFrame) -> pd.DataFrame:
-    """The nodes the local search treats as entities: text-graph entities, else code symbols."""
-    ent = nodes[nodes["node_type"] == TEXT_ENTITY]
-    if ent.empty:
-        ent = nodes[nodes["node_type"].isin(CODE_KINDS)]
-    return ent.reset_index(drop=True)
+    """The nodes the local search treats as entities: text-graph entities and code symbols (a corpus of Markdown
+    and Python files has both; taking one kind only left the other kind's chunks out of every answer)."""
+    return nodes[(nodes["node_type"] == TEXT_ENTITY) | nodes["node_type"].isin(CODE_KINDS)].reset_index(drop=True)
 
 
 def entity_text(name: str, description: str) -> str:

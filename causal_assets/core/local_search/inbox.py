@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.errors import ConfigError, naming_file
 from causal_assets.core.paths import QUESTION_CORPUS, display_path
 
 MAX_QUERY_CHARS = 2000
@@ -62,8 +62,9 @@ def submit(queries_dir: str | os.PathLike, query: str, corpus: str, now: float |
         qid = f"{base}_{secrets.token_hex(3)}"
         path = Path(queries_dir) / f"{qid}.json"
         tmp = path.with_name(f".{qid}.{os.getpid()}.tmp")
-        try:  # a failed write (disk full) leaves no temporary file either
-            tmp.write_text(json.dumps({"query_id": qid, "query": query, "corpus": corpus}, ensure_ascii=False))
+        try:  # a failed write (disk full) leaves no temporary file either, and names the record
+            with naming_file(path):
+                tmp.write_text(json.dumps({"query_id": qid, "query": query, "corpus": corpus}, ensure_ascii=False))
             os.link(tmp, path)  # atomic and exclusive: fails if the id exists, never shows a half-written record
         except FileExistsError:
             continue
@@ -105,11 +106,27 @@ def read_inbox_file(path: str | os.PathLike, max_bytes: int = MAX_INBOX_BYTES) -
         raise ConfigError(f"{name}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})") from None
 
 
+# Lines of an inbox file end at \n, \r\n or \r only: str.splitlines also cuts at a form feed, U+2028, U+0085 and
+# the other separators, which inside a question are whitespace (`submit` turns them into spaces).
+_LINE_END = re.compile(r"\r\n|\r|\n")
+# `corpus: NAME`: the key (any case), a colon, one token. A line "Corpus: what does ... mean?" is question text.
+_CORPUS_LINE = re.compile(r"^\s*corpus\s*:\s*(\S*)\s*$", re.IGNORECASE)
+
+
 def parse_inbox_text(text: str, default_corpus: str = QUESTION_CORPUS) -> tuple[str, str]:
-    """(query, corpus) of an inbox file: first line = query, optional later line `corpus: NAME`."""
-    lines = text.splitlines()
-    corpus = next((l.split(":", 1)[1].strip() for l in lines[1:] if l.lower().startswith("corpus:")), default_corpus)
-    return (lines[0] if lines else ""), corpus
+    """(query, corpus) of an inbox file: the question is the first line that is neither blank nor a `corpus: NAME`
+    line, and the corpus is named by a `corpus: NAME` line anywhere in the file (before the question too), else
+    `default_corpus`. Two `corpus:` lines naming different corpora are refused: which one was meant is a guess."""
+    query, named = "", []
+    for line in _LINE_END.split(text):
+        directive = _CORPUS_LINE.match(line)
+        if directive:
+            named.append(directive.group(1))
+        elif not query and line.strip():
+            query = " ".join(line.split())   # a form feed, U+2028, a tab: a space, as `submit` records it
+    if len(set(named)) > 1:
+        raise ConfigError(f"{len(named)} corpus: lines naming different corpora ({', '.join(map(repr, named))})")
+    return query, named[0] if named else default_corpus
 
 
 ID_PATTERN = re.compile(r"^[0-9a-f]{8}_\d+(?:_[0-9a-f]{6})?$")
@@ -152,6 +169,10 @@ def load(queries_dir: str | os.PathLike, key: str, default_corpus: str | None = 
     record = {"query_id": query_id(query, time.time()), "query": query, "corpus": default_corpus, "partition_key": key}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, ensure_ascii=False))
-    tmp.replace(path)
+    try:
+        with naming_file(path):
+            tmp.write_text(json.dumps(record, ensure_ascii=False))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return record

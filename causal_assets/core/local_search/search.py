@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from causal_assets.core.errors import naming_file
 from causal_assets.core.graph.store import CODE_KINDS
 from causal_assets.core.llm.errors import LLMInfrastructureError
 from causal_assets.core.local_search.context import (DEFAULT_K, DEFAULT_MAX_TOKENS, DEFAULT_S, DEFAULT_SHARES,
@@ -336,7 +337,7 @@ def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with naming_file(path), os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

@@ -40,6 +40,7 @@ import pandas as pd
 import yaml
 
 from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.errors import naming_file
 from causal_assets.core.index.search import CorpusIndex
 
 def index_fingerprint(index: CorpusIndex) -> dict[str, Any]:
@@ -149,7 +150,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with naming_file(path), os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
     except BaseException:
