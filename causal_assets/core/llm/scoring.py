@@ -174,13 +174,20 @@ class _CachedScorer:
         if hit is not None and hit.response:
             return str(hit.response["text"])
         self._before_batch()
+        request = {"kind": "complete", "model": self.model_id, "prompt": prompt, **params}
         t0 = time.monotonic()
-        text = self._complete_one(prompt, max_tokens, tuple(stop))
+        try:
+            text = self._complete_one(prompt, max_tokens, tuple(stop))
+        except LLMError as exc:   # journalled, never an answer (the endpoint's error messages come redacted)
+            if self.cache is not None:
+                self.cache.put(key, self.model_id, request, None, None, None, None, time.monotonic() - t0,
+                               status="error", error=str(exc)[:2000], attempts=1)
+            raise
         for s in stop:   # backends differ in whether the stop string is kept
             text = text.split(s)[0] if s else text
         if self.cache is not None:
-            self.cache.put(key, self.model_id, {"kind": "complete", "model": self.model_id, "prompt": prompt, **params},
-                           {"text": text}, text, None, None, time.monotonic() - t0, status="ok", attempts=1)
+            self.cache.put(key, self.model_id, request, {"text": text}, text, None, None, time.monotonic() - t0,
+                           status="ok", attempts=1)
         return text
 
     def _complete_one(self, prompt: str, max_tokens: int, stop: tuple[str, ...]) -> str:
@@ -377,10 +384,7 @@ class EndpointScorer(_CachedScorer):
         def attempt() -> str:
             resp = self._client.completions.create(model=self.model_id, prompt=prompt, max_tokens=max_tokens,
                                                    temperature=0.0, stop=list(stop) or None)
-            choices = resp.model_dump(mode="json").get("choices")
-            if not choices:
-                raise MalformedResponse("response has no choices")
-            return str(choices[0].get("text") or "")
+            return self._llm.check_response("completion", resp).text   # the client's checks, its key masked
 
         return self._llm.retrying(f"completion call to {self.model_id!r}", attempt)[0]
 
@@ -407,9 +411,7 @@ class EndpointScorer(_CachedScorer):
                             (mode != modes[-1] and exc.status_code != 404) or UNSUPPORTED.search(str(exc))):
                         return exc
                     raise
-                data = resp.model_dump(mode="json")
-                if not data.get("choices"):
-                    raise MalformedResponse("response has no choices")
+                data = self._llm.check_response("score", resp).data
                 return (_from_prompt_logprobs if mode == "prompt_logprobs" else _from_echo)(data, prompt, cont, span)
 
             got = self._llm.retrying(f"score call to {self.model_id!r} ({mode})", attempt)[0]
