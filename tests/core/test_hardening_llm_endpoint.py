@@ -150,17 +150,18 @@ def test_a_sound_echo_is_scored(tmp_path):
 
 
 # -- 3. the scorer's cache key names the endpoint -----------------------------------------------------------------
-def test_the_scorer_key_names_the_endpoint_and_the_local_keys_stay(tmp_path):
+def test_the_scorer_key_names_the_endpoint_and_the_in_process_key_the_weights_and_binding(tmp_path):
     with Scripted(lambda h: _echo(h, -1.0)) as a, Scripted(lambda h: _echo(h, -2.0)) as b:
         first = _scorer(a, tmp_path).score_many([REQ])[0]
         other = _scorer(b, tmp_path).score_many([REQ])[0]
     assert first.logprobs == (-1.0,) and not other.cached and other.logprobs == (-2.0,)
-    # the in-process scorer has no endpoint: the keys of existing caches of the packaged models are unchanged
+    # the in-process scorer has no endpoint: its key names the weights' sha256 and the binding instead
     assert LlamaCppScorer.cache_endpoint is None
     local = LlamaCppScorer.__new__(LlamaCppScorer)
-    local.model_id = "local/gemma3-270m"
+    local.model_id, local.weights_sha256, local.binding = "local/gemma3-270m", "ab" * 32, "llama-cpp-python 0.3.36"
     assert local.key(REQ) == make_key("local/gemma3-270m", "score", {"prompt": REQ.prompt, "continuations": [" 2"]},
-                                      {"backend": "llama.cpp-inprocess"})
+                                      {"backend": "llama.cpp-inprocess", "weights_sha256": "ab" * 32,
+                                       "binding": "llama-cpp-python 0.3.36"})
 
 
 # -- 4./5./9. failures of the endpoint are failures, not "cannot score" ---------------------------------------------

@@ -3,8 +3,12 @@
 an endpoint that cannot score."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -19,7 +23,9 @@ from causal_assets.core.labeling.estimators import YES, AdaptiveLabeler, regress
 from causal_assets.core.labeling.runner import LabelingParams, label_question, label_table
 from causal_assets.core.labeling.solver import (LikelihoodSolver, answer_continuations, question_span,
                                                 solver_prompt)
-from causal_assets.core.llm.cache import CallCache
+from causal_assets.core.llm import cache as llm_cache
+from causal_assets.core.llm import scoring
+from causal_assets.core.llm.cache import CallCache, file_sha256
 from causal_assets.core.llm.models import local_model_path, local_scorer
 from causal_assets.core.llm.scoring import EndpointScorer, LlamaCppScorer, ScoreRequest, ScoringUnsupported
 from causal_assets.core.llm.server import LocalLlamaServer
@@ -288,3 +294,49 @@ def test_labels_rank_by_the_average_effect_and_decide_by_the_context_effect():
     assert main.loc["a", "average_effect"] == pytest.approx(3.0, abs=0.5)
     assert [c["average_effect"] for c in pairs[0]["candidates"]] == pytest.approx(list(ols), abs=1e-3)
     assert check_labels(labels).passed
+
+
+def test_the_in_process_key_names_the_weights_and_the_binding(tmp_path, monkeypatch):
+    """Other weights under the same model name, or another llama.cpp binding, give other log-probabilities: none of
+    them is served the cached values of the first (a label set never mixes the two)."""
+    original = local_model_path("smollm2-135m")
+    cache = CallCache(tmp_path / "c.db")
+    req = ScoreRequest("Question: Which band is Canadian?\nAnswer:", (" Rush",))
+
+    def score(path):
+        scorer = LlamaCppScorer(path, "local/smollm2-135m", cache, n_ctx=256, n_threads=1)
+        try:
+            return scorer.score_many([req])[0]
+        finally:
+            scorer.close()
+
+    first = score(original)
+    assert not first.cached and score(original).cached
+    same = tmp_path / "same.gguf"
+    shutil.copyfile(original, same)
+    assert score(same).cached                                   # the same bytes elsewhere: the same weights
+    changed = tmp_path / "changed.gguf"
+    shutil.copyfile(original, changed)
+    with open(changed, "r+b") as f:                             # one byte of the last tensor's data
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0x01]))
+    assert not score(changed).cached
+    monkeypatch.setattr(scoring, "binding_version", lambda: "llama-cpp-python 9.9.9")
+    assert not score(original).cached
+
+
+def test_a_weights_digest_is_read_once_per_file_version(tmp_path, monkeypatch):
+    weights = tmp_path / "w.gguf"
+    weights.write_bytes(b"GGUF" + bytes(1000))
+    cache = CallCache(tmp_path / "c.db")
+    digest = file_sha256(weights, cache)
+    assert digest == hashlib.sha256(weights.read_bytes()).hexdigest()
+    monkeypatch.setattr(llm_cache, "_DIGESTS", {})              # a new process: the database remembers it
+    monkeypatch.setattr(llm_cache.hashlib, "sha256", lambda: pytest.fail("the file was read again"))
+    assert file_sha256(weights, cache) == digest
+    weights.write_bytes(b"GGUF" + bytes(999) + b"\x01")        # rewritten in place: a new modification time
+    os.utime(weights, ns=(time.time_ns(), time.time_ns() + 10**9))
+    with pytest.raises(pytest.fail.Exception, match="read again"):
+        file_sha256(weights, cache)

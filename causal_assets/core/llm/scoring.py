@@ -35,7 +35,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from .cache import CallCache, make_key
+from .cache import CallCache, file_sha256, make_key
 from .client import LLMClient, MalformedResponse
 from .cores import CoreMeter
 from .errors import LLMError
@@ -117,11 +117,15 @@ class _CachedScorer:
     # an endpoint's values belong to it (as LLMClient's keys); None (in-process) keeps the keys as they always were
     cache_endpoint: str | None = None
 
+    def key_params(self) -> dict:
+        """What besides the request decides its values: the backend (and, in-process, the weights and the binding)."""
+        return {"backend": self.backend}
+
     def key(self, req: ScoreRequest) -> str:
         payload = {"prompt": req.prompt, "continuations": list(req.continuations)}
         if req.span is not None:
             payload["span"] = list(req.span)
-        return make_key(self.model_id, "score", payload, {"backend": self.backend}, endpoint=self.cache_endpoint)
+        return make_key(self.model_id, "score", payload, self.key_params(), endpoint=self.cache_endpoint)
 
     def score_many(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult | LLMError]:
         out: list[ScoreResult | LLMError | None] = [None] * len(requests)
@@ -168,7 +172,7 @@ class _CachedScorer:
         """The model's greedy continuation of ``prompt`` (e.g. its own answer after ``Answer:``), cut at the first
         ``stop`` string, through the call cache (kind ``complete``). Infrastructure errors raise, never an answer."""
         payload = {"prompt": prompt}
-        params = {"backend": self.backend, "max_tokens": max_tokens, "stop": list(stop)}
+        params = {**self.key_params(), "max_tokens": max_tokens, "stop": list(stop)}
         key = make_key(self.model_id, "complete", payload, params, endpoint=self.cache_endpoint)
         hit = self.cache.get(key) if self.cache is not None else None
         if hit is not None and hit.response:
@@ -200,6 +204,13 @@ class _CachedScorer:
         """(log-probability and token count of each continuation, prompt tokens, tokens evaluated, the span's
         log-probability and token count or (None, 0))."""
         raise NotImplementedError
+
+
+def binding_version() -> str:
+    """The llama.cpp binding and its version: its kernels decide the last digits of every log-probability."""
+    import llama_cpp
+
+    return f"llama-cpp-python {llama_cpp.__version__}"
 
 
 class LlamaCppScorer(_CachedScorer):
@@ -237,10 +248,16 @@ class LlamaCppScorer(_CachedScorer):
         self.thread_history: list[tuple[float, int]] = [(0.0, self.n_threads)]  # (seconds since start, threads)
         self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=self.n_threads,
                           n_threads_batch=self.n_threads, n_batch=n_batch, logits_all=False, verbose=False)
+        # in every key: other weights under the same name, or another llama.cpp, give other log-probabilities
+        self.weights_sha256 = file_sha256(self.model_path, cache)
+        self.binding = binding_version()
         self._n_vocab = self._llm.n_vocab()
         self._lock = threading.Lock()
         self.tokens_evaluated = 0
         self.tokens_requested = 0
+
+    def key_params(self) -> dict:
+        return {"backend": self.backend, "weights_sha256": self.weights_sha256, "binding": self.binding}
 
     def _before_batch(self) -> None:
         if self._meter is None:
