@@ -44,6 +44,13 @@ def require(path: Path) -> Path:
     return path
 
 
+def load_scaled_s(base_s: float, max_factor: float = 10.0) -> float:
+    """A time limit of `base_s` on a quiet machine, scaled by the runnable processes per core (the 1-minute load
+    average): a test asserts what the product does, not how fast the machine is (at load 9 on 2 cores a llama.cpp
+    call takes ~5 times as long as quiet)."""
+    return base_s * max(1.0, min(max_factor, os.getloadavg()[0] / (os.cpu_count() or 1)))
+
+
 def make_beir_subset(src: Path, dst: Path, n_docs: int) -> Path:
     """The first `n_docs` real documents plus the real queries/qrels (every split) that only need those documents."""
     dst.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ import functools
 import os
 import select
 import signal
+import sys
 import threading
 import time
 
@@ -75,10 +76,29 @@ def build_command(corpus: str, index_only: bool = False) -> str:
     return f"causal-assets build {corpus}" + (" --index-only" if index_only else "")
 
 
+def interrupts_not_reported(default):
+    """An unraisable-exception hook that drops interrupts and passes anything else to `default`. Inside a step,
+    Dagster's SIGINT handler raises its interrupt into whatever Python code runs at that moment; when that is a
+    finalizer or a weakref callback (SQLAlchemy's `_collection_gced`, run by the garbage collector), Python cannot
+    raise it and prints "Exception ignored in ..." with a traceback, while the supervisor is already ending the run
+    (exit 130, run CANCELED): the traceback tells the user nothing but that Ctrl-C arrived."""
+    from dagster._core.errors import DagsterExecutionInterruptedError
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, (KeyboardInterrupt, DagsterExecutionInterruptedError)):
+            return
+        default(unraisable)
+
+    hook.interrupts_not_reported = True
+    return hook
+
+
 class Supervisor:
     """Ends the process cleanly on Ctrl-C / SIGTERM during a run, and bounds the wait for a pool slot."""
 
     def __init__(self, instance: DagsterInstance, poll_s: float = 0.2):
+        if not getattr(sys.unraisablehook, "interrupts_not_reported", False):
+            sys.unraisablehook = interrupts_not_reported(sys.unraisablehook)
         self.instance, self.poll_s = instance, poll_s
         self.run_id: str | None = None
         self.pool: str | None = None

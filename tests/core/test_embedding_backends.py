@@ -145,6 +145,26 @@ def test_int8_scan_bound_holds_and_prunes():
     assert scan.stats["candidates"] < 0.25 * 20_000 * 10  # the bound leaves a small share to re-score
 
 
+def test_int8_scan_is_exact_where_int16_pair_sums_saturate():
+    """ONNX Runtime's uint8 x int8 kernel on CPUs without VNNI adds pairs of products in int16 with saturation: a
+    query at the top of its range beside codes at +-127 came back clipped (here 0.51 for an exact 1.0), so a vector
+    whose score is exactly the query's norm fell below the cut and another was returned as the top 1."""
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((20_000, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    query = np.zeros(384, np.float32)
+    query[:2] = np.sqrt(0.5)
+    vectors[7] = query                                        # two equal components: codes 127, 127
+    other = np.zeros(384, np.float32)
+    other[:3] = (0.389, 0.389, 0.835)                         # 0.55 with the query, codes 59, 59 at its dims
+    vectors[9] = other / np.linalg.norm(other)
+    scan = Int8Scan(vectors)
+    approx, bound = scan.approximate(query)
+    assert np.abs(approx - vectors @ query).max() <= bound
+    top, scores = scan.top_k(query, 1)
+    assert top.tolist() == [7] and scores[0] == pytest.approx(1.0, abs=1e-6)
+
+
 def test_progress_log_reports_done_rate_and_eta():
     now = [0.0]
     lines: list[str] = []

@@ -83,6 +83,53 @@ def test_a_content_filtered_completion_is_refused_never_cached_and_asked_again(t
     assert answer.text == "Pablo Escobar" and not answer.cached
 
 
+def _completion(text, finish="stop"):
+    return {"id": "x", "object": "text_completion", "created": 1, "model": MODEL,
+            "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+
+
+@pytest.mark.parametrize("answer,finish,kind,requests", [
+    ("Error: upstream model overloaded", "stop", "error_text", 3),
+    ("", "content_filter", "refused", 1),
+], ids=["error-text", "content-filter"])
+def test_the_endpoint_scorers_completion_refuses_what_the_client_refuses(tmp_path, answer, finish, kind, requests):
+    """The likelihood answer model's greedy answer (`EndpointScorer.complete`) goes through the client's checks: a
+    200 error text or a filtered completion raises, is journalled as an error and never served as an answer."""
+    with Scripted(lambda h: _json(h, _completion(answer, finish))) as server:
+        scorer = _scorer(server, tmp_path)
+        with pytest.raises(LLMInfrastructureError) as e:
+            scorer.complete("Question: 1 + 1?\nAnswer:")
+        assert e.value.kind == kind and server.requests == requests
+    rows = scorer.cache.history()
+    assert [r.status for r in rows] == ["error"] and rows[0].request["kind"] == "complete"
+    assert scorer.cache.get(rows[0].key) is None
+
+
+def test_the_endpoint_scorers_completion_masks_an_echoed_key(tmp_path):
+    def echo_headers(h):
+        _json(h, _completion(f" 2 (sent with {h.headers.get('Authorization')})"))
+
+    with Scripted(echo_headers) as server:
+        scorer = _scorer(server, tmp_path)
+        text = scorer.complete("Question: 1 + 1?\nAnswer:")
+        assert scorer.complete("Question: 1 + 1?\nAnswer:") == text and server.requests == 1   # cached
+    assert KEY not in text and "***REDACTED***" in text
+    assert KEY.encode() not in b"".join(p.read_bytes() for p in tmp_path.iterdir())   # the cache and its WAL
+
+
+def test_a_score_response_carrying_an_error_object_is_an_error_never_a_score(tmp_path):
+    def respond(h):
+        prompt = h.body.get("prompt", "")
+        _json(h, {**_completion(prompt), "error": {"message": "upstream overloaded"},
+                  "choices": [{"index": 0, "text": prompt, "finish_reason": "length",
+                               "logprobs": {"tokens": [prompt], "text_offset": [0], "token_logprobs": [None]}}]})
+
+    with Scripted(respond) as server:
+        [out] = _scorer(server, tmp_path).score_many([REQ])
+    assert isinstance(out, LLMInfrastructureError) and out.kind == "error_text", out
+
+
 # -- 2. impossible log-probabilities are a malformed response ---------------------------------------------------
 @pytest.mark.parametrize("value,short,req", [("NaN", False, REQ), ("-1e309", False, REQ), ("Infinity", False, REQ),
                                              (7.5, False, REQ), (-1.0, True, REQ), (-1.0, True, SPAN_REQ)],
@@ -103,17 +150,18 @@ def test_a_sound_echo_is_scored(tmp_path):
 
 
 # -- 3. the scorer's cache key names the endpoint -----------------------------------------------------------------
-def test_the_scorer_key_names_the_endpoint_and_the_local_keys_stay(tmp_path):
+def test_the_scorer_key_names_the_endpoint_and_the_in_process_key_the_weights_and_binding(tmp_path):
     with Scripted(lambda h: _echo(h, -1.0)) as a, Scripted(lambda h: _echo(h, -2.0)) as b:
         first = _scorer(a, tmp_path).score_many([REQ])[0]
         other = _scorer(b, tmp_path).score_many([REQ])[0]
     assert first.logprobs == (-1.0,) and not other.cached and other.logprobs == (-2.0,)
-    # the in-process scorer has no endpoint: the keys of existing caches of the packaged models are unchanged
+    # the in-process scorer has no endpoint: its key names the weights' sha256 and the binding instead
     assert LlamaCppScorer.cache_endpoint is None
     local = LlamaCppScorer.__new__(LlamaCppScorer)
-    local.model_id = "local/gemma3-270m"
+    local.model_id, local.weights_sha256, local.binding = "local/gemma3-270m", "ab" * 32, "llama-cpp-python 0.3.36"
     assert local.key(REQ) == make_key("local/gemma3-270m", "score", {"prompt": REQ.prompt, "continuations": [" 2"]},
-                                      {"backend": "llama.cpp-inprocess"})
+                                      {"backend": "llama.cpp-inprocess", "weights_sha256": "ab" * 32,
+                                       "binding": "llama-cpp-python 0.3.36"})
 
 
 # -- 4./5./9. failures of the endpoint are failures, not "cannot score" ---------------------------------------------

@@ -3,8 +3,12 @@
 an endpoint that cannot score."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -19,11 +23,15 @@ from causal_assets.core.labeling.estimators import YES, AdaptiveLabeler, regress
 from causal_assets.core.labeling.runner import LabelingParams, label_question, label_table
 from causal_assets.core.labeling.solver import (LikelihoodSolver, answer_continuations, question_span,
                                                 solver_prompt)
-from causal_assets.core.llm.cache import CallCache
+from causal_assets.core.llm import cache as llm_cache
+from causal_assets.core.llm import scoring
+from causal_assets.core.llm.cache import CallCache, file_sha256
+from causal_assets.core.llm.client import LLMClient
+from causal_assets.core.llm.cores import free_cores
 from causal_assets.core.llm.models import local_model_path, local_scorer
 from causal_assets.core.llm.scoring import EndpointScorer, LlamaCppScorer, ScoreRequest, ScoringUnsupported
 from causal_assets.core.llm.server import LocalLlamaServer
-from tests.conftest import HOTPOT, require
+from tests.conftest import HOTPOT, load_scaled_s, require
 
 pytestmark = pytest.mark.llm
 
@@ -115,10 +123,13 @@ def test_server_endpoint_scores_like_the_in_process_model(tmp_path, models_dir):
     prompt, span = solver_prompt(question, docs, "answer_f1"), question_span(question, docs)
     cont = (" Rush",)
     local = local_scorer("gemma3-270m", None, models_dir, n_threads=2).score_many([ScoreRequest(prompt, cont, span)])[0]
-    with LocalLlamaServer(model_path=local_model_path("gemma3-270m", models_dir), n_threads=2, n_ctx=512) as srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="none", max_retries=0, timeout=120)
+    with LocalLlamaServer(model_path=local_model_path("gemma3-270m", models_dir), n_threads=free_cores(), n_ctx=512,
+                          startup_timeout_s=load_scaled_s(120)) as srv:
+        # the client's deadline follows the machine's load: the product's behaviour is asserted, not its speed
+        client = LLMClient(srv.base_url, srv.alias, timeout_s=load_scaled_s(120), max_retries=0)
         remote = EndpointScorer(client, srv.alias, CallCache(tmp_path / "c.db"), mode="echo") \
             .score_many([ScoreRequest(prompt, cont, span)])[0]
+    assert not isinstance(remote, Exception), f"the server's echo call failed: {remote}"
     assert remote.n_tokens == local.n_tokens
     assert abs(remote.best - local.best) < 0.05, (remote.best, local.best)
     assert remote.span_tokens == local.span_tokens > 3
@@ -288,3 +299,49 @@ def test_labels_rank_by_the_average_effect_and_decide_by_the_context_effect():
     assert main.loc["a", "average_effect"] == pytest.approx(3.0, abs=0.5)
     assert [c["average_effect"] for c in pairs[0]["candidates"]] == pytest.approx(list(ols), abs=1e-3)
     assert check_labels(labels).passed
+
+
+def test_the_in_process_key_names_the_weights_and_the_binding(tmp_path, monkeypatch):
+    """Other weights under the same model name, or another llama.cpp binding, give other log-probabilities: none of
+    them is served the cached values of the first (a label set never mixes the two)."""
+    original = local_model_path("smollm2-135m")
+    cache = CallCache(tmp_path / "c.db")
+    req = ScoreRequest("Question: Which band is Canadian?\nAnswer:", (" Rush",))
+
+    def score(path):
+        scorer = LlamaCppScorer(path, "local/smollm2-135m", cache, n_ctx=256, n_threads=1)
+        try:
+            return scorer.score_many([req])[0]
+        finally:
+            scorer.close()
+
+    first = score(original)
+    assert not first.cached and score(original).cached
+    same = tmp_path / "same.gguf"
+    shutil.copyfile(original, same)
+    assert score(same).cached                                   # the same bytes elsewhere: the same weights
+    changed = tmp_path / "changed.gguf"
+    shutil.copyfile(original, changed)
+    with open(changed, "r+b") as f:                             # one byte of the last tensor's data
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0x01]))
+    assert not score(changed).cached
+    monkeypatch.setattr(scoring, "binding_version", lambda: "llama-cpp-python 9.9.9")
+    assert not score(original).cached
+
+
+def test_a_weights_digest_is_read_once_per_file_version(tmp_path, monkeypatch):
+    weights = tmp_path / "w.gguf"
+    weights.write_bytes(b"GGUF" + bytes(1000))
+    cache = CallCache(tmp_path / "c.db")
+    digest = file_sha256(weights, cache)
+    assert digest == hashlib.sha256(weights.read_bytes()).hexdigest()
+    monkeypatch.setattr(llm_cache, "_DIGESTS", {})              # a new process: the database remembers it
+    monkeypatch.setattr(llm_cache.hashlib, "sha256", lambda: pytest.fail("the file was read again"))
+    assert file_sha256(weights, cache) == digest
+    weights.write_bytes(b"GGUF" + bytes(999) + b"\x01")        # rewritten in place: a new modification time
+    os.utime(weights, ns=(time.time_ns(), time.time_ns() + 10**9))
+    with pytest.raises(pytest.fail.Exception, match="read again"):
+        file_sha256(weights, cache)

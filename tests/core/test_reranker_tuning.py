@@ -85,8 +85,10 @@ def test_the_factory_builds_the_cross_encoder_over_a_named_base(untrained, tmp_p
 
 def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_queries(tmp_path):
     index, bench = tiny_index(), tiny_benchmark()
+    # lr 5e-4: six steps at the default 5e-5 leave the loss at chance (~ln 3), where whether it falls by the last
+    # epoch is rounding noise that differs between CPUs (member-1: 1.0938 -> 1.0966); at 5e-4 both fall by ~0.15
     spec = RerankerSpec(held_out=0.25, epochs=2, batch_size=2, negatives=2, pool=6, max_length=64, depth=6,
-                        mix=[0.5, 1.0], members=2)
+                        mix=[0.5, 1.0], members=2, lr=5e-4)
     result = tune_reranker(index, bench, spec, "ndcg@10", tmp_path / "fit", seed=0)
     fit, held = held_out_split(list(bench.queries), 0.25, 0)
     assert (result.fit_queries, result.held_out_queries, result.groups) == (len(fit), len(held), len(fit)) == (6, 2, 6)
@@ -112,7 +114,7 @@ def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_
             assert figures[a] == round(float(np.mean([per.get(q, 0.0) for q in held])), 4)
     # every member learned: its loss fell
     assert list(result.losses) == ["member-0", "member-1"]
-    assert all(last < first for first, last in result.losses.values())
+    assert all(last < first - 0.05 for first, last in result.losses.values()), result.losses
     assert result.model == "" and result.tune_split_queries == 0   # not asked to fit again on the whole split
     # one member is the first member of the ensemble: the same seed, the same fit, saved as member-0
     single = tune_reranker(index, bench, spec.model_copy(update={"members": 1}), "ndcg@10", tmp_path / "one", seed=0)

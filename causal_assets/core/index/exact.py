@@ -5,9 +5,14 @@ One query against n float32 vectors is a matrix-vector product bound by memory b
 scale on a busy machine, where the product alone takes under a millisecond). So:
 
 - `single_thread_blas()`: a few queries never wake BLAS threads (threadpoolctl, one controller built once);
-- `Int8Scan` (corpora from `INT8_SCAN_MIN` chunks): the vectors as int8 codes with one scale per vector (a quarter
-  of the bytes), multiplied by the query quantized to uint8 in one `MatMulInteger` of ONNX Runtime (int8 dot
-  products, weights pre-packed once, one thread). The approximate scores carry a bound: for every vector,
+- `Int8Scan` (corpora from `INT8_SCAN_MIN` chunks): the vectors as 8-bit codes with one scale per vector (a quarter
+  of the bytes), multiplied by the query quantized to uint8 in one `MatMulInteger` of ONNX Runtime (integer dot
+  products, weights pre-packed once, one thread). The codes are stored as uint8 with zero point 128, not as int8:
+  ONNX Runtime's uint8 x int8 kernel on x86 CPUs without VNNI (AVX2, AVX-512 before VNNI) adds pairs of products
+  in int16 with saturation (`vpmaddubsw`), so a query component near 255 beside a code near +-127 came back
+  clipped (errors of 2x the bound on clustered vectors, 0.49 on a vector of two equal components), while its
+  uint8 x uint8 kernel widens to int16 before multiplying and is exact on every CPU. The bound below assumes exact
+  integer dot products. The approximate scores carry a bound: for every vector,
   |q.e - approx| <= ||q - q^|| * ||e^|| + ||q|| * ||e - e^|| (Cauchy-Schwarz on the query's and the vector's
   quantization errors, both known exactly), so every vector whose approximate score is within twice the largest
   bound of the k-th best approximate score is a candidate, and the candidates are re-scored with the float vectors.
@@ -24,6 +29,7 @@ from threadpoolctl import ThreadpoolController
 INT8_SCAN_MIN = 20_000       # below this a float product on one thread takes ~1-2 ms: no scan index
 SAMPLE_STRIDE = 8           # the candidate cut is found on every 8th approximate score
 MAX_CANDIDATE_SHARE = 0.25   # more candidates than this share of the corpus: re-score everything instead
+CODE_ZERO = 128             # zero point of the uint8-stored codes (see the module doc)
 
 
 @lru_cache(maxsize=1)
@@ -59,17 +65,18 @@ class Int8Scan:
         n, dim = vectors.shape
         absmax = np.abs(vectors).max(axis=1)
         self.scale = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
-        codes = np.clip(np.rint(vectors / self.scale[:, None]), -127, 127).astype(np.int8)
+        codes = np.clip(np.rint(vectors / self.scale[:, None]), -127, 127).astype(np.int16)
         decoded = codes.astype(np.float32) * self.scale[:, None]
         # Bounds of the error terms over the whole corpus (one number each keeps the candidate test one pass).
         self.max_code_error = float(np.linalg.norm(vectors - decoded, axis=1).max())
         self.max_decoded_norm = float(np.linalg.norm(decoded, axis=1).max())
         graph = helper.make_graph(
-            [helper.make_node("MatMulInteger", ["q", "codes", "q_zero"], ["dots"])], "int8_scan",
+            [helper.make_node("MatMulInteger", ["q", "codes", "q_zero", "codes_zero"], ["dots"])], "int8_scan",
             [helper.make_tensor_value_info("q", TensorProto.UINT8, [None, dim]),
              helper.make_tensor_value_info("q_zero", TensorProto.UINT8, [])],
             [helper.make_tensor_value_info("dots", TensorProto.INT32, [None, n])],
-            initializer=[numpy_helper.from_array(np.ascontiguousarray(codes.T), "codes")])
+            initializer=[numpy_helper.from_array(np.ascontiguousarray((codes + CODE_ZERO).astype(np.uint8).T), "codes"),
+                         numpy_helper.from_array(np.array(CODE_ZERO, np.uint8), "codes_zero")])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         model.ir_version = 8
         options = ort.SessionOptions()

@@ -40,6 +40,13 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     attempts INTEGER
 );
 CREATE INDEX IF NOT EXISTS llm_calls_key_status ON llm_calls (key, status, id);
+CREATE TABLE IF NOT EXISTS file_digests (
+    path TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    PRIMARY KEY (path, size, mtime_ns)
+);
 """
 
 
@@ -68,6 +75,29 @@ def make_key(model: str, kind: str, payload: Any, params: dict[str, Any] | None 
     if endpoint is not None:
         obj["endpoint"] = endpoint
     return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: str | os.PathLike, cache: "CallCache | None" = None) -> str:
+    """sha256 of a file (a model's weights, a few hundred MB), read once per file: remembered by (resolved path,
+    size, modification time) in this process and, with `cache`, in its database, so later processes and runs do
+    not read the file again; a file replaced or rewritten in place gets a new modification time, so a new digest."""
+    resolved = Path(path).resolve()
+    st = resolved.stat()
+    ident = (str(resolved), st.st_size, st.st_mtime_ns)
+    digest = _DIGESTS.get(ident) or (cache.file_digest(*ident) if cache is not None else None)
+    if digest is None:
+        h = hashlib.sha256()
+        with open(resolved, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        digest = h.hexdigest()
+        if cache is not None:
+            cache.put_file_digest(*ident, digest)
+    _DIGESTS[ident] = digest
+    return digest
 
 
 @dataclass(frozen=True)
@@ -155,6 +185,19 @@ class CallCache:
                 "COALESCE(SUM(latency_s), 0.0) FROM llm_calls").fetchone()
         return {"calls": r[0], "ok": r[1], "errors": r[2], "cached_keys": r[3], "prompt_tokens": r[4],
                 "completion_tokens": r[5], "latency_s": r[6]}
+
+    def file_digest(self, path: str, size: int, mtime_ns: int) -> str | None:
+        """The sha256 recorded for the file at `path` when it had this size and modification time, or None."""
+        with self._lock:
+            r = self._connection().execute(
+                "SELECT sha256 FROM file_digests WHERE path = ? AND size = ? AND mtime_ns = ?",
+                (path, size, mtime_ns)).fetchone()
+        return r[0] if r else None
+
+    def put_file_digest(self, path: str, size: int, mtime_ns: int, sha256: str) -> None:
+        with self._lock:
+            self._connection().execute("INSERT OR REPLACE INTO file_digests VALUES (?, ?, ?, ?)",
+                                       (path, size, mtime_ns, sha256))
 
     # -- writes -------------------------------------------------------------------------------------
     def put(self, key: str, model: str, request: dict, response: dict | None = None, text: str | None = None,

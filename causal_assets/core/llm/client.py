@@ -112,6 +112,16 @@ class MalformedResponse(Exception):
     """The endpoint answered 2xx but the body is not a usable completion."""
 
 
+@dataclass(frozen=True)
+class CheckedResponse:
+    """A 2xx answer that passed `LLMClient.check_response`: its body and first choice as plain JSON and its text,
+    the key masked in all three."""
+
+    data: dict
+    text: str
+    choice: dict
+
+
 class _ErrorText(Exception):
     """The endpoint answered 2xx with an error message in place of a completion."""
 
@@ -359,6 +369,19 @@ class LLMClient:
             resp = self._client.chat.completions.create(model=self.model, messages=payload, **params)
         else:
             resp = self._client.completions.create(model=self.model, prompt=payload, **params)
+        checked = self.check_response(kind, resp)
+        usage = checked.data.get("usage") or {}
+        return (checked.data, checked.text, usage.get("prompt_tokens"), usage.get("completion_tokens"),
+                checked.choice.get("logprobs"), checked.choice.get("finish_reason"))
+
+    def check_response(self, kind: str, resp: Any) -> "CheckedResponse":
+        """The one check of a 2xx answer, for every call to the endpoint (this client's chat and completions, and
+        the endpoint scorer's completions and log-probability calls): a body carrying an `error` object or, for
+        chat and completions, a text that is an error message is kind "error_text" (retried); a filtered
+        completion (finish_reason "content_filter") is kind "refused"; no choices or no text is malformed; and
+        the configured key, wherever the endpoint echoed it, is masked in the text and the body before either is
+        returned, cached or logged. ``kind``: "chat", "completion" or "score" (the echoed prompt is no answer, so
+        the error-text rule does not apply to it)."""
         if resp is None or not hasattr(resp, "model_dump"):
             raise MalformedResponse(f"unexpected response type {type(resp).__name__}")
         data = resp.model_dump(mode="json")
@@ -366,7 +389,7 @@ class LLMClient:
             # redacted before it is cut: a key straddling the cut would leave its prefix
             raise _ErrorText(f"2xx response carrying an error: {self.redact_secrets(data['error'])[:300]}")
         choices = data.get("choices")
-        if not choices:
+        if not choices or not isinstance(choices[0], dict):
             raise MalformedResponse("response has no choices")
         choice = choices[0]
         if kind == "chat":
@@ -380,19 +403,19 @@ class LLMClient:
             text = choice.get("text")
         if not isinstance(text, str):
             raise MalformedResponse("response choice has no text content")
-        if (self.error_text is not None and len(text) <= MAX_ERROR_TEXT_CHARS
+        if (kind != "score" and self.error_text is not None and len(text) <= MAX_ERROR_TEXT_CHARS
                 and self.error_text.match(text)):
             raise _ErrorText(f"2xx response whose text is an error message: {self.redact_secrets(text)[:200]!r}")
         if choice.get("finish_reason") == "content_filter":
             raise _Refused("the endpoint refused or filtered the completion (finish_reason 'content_filter')")
         key = self._api_key.get()
-        raw = json.dumps(data) if key and key != NO_KEY else ""
-        if key and key in raw:   # an endpoint that echoes the request's headers
-            text = text.replace(key, REDACTED)
-            data = json.loads(raw.replace(key, REDACTED))
-        usage = data.get("usage") or {}
-        return (data, text, usage.get("prompt_tokens"), usage.get("completion_tokens"),
-                choice.get("logprobs"), choice.get("finish_reason"))
+        if key and key != NO_KEY:
+            raw = json.dumps(data)
+            if key in raw:   # an endpoint that echoes the request's headers
+                text = text.replace(key, REDACTED)
+                data = json.loads(raw.replace(key, REDACTED))
+                choice = data["choices"][0]
+        return CheckedResponse(data, text, choice)
 
     def retrying(self, label: str, attempt: Callable[[], Any],
                  on_failure: Callable[[str, int, float], None] | None = None) -> tuple[Any, int, float]:

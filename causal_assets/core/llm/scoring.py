@@ -35,7 +35,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from .cache import CallCache, make_key
+from .cache import CallCache, file_sha256, make_key
 from .client import LLMClient, MalformedResponse
 from .cores import CoreMeter
 from .errors import LLMError
@@ -117,11 +117,15 @@ class _CachedScorer:
     # an endpoint's values belong to it (as LLMClient's keys); None (in-process) keeps the keys as they always were
     cache_endpoint: str | None = None
 
+    def key_params(self) -> dict:
+        """What besides the request decides its values: the backend (and, in-process, the weights and the binding)."""
+        return {"backend": self.backend}
+
     def key(self, req: ScoreRequest) -> str:
         payload = {"prompt": req.prompt, "continuations": list(req.continuations)}
         if req.span is not None:
             payload["span"] = list(req.span)
-        return make_key(self.model_id, "score", payload, {"backend": self.backend}, endpoint=self.cache_endpoint)
+        return make_key(self.model_id, "score", payload, self.key_params(), endpoint=self.cache_endpoint)
 
     def score_many(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult | LLMError]:
         out: list[ScoreResult | LLMError | None] = [None] * len(requests)
@@ -168,19 +172,26 @@ class _CachedScorer:
         """The model's greedy continuation of ``prompt`` (e.g. its own answer after ``Answer:``), cut at the first
         ``stop`` string, through the call cache (kind ``complete``). Infrastructure errors raise, never an answer."""
         payload = {"prompt": prompt}
-        params = {"backend": self.backend, "max_tokens": max_tokens, "stop": list(stop)}
+        params = {**self.key_params(), "max_tokens": max_tokens, "stop": list(stop)}
         key = make_key(self.model_id, "complete", payload, params, endpoint=self.cache_endpoint)
         hit = self.cache.get(key) if self.cache is not None else None
         if hit is not None and hit.response:
             return str(hit.response["text"])
         self._before_batch()
+        request = {"kind": "complete", "model": self.model_id, "prompt": prompt, **params}
         t0 = time.monotonic()
-        text = self._complete_one(prompt, max_tokens, tuple(stop))
+        try:
+            text = self._complete_one(prompt, max_tokens, tuple(stop))
+        except LLMError as exc:   # journalled, never an answer (the endpoint's error messages come redacted)
+            if self.cache is not None:
+                self.cache.put(key, self.model_id, request, None, None, None, None, time.monotonic() - t0,
+                               status="error", error=str(exc)[:2000], attempts=1)
+            raise
         for s in stop:   # backends differ in whether the stop string is kept
             text = text.split(s)[0] if s else text
         if self.cache is not None:
-            self.cache.put(key, self.model_id, {"kind": "complete", "model": self.model_id, "prompt": prompt, **params},
-                           {"text": text}, text, None, None, time.monotonic() - t0, status="ok", attempts=1)
+            self.cache.put(key, self.model_id, request, {"text": text}, text, None, None, time.monotonic() - t0,
+                           status="ok", attempts=1)
         return text
 
     def _complete_one(self, prompt: str, max_tokens: int, stop: tuple[str, ...]) -> str:
@@ -193,6 +204,13 @@ class _CachedScorer:
         """(log-probability and token count of each continuation, prompt tokens, tokens evaluated, the span's
         log-probability and token count or (None, 0))."""
         raise NotImplementedError
+
+
+def binding_version() -> str:
+    """The llama.cpp binding and its version: its kernels decide the last digits of every log-probability."""
+    import llama_cpp
+
+    return f"llama-cpp-python {llama_cpp.__version__}"
 
 
 class LlamaCppScorer(_CachedScorer):
@@ -230,10 +248,16 @@ class LlamaCppScorer(_CachedScorer):
         self.thread_history: list[tuple[float, int]] = [(0.0, self.n_threads)]  # (seconds since start, threads)
         self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=self.n_threads,
                           n_threads_batch=self.n_threads, n_batch=n_batch, logits_all=False, verbose=False)
+        # in every key: other weights under the same name, or another llama.cpp, give other log-probabilities
+        self.weights_sha256 = file_sha256(self.model_path, cache)
+        self.binding = binding_version()
         self._n_vocab = self._llm.n_vocab()
         self._lock = threading.Lock()
         self.tokens_evaluated = 0
         self.tokens_requested = 0
+
+    def key_params(self) -> dict:
+        return {"backend": self.backend, "weights_sha256": self.weights_sha256, "binding": self.binding}
 
     def _before_batch(self) -> None:
         if self._meter is None:
@@ -377,10 +401,7 @@ class EndpointScorer(_CachedScorer):
         def attempt() -> str:
             resp = self._client.completions.create(model=self.model_id, prompt=prompt, max_tokens=max_tokens,
                                                    temperature=0.0, stop=list(stop) or None)
-            choices = resp.model_dump(mode="json").get("choices")
-            if not choices:
-                raise MalformedResponse("response has no choices")
-            return str(choices[0].get("text") or "")
+            return self._llm.check_response("completion", resp).text   # the client's checks, its key masked
 
         return self._llm.retrying(f"completion call to {self.model_id!r}", attempt)[0]
 
@@ -407,9 +428,7 @@ class EndpointScorer(_CachedScorer):
                             (mode != modes[-1] and exc.status_code != 404) or UNSUPPORTED.search(str(exc))):
                         return exc
                     raise
-                data = resp.model_dump(mode="json")
-                if not data.get("choices"):
-                    raise MalformedResponse("response has no choices")
+                data = self._llm.check_response("score", resp).data
                 return (_from_prompt_logprobs if mode == "prompt_logprobs" else _from_echo)(data, prompt, cont, span)
 
             got = self._llm.retrying(f"score call to {self.model_id!r} ({mode})", attempt)[0]
