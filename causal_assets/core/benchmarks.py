@@ -463,9 +463,15 @@ def load_benchmark_registry(path: str | Path | None = None, shared_data: str | P
         corpus_names = set(load_corpus_registry(corpora_path, shared))
     except ConfigError as e:   # the corpus registry's own error, named as such
         raise ConfigError(f"{path}: its benchmarks' corpora cannot be checked: {e}") from None
-    context = {"registry_dir": path.resolve().parent, "shared_data": shared, "corpus_names": corpus_names,
+    # The shipped benchmarks are over the shipped corpora: with a corpus registry of the user's own, those whose
+    # corpus it leaves out go with it. A registry of the user's own benchmarks is held to its corpora strictly.
+    shipped_over_own = path.resolve() == DEFAULT_REGISTRY.resolve() and corpora_path is not None
+    context = {"registry_dir": path.resolve().parent, "shared_data": shared,
+               "corpus_names": None if shipped_over_own else corpus_names,
                "corpora_path": str(corpora_path or "causal_assets/registry/corpora.yaml")}
     specs = load_entries(path, "benchmarks", BenchmarkSpec, context=context)
+    if shipped_over_own:
+        specs = {name: spec for name, spec in specs.items() if spec.corpus in corpus_names}
     for spec in specs.values():
         spec._shared_data = shared
         spec._corpora = corpora_path

@@ -161,6 +161,18 @@ def test_a_corpus_that_is_not_registered_is_refused(tmp_path):
         load_benchmark_registry(_write(tmp_path, {**HOTPOT, "corpus": "nosuch"}))
 
 
+def test_the_shipped_benchmarks_follow_a_corpus_registry_of_the_users_own(tmp_path):
+    """With only CAUSAL_ASSETS_CORPORA set, the shipped benchmarks over corpora it leaves out go with them (every
+    command had refused to start); the user's own benchmark registry is still held to its corpora."""
+    corpora = tmp_path / "corpora.yaml"
+    corpora.write_text(yaml.safe_dump({"corpora": [{"name": "default", "loader": "python_package",
+                                                    "package": "networkx"}]}))
+    specs = load_benchmark_registry(corpora=corpora)
+    assert specs and {s.corpus for s in specs.values()} == {"default"}
+    with pytest.raises(ConfigError, match=r"benchmarks\[0\]\.corpus: 'hotpotqa' is not a registered corpus"):
+        load_benchmark_registry(_write(tmp_path, HOTPOT), corpora=corpora)
+
+
 @pytest.mark.parametrize("splits", [["dev", "holdout"], ["train", "validation"]])
 def test_a_hash_half_loader_refuses_a_split_no_question_has(tmp_path, splits):
     entry = {**HOTPOT, "splits": splits, "eval_splits": [splits[-1]]}

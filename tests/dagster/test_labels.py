@@ -46,7 +46,8 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path):
                          selection=["candidate_pools", "mc_trials", "solver_calls", "mc_labels"], run_config=RUN_CONFIG)
     assert result.success
     checks = result.get_asset_check_evaluations()
-    assert {c.check_name for c in checks} == {"pools_valid", "no_trial_from_errored_call", "labels_sane"}
+    assert {c.check_name for c in checks} == {"pools_valid", "no_trial_from_errored_call", "labels_sane",
+                                                 "labels_decided"}
     assert all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
     base = resources["storage"].base_path
     pools = pd.read_parquet(f"{base}/candidate_pools/hotpotqa.parquet")
