@@ -72,7 +72,9 @@ def ask(args) -> int:
     row = read_parquet(asset_path(args.base_path, "causal_search", qid)).iloc[0]
     print(row["response"])
     note = row.get("grounding_note") or ""
-    if note and note != "no evidence retrieved":  # (with no evidence the answer itself says so)
+    if note.startswith("not checked"):
+        print(f"\n[grounding {note}]")
+    elif note and note != "no evidence retrieved":  # (with no evidence the answer itself says so)
         print(f"\n[ungrounded: {note}]")
     sources = json.loads(row.get("sources") or "[]")
     texts = {}

@@ -175,6 +175,7 @@ class ReadOnlyBase(AbstractFileSystem):
 
 
 ANALYSIS_STATEMENTS = ("SELECT", "EXPLAIN")
+_EXPLAIN_HEAD = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+|\((?:[^()']|'[^']*')*\)\s*)?", re.IGNORECASE)
 _CREATE_VIEW = re.compile(r'^CREATE VIEW (?:"(?:[^"]|"")*"|\S+) AS (.*)$', re.DOTALL | re.IGNORECASE)
 _PARQUET_PATH = re.compile(r"(read_parquet\()'((?:[^']|'')*)'", re.IGNORECASE)
 
@@ -190,6 +191,16 @@ def check_analysis_sql(sql: str) -> None:
         raise ValueError("sql: no statement")
     for st in statements:
         kind = getattr(st.type, "name", str(st.type))
+        if kind == "EXPLAIN":   # EXPLAIN ANALYZE runs what it explains: that must be a query too
+            inner = _EXPLAIN_HEAD.sub("", st.query, count=1)
+            try:
+                wrapped = duckdb.extract_statements(inner)
+            except duckdb.Error as e:
+                raise ValueError(f"sql: {e}") from None
+            if len(wrapped) != 1 or getattr(wrapped[0].type, "name", "") != "SELECT":
+                said = (inner.split() or ["nothing"])[0].upper()
+                raise ValueError(f"sql: only queries are allowed here, also under EXPLAIN; got EXPLAIN {said}")
+            continue
         if kind not in ANALYSIS_STATEMENTS:
             # the statement's own first word: DuckDB's type of INSTALL is LOAD, of DROP ... DROP, and so on
             said = (st.query.split() or [kind])[0].upper()

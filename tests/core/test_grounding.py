@@ -46,6 +46,20 @@ def test_terms_not_in_the_evidence_are_flagged():
     assert distinctive_terms("Dijkstra's algorithm") == ["Dijkstra"]
 
 
+def test_an_answer_of_plain_words_is_checked_against_the_evidence_too():
+    """A mixed folder's `ask` had reported "answer supported by the retrieved evidence" for an answer the sources
+    did not hold: its words were lower-case, so there was nothing for the name check to miss."""
+    evidence = ["def parse_config(path): reads the settings file and returns a dict"]
+    off = check_grounding("the cache is flushed every hour by a background thread", "How often is the cache flushed?",
+                          evidence)
+    assert not off.grounded and {"hour", "background", "thread"} <= set(off.unsupported), off
+    assert "not supported by the retrieved evidence" in off.note()
+    on = check_grounding("it reads the settings file and returns a dict", "What does parse_config do?", evidence)
+    assert on.grounded and on.note() == "", on
+    nothing = check_grounding("Yes.", "Is the cache flushed?", evidence)
+    assert not nothing.grounded and not nothing.checked and nothing.note().startswith("not checked")
+
+
 def test_no_evidence_means_no_llm_call_and_a_plain_answer():
     nodes = pd.DataFrame(columns=["corpus", "node_id", "node_type", "name", "chunk_id", "description", "rank",
                                   "community", "attributes"])

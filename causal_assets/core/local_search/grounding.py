@@ -3,9 +3,11 @@
 Two checks, both plain and explainable:
   * no evidence at all (no entity and no text unit reached the network data): the model is not asked; the answer
     is `no_evidence_answer(corpus)`;
-  * the answer's distinctive terms (identifiers such as `get_shortest_path`, capitalised names, numbers) that
-    appear neither in the evidence nor in the question (as whole words): listed, and the answer is flagged as not
-    supported when any of those is a name or an identifier, or more than half of its numbers are missing.
+  * the answer's distinctive terms (identifiers such as `get_shortest_path`, capitalised names, numbers) and
+    content words (lower-case words of 4+ letters, not stop words) that appear neither in the evidence nor in the
+    question (as whole words): listed, and the answer is flagged as not supported when any name or identifier is
+    missing, or more than half of its numbers, or more than half of its content words. An answer that adds nothing
+    checkable to the question is "not checked", never "supported".
 """
 from __future__ import annotations
 
@@ -38,17 +40,35 @@ def distinctive_terms(text: str) -> list[str]:
     return out
 
 
+_STOP = set("""able about above after again against also although among answer answers another based because been
+before being below between both cannot could does doing done down during each either else even every following
+from further given have having here however information into itself just know known like made make many more most
+much must neither never none only other others over provided question same several shall should since some such
+than that their theirs them then there therefore these they this those though through thus together under until
+upon used uses using very well were what whatever when where whether which while whom whose will with within
+without would your yours context text""".split())
+_WORD = re.compile(r"(?<![\w.'’-])[a-z]{4,}(?![\w-])")
+
+
+def content_words(text: str) -> list[str]:
+    """Lower-case words of 4+ letters that carry content (not stop words), in order, each once."""
+    return list(dict.fromkeys(w for w in _WORD.findall(text or "") if w not in _STOP))
+
+
 @dataclass
 class Grounding:
     grounded: bool
     evidence_items: int
     terms: list[str] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)
+    checked: bool = True   # False: the answer adds no name, number or content word to the question
 
     def note(self) -> str:
         """One line for the user, empty when the answer is grounded."""
         if self.evidence_items == 0:
             return "no evidence retrieved"
+        if not self.checked:
+            return "not checked: the answer adds no name, number or content word to the question"
         if self.grounded:
             return ""
         missing = ", ".join(self.unsupported[:8])
@@ -67,10 +87,16 @@ def check_grounding(answer: str, question: str, evidence: list[str]) -> Groundin
         return Grounding(False, 0)
     haystack = "\n".join(evidence).lower()
     asked = (question or "").lower()
-    terms = [t for t in distinctive_terms(answer) if not _found(t, asked)]
+    distinct = [t for t in distinctive_terms(answer) if not _found(t, asked)]
+    seen = {t.lower() for t in distinct}
+    words = [w for w in content_words(answer) if w not in seen and not _found(w, asked)]
+    terms = distinct + words
+    if not terms:
+        return Grounding(False, len(evidence), checked=False)
     unsupported = [t for t in terms if not _found(t, haystack)]
-    names = [t for t in unsupported if not t[0].isdigit()]
-    numbers = [t for t in terms if t[0].isdigit()]
+    names = [t for t in unsupported if t in distinct and not t[0].isdigit()]
+    numbers = [t for t in distinct if t[0].isdigit()]
     missing_numbers = [t for t in unsupported if t[0].isdigit()]
-    grounded = not names and len(missing_numbers) * 2 <= len(numbers)
+    missing_words = [t for t in unsupported if t in words]
+    grounded = not names and len(missing_numbers) * 2 <= len(numbers) and len(missing_words) * 2 <= len(words)
     return Grounding(grounded, len(evidence), terms, unsupported)
