@@ -137,7 +137,7 @@ def secret(name: str, raw: str) -> SecretVar:
 
 
 def var(env: str, default, meaning: str, parse: Callable[[str, str], object] = text, shown: str | None = None):
-    """A settings field read from variable `env`; `shown` is the default as the README states it."""
+    """A settings field read from variable `env`; `shown` is the default as docs/configuration.md states it."""
     return field(default=default, metadata={"env": env, "meaning": meaning, "parse": parse,
                                             "shown": shown if shown is not None else str(default)})
 
@@ -240,7 +240,7 @@ class Settings:
 
 @dataclass(frozen=True)
 class Variable:
-    """One row of the README's table: the variable, the `Settings` attribute it sets, its default, its meaning."""
+    """One row of docs/configuration.md's table: the variable, the `Settings` attribute, its default, its meaning."""
 
     env: str
     attribute: str
