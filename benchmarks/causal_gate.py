@@ -1,22 +1,16 @@
-"""Seed 000's gate: MAP@10 of causal retrieval vs the best similarity retriever and vs the learned model.
+"""The causal retriever's target: MAP@10 of causal retrieval against the best similarity retriever and the learned
+model, on the held-out `test` half of a multi-hop benchmark.
 
     python benchmarks/causal_gate.py --benchmark hotpotqa --base data/parquet
     python benchmarks/causal_gate.py --benchmark musique --base data/parquet --scorer-questions 0
     python benchmarks/causal_gate.py --benchmark 2wiki --base data/parquet --scorer-questions 20
 
-Multi-hop benchmarks (HotpotQA distractor, the shared MuSiQue and 2Wiki samples): each question ranks its own
-paragraphs; relevance = its supporting paragraphs. Scored on the held-out `test` half (stable hash of the question
-id); everything tuned or learned comes from `benchmarks/tuned_retrievers.py --benchmark <name>` stored in
-data/benchmarks/tuned/<name> (tuned on the `train` half only); the similarity baselines' hybrid weight is the one
-chosen there on train.
-
-Rows: the similarity baselines (BM25, TF-IDF, dense, z-hybrid, RRF) -> the best one is the reference; the causal
-retriever with its defaults (offline lexical answer model); the tuned causal retriever (lexical); the learned model.
-`--scorer-questions N` (0 = every test question, the default; -1 = none) adds the tuned causal retriever with the
-LLM answer-likelihood model (`answer_model: likelihood`: the packaged local solver scoring in-process, question
-surprisal and answer probability, `core/retrievers/causal/likelihood_model.py`) on the first N test questions, with
-every other row re-scored on the same questions and paired randomization tests (MAP@10 per question) against the
-best similarity retriever, the lexical causal retriever and the learned model; seconds per query with it.
+Each question ranks its own paragraphs; relevance = its supporting paragraphs. Everything tuned comes from
+`benchmarks/tuned_retrievers.py --benchmark <name>` (train half only). Rows: the similarity baselines, the causal
+retriever with its defaults and tuned (offline lexical answer model), the learned model, and with
+`--scorer-questions N` (0 = every test question, -1 = none) the tuned causal retriever with the LLM's answer
+likelihood on the first N questions, every row re-scored on them with paired randomization tests and seconds per
+query.
 """
 from __future__ import annotations
 

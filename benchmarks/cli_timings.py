@@ -1,23 +1,14 @@
 """What a user waits for at the command line: `causal-assets --help`, `search` (BM25 and dense, default corpus) and
-`ask` (first and second question of a process-fresh run), each end to end as a subprocess, with the load average;
-and the import of the code location (`causal_assets.definitions`), which every Dagster process pays before it
-does anything: `dagster dev` and its code server, each run worker, each step of the multiprocess executor.
+`ask` (a new question, then the same again), each end to end as a subprocess, with the load average; and the import
+of the code location (`causal_assets.definitions`), which every Dagster process pays first.
 
     python benchmarks/cli_timings.py [--quick]
-
-Every figure is the median of repeated runs (`--quick`: fewer). `ask` needs the default corpus built (README
-command 1, or `causal-assets build default`) and the local LLM: "cold" is the first `ask` of a question (the LLM
-call cache has nothing for it: the local server starts and both LLM stages run), "warm" the same question again
-(its LLM calls come from the call cache; the server still starts, since each `ask` is its own process and run).
-The first `ask` on a fresh data directory also builds the corpus; that build time is printed by `ask` itself
-("built in ...") and is not part of these figures. Writes data/benchmarks/cli_timings.json.
-
     python benchmarks/cli_timings.py --busy 3 --compare-with /path/to/other/checkout --no-ask
 
-`--busy N` runs N CPU-bound loops beside the measurement (started a minute before, so the load average shows them):
-the time on a machine that is not idle. `--compare-with DIR` times another checkout's CLI on the same data, run for
-run alternating with this one (`python -P` with that checkout on PYTHONPATH), so the before/after ratio comes from one
-run under one load. `--no-ask` leaves out `ask`.
+Every figure is the median of repeated runs. `ask` needs the default corpus built and the local LLM: "cold" is a
+question the call cache has not seen, "warm" the same again. `--busy N` runs N CPU-bound loops beside the
+measurement; `--compare-with DIR` times another checkout's CLI on the same data, run for run alternating, so the
+ratio comes from one run under one load. Writes data/benchmarks/cli_timings.json.
 """
 from __future__ import annotations
 

@@ -1,19 +1,14 @@
-"""The cross-encoder reranker over every tuned retriever, at every mixing weight: what `tuned_reranker` chose,
-beside what it did not (issue 16, SciFact).
-
-The product fits the cross-encoder and decides on it in the `tuned_reranker` asset (`core/tuning/reranker.py`: fitted
-on 4/5 of the train claims, adopted and weighted on the other fifth), and the evaluation reranks the *selected*
-retriever with it (`cross_encoder_tuned`). This script reads that adopted model (or `--model DIR`, a directory a
-fit saved) and reranks the top `depth` of each `*_tuned` run that `evaluation_runs` holds on the held-out split, by
-`z(run) + a * z(cross-encoder)` for each `a` in MIX, with the paired per-query gain of the adopted `a` over `a = 0`
-and its standard error (at `a = 0` a run's figure is its evaluation figure, but where its scores tie: RRF's ties
-are broken here by the metric library, there by the run's ranks). Choosing a retriever or an `a` from this table would be tuning on test: it is the record
-of what the train-only choice left on the table, not a choice.
+"""The cross-encoder reranker over every tuned retriever, at every mixing weight, on SciFact's held-out split: what
+`tuned_reranker` chose, beside what it did not.
 
     python benchmarks/cross_encoder.py [--benchmark scifact] [--base data/parquet] [--model DIR]
 
-Writes data/benchmarks/cross_encoder_<benchmark>.json. On 2 shared cores: ~0.3 s per query and retriever (the
-pairs a query shares between runs are scored once).
+The product fits and adopts the cross-encoder in `tuned_reranker` (`core/tuning/reranker.py`) and reranks the
+*selected* retriever with it. This script reads that model (or `--model DIR`) and reranks the top `depth` of every
+`*_tuned` run in `evaluation_runs` by `z(run) + a * z(cross-encoder)` for each `a` in MIX, with the paired gain of
+the adopted `a` over `a = 0` and its standard error. Choosing from this table would be tuning on test: it records
+what the train-only choice left on the table. Writes data/benchmarks/cross_encoder_<benchmark>.json; ~0.3 s per
+query and retriever on 2 cores.
 """
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
 """The measurement behind `tuned_encoder` (core/tuning/encoder.py): in-domain fine-tuning of the MiniLM encoder on a
 benchmark's train qrels, with the asset's own fitting code, judged on held-out train queries and on `test`.
 
-The encoder is trained on 4/5 of the train queries (multiple-negatives ranking loss: each query against its gold
-document, the batch's other gold documents and one BM25 hard negative per query, scale 20, AdamW with linear
-warm-up and decay), then the base and the fine-tuned encoder (both fp32 PyTorch, so the backend is not what
-differs) are compared on the held-out 1/5 of train (where a choice would be made) and on `test`, dense alone and in
-the z-score hybrid with the index's BM25 at the weights around the tuned one:
-
     python benchmarks/dense_finetune.py --benchmark scifact [--base data/parquet] [--epochs 1]
 
-Reads the materialized index under --base; writes data/benchmarks/dense_finetune_<benchmark>.json. On 2 shared cores
-SciFact costs ~6 min of training per epoch and ~3.5 min per encoding of its 5,183 abstracts (four encodings).
+The encoder is trained on 4/5 of the train queries (multiple-negatives ranking loss with one BM25 hard negative per
+query), then the base and the fine-tuned encoder (both fp32 PyTorch) are compared on the held-out fifth, where a
+choice would be made, and on `test`: dense alone and in the z-score hybrid at the weights around the tuned one.
+Writes data/benchmarks/dense_finetune_<benchmark>.json. On 2 cores SciFact costs ~6 min of training per epoch and
+~3.5 min per encoding of its abstracts (four encodings).
 """
 from __future__ import annotations
 

@@ -1,24 +1,14 @@
-"""Dense query latency before and after the single-query path, at 10k and 100k chunks, in one run; and the ANN's
-nprobe calibrated on real SciFact queries (recall@10 against exact search).
+"""Dense query latency of the single-query path against a plain float product, at 10k and 100k chunks, in one run;
+and the ANN's nprobe calibrated on real SciFact queries (recall@10 against exact search).
 
     python benchmarks/dense_latency.py [--quick] [--sizes 10000,100000]
 
-Corpus: SciFact's 5,183 real MiniLM vectors on the default backend (read from the embedding cache that
-`embedding_backends.py` and the corpus index fill, `--cache-root`; encoded here when missing) plus synthetic vectors up to the size: each a random mix of two real vectors plus a little
-noise, normalised (documents between two topics). Queries: SciFact's 300 test queries, embedded one by one.
-
-Per size, query by query and alternating which goes first, so load changes hit both:
-- search only, exact top 10 from a query vector: *before* = the previous code (one float matrix-vector product
-  with numpy's default BLAS threads, then argpartition); *after* = `CorpusIndex.dense_top_k` for one query (the
-  certified int8 scan from 20k chunks, a one-thread float product below). Both must return the same top 10.
-- end to end, `CorpusIndex.search(query, 10, "dense")`: before = fp32 PyTorch query embedding (as the index ran
-  it, one torch thread for one query) + the previous search; after = the default backend's query embedding + the
-  new search.
-- ANN (faiss IVF-SQ8, `AnnConfig(min_chunks=0)`): nprobe as calibrated on pseudo-queries (the product's default)
-  and on 400 real SciFact train queries; recall@10 against exact search on the 300 test queries for each.
-
-Every latency is a p50/p95 over the 300 queries with wall and CPU time; the load average is recorded per size.
-Writes data/benchmarks/dense_latency[_quick].json.
+Corpus: SciFact's 5,183 real MiniLM vectors plus synthetic ones up to the size (random mixes of two real vectors
+with a little noise). Queries: SciFact's 300 test queries, one by one, alternating which path goes first so load
+changes hit both. Per size: search only (`CorpusIndex.dense_top_k` against one multi-threaded float product and
+argpartition; both must return the same top 10), end to end with the query's embedding, and the ANN with its
+default nprobe and one calibrated on 400 real train queries. Latencies are p50/p95 with wall and CPU time and the
+load average. Writes data/benchmarks/dense_latency[_quick].json.
 """
 from __future__ import annotations
 

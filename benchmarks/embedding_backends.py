@@ -2,17 +2,12 @@
 
     python benchmarks/embedding_backends.py [--quick] [--backends onnx-int8,onnx]
 
-Every SciFact abstract (5,183; `--quick`: a 512-text sample, no nDCG) is embedded by fp32 PyTorch (the reference:
-what the index stage ran before backends existed, with its default torch threads) and by each candidate backend
-(its default threads: every core, no spin-waiting). The texts are cut into blocks of 256 and the backends take
-turns block by block, the first one alternating, so a change of machine load hits all of them; a backend's
-throughput is its texts over its summed seconds, and the figure is the ratio of the throughputs (= the ratio of the
-summed seconds over the same texts). Then the 300 test queries are embedded by each backend and searched exactly
-against that backend's own vectors: nDCG@10 per backend, and the difference to fp32 PyTorch.
-
-Targets (issue 18): backend / fp32 throughput >= 2.0 and |nDCG@10 - fp32| <= 0.005. The vectors are written to the
-project's embedding cache (data/parquet/cache/embeddings, one directory per model and backend), so the dense latency
-benchmark and later index runs reuse them. Writes data/benchmarks/embedding_backends[_quick].json.
+Every SciFact abstract (`--quick`: a 512-text sample, no nDCG) is embedded by fp32 PyTorch and by each candidate
+backend with its default threads, taking turns block by block (256 texts, the first one alternating), so a change
+of load hits all of them; the figure is the ratio of summed seconds over the same texts. Then the 300 test queries
+are searched against each backend's own vectors: nDCG@10, and the difference to fp32. Targets: throughput >= 2.0x
+fp32 and |nDCG@10 - fp32| <= 0.005. The vectors go to the project's embedding cache, so later runs reuse them.
+Writes data/benchmarks/embedding_backends[_quick].json.
 """
 from __future__ import annotations
 

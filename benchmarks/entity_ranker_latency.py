@@ -1,4 +1,4 @@
-"""Seed 003's latency test as a benchmark: rank 100 chunks x 3 entities, averaged over repeats; writes JSON.
+"""Entity-first's latency test as a benchmark: rank 100 chunks x 3 entities, averaged over repeats; writes JSON.
 
     python benchmarks/entity_ranker_latency.py
 """

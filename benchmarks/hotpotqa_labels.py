@@ -2,18 +2,12 @@
 
     .venv/bin/python benchmarks/hotpotqa_labels.py [--base data/parquet] [--out data/benchmarks/hotpotqa_labels.json]
 
-Reads what the real assets wrote for the `hotpotqa` partition -- `mc_labels` (YES / NO / UNCERTAIN per question
-and candidate, one row set per estimator: the run's own `adaptive` labels and the seed's `naive` rule re-applied
-to the same trials), `candidate_pools`, `mc_trials` and `solver_calls` -- and the HotpotQA gold from the shared
-data (never copied into the repository). A candidate is gold iff its paragraph title is among the question's
-`supporting_facts` titles (doc ids are `<question id>/<paragraph index>`).
-
-Reported, per estimator: precision / recall / F1 of the YES set against the gold supporting paragraphs, pooled
-over every labelled (question, paragraph) pair (micro) and averaged per question (macro; a question with no YES
-and no gold counts 1), and the label counts. Baseline: *answer containment* -- a paragraph is relevant iff it
-contains the answer string (normalised, whole tokens; full paragraph text, and the truncated text the solver
-saw). Also: base and overall success rates, trials and calls per question, solver seconds per question (latency
-of the calls paid in this run; cached calls cost ~0) and the call-cache hits.
+Reads what the assets wrote for the `hotpotqa` partition (`mc_labels` with every estimator's rows,
+`candidate_pools`, `mc_trials`, `solver_calls`) and the gold from the shared data; a candidate is gold iff its
+paragraph title is among the question's `supporting_facts`. Reported per estimator: precision, recall and F1 of the
+YES set (micro over pairs and macro per question) and the label counts, beside the answer-containment baseline (on
+the full paragraph and on the text the solver saw); also base and overall success rates, calls and solver seconds
+per question, and call-cache hits.
 """
 from __future__ import annotations
 

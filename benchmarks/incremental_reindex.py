@@ -1,21 +1,13 @@
-"""Incremental re-index cost: re-indexing an unchanged corpus, and one with 1% of its documents edited, as a
-share of a full index.
+"""Incremental re-index cost: re-indexing an unchanged corpus, and one with 1% of its documents edited, as a share of
+a full index.
 
     python benchmarks/incremental_reindex.py [--quick] [--documents N]
 
-The corpus is a BEIR folder made in a temporary directory from the first N SciFact documents (default 1,000;
-the whole 5,183 would take the shared 2-core machine half an hour to embed at its current load). Every run goes
-from the files to the stored index the way the three corpus index assets do (`corpus_chunks`:
-load + chunk frame; `sparse_postings`/`sparse_vocabulary`: analyse + BM25 + TF-IDF; `corpus_embeddings`:
-`embed_incremental` against the content-hash cache), writing each table as Parquet to a temporary base path.
-
-- full: empty embedding cache (the first index);
-- unchanged: the same files again (median of repeats);
-- 1% change: 1% of the documents get an edited text in corpus.jsonl, a different random 1% each repeat, each
-  starting from the state after the full index (the cache is restored, since the cache file of a corpus keeps
-  only its current vectors).
-
-Writes data/benchmarks/incremental_reindex.json.
+The corpus is a BEIR folder of the first N SciFact documents (default 1,000) in a temporary directory; every run
+goes from the files to the stored index as the three corpus index assets do (chunks, BM25 and TF-IDF postings,
+`embed_incremental` against the content-hash cache), writing Parquet to a temporary base path. Runs: full (empty
+cache), unchanged (median of repeats), and 1% change (a different random 1% of the documents edited each repeat,
+each from the state after the full index). Writes data/benchmarks/incremental_reindex.json.
 """
 from __future__ import annotations
 

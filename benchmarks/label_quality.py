@@ -3,19 +3,11 @@
     .venv/bin/python benchmarks/label_quality.py --dataset hotpotqa [--questions 200] [--solver gemma3-270m]
         [--outcome likelihood] [--estimator adaptive] [--budget 32] [--max-doc-chars 0] [--threads 0] [--busy N]
 
-Each question's own paragraphs are its pool (10 for HotpotQA/2Wiki, 20 for MuSiQue); the labelling code is the
-product's (`core.labeling.runner.label_question` with the local solver through the call cache, so a re-run pays
-nothing). Reported against the gold paragraphs (HotpotQA/2Wiki `supporting_facts`, MuSiQue `is_supporting`):
-
-* YES labels: precision / recall / F1 (micro over all (question, paragraph) pairs), UNCERTAIN share;
-* ranking by effect size (the average effect over the random subsets, as the product ranks labels): top-2
-  precision, R-precision (top-|gold|), per-question ROC AUC (mean);
-* baseline "the paragraph contains the answer string" (normalised, whole tokens; on the text the solver saw):
-  the same figures, ties in the ranking broken by position (no information);
-* cost: scoring calls per question, tokens evaluated vs requested (prefix reuse), seconds per question paid in
-  this run, the load average, cache hits.
-
-Trials are kept in the JSON (subset membership and outcome per call), so estimators can be compared offline with
+Each question's own paragraphs are its pool; the labelling is the product's (`label_question`, local solver,
+through the call cache). Reported against the gold paragraphs: YES precision / recall / F1 and the UNCERTAIN
+share; the ranking by average effect (top-2 precision, R-precision, per-question ROC AUC); the same for the
+baseline "the paragraph contains the answer string"; and the cost (calls, tokens evaluated of requested, seconds
+per question, load, cache hits). The trials are kept in the JSON, so estimators can be compared offline with
 ``--reanalyze`` (no LLM).
 """
 from __future__ import annotations

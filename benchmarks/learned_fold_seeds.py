@@ -1,27 +1,15 @@
 """The learned model's train CV across fold seeds, with and without the solver's question-likelihood feature: the
-stability gauge behind issue 16's learned-model feature decisions (README, "question likelihood as a feature of the
-learned model" and the "Tried for issue 16" rows, whose fold seeds 0 / 1 / 2 are these seeds).
+stability gauge behind the learned-model feature rules (docs/decisions.md, "Rules written before the figures").
 
     python benchmarks/learned_fold_seeds.py [--base data/parquet] [--benchmarks hotpotqa musique] [--seeds 0 1 2]
         [--retrievers hybrid learned] [--repeats 1]
 
-For each benchmark and seed: the tuner (`core.tuning.search.tune`, the code of `tuned_retriever_configs`) tunes the
-hybrid, then the learned model on the train split with the registry's tuning section and that fold seed. Every grid
-point is scored by grouped CV with and without the feature, as the asset does. Nothing here reads a test split.
-
-With more --retrievers (the registry's tuning list, e.g. `hybrid rrf cascade entity_first learned fusion pairwise`)
-it also records which retriever the tuner selects with each fold seed and every retriever's nested figure: how much
-the selection is the data's and how much the fold split's (on HotpotQA's 91 train questions, learned, fusion and
-pairwise with seeds 0, 1 and 2; README, issue 16's targets row). `--repeats N` tunes each seed with N fold splits
-(`tuning.cv_repeats`: fold seeds seed, ..., seed + N - 1; default 1, one split per seed, whatever the registry
-says): with seeds 0 3 6 and --repeats 3, whether the repeated CV's selection holds on disjoint sets of splits.
-
-The other benchmarks' train halves join the training rows (`learned_extra`) when their indexes are under --base.
-The scorer is the packaged solver in-process, through the LLM call cache (`CAUSAL_ASSETS_LLM_CACHE`, default
-data/llm_calls.sqlite). A data dir whose assets already tuned these benchmarks therefore pays no scoring.
-
-Writes data/benchmarks/learned_fold_seeds.json (`_repeats<N>.json` with --repeats N > 1): per benchmark and seed,
-the best CV figure without and with the feature and the points chosen, and the selection.
+For each benchmark and fold seed, the tuner (`core.tuning.search.tune`) tunes the hybrid, then the learned model on
+the train split, every grid point scored by grouped CV with and without the feature. With more --retrievers it also
+records which retriever the tuner selects per seed and every nested figure; `--repeats N` tunes each seed with N
+fold splits (`tuning.cv_repeats`), to check a repeated CV's selection on disjoint sets of splits. Nothing reads a
+test split; scoring goes through the LLM call cache. Writes data/benchmarks/learned_fold_seeds.json
+(`_repeats<N>.json` with --repeats N > 1).
 """
 from __future__ import annotations
 

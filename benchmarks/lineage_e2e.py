@@ -2,17 +2,12 @@
 
     python benchmarks/lineage_e2e.py [--keep] [--busy N]
 
-Runs the README's quick-start job exactly as a user would (`dagster job execute -m causal_assets.definitions -j
-default_lineage_job --tags '{"dagster/partition": "default"}'`), in a fresh temporary directory: its own
-DAGSTER_HOME, CAUSAL_ASSETS_BASE_PATH (so the embedding cache is empty too), CAUSAL_ASSETS_CATALOG and
-CAUSAL_ASSETS_LLM_CACHE (and reports, queries), so the first run is cold and nothing of data/ is touched. Then the same job again: every
-chunk embedding and every solver call must come from the caches (100% hits).
-
-Per run: wall time of the command (process start to exit, Python imports and the local LLM server included) and
-each step's duration from the Dagster event log (`get_run_step_stats`). From the `solver_calls` table: solver calls
-per question, cached share, and the Monte Carlo step's wall time per question with the local server.
-`--busy N` runs N CPU-bound loops beside both runs (started a minute before): the time on a machine that is not
-idle. Writes data/benchmarks/lineage_e2e.json (`lineage_e2e_busyN.json` with `--busy`).
+Runs the README's quick-start job exactly as a user would, in a fresh temporary directory with its own
+DAGSTER_HOME, base path, catalog and LLM call cache, so the first run is cold and nothing of data/ is touched; then
+the same job again, where every embedding and solver call must come from the caches. Per run: the command's wall
+time (imports and the local LLM server included), each step's duration from the event log, and from
+`solver_calls` the calls per question, cached share and the labelling step's time per question. `--busy N` runs N
+CPU-bound loops beside both runs. Writes data/benchmarks/lineage_e2e.json (`lineage_e2e_busyN.json` with --busy).
 """
 from __future__ import annotations
 

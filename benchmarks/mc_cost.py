@@ -1,19 +1,13 @@
-"""Monte Carlo labelling cost: solver calls saved by the adaptive estimator vs the seed's naive rule at equal label
-F1 (from the planted-truth simulation), and the real cost per question of any labelling run on disk.
+"""Monte Carlo labelling cost: solver calls saved by the adaptive estimator against the naive rule at equal label F1
+(from the planted-truth simulation), and the real cost per question of any labelling run on disk.
 
     python benchmarks/mc_cost.py [--quick]
 
-- Simulation: reads data/benchmarks/mc_simulation.json (written by `mc_simulation.py`, which `run_all.py` runs
-  first): mean solver calls per question to reach mean label F1 0.95, naive vs adaptive, on the tuning scenario
-  seed and on a held-out seed.
-- Real runs: every `solver_calls/<benchmark>*.parquet` under data/ (the shared data/parquet and other engineers'
-  base paths, e.g. a HotpotQA labelling run), read only: calls per question, errored calls, cached share, median
-  latency of an uncached call, and wall time per question (the run's span of call timestamps is not stored, so
-  it is the sum of uncached call latencies per question, a lower bound of the step's wall time). The default
-  lineage's own figures, cold and warm, are in lineage_e2e.json.
-- data/benchmarks/hotpotqa_labels.json (written by `hotpotqa_labels.py` from a real HotpotQA labelling run), when
-  present: calls and solver seconds per question, and the cache hits of its re-run.
-Writes data/benchmarks/mc_cost.json.
+Reads data/benchmarks/mc_simulation.json (calls per question to reach mean label F1 0.95, naive and adaptive, on
+the tuning scenario seed and a held-out one); every `solver_calls/<benchmark>*.parquet` under data/ (calls per
+question, errors, cached share, median uncached latency, and the summed uncached latency per question, a lower
+bound of the step's wall time); and data/benchmarks/hotpotqa_labels.json when present. Writes
+data/benchmarks/mc_cost.json.
 """
 from __future__ import annotations
 

@@ -1,18 +1,13 @@
-"""Monte Carlo relevance labelling on planted-truth simulated solvers: label F1 vs solver calls.
+"""Monte Carlo relevance labelling on planted-truth simulated solvers: label F1 against solver calls.
 
     python benchmarks/mc_simulation.py [--scenarios 120] [--seed 0]
 
-Scenarios (causal_assets.core.labeling.simulation.random_scenario): single / AND (2-3 docs) / OR (2-3 docs) /
-mixed (a hop + a redundant pair), pool 10-30, outcome noise 5-20 % flipped, base success rate 0-0.3. Truth:
-every document of a clause is relevant, including both members of a redundant pair (see the module docstring).
-
-Estimators: the seed's naive Delta P rule at N Bernoulli(1/2) trials; OLS on inclusion indicators with and
-without pairwise interactions at N trials; AdaptiveLabeler at several budgets (mean calls actually used, it
-stops early when every label is settled). The labeler's defaults were tuned on scenario seed 0; naive and adaptive
-are also run on held-out scenario seeds (--holdout-seeds, default 1-10) and the calls each needs for mean label F1
-0.95 are reported per seed, with the ratio adaptive / naive (target <= 1/3) and the seeds where naive never
-reaches 0.95 within its grid (up to 1280 calls). Writes data/benchmarks/mc_simulation.{json,png} and
-mc_simulation_holdout.png (one panel per seed).
+Scenarios (`core.labeling.simulation.random_scenario`): single, AND, OR or mixed rules over pools of 10-30, 5-20%
+of outcomes flipped, base success rate 0-0.3 (the planted truth is in docs/concepts.md). Estimators: the naive
+Delta P rule, OLS with and without pairwise interactions, and `AdaptiveLabeler` at several budgets. The labeler's
+defaults were tuned on scenario seed 0; naive and adaptive also run on held-out seeds (`--holdout-seeds`, default
+1-10), reporting the calls each needs for mean label F1 0.95 and the ratio adaptive / naive (target <= 1/3).
+Writes data/benchmarks/mc_simulation.{json,png} and mc_simulation_holdout.png.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tried for issue 16 and not adopted: MaxP dense scores over sentence windows of SciFact's abstracts.
+"""Tried and not adopted (docs/decisions.md): MaxP dense scores over sentence windows of SciFact's abstracts.
 
 The encoder reads at most 256 word pieces, so an abstract's one vector misses its later sentences. Each abstract is
 cut into windows of 3 sentences (title first) with a vector each; an abstract scores as its best window (MaxP).

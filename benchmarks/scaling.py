@@ -3,25 +3,12 @@ dense/hybrid latency with the ANN index (recall@10 against exact search, memory)
 
     python benchmarks/scaling.py [--quick] [--sizes 1000,10000,100000,1000000] [--queries 100]
 
-Corpus: `synthetic_corpus.make_corpus` (recombined real chunks and their MiniLM vectors; nothing is re-encoded),
-so it needs the materialized corpus index of at least one corpus (data/parquet/corpus_chunks + corpus_embeddings).
-The corpus of size n is the first n chunks of the largest one.
-
-Per size, one process, sizes ascending (each size's objects are freed before the next):
-
-- index cost: analysing the texts, building BM25 (bm25s) and TF-IDF (scikit-learn), building the ANN index
-  (faiss IVF-SQ8: k-means, add, nprobe calibration) and, up to `--write-max` chunks, writing the postings as
-  Parquet the way `sparse_postings` does. Embedding is not re-run at scale: its cost is linear in the number of
-  texts and is given as an estimate from the measured throughput (`embedding_throughput.json`), marked as such.
-- query cost: p50/p95 per query (one `retrieve_many([q], 10)` call per query, as a service answering one request at
-  a time), query embedding included, SciFact test queries: BM25, dense (exact below `AnnConfig.min_chunks`, ANN
-  above, as the product does), dense exact, dense with the ANN index forced at every size >= 10k, hybrid (z-score,
-  weight 0.7; shortlist fusion at ANN scale) and the cascade (up to 100k: above that it scores every chunk).
-- ANN recall@10 of the final (re-scored) results against exact search, on the real query vectors.
-- memory: the float vectors, the sparse matrices, the ANN codes, and the process's RSS.
-
-The log-log slope of each series between successive sizes tells what grows super-linearly (slope > 1.1).
-Writes data/benchmarks/scaling.json and scaling.png.
+The corpus is `synthetic_corpus.make_corpus` (recombined real chunks and vectors, nothing re-encoded), so it needs a
+materialized corpus index. Per size, in one process, sizes ascending: the index cost (analysis, BM25, TF-IDF, the
+ANN build, the postings written as Parquet up to `--write-max`; embedding estimated from the measured throughput,
+marked as such), p50/p95 query latency of every retriever as the product runs it (exact or ANN dense by size), ANN
+recall@10, and memory. The log-log slope between sizes tells what grows super-linearly. Writes
+data/benchmarks/scaling.json and scaling.png.
 """
 from __future__ import annotations
 

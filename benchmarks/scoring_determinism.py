@@ -2,16 +2,12 @@
 
     python benchmarks/scoring_determinism.py [--questions 5] [--subsets 24] [--blocks 0 64 128 256]
 
-Monte Carlo trials as the labels make them: for each of the first --questions HotpotQA questions in the shared
-data, --subsets random subsets of its 10 paragraphs (each kept with probability 1/2, seeded; 400 characters a
-paragraph, the registry's pool setting), the solver prompt with the gold answer as continuation and the question's
-span, all scored in one batch (sorted, so subsets sharing a beginning follow each other and reuse its KV cache).
-Then every request again, alone, after the cache is emptied. For each `reuse_block` (0 = free-form reuse, the
-scorer before session 27): the batch's wall time, tokens evaluated of tokens requested, and how many answer and
-question-span log-probabilities differ between the batch and alone (and by how much at most). One process, the
-packaged solver (Gemma-3-270M) on 2 threads, no call cache; the load average at the start and end of each block.
-
-Writes data/benchmarks/scoring_determinism.json.
+Monte Carlo trials as the labels make them (random subsets of each HotpotQA question's paragraphs, the gold answer
+as continuation), scored in one batch sorted so subsets sharing a beginning reuse the KV cache, then every request
+again alone after the cache is emptied. For each `reuse_block` (0 = free-form reuse): the batch's wall time, tokens
+evaluated of requested, and how many answer and question-span log-probabilities differ between batch and alone, by
+how much at most. One process, the packaged solver on 2 threads, no call cache, the load average per block. Writes
+data/benchmarks/scoring_determinism.json.
 """
 from __future__ import annotations
 

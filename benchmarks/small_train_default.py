@@ -1,21 +1,13 @@
 """Which retriever to fall back to when a few train questions cannot separate the candidates: the measurement behind
-`TuningSpec.robust_default` (docs: "Choosing a retriever on few questions").
+`TuningSpec.robust_default` (docs/sizing.md, "Choosing a retriever on few questions").
 
     python benchmarks/small_train_default.py [--base data/parquet] [--benchmarks default hotpotqa musique 2wiki]
         [--sizes 8 16] [--draws 5] [--retrievers hybrid rrf cascade learned]
 
-A user's questions file holds 10-50 questions, of which the tune split is about half. For each shipped benchmark
-whose index is under --base, and each size n, `--draws` seeded samples of n of its train questions are tuned with
-the candidates a questions benchmark tunes by default (`tune()`, the code of `tuned_retriever_configs`; one fold
-split, no labels, no LLM), and every tuned candidate is then scored on the benchmark's whole held-out `test` split
-(its registry metric). For each sample it records the candidates' test figures, the retriever the nested train
-figures select, and the one selected under each possible robust default (the winner kept only beyond one standard
-error of its paired difference to the default, `compare_nested`).
-
-The robust default is the candidate whose policy has the best mean test figure over every benchmark and size, and
-whose test figure is never far behind the best candidate's: chosen on the test splits of the shipped benchmarks
-(not on a user's), for users whose train questions are too few to choose with.
-
+For each shipped benchmark under --base and each size n, seeded samples of n train questions are tuned with a
+questions benchmark's default candidates (`tune()`, no labels, no LLM), and every tuned candidate is scored on the
+whole `test` split. The robust default has the best mean test figure over every benchmark and size and is never
+far behind the best: chosen on the shipped benchmarks, for users with too few train questions to choose with.
 Writes data/benchmarks/small_train_default.json.
 """
 from __future__ import annotations

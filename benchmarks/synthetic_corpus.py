@@ -1,17 +1,10 @@
 """A synthetic corpus of any size (up to millions of chunks) built from the project's real chunks, for scale tests.
 
-Nothing is encoded: every synthetic chunk is a recombination of two real chunks, text and vector alike.
-
-- Sources: every materialized chunk with its MiniLM vector (data/parquet/corpus_chunks + corpus_embeddings: SciFact,
-  CoSQA, HotpotQA, default; about 15.8k), so the vectors keep the real corpora's topic structure.
-- Chunk i: a base chunk a (uniform) and a partner b, which half the time is one of a's 10 nearest real neighbours
-  (a variant within a topic) and otherwise any chunk (a cross-topic mixture); a share lam ~ U(0, 0.5) of b.
-- Vector: normalise((1 - lam) e_a + lam e_b + NOISE * g), g a random unit vector: variants of a topic spread around
-  it instead of collapsing onto it, and mixtures fill the space between topics, where approximate search is hardest.
-- Text: the first (1 - lam) of a's words followed by the last lam of b's words; title: a's title. So BM25 sees real
-  vocabulary, document lengths and term statistics, and the text agrees with the vector.
-
-Chunks are generated in order from one seed, so the corpus of size n is the first n chunks of any larger one.
+Nothing is encoded: chunk i mixes a real base chunk a with a partner b (half the time one of a's 10 nearest
+neighbours, otherwise any chunk) in a share lam ~ U(0, 0.5), text and vector alike. Vector:
+normalise((1 - lam) e_a + lam e_b + NOISE g), so mixtures fill the space between topics, where approximate search
+is hardest. Text: the first (1 - lam) of a's words, then the last lam of b's, so BM25 sees real vocabulary and
+lengths. Chunks come in order from one seed: the corpus of size n is the first n chunks of any larger one.
 """
 from __future__ import annotations
 

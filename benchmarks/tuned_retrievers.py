@@ -2,7 +2,7 @@
 then score the defaults, the similarity baselines and the tuned configurations on the held-out split.
 
     python benchmarks/tuned_retrievers.py --benchmark scifact
-    python benchmarks/tuned_retrievers.py --benchmark hotpotqa --base data/issue5/hotpot/parquet
+    python benchmarks/tuned_retrievers.py --benchmark hotpotqa --base data/parquet
 
 Reads a materialized corpus index (and graph, and MC labels when present) under --base; writes the tuned
 configuration to data/benchmarks/tuned/<benchmark>/ (the same versioned store the asset uses) and the figures to

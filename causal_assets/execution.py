@@ -1,22 +1,12 @@
 """Where a run's steps execute is configuration, not code.
 
-`CAUSAL_ASSETS_EXECUTOR` picks the executor of every job in the code location (read when Definitions load):
-
-- `multiprocess` (default): one process per step on the run worker's machine, at most `CAUSAL_ASSETS_MAX_CONCURRENT`
-  at once (default: the machine's core count). Run config can still pick the standard forms per run:
-  `execution: {config: {in_process: {}}}` (one process, e.g. tests and tiny runs) or
-  `execution: {config: {multiprocess: {max_concurrent: 4}}}`.
-- `in_process`: every step in the run worker process.
-- `k8s`: `dagster_k8s.k8s_job_executor`, one Kubernetes Job per step (needs `dagster-k8s` in the image; configure
-  namespace, image, env and resources with run config `execution: {config: {...}}` or Dagster+ `container_context`).
-- `docker`: `dagster_docker.docker_executor`, one container per step (needs `dagster-docker`).
-
-`CAUSAL_ASSETS_EXECUTOR_CONFIG` (a YAML file) configures the `k8s`/`docker` executor for every job of the location,
-checked against the executor's config schema when the Definitions load: deploy/k8s/executor.yaml gives every step
-pod its resources and puts `embedding_shards` on a GPU node.
-
-Concurrency of LLM-bound steps across all runs is limited separately by the `llm` pool
-(`dagster instance concurrency set llm N`), whatever the executor.
+`CAUSAL_ASSETS_EXECUTOR` picks the executor of every job in the code location when the Definitions load:
+`multiprocess` (default; at most `CAUSAL_ASSETS_MAX_CONCURRENT` steps at once, and run config can still ask for
+`in_process` or another `max_concurrent`), `in_process`, `k8s` (one Kubernetes Job per step, needs `dagster-k8s`)
+or `docker` (one container per step, needs `dagster-docker`). `CAUSAL_ASSETS_EXECUTOR_CONFIG` names a YAML file of
+executor config, checked against the executor's schema at load (deploy/k8s/executor.yaml sizes every step pod and
+puts `embedding_shards` on a GPU node). LLM-bound steps are limited across all runs by the `llm` pool, whatever the
+executor. See docs/operations.md ("Executor").
 """
 import importlib
 

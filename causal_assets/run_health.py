@@ -1,16 +1,12 @@
-"""Pool slots held by dead runs, and a bounded wait for a slot (issue 15, finding 2).
+"""Pool slots held by dead runs, and a bounded wait for a slot.
 
-A run killed with SIGKILL never reports its end: it stays STARTED and keeps the `llm` pool slot its step claimed, so
-every later LLM step waits "blocked by limit for pool llm" for ever. Two mechanisms free such slots:
-
-- Runs launched by a code server (`dagster dev`, the webserver, the daemon, the production profile in deploy/): the code
-  server notices its dead run worker and marks the run FAILURE; `run_monitoring.free_slots_after_run_end_seconds` in
-  the instance config then lets the daemon free the slots of finished runs.
-- Runs executed inside a command (`dagster asset materialize`, `causal-assets ask`) have no code server watching
-  them. On a single-machine instance (SQLite storage, the shipped `data/dagster_home`) `reap_dead_runs` finds them:
-  a run in progress whose worker process (the pid of its RUN_START event) no longer exists, or is a newer process
-  that reused the pid, is marked FAILURE and its slots are freed. With shared storage (PostgreSQL) runs may live on
-  other machines, so pids are not checked there (`local_only`); run monitoring covers that case.
+A run killed with SIGKILL never reports its end: it stays STARTED and keeps the `llm` pool slot its step claimed,
+so every later LLM step would wait for ever. Runs launched by a code server are marked FAILURE by that server, and
+run monitoring then frees their slots. Runs executed inside a command (`dagster asset materialize`, `causal-assets
+ask`) have no server watching them: on a single-machine SQLite instance `reap_dead_runs` marks FAILURE a run in
+progress whose worker process (the pid of its RUN_START event) is gone or was reused, and frees its slots. With
+shared storage (PostgreSQL) runs may live on other machines, so pids are not checked (`local_only`). See
+docs/operations.md ("Retries and limits").
 """
 from __future__ import annotations
 

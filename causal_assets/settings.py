@@ -5,7 +5,7 @@ immutable object; no other module of the package reads them. The Dagster code lo
 Definitions load (`causal_assets.resources.SETTINGS`); the CLI when it parses its arguments. `causal_assets.core`
 never reads the environment: it is given paths and values as arguments.
 
-Each field names its variable, its default and what it means (`VARIABLES` lists them; README "Configuration" has
+Each field names its variable, its default and what it means (`VARIABLES` lists them; docs/configuration.md has
 the same table, and a test keeps the two equal). An unset or blank variable means the default; a value that does
 not parse stops with one `ConfigError` naming the variable and the value. Secrets are never read here: for an API
 key the settings record only *that* it is set, and the resource reads it through Dagster's `EnvVar`.
@@ -137,7 +137,7 @@ def secret(name: str, raw: str) -> SecretVar:
 
 
 def var(env: str, default, meaning: str, parse: Callable[[str, str], object] = text, shown: str | None = None):
-    """A settings field read from variable `env`; `shown` is the default as the README states it."""
+    """A settings field read from variable `env`; `shown` is the default as docs/configuration.md states it."""
     return field(default=default, metadata={"env": env, "meaning": meaning, "parse": parse,
                                             "shown": shown if shown is not None else str(default)})
 
@@ -240,7 +240,7 @@ class Settings:
 
 @dataclass(frozen=True)
 class Variable:
-    """One row of the README's table: the variable, the `Settings` attribute it sets, its default, its meaning."""
+    """One row of docs/configuration.md's table: the variable, the `Settings` attribute, its default, its meaning."""
 
     env: str
     attribute: str

@@ -2,12 +2,10 @@
 evaluation report, each a Dagster run of the right assets (in this process, on the instance of $DAGSTER_HOME, so
 the runs show up in the UI), after the corpus's index and graph are built where they are missing.
 
-Everything that can be checked without paying for it is checked first, in one line: the registries (a budget
-that cannot decide a label, a corpus that is not registered, ...), the questions against the corpus's chunks
-(a gold file the folder does not have), questions to label at all. Then the command says what it will do and
-about how long it takes; labelling prints one line per question with the time left. Exit codes: 0 done, 1 a run
-failed (its step and error in one line), 2 bad input, 3 no free `llm` slot within --wait, 130 interrupted (the
-run is marked CANCELED).
+Everything that can be checked without paying for it is checked first, in one line: the registries, the questions
+against the corpus's chunks, that there is something to label. Then the command says what it will do and about
+how long; labelling prints a line per question with the time left. Exit codes: 0 done, 1 a run failed, 2 bad
+input, 3 no free `llm` slot within --wait, 130 interrupted (the run is marked CANCELED).
 """
 from __future__ import annotations
 

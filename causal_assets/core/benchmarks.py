@@ -48,7 +48,7 @@ from causal_assets.core.yaml_registry import load_entries
 #
 # This is the floor, not a recommendation: at the floor the t quantile of one degree of freedom (3.08 for 80%
 # intervals) leaves most labels UNCERTAIN. The defaults (16 calls for 10 documents, 24 on HotpotQA) were measured
-# (README, "Measured results").
+# (docs/results.md, "Monte Carlo labels").
 
 BUDGET_ESTIMATORS = ("adaptive", "regression", "naive")
 # Trials per question when a benchmark's `monte_carlo.budget` names none (`runner.LabelingParams.budget`).

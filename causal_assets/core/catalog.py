@@ -1,28 +1,11 @@
 """The DuckDB catalog: one view per asset over its Parquet files, for ad-hoc SQL.
 
-DuckDB lets one read-write connection exclude every other process (readers too), so the catalog holds
-only views, written by short-lived connections. Views over `<asset>/*.parquet` globs see new partitions
-and new data without any refresh, so the write lock is only needed when an asset appears for the first
-time (or its columns change). Each view's comment holds a fingerprint of what defines it (its SQL, its columns
-and their descriptions): DuckDB keeps a view's SQL only in a normalised form, so comparing the SQL itself never
-finds a view unchanged. If a user holds the file open, the refresh is skipped and reported, never raised: a run
-must not fail because someone is looking at the data. Any other catalog failure (a damaged file, a read-only
-directory) is a `CatalogError` naming the file and how to rebuild it; the IO manager turns it into a warning.
-
-Base paths DuckDB cannot read by itself (fsspec URLs: memory://, gcs://, abfs://, s3:// without the httpfs
-extension, ...) work through `register_filesystem`: every connection this class opens registers the base path's
-fsspec filesystem (with the same storage options the IO manager writes with), so views over such URLs can be
-created and queried. A view's SQL names the URL; a reader must register the same filesystem, which is what
-`DuckDBCatalog.connect()` (and `causal-assets sql`) do. The plain `duckdb` CLI has no fsspec: it can only query
-views over local paths (or URLs its own extensions read). memory:// exists inside one process only.
-
-Local Parquet is named *relative to the catalog file's directory* (`parquet/corpus_chunks/*.parquet` for
-`data/causal_assets.duckdb`), so a moved or copied `data/` keeps reading its own files. DuckDB resolves relative
-paths against `file_search_path`, which every connection opened here sets to that directory (a plain
-`duckdb.connect` needs `config={"file_search_path": "data"}`, or to run from inside `data/`).
-
-Views also carry column comments (`core/schemas.py`) and expose `chunk_id` / `query_id` where a table stores
-`doc_id` / `question_id`, so every view joins on the same names.
+DuckDB lets one read-write connection exclude every other process, so the catalog holds only views, written by
+short-lived connections; views over `<asset>/*.parquet` globs see new data without a refresh, and a fingerprint in
+each view's comment tells an unchanged view without a write. A user holding the file open defers a refresh, never
+fails a run; any other failure is a `CatalogError` naming the file. Local Parquet is named relative to the catalog's
+directory, so a moved `data/` reads its own files; fsspec base paths work through `register_filesystem`. Views carry
+column comments (`core/schemas.py`) and the shared id names (`chunk_id`, `query_id`). See docs/sql.md.
 """
 from __future__ import annotations
 

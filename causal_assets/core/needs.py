@@ -73,7 +73,7 @@ def describe(base, corpus: str, todo: list[str]) -> str:
     return "; ".join(said)
 
 
-# Rough rates on 2 CPU cores (README "Scaling"): what the "about N min" of a build is computed from.
+# Rough rates on 2 CPU cores (docs/operations.md, "Scaling"): what the "about N min" of a build is computed from.
 CHUNKS_PER_S = 20.0
 ENTITIES_PER_S = 150.0
 ENTITIES_PER_TEXT_CHUNK = 7.5  # HotpotQA: 14,596 entities from 2,000 paragraphs

@@ -1,8 +1,8 @@
 """Step processes die with the run that started them.
 
 Dagster's multiprocess executor starts one process per step (multiprocessing). If the run worker is killed with
-SIGKILL, nothing stops those step processes: measured (issue 15), orphaned steps kept writing Parquet after `kill -9`
-of a materialize. `install()` (called when a step's resources are set up) starts a daemon thread in a
+SIGKILL, nothing stops those step processes: measured, orphaned steps keep writing Parquet after `kill -9` of a
+materialize. `install()` (called when a step's resources are set up) starts a daemon thread in a
 multiprocessing child that waits on the parent's sentinel and exits the process at once when the parent is gone,
 so no orphan writes after its run died. In the main process (in-process execution, the CLI, tests) it does nothing.
 """

@@ -3,19 +3,10 @@ Carlo labels and re-evaluates every benchmark, and declarative automation that k
 (graph, evaluation) in step with the index.
 
 Defaults, so `dagster dev` does the cheap things without clicks and nothing expensive by surprise:
-- `corpus_change_sensor`: RUNNING. Its first tick only records fingerprints (no run), later ticks request a
-  `corpus_index_job` run for each corpus whose source changed (file sizes/mtimes, or the package version); a
-  source gone missing is a warning, not a run, and is re-indexed when it is back.
-- `automation_sensor`: RUNNING, over the cheap derived assets only: the graph and entity vectors of a corpus are
-  `eager`, so they follow its index (minutes on 2 cores, no LLM).
-- `heavy_automation_sensor`: STOPPED. The tuning and evaluation assets are `eager` too (a new index or label set
-  re-tunes and re-evaluates its benchmarks: an hour or more of CPU for HotpotQA, and LLM calls where a retriever
-  scores with the solver), so they follow only once you switch it on, in the UI or with
-  `dagster sensor start heavy_automation_sensor`; until then they run when you materialize them. Labels, shards
-  and exports are in its selection too (`HEAVY_GROUPS`), should they get an automation condition.
-- `nightly_labels_and_evaluation`: STOPPED. It costs LLM calls; switch it on in the UI or with
-  `dagster schedule start nightly_labels_and_evaluation`.
-- `queries_inbox_sensor` (defs/search.py): RUNNING; it answers the questions dropped into the inbox.
+`corpus_change_sensor` and `automation_sensor` (the graph and entity vectors follow their index) are RUNNING;
+`heavy_automation_sensor` (tuning and evaluation, hours of CPU and LLM calls) and `nightly_labels_and_evaluation`
+are STOPPED until switched on in the UI or with `dagster sensor start` / `dagster schedule start`. The table of
+sensors and schedules is in docs/operations.md ("Automation").
 """
 import json
 import time

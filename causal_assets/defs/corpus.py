@@ -96,7 +96,8 @@ class EmbeddingConfig(Config):
     model: str = DEFAULT_MODEL  # the packaged all-MiniLM-L6-v2, or a local model directory
     batch_size: int = 64
     # torch (fp32 PyTorch), onnx (fp32 ONNX Runtime) or onnx-int8; default $CAUSAL_ASSETS_EMBEDDING_BACKEND or the
-    # measured default (README, Performance). Part of the cache key: vectors of different backends never mix.
+    # measured default (docs/decisions.md, "Performance and engineering"). Part of the cache key: vectors of
+    # different backends never mix.
     backend: str = DEFAULT_EMBEDDING_BACKEND
     threads: int = 0            # ONNX backends: intra-op threads, 0 = every core (threads do not spin-wait)
     models_dir: str = DEFAULT_MODELS_DIR  # where the ONNX export is cached (by model hash)

@@ -1,25 +1,11 @@
 """Scale-out (the `scale_out` asset group): the two expensive stages split into shards that run as separate runs,
 processes or pods, each handing its work over through a cache so that the stage's own asset only assembles it.
 
-Embeddings: `embedding_shards`, partitioned corpus x shard, so one corpus is embedded by many processes or machines at
-once (a backfill over its shard partitions; with a Kubernetes run launcher or executor, one pod per shard). A chunk's
-shard is a stable hash bucket of its content hash, so a shard's membership never depends on the other chunks, on
-chunk order or on which machine runs it. Each shard encodes only its own chunks that are not in the embedding cache
-yet and writes them to its own cache file (`<corpus>.shard-<i>-of-<n>.parquet`), so concurrent shard writers never
-touch the same file. `corpus_embeddings` is unchanged: its cache lookup reads every file of the model, finds
-everything the shards encoded, and only assembles the vectors (0 texts embedded). The number of shards is
-configuration (`CAUSAL_ASSETS_EMBEDDING_SHARDS`, default 4); changing it re-buckets the chunks but loses nothing: the
-cache is keyed by content hash, not by shard.
-
-Monte Carlo labels: `mc_trial_shards`, partitioned benchmark x question-range shard. Labelling is the expensive stage
-(one LLM call per trial). A backfill over the shard partitions of one benchmark (UI: Materialize -> select
-partitions; CLI: `dagster asset materialize --select mc_trial_shards --partition 'hotpotqa|3'`) runs the blind solver
-for each question range in its own run, bounded by the `llm` concurrency pool; a failed shard is retried alone.
-Every call lands in the LLM call cache/journal, so `mc_trials` of the benchmark then assembles all trials from the
-cache without paying a call again (its `solver_calls` metadata reports the cache hit rate). The shards record no
-Parquet of their own: the trials are defined once, by `mc_trials`, and the cache is the hand-over. The shard count is
-configuration (`CAUSAL_ASSETS_LABEL_SHARDS`, default 4); shards are contiguous slices of the benchmark's labelling
-questions (core.labeling.shards), in the candidate pools' order.
+`embedding_shards` (corpus x shard, a chunk's shard a stable hash bucket of its content hash) embeds the chunks not
+yet cached into a cache file of its own; `corpus_embeddings` then finds them all and embeds nothing. `mc_trial_shards`
+(benchmark x question range) runs the blind solver per range, bounded by the `llm` pool; `mc_trials` assembles every
+trial from the LLM call cache without paying a call again. Shard counts are configuration
+(`CAUSAL_ASSETS_EMBEDDING_SHARDS`, `CAUSAL_ASSETS_LABEL_SHARDS`). See docs/operations.md ("Scaling").
 """
 import time
 import warnings

@@ -1,4 +1,4 @@
-"""The CLI as a new user meets it (issue 19): instant help, one-line errors naming what to do, no heavy imports on
+"""The CLI as a new user meets it: instant help, one-line errors naming what to do, no heavy imports on
 the way to a BM25 search, snippets that show text."""
 from __future__ import annotations
 
@@ -165,8 +165,8 @@ def test_build_finishes_a_multi_asset_a_kill_left_half_written_under_its_base_pa
 
 
 def test_search_builds_a_missing_index_under_its_base_path(tmp_path):
-    """`--base-path X search` on a corpus whose index is not built under X announced a build, then failed with
-    "this process's code location writes to ..., not X: run the command in a new process" (probe 3, finding 6)."""
+    """`--base-path X search` on a corpus whose index is not built under X builds it under X, rather than failing
+    with "this process's code location writes to ..., not X: run the command in a new process"."""
     base, configured_catalog = tmp_path / "pq", tmp_path / "configured.duckdb"
     _tiny_index(base)
     (base / "sparse_vocabulary" / "default.parquet").unlink()
@@ -232,8 +232,8 @@ def test_the_failure_line_is_the_steps_cause():
 
 
 def test_the_failure_line_of_a_failed_write_or_read_is_its_cause():
-    """A full disk while the IO manager wrote an output printed nothing after "failed:" (Dagster's "Error occurred
-    while handling output ..." wrapper ends with a colon; probe 3, finding 5); the same for loading an input."""
+    """A full disk while the IO manager writes an output: the failure line names the cause, not only Dagster's
+    "Error occurred while handling output ..." wrapper, which ends with a colon; the same for loading an input."""
     from dagster import In, IOManager, io_manager, job, op
 
     from causal_assets.commands.build import failure_line

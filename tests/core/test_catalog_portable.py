@@ -1,5 +1,5 @@
-"""A copied or moved `data/` keeps reading its own Parquet; views carry column comments and the shared id names
-(issue 19: the views stored absolute paths, so a copy silently read the old files)."""
+"""A copied or moved `data/` keeps reading its own Parquet (views name paths relative to the catalog, so a copy never
+reads the original's files); views carry column comments and the shared id names."""
 from __future__ import annotations
 
 import os

@@ -1,5 +1,5 @@
-"""The causal retriever measured with the real local model's log-probabilities (`answer_model: likelihood`,
-issue 21): question surprisal as the information contribution, the answer's probability with and without a
+"""The causal retriever measured with the real local model's log-probabilities (`answer_model: likelihood`):
+question surprisal as the information contribution, the answer's probability with and without a
 document as the counterfactual impact, every request through the call cache. Gemma-3-270M scores in-process."""
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_factory_builds_the_likelihood_model_only_with_a_scorer(scorer, tmp_path
 
 
 def test_the_llm_likelihood_is_the_answer_model_wherever_a_scorer_is_configured(scorer, tmp_path):
-    """Issue 21: with an LLM that scores prompts (the default local one included) the causal retriever is built and
+    """With an LLM that scores prompts (the default local one included) the causal retriever is built and
     tuned with the answer likelihood; the lexical model is the fallback without one, or when a config names it."""
     docs = _retriever(_write(tmp_path, DOCS), "docs")
     assert isinstance(build_causal(docs.index, {"shortlist": "bm25"}, scorer=scorer).answer_model,

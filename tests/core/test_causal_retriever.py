@@ -5,11 +5,10 @@ written from the scenarios' tables into tmp folders, loaded with `load_folder`, 
 Every deterministic test uses `LexicalAnswerModel`, the weak extractive offline stand-in (not the LLM).
 One test (`test_live_llm_end_to_end`) runs `retrieve` end to end with the real local LLM server.
 
-Issue 21: the ranking has no cause rules any more (the lexical model used to add a bonus to lines a hand-written
-rule for this very scenario flagged). The shop scenario's "cause above symptom" tests now run on measurement alone
-and, with the lexical model, fail: they are `xfail(strict=True)` with the measured scores in their reason, so a
-measurement that finds the cause flips them to XPASS (= a failure to look at). `test_ranking_invariant_to_renaming`
-checks that the ranking does not depend on file or identifier names.
+The ranking has no cause rules: no bonus for lines a hand-written rule flags. The shop scenario's "cause above
+symptom" tests run on measurement alone and, with the lexical model, fail: they are `xfail(strict=True)` with the
+measured scores in their reason, so a measurement that finds the cause flips them to XPASS (= a failure to look
+at). `test_ranking_invariant_to_renaming` checks that the ranking does not depend on file or identifier names.
 """
 from __future__ import annotations
 
@@ -98,7 +97,7 @@ DOCS = {
     "c.md": "# Passwords\n\nPasswords are hashed with bcrypt before they are stored.\n",
 }
 
-# What the lexical model measures on the shop scenario (issue 21), all candidates, weights 0.35/0.4/0.25:
+# What the lexical model measures on the shop scenario, all candidates, weights 0.35/0.4/0.25:
 # docs/api.md 0.705 (MI 4.20 bits, counterfactual 0.59: the answer with every candidate is api.md's sentence
 # "`calculateTotal(items)` returns the total of the cart ...", chain 0.90), src/tests/cart.test.ts 0.482,
 # src/cart.ts#1 0.470 (MI 3.78 bits, counterfactual 0.00: removing it leaves api.md's sentence the answer,
@@ -315,7 +314,7 @@ def test_bdd_building_causal_chains(ui):
     assert ui.causal_chain(CLICK_QUERY, "app.theme.buttonColor") == ([], 0.0)  # not connected to the click
 
 
-# --- Measurement, not names (issue 21) ---------------------------------------------------------------------
+# --- Measurement, not names ------------------------------------------------------------------------------
 
 # The shop scenario's names -> made-up words, applied to every camelCase part of the file texts, paths and the query
 # (case kept). One word per stem class (item/items -> zorp/zorps), none a stopword or a word of the scenario.
@@ -383,7 +382,7 @@ def test_renaming_check_catches_a_name_based_model(shop, scrambled_root):
 
 
 def test_no_scenario_rule_in_the_retrievers():
-    """Acceptance of issue 21: no string in core/retrievers names the test scenario's cause or file type."""
+    """No string in core/retrievers names the test scenario's cause or file type."""
     root = Path(__file__).resolve().parents[2] / "causal_assets" / "core" / "retrievers"
     banned = (r"parsefloat", r"parseint", r"\bnumber\(", r"\.value\b", r"textcontent", r"innertext", r"\bdataset\.",
               r"string-typed", r"type conversion", r"string arithmetic", r"\.tsx?\b", r"\.jsx?\b", r"typescript",

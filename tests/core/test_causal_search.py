@@ -165,7 +165,7 @@ def test_budget_shrinks_to_fit_context_and_query_reaches_stage_1(graph20, tmp_pa
     res = cs.search(q, now=1755478569)
     assert res.network_max_tokens < 8000
     assert res.usage["causal_discovery"].prompt_tokens_counted + 256 <= 2048
-    # issue 15: the query reaches stage 1 in the user message only, never in the system message
+    # the query reaches stage 1 in the user message only, never in the system message
     assert client.calls[0][0][0]["role"] == "system" and q not in client.calls[0][0][0]["content"]
     assert q in client.calls[0][0][1]["content"] and client.calls[0][0][1]["role"] == "user"
     assert client.calls[0][1]["max_tokens"] == 256

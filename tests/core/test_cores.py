@@ -1,4 +1,4 @@
-"""llama.cpp's threads follow the cores other processes leave free (issue 18): measured from CPU time, not from
+"""llama.cpp's threads follow the cores other processes leave free: measured from CPU time, not from
 the load average, which counts this process's own recent work and lags by a minute."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Embedding backends (issue 18): the choice and its cache key, the offline ONNX export, the exact single-query
+"""Embedding backends: the choice and its cache key, the offline ONNX export, the exact single-query
 dense path against the batched one, and progress in the logs."""
 from __future__ import annotations
 

@@ -70,13 +70,13 @@ def test_unset_or_blank_is_the_default_and_values_are_stripped():
     ("CAUSAL_ASSETS_POOL_WAIT_S", "nan", "expected a number of seconds"),
     ("CAUSAL_ASSETS_EXECUTOR", "celery", "expected one of multiprocess, in_process, k8s, docker"),
     ("CAUSAL_ASSETS_LLM_BASE_URL", "127.0.0.1:8080", "expected an http(s) URL"),
-    # (session 32's probe) a superscript digit passed str.isdigit() and crashed int(); a huge shard count built that
-    # many partition keys; a port out of range failed only inside the run, after three retries
+    # a superscript digit passes str.isdigit() but not int(); a huge shard count would build that many partition
+    # keys; a port out of range would fail only inside the run, after three retries
     ("CAUSAL_ASSETS_MAX_CONCURRENT", "\u00b2", "expected a positive integer"),
     ("CAUSAL_ASSETS_EMBEDDING_SHARDS", "99999999999", "expected at most 1024 shards"),
     ("CAUSAL_ASSETS_LLM_BASE_URL", "http://127.0.0.1:99999/v1", "Port out of range 0-65535"),
-    # (session 33's probe) checked only where the Definitions load: the CLI's search took any backend, and no
-    # solver name was checked before a labelling step failed on it
+    # checked by the settings, not only where the Definitions load: the CLI's search and a labelling step read
+    # them too
     ("CAUSAL_ASSETS_EMBEDDING_BACKEND", "onnx_int8", "expected one of torch, onnx, onnx-int8"),
     ("CAUSAL_ASSETS_SOLVER", "gpt4", "expected one of gemma3-270m, smollm2-135m"),
 ])

@@ -1,4 +1,4 @@
-"""Issue 16: multi-hop sources as registered corpora and benchmarks, BM25 statistics inside a question's candidates
+"""Multi-hop sources as registered corpora and benchmarks, BM25 statistics inside a question's candidates
 (`within_stats`), title-less corpora through the learned model, and the entity-first heuristics as tunable fields."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Answers are grounded or say they are not (issue 19): no evidence -> no LLM call and a plain "no evidence"
+"""Answers are grounded or say they are not: no evidence -> no LLM call and a plain "no evidence"
 answer; terms the evidence does not contain are flagged; code graphs give causal search their symbols as entities."""
 from __future__ import annotations
 

@@ -401,7 +401,7 @@ def test_sample_index_and_params_enter_the_key(cache):
         client.chat(msgs, temperature=0.0, max_tokens=8)
         assert len(fake.requests) == 3
         assert "__sample_index" not in fake.requests[0]["body"] and "sample_index" not in fake.requests[0]["body"]
-        # the base URL is part of the key (issue 15): another endpoint is not served this one's answers ...
+        # the base URL is part of the key: another endpoint is not served this one's answers ...
         other = LLMClient("http://127.0.0.1:9/v1", MODEL, cache=cache, max_retries=0)
         assert other.key_for("chat", msgs, temperature=0.0, max_tokens=8) != client.key_for(
             "chat", msgs, temperature=0.0, max_tokens=8)

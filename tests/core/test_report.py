@@ -1,4 +1,4 @@
-"""The evaluation report a retrieval engineer can trust (issue 19): n per split, metric columns that fit the
+"""The evaluation report a retrieval engineer can trust: n per split, metric columns that fit the
 benchmark, intervals and paired significance against the best baseline, failure examples, label summary, plain
 table rows, one style per retriever family."""
 from __future__ import annotations

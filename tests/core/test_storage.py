@@ -66,9 +66,9 @@ def test_view_refresh_with_concurrent_reader_is_deferred_not_failed(tmp_path):
 
 
 def test_a_killed_writers_temp_file_is_swept_by_the_next_write_never_a_live_ones(tmp_path):
-    """A writer SIGKILLed mid-write left `.p.parquet.<random>.tmp` for ever (probe 3, finding 3). Temp names now carry
-    the writer's host and pid: the next write of the file removes those of dead writers on this host, and keeps a
-    live writer's (here or on another host)."""
+    """A writer SIGKILLed mid-write leaves `.p.parquet.<...>.tmp` behind. Temp names carry the writer's host and
+    pid: the next write of the file removes those of dead writers on this host, and keeps a live writer's (here or
+    on another host)."""
     from causal_assets.core.storage import HOST
 
     path = asset_path(tmp_path, "t", "p")
@@ -102,9 +102,9 @@ def test_a_damaged_parquet_file_is_one_error_naming_it(tmp_path):
 
 
 def test_an_unchanged_view_needs_no_write_lock(tmp_path):
-    """`causal-assets catalog` twice said `created` for every view both times (the generated SQL was compared with
-    DuckDB's normalised copy), so with a reader holding the catalog every refresh was `deferred` (probe 3, finding
-    9). An unchanged view is now seen as unchanged; a changed one (a new column) is still re-created."""
+    """An unchanged view is seen as unchanged (by its fingerprint, since DuckDB keeps only a normalised copy of the
+    SQL), so a reader holding the catalog does not defer every refresh; a changed one (a new column) is
+    re-created."""
     base = tmp_path / "pq"
     write_parquet_atomic(pd.DataFrame({"doc_id": ["d"], "v": [1]}), asset_path(base, "evaluation_runs", "a"))
     assert DuckDBCatalog(tmp_path / "cat.duckdb").refresh_from_storage(base) == {"evaluation_runs": "created"}

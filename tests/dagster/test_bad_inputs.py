@@ -1,4 +1,4 @@
-"""Bad inputs on the query side get one clear message (README "Bad inputs"): query partition keys that are paths or
+"""Bad inputs on the query side get one clear message (docs/troubleshooting.md): query partition keys that are paths or
 too long for a file name, partition keys that would make the IO manager write outside the base path, and bad
 queries, corpora and options on `causal-assets search` / `sql`. Real materializations and the real CLI."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Step retries of the LLM steps (retries.py): only an infrastructure failure that can go away is retried; a
-corrupt input or a bug fails at once (probe 3 #10: a truncated graph_nodes cost ~45 s of retries before the same
-error). And what a retry meets: a local llama.cpp server that died or hung is started again (probe 3 #1: every
-attempt of a run went to the same dead port, or waited 120 s on a stopped server, 5 times per step attempt)."""
+corrupt input or a bug fails at once (retrying a truncated graph_nodes would cost ~45 s before the same error). And
+what a retry meets: a local llama.cpp server that died or hung is started again, rather than every attempt going to
+the same dead port or waiting 120 s on a stopped server."""
 from __future__ import annotations
 
 import os

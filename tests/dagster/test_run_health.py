@@ -1,4 +1,4 @@
-"""Issue 15, finding 2: a run killed with SIGKILL must not hold the `llm` pool slot for ever, and `causal-assets ask`
+"""Run health: a run killed with SIGKILL must not hold the `llm` pool slot for ever, and `causal-assets ask`
 must not wait for ever on a blocked pool.
 
 A real run holds the slot: a child process executes a one-op job in pool `llm` against a SQLite instance configured

@@ -87,8 +87,8 @@ def test_second_local_root_as_path_and_as_file_url(resources, tmp_path, capsys):
 
 
 def test_a_damaged_catalog_is_a_warning_never_a_half_written_run(tmp_path, capsys):
-    """A truncated catalog failed every run at its first output, after that output's Parquet was written: a
-    multi-asset was left half-written (probe 3, finding 7). The catalog is derived data: the run writes every output
+    """A truncated catalog must not fail a run at its first output, after that output's Parquet was written, leaving
+    a multi-asset half-written. The catalog is derived data: the run writes every output
     and says which file to rebuild; `causal-assets catalog` fails in one line naming it."""
     from dagster import AssetOut, multi_asset
 

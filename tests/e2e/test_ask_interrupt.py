@@ -1,5 +1,5 @@
 """Ctrl-C on `causal-assets ask` in a real terminal (tmux): the process exits within 10 s, the local LLM server it
-started is gone, and the run is CANCELED, not left STARTED (issue 19: SIGTERM ignored at 10 min, Ctrl-C at 15).
+started is gone, and the run is CANCELED, not left STARTED (nor SIGTERM ignored for minutes).
 
 A tiny folder corpus keeps the build short; the interrupt is sent once the llama.cpp server is up, i.e. while the
 causal search step is running inside Dagster (where signals are only recorded)."""

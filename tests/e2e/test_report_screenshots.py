@@ -1,4 +1,4 @@
-"""Screenshots of what a retrieval engineer looks at (issue 19): the evaluation asset's page in the Dagster UI (its
+"""Screenshots of what a retrieval engineer looks at: the evaluation asset's page in the Dagster UI (its
 metadata: the headline table, queries per split, the report) and the evaluation report rendered as HTML, both with
 headless Chromium, from this checkout's data after README command 1. Written to data/reports/ui/ (or
 $CAUSAL_ASSETS_UI_SCREENSHOT_DIR)."""

@@ -1,19 +1,11 @@
 """A user's questions file: the questions (with accepted answers and, optionally, gold documents) that make a
 benchmark over any registered corpus (`loader: questions` in the benchmark registry).
 
-Two formats, told apart by the file's suffix:
-
-* JSON Lines (`.jsonl`, `.ndjson`; `.json` may also be one array of the objects): one object per line with `id`, `question`, `answer` (a string, or a list of
-  accepted answers: the first is the answer, the others its aliases), optional `gold` (a list of document ids, or
-  of file paths relative to a folder corpus's root: every chunk of that file) and optional `split`; `metadata` (an
-  object) is allowed and ignored. Any other key is refused, so a typo (`anwser`) is not silently dropped.
-* CSV with a header line (`.csv`, `.tsv` for tab-separated): the same columns; a cell holding several answers or
-  gold entries separates them with `|`, or is a JSON array (`["a|b", "c"]`) when a value itself holds a `|`.
-
-Every record is checked here, before any LLM time is spent: a missing or blank id or question, a duplicate id, an
-answer or gold of the wrong type, and a question with neither an answer nor gold (nothing to label and nothing to
-evaluate) stop with one error naming the file, the line and the field. A question without an answer in a file
-that has gold is kept for evaluation only (it gets no Monte Carlo labels).
+JSON Lines (`.jsonl`, `.ndjson`, or a `.json` array) with `id`, `question`, `answer` (one or a list), optional
+`gold` (document ids, or file paths of a folder corpus) and `split`; or CSV / TSV with the same columns, several
+values separated by `|` or given as a JSON array. Any other key is refused, so a typo is not silently dropped. Every
+record is checked before any LLM time is spent, with one error naming the file, the line and the field; a question
+with gold but no answer is kept for evaluation only. Format: docs/loaders.md.
 """
 from __future__ import annotations
 

@@ -1,25 +1,11 @@
 """Retrieval metrics (nDCG, MAP, MRR, recall, precision, hit rate at k) computed by ranx, with graded and fractional
 labels (the benchmark's judgements or the Monte Carlo effect sizes) kept.
 
-ranx treats a document as relevant only when its label is >= 1 (`rel_lvl` defaults to 1, and
-`ranx.Qrels` even casts labels to int), so a Monte Carlo delta-P label of 0.35 would silently count
-as non-relevant. We therefore hand ranx two prepared label sets instead of the raw qrels:
-
-* binary metrics (recall, hit_rate, precision, mrr, map): a document is relevant when
-  `label > 0 and label >= relevance_threshold`; it is passed to ranx as 1, everything else is left out.
-* ndcg: every label > 0 is a graded gain. All gains are divided by the smallest positive label, so
-  the smallest becomes exactly 1.0 and none falls under ranx's `rel_lvl=1`. This does not change
-  nDCG: ranx's `ndcg` is the Järvelin-Kekäläinen form with linear gains (sum rel_i / log2(i+1),
-  the same as trec_eval's ndcg_cut), so a common factor cancels between DCG and the ideal DCG.
-  (`ndcg_burges` uses 2**rel - 1 and would not be scale invariant; we do not use it.)
-
-Ranking order is fixed before ranx sees the run: score descending, then doc id descending, which is
-trec_eval's tie-breaking, so results are deterministic and match trec_eval even with tied scores.
-
-Query sets: queries only in the run are ignored; qrels queries with no relevant document are dropped
-(counted in `df.attrs`, and logged); qrels queries missing from the run score 0 on every metric.
-`k` is the cutoff; `mrr` and `ndcg` are also reported with `k=0`, meaning the whole ranked list
-(for mrr that is trec_eval's recip_rank). `map` is reported at `map_k` only (MAP@10 by default).
+ranx counts a document as relevant only at label >= 1, so a delta-P label of 0.35 would silently be non-relevant.
+So ranx gets two prepared label sets: for the binary metrics a document is relevant (1) when its label is > 0 and
+>= `relevance_threshold`; for nDCG every positive label is divided by the smallest one, which leaves nDCG with
+linear gains unchanged. The ranking is fixed first (score, then doc id descending: trec_eval's tie-break), so
+results are deterministic and match trec_eval. Query-set rules and cutoffs: docs/pipeline.md ("Evaluation").
 """
 from __future__ import annotations
 

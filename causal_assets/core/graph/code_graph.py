@@ -1,38 +1,11 @@
 """The code graph of a Python-package corpus: who defines, imports, calls, inherits and references whom.
 
-Built from the chunks alone (`python_package` chunks: one per module, class, function, method, each with
-its FQN and source text), with `ast`; nothing is imported or executed.
-
-Nodes: one per module/class/function/method chunk; node_id = the FQN (= chunk_id; a conditional
-re-definition keeps its `fqn#2` chunk id, while names resolve to the first definition). Names that resolve
-outside the corpus (numpy.array, builtins.ValueError, or modules of the package that were not loaded) become
-`external` nodes with no chunk_id. Attributes: fqn, kind, module, path, start_line, end_line, signature.
-
-Edges (source -> target, weight = occurrences, evidence = first source line / statement):
-- defines     module -> top-level class/function, class -> method (and nested class)
-- imports     module -> module or symbol, from the module's import block (`import a.b as x`,
-              `from m import n`, relative `from .a import b` resolved against the module's package;
-              `from m import *` -> module m). Imports inside a function body give function -> target edges.
-- calls       function/method -> in-corpus callee. A call's name is resolved through: the function's own
-              imports, its parameters/locals (a local shadows everything: `G.add_edge` with a parameter G is
-              dropped), `self.m` / `cls.m` within a class (through the MRO of resolved in-corpus bases),
-              `super().m`, the module's own top-level names, its import aliases (`nx.foo`,
-              `np.linalg.norm`), and attribute chains through modules, classes and package re-exports
-              (`from x import *` and `from x import y` chains in `__init__` modules).
-              When only part of the package is loaded, `pkg.name` whose re-export chain is missing is matched
-              to the unique top-level `name` defined under `pkg` (evidence says "guessed re-export").
-- references  function/method -> in-corpus symbol named but not called (passed as a callback, used in
-              isinstance, a decorator, an annotation, `SomeClass.attr` for an attribute that is no symbol);
-              and function/method -> external name for calls that resolve through an import to something
-              outside the corpus (`np.array(...)` -> external `numpy.array`): an unresolved call is kept as a
-              reference to an external name, never as a `calls` edge. Calls on unknown objects (locals,
-              instance attributes, builtins such as len) are dropped.
-- inherits    class -> base, resolved like a name in the class's module (external bases become external
-              nodes: json.decoder.JSONDecodeError -> builtins.ValueError).
-
-Known limits: module-level statements other than imports are not in the chunks (module chunks carry the
-docstring and import block only), so module-level calls and assignments (`foo = bar`) are not seen;
-a function's source truncated by the chunker (8,000 characters) is parsed up to its last complete statement.
+Built from the chunks alone (`python_package` chunks: one per module, class, function and method, with its FQN and
+source) with `ast`; nothing is imported or executed. Nodes are the chunks (node_id = FQN) plus `external` nodes for
+names that resolve outside the corpus. Edges: `defines`, `imports` (relative imports resolved), `calls` (resolved
+through imports, locals, `self`/`cls` and the MRO, `super()`, aliases and re-export chains), `references` (a symbol
+named but not called, or a call that resolves outside the corpus) and `inherits`, each weighted by occurrences with
+its first source line as evidence. Resolution rules and known limits: docs/pipeline.md ("Graph").
 """
 from __future__ import annotations
 

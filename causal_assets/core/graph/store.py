@@ -1,19 +1,11 @@
 """The common graph schema (`graph_nodes`, `graph_edges`), conversion to networkx, statistics, and the
 chunk-to-chunk neighbourhood that the cascade retriever's graph expansion walks.
 
-Both graph builders (code: `code_graph.build_code_graph`, text: `text_graph.build_text_graph`, chosen by
-`build.build_graph`) return frames in this schema, so storage and retrieval never need to know which kind of corpus
-a graph came from.
-
-graph_nodes: corpus, node_id, node_type, name, chunk_id, description, rank, community, attributes
-    node_id     unique within a corpus (code: the FQN; text: "chunk:<chunk_id>", "entity:<key>", "community:<n>")
-    chunk_id    the chunk the node is read from ("" when it has none: entities, communities, external names)
-    rank        degree of the node (entities: number of co-mentioned entities, GraphRAG's entity rank)
-    community   Louvain community id, -1 when none (code graphs are not partitioned)
-    attributes  JSON object with kind-specific fields (code: module, path, start_line, end_line, signature)
-graph_edges: corpus, source, target, edge_type, weight, evidence
-    weight      occurrences (call sites, co-mentions, title mentions); 1.0 for structural edges
-    evidence    a short human-readable trace: the source line or sentence it was read from
+Both graph builders (`code_graph.build_code_graph`, `text_graph.build_text_graph`, chosen by `build.build_graph`)
+return frames in this schema, so storage and retrieval never need to know which kind of corpus a graph came from.
+Nodes: corpus, node_id, node_type, name, chunk_id ("" when none), description, rank (degree), community (-1 when
+none), attributes (JSON). Edges: corpus, source, target, edge_type, weight (occurrences; 1.0 for structural edges),
+evidence (the line or sentence it was read from). See docs/pipeline.md ("Graph").
 """
 from __future__ import annotations
 

@@ -1,32 +1,11 @@
-"""The entity graph of a text corpus (GraphRAG-style, extractive, no model): entities, the chunks that
-mention them, how they co-occur, which paragraphs name each other's titles, and entity communities.
+"""The entity graph of a text corpus (GraphRAG-style, extractive, no model): entities, the chunks that mention them,
+how they co-occur, which paragraphs name each other's titles, and entity communities.
 
-Nodes (node_id prefix, node_type):
-- "chunk:<chunk_id>"  chunk      one per text unit; attributes.scope = metadata.question_id when present
-- "entity:<key>"      entity     from chunk titles (paragraph/document chunks; a trailing "(band)"-style
-                                 disambiguation is dropped) and `extract_entities` spans of each sentence.
-                                 key = case-folded word tokens, trailing possessive dropped ("Neil Peart's"
-                                 -> "neil peart"). Number/year spans, month/weekday names and spans made
-                                 only of nationality/compass words ("English", "South Korean") are
-                                 skipped: they are in every biography and would only make hubs.
-                                 name = the title form or the most frequent surface form; description = the
-                                 first sentence of the paragraph titled with it, else the shortest sentence
-                                 (of at least 4 words when there is one) that mentions it; rank = degree in the
-                                 entity graph (number of co-mentioned entities); attributes: mentions (sentence
-                                 mentions), chunks (chunks mentioning it).
-- "community:<n>"     community  Louvain communities (networkx, seed 0, weighted by co-mentions) of the
-                                 entity graph with at least `min_community_size` entities, numbered by size;
-                                 description = top entities by degree + the sentence naming most members.
-Edges:
-- mentions       chunk -> entity, weight = sentences mentioning it (+1 when it is the chunk's title)
-- related        entity -> entity (key order), co-mentioned in a chunk; weight = chunks co-mentioning them,
-                 evidence = the shortest sentence naming both, else the chunk they share
-- title_mention  chunk -> chunk whose title it mentions (the multi-hop bridge), weight = sentences, evidence
-                 = the first such sentence. Restricted to chunks of the same metadata.question_id when chunks
-                 have one (HotpotQA: no links across questions), corpus-wide otherwise. Titles are matched as
-                 whole-token sequences starting with the same capitalisation, found through an index of titles
-                 by first token, so matching costs one dictionary lookup per token of text.
-- in_community   entity -> community
+Nodes: `chunk:<chunk_id>`, `entity:<key>` (from titles and `extract_entities` spans; spans that are only numbers,
+dates or nationality words are skipped, since they would only make hubs) and `community:<n>` (Louvain, seed 0).
+Edges: `mentions` (chunk -> entity), `related` (entities co-mentioned in a chunk), `title_mention` (a chunk naming
+another's title, the multi-hop bridge; within a question's own paragraphs where chunks carry one) and
+`in_community`. Every edge carries a weight and a sentence as evidence. Details: docs/pipeline.md ("Graph").
 """
 from __future__ import annotations
 

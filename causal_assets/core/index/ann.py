@@ -1,22 +1,11 @@
 """Approximate nearest-neighbour (ANN) search over the dense chunk vectors, for corpora too large for an exact scan.
 
-`CorpusIndex` uses it for whole-corpus dense search once a corpus has `AnnConfig.min_chunks` chunks (below that an
-exact matrix-vector product is a few milliseconds and nothing is approximated).
-
-Why faiss, and why an inverted file (IVF) with 8-bit scalar quantisation rather than an HNSW graph:
-
-- build cost: IVF is k-means on a sample plus one assignment pass, both BLAS matrix products, so 1M x 384 builds in
-  about a minute on 2 cores; an HNSW graph inserts points one by one with a beam search each, many times slower on
-  2 cores (hnswlib offers only HNSW; faiss offers both, so the choice stays open);
-- memory: the codes take 1 byte per dimension (384 MB for 1M vectors) beside the float32 vectors the corpus index
-  already holds; HNSW keeps its own float copy plus the links;
-- latency: a query scans `nprobe` lists of ~sqrt(n) codes, a few milliseconds at 1M, far inside the 50 ms budget,
-  so HNSW's lower latency buys nothing here;
-- recall is one query-time knob, `nprobe`, calibrated when the index is built: the smallest power of two whose
-  recall@k against exact search reaches `target_recall` on calibration queries.
-
-Candidates found with the quantised codes (`rerank` x k of them) are re-scored with the exact float vectors, so the
-returned scores are exact cosines and quantisation only decides which candidates are looked at.
+`CorpusIndex` uses it for whole-corpus dense search from `AnnConfig.min_chunks` chunks (below that an exact scan
+takes a few milliseconds and nothing is approximated). The index is faiss IVF with 8-bit scalar quantisation, not
+an HNSW graph: it builds in about a minute at 1M x 384 on 2 cores and costs 1 byte a dimension (docs/decisions.md,
+"Performance and engineering"). Recall is one query-time knob, `nprobe`, calibrated at build time: the smallest
+power of two whose recall@k against exact search reaches `target_recall`. Candidates (`rerank` x k) are re-scored
+with the exact float vectors, so returned scores are exact cosines.
 """
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """Exact dense top-k for one query at a time, fast: a certified int8 scan, then exact float re-scoring.
 
-One query against n float32 vectors is a matrix-vector product bound by memory bandwidth (n x 384 x 4 bytes:
-154 MB at 100k chunks, ~17 ms of one core here), and numpy's BLAS wakes all its threads for it (36 ms at SciFact
-scale on a busy machine, where the product alone takes under a millisecond). So:
-
-- `single_thread_blas()`: a few queries never wake BLAS threads (threadpoolctl, one controller built once);
-- `Int8Scan` (corpora from `INT8_SCAN_MIN` chunks): the vectors as 8-bit codes with one scale per vector (a quarter
-  of the bytes), multiplied by the query quantized to uint8 in one `MatMulInteger` of ONNX Runtime (integer dot
-  products, weights pre-packed once, one thread). The codes are stored as uint8 with zero point 128, not as int8:
-  ONNX Runtime's uint8 x int8 kernel on x86 CPUs without VNNI (AVX2, AVX-512 before VNNI) adds pairs of products
-  in int16 with saturation (`vpmaddubsw`), so a query component near 255 beside a code near +-127 came back
-  clipped (errors of 2x the bound on clustered vectors, 0.49 on a vector of two equal components), while its
-  uint8 x uint8 kernel widens to int16 before multiplying and is exact on every CPU. The bound below assumes exact
-  integer dot products. The approximate scores carry a bound: for every vector,
-  |q.e - approx| <= ||q - q^|| * ||e^|| + ||q|| * ||e - e^|| (Cauchy-Schwarz on the query's and the vector's
-  quantization errors, both known exactly), so every vector whose approximate score is within twice the largest
-  bound of the k-th best approximate score is a candidate, and the candidates are re-scored with the float vectors.
-  The result is the exact top k (ties by position), not an approximation: nothing outside the candidates can beat
-  the k-th exact score. When the bound admits too many candidates the scan falls back to the float product.
+One query against n float32 vectors is bound by memory bandwidth, and numpy's BLAS wakes all its threads for it.
+So `single_thread_blas()` keeps a few queries on one thread, and `Int8Scan` (from `INT8_SCAN_MIN` chunks) multiplies
+8-bit codes of the vectors (stored as uint8 with zero point 128: exact on every CPU) by the quantized query in one
+`MatMulInteger`. Every vector whose approximate score is within twice the largest proven error bound of the k-th
+best is re-scored in float32, so the result is the exact top k; when the bound admits too many candidates the scan
+falls back to the float product. See docs/pipeline.md ("Corpus index") and docs/decisions.md.
 """
 from __future__ import annotations
 

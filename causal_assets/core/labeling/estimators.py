@@ -1,49 +1,13 @@
-"""Estimators of a candidate document's causal effect on a blind solver's success.
+"""Estimators of a candidate document's causal effect on a blind solver's outcome.
 
-Input is always a design (boolean ``(n_trials, n_docs)``, see :mod:`.design`) and one outcome per trial:
-1/0 pass/fail, or any real number (e.g. the log-probability of the gold answer) for the regression
-estimator and :class:`AdaptiveLabeler`. Nothing here knows about solvers.
-
-Every estimator returns a :class:`LabelingResult`: one :class:`DocEffect` per document with ``delta_p`` (the
-effect on the success probability, in outcome units for a continuous outcome), a ``1 - alpha`` confidence
-interval, the trials used and a label:
-
-* ``YES`` -- the CI lies above ``threshold``;
-* ``NO`` -- the CI lies below ``threshold``;
-* ``UNCERTAIN`` -- the CI straddles it.
-
-(:func:`naive` by default labels by the point estimate alone, the classic rule: ``YES`` iff ``delta_p >
-threshold``; its CI is still reported, and ``rule="ci"`` labels it by the CI instead.)
-
-Estimands
----------
-* :func:`naive` -- the classic Delta P: mean outcome with the document in minus mean outcome with it out. Under
-  the Bernoulli(1/2) design this estimates the document's *Banzhaf value* (its average marginal effect over
-  random contexts); the other documents' effects stay in the noise. CI: Newcombe's hybrid score interval
-  (difference of two Wilson intervals) for pass/fail, Welch's t otherwise.
-* :func:`regression` with ``interactions=False`` -- OLS of the outcome on every inclusion indicator (+/-1
-  coded, ContextCite-style linear surrogate). Same Banzhaf estimand under a balanced design, but the other
-  documents' main effects are removed from the residual, so the CI is narrower. CIs: the larger of the
-  HC2 sandwich and the classical standard error (the latter with a one-pseudo-event variance floor for
-  pass/fail data, so that e.g. 16 failures in 16 trials do not give a zero-width interval), t quantiles with
-  the residual degrees of freedom.
-* :func:`regression` with ``interactions=True`` (default) -- the *context effect*. Redundant (OR) and
-  multi-hop (AND) documents have small Banzhaf values (a/2 for a pair of amplitude a, a/4 for a triple) although
-  each of them changes success by the full amplitude in the right context (partner absent for OR, partner
-  present for AND). The estimator screens up to ``max_candidates`` documents with the largest marginal
-  t-statistics, fits main effects of all documents plus all pairwise interactions among the candidates and,
-  for each candidate ``d``, evaluates the effect of ``d`` in the context that sets every *significantly*
-  interacting partner (|t| > ``interaction_z``) to the state that increases ``d``'s effect (present for a
-  positive interaction = AND-type, absent for a negative one = OR-type) and averages over the others. This is
-  the label used by the benchmark's planted truth (a document is relevant if some context of the other
-  documents makes it raise success). The partner selection uses the same data; the nominal coverage is
-  therefore approximate for selected contexts (exact when no interaction is selected).
-* :class:`AdaptiveLabeler` -- sequential design + the context-effect estimator: an initial balanced batch,
-  then batches that freeze documents already labelled ``NO`` out of the context, include ``YES`` documents
-  with probability ``p_yes`` (mostly present, so AND partners show their effect, sometimes absent, so OR
-  partners can too) and randomise only the still ``UNCERTAIN`` documents in a balanced way; it stops when
-  nothing is ``UNCERTAIN`` or the budget is spent. ``NO`` labels are final once given (their documents stop
-  varying).
+Input is a design (boolean ``(n_trials, n_docs)``, see :mod:`.design`) and one outcome per trial: 1/0 pass/fail, or
+any real number (the gold answer's log-probability) for :func:`regression` and :class:`AdaptiveLabeler`. Every
+estimator returns a :class:`LabelingResult`: per document the effect (``delta_p``), a ``1 - alpha`` interval, the
+trials used and a label: ``YES`` when the interval lies above ``threshold``, ``NO`` below it, ``UNCERTAIN`` when it
+straddles it (:func:`naive` labels by the point estimate unless ``rule="ci"``). :func:`naive` is the classic Delta P,
+:func:`regression` a joint fit with pairwise interactions (the context effect of redundant and multi-hop documents),
+:class:`AdaptiveLabeler` a sequential design around it. The estimands are explained in docs/concepts.md ("Effects and
+intervals"). Nothing here knows about solvers.
 """
 from __future__ import annotations
 

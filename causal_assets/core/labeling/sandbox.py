@@ -1,45 +1,12 @@
 """Run a solver's code answer against tests in a bubblewrap sandbox; nothing of the answer ever runs in-process.
 
-Each call (`run_pytest`, `run_doctest`, `check_examples`) runs `bwrap` (Debian's `bubblewrap`; `.ci/run` installs
-it) with:
-
-* new pid, network, IPC, UTS (and, where possible, cgroup) namespaces: the sandbox sees only its own processes (a
-  fresh `/proc`, never the host's: no `/proc/<ppid>/environ`, no `/proc/<ppid>/ns/net` to `setns()` into), has only
-  a loopback that is down (no connection anywhere, 127.0.0.1 included), and `--die-with-parent`;
-* a read-only view of `/usr` and of the Python installation (base prefix and virtualenv), a fresh `/dev`, a tmpfs
-  `/tmp` of `memory_mb` (the working directories, the only place the answer can write), the answer read-only under
-  `/sandbox/task`, the tests (or examples) under `/sandbox/grader` readable by the grader uid only; nothing else of
-  the host (no checkout, no data, no home);
-* an empty environment (`--clearenv`) plus PATH, HOME, LANG and PYTHONDONTWRITEBYTECODE/PYTHONHASHSEED.
-
-Inside, `_sandbox_launcher.py` (stdlib only) splits the run into two processes of two unprivileged uids: the
-*worker* (`ANSWER_UID`) imports the answer and answers calls over a pipe, under rlimits (address space
-`memory_mb`, CPU `cpu_s`, at most `NPROC` processes, which the kernel enforces for a non-root uid), with
-no_new_privs and no capabilities; the *grader* (`GRADER_UID`) runs the tests (pytest, with the answer's module
-replaced by a proxy whose calls go to the worker and whose results come back as data, parsed with
-`ast.literal_eval`) or the doctest examples (an expected exception is compared as doctest does, "Type: message"),
-and writes the verdict to a pipe inherited from this process, which the worker does not have. So the verdict is
-never read from anything the answer can write: not its stdout, not a file in the sandbox, not pytest's state (the
-answer cannot monkeypatch the grader's pytest, signal or ptrace the grader, or read the tests). The answer process
-dying, garbling the pipe, or raising a BaseException that is not an Exception (SystemExit, KeyboardInterrupt) fails
-the test or example at hand (a dead or garbling process every later one too): in pytest it is a BaseException
-(`AnswerAborted`), which `pytest.raises(Exception)` does not catch. The host kills the sandbox's process group on
-the wall-clock `timeout_s`; the pid namespace then takes every process of the answer with it (double-forked,
-setsid'd children included). The grader writes a ready byte to its pipe before the answer starts: a timeout without
-it is the sandbox hanging (an infrastructure error), not the answer.
-
-What it does not do: no seccomp filter (the kernel's whole syscall surface is reachable, as an unprivileged uid
-without capabilities); no cgroup memory/CPU accounting (rlimits are per process: a fork storm is capped by `NPROC`
-processes of `memory_mb` each, plus `memory_mb` of files in `/tmp`); results the grader compares are reprs of
-literal values (a numpy-style scalar as the literal of its lossless `.item()`), so tests that need the answer's
-own objects (isinstance checks, methods of returned objects) see an opaque stand-in compared by repr, whose
-truthiness is the one the answer's process computed.
-
-`SandboxResult.error` is set only for *infrastructure* problems (bubblewrap missing, failing or never starting the
-grader, pytest missing, the given tests collecting nothing, no verdict from the grader without a timeout), read
-from the grader's pipe (or its silence), never from output the answer can write; then `passed` is False and the
-answer should not be scored. Failures caused by the answer (assertion, exception, syntax/import error, MemoryError,
-CPU limit, wall-clock timeout, a dead answer process) leave `error` as None.
+`run_pytest`, `run_doctest` and `check_examples` start `bwrap` with fresh pid, network, IPC and UTS namespaces, a
+read-only `/usr` and Python installation, a `/tmp` tmpfs of `memory_mb`, an empty environment and
+`--die-with-parent`. Inside, `_sandbox_launcher.py` runs the answer and the grader as two unprivileged uids: the
+verdict comes through a pipe only the grader holds, never from anything the answer can write, and the host kills the
+sandbox's process group at `timeout_s`. `SandboxResult.error` is set only for infrastructure problems (bubblewrap
+missing or failing, no verdict without a timeout); an answer's own failures leave it None. Guarantees and limits:
+docs/security.md ("Code sandbox").
 """
 from __future__ import annotations
 

@@ -1,26 +1,12 @@
 """Planted-truth blind solvers for checking relevance estimators.
 
 A :class:`Scenario` is a pool of ``n_docs`` candidates and a monotone success rule in conjunctive normal form:
-``clauses`` is a tuple of clauses, each a tuple of documents, and the question is *answerable* from a subset
-iff every clause has at least one of its documents present.
-
-* single: ``((a,),)`` -- one necessary document;
-* AND (multi-hop): ``((a,), (b,), ...)`` -- all of them needed;
-* OR (redundant): ``((a, b, ...),)`` -- any one suffices;
-* mixed: ``((a,), (b1, b2))`` -- a hop plus a redundant pair.
-
-The solver succeeds with probability ``top_rate`` when the question is answerable and ``base_rate`` otherwise
-(guessing / internal knowledge), then each outcome is flipped with probability ``noise`` (validator and
-sampling noise).
-
-Planted truth (the definition the benchmark scores against)
------------------------------------------------------------
-A document is *relevant* iff it appears in some clause. Equivalently: there is a context of the other
-documents in which adding it raises the success probability, by the full amplitude
-``(1 - 2 noise) (top_rate - base_rate)`` (>= 0.42 with the default ranges, far above the 0.1 threshold). This
-deliberately counts both members of a redundant OR pair as relevant although each one's *average* marginal
-effect (the classic Delta P) is only half the amplitude, or a quarter in an OR triple / AND triple / the
-redundant half of a mixed scenario. Documents outside every clause have no effect in any context.
+``clauses`` is a tuple of clauses, each a tuple of documents, and the question is *answerable* from a subset iff
+every clause has at least one of its documents present (single, AND for multi-hop, OR for redundant, or mixed).
+The solver succeeds with probability ``top_rate`` when the question is answerable and ``base_rate`` otherwise, then
+each outcome flips with probability ``noise``. A document is relevant iff it appears in some clause: some context of
+the others makes it raise success by the full amplitude, which counts both members of a redundant pair although each
+one's average marginal effect is half of it. See docs/concepts.md ("Checking the estimators").
 """
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """How long Monte Carlo labels take, before they are paid for: calls per question and seconds per call.
 
-A question costs `budget` solver calls (one prompt evaluation each: the likelihood outcomes read the answer's and
-the question's log-probabilities off the same evaluation). A call's time grows with the tokens the solver
-evaluates, about the pool's text (`pool size x max_doc_chars` characters, ~4 characters a token) plus the question.
-
-Seconds per call come, in this order, from:
-
-1. this data directory's own history: every `solver_calls` table under the base path records each uncached call's
-   latency and evaluated prompt tokens, so the rate is this machine's, under the load it had then;
-2. else the rate measured on 2 idle cores with the packaged Gemma-3-270M in-process (`SECONDS_PER_TOKEN_2_CORES`,
-   docs/sizing.md), scaled by the load now (other work on the machine slows llama.cpp about in proportion).
-
-A hosted endpoint changes the second factor only: its latency per call, whatever the prompt.
+A question costs `budget` solver calls, one prompt evaluation each; a call's time grows with the tokens evaluated,
+about the pool's text (`pool size x max_doc_chars` characters, ~4 a token) plus the question. Seconds per token
+come from this data directory's own `solver_calls` history (this machine, under the load it had), else from the
+rate measured on 2 idle cores with the packaged Gemma-3-270M (`SECONDS_PER_TOKEN_2_CORES`, docs/sizing.md) scaled
+by the load now. A hosted endpoint changes the second factor only.
 """
 from __future__ import annotations
 
@@ -31,7 +24,7 @@ QUESTION_TOKENS = 40            # the question, the answer and the prompt's own 
 # default lineage's 192 labelling calls: 546 evaluated tokens per call against 440 estimated.
 TOKENS_RATIO = 1.25
 # Seconds per evaluated prompt token, Gemma-3-270M in-process on 2 idle cores: the default lineage's 192 labelling
-# calls in 131 s at ~546 evaluated tokens each (README, "Measured results"); docs/sizing.md.
+# calls in 131 s at ~546 evaluated tokens each (docs/sizing.md).
 SECONDS_PER_TOKEN_2_CORES = 0.00125
 MIN_HISTORY_CALLS = 20          # fewer uncached calls than this say little about the rate
 

@@ -1,19 +1,11 @@
 """The blind solver: an LLM that sees only the question and one subset of the candidate pool.
 
-It is blind by construction: the prompt holds nothing but the subset's documents and the question, so any
-success must come from those documents (or from the model's own knowledge, which trials without the relevant
-documents measure as the base rate).
-
-A trial's outcome is either graded or binary:
-
-* ``likelihood`` -- the log-probability (nats) of the gold answer after the solver prompt, by teacher forcing
-  (best over accepted aliases). No decoding: one prompt evaluation per trial, and a document that makes the
-  right answer more likely shows it even when the model would not yet *say* it.
-* ``qa_likelihood`` -- the answer's log-probability plus the question's own (both given the subset): the
-  documents that make the solver find the question-answer pair likely.
-* ``success`` -- the model's greedy answer, validated against the gold (pass/fail).
-
-Both use the prompt built by :func:`solver_prompt`, so a likelihood trial scores exactly the context a
+It is blind by construction: the prompt holds nothing but the subset's documents and the question, so any success
+comes from those documents or from the model's own knowledge, which trials without the relevant documents measure
+as the base rate. A trial's outcome is ``likelihood`` (the gold answer's log-probability in nats by teacher forcing,
+best over accepted aliases: a document that makes the right answer likelier shows it even when the model would not
+yet *say* it), ``qa_likelihood`` (that plus the question's own log-probability) or ``success`` (the greedy answer,
+validated against the gold). All use :func:`solver_prompt`, so a likelihood trial scores exactly the context a
 generating solver would see.
 """
 from __future__ import annotations

@@ -1,41 +1,12 @@
 """Answer validators: score a blind solver's answer against the ground truth.
 
-Every validator has the signature ``validator(prediction, gold, **kw) -> Validation`` where ``gold`` is a
-string or a sequence of acceptable strings (the best-scoring gold is reported).
-
-Text answers (HotpotQA style)
------------------------------
-* :func:`normalize_answer`, :func:`exact_match` and :func:`token_f1` reproduce HotpotQA's official
-  ``hotpot_evaluate_v1.py``: lowercase, strip ``string.punctuation``, remove the articles a/an/the, collapse
-  whitespace; F1 is the bag-of-tokens F1 and is 0 whenever either side normalises to ``yes``/``no``/``noanswer``
-  and the two sides differ.
-* :func:`answer_containment` exists because small LLMs answer in sentences: it passes when the normalised gold
-  occurs in the normalised prediction as a contiguous run of *whole tokens* ("... band Rush released ..."
-  contains "rush"; "Rushmore" does not). For a yes/no gold the prediction must start with the gold token, or
-  contain it while not containing the opposite one ("No, they are not" passes for "no"; "yes ... no" fails).
-* :func:`answer_f1` passes when F1 >= ``threshold`` (default 0.5) or containment holds; its ``score`` is the
-  F1 itself (so averages stay comparable with the official metric) and ``detail`` says which rule passed.
-
-Code-symbol answers
--------------------
-:func:`fqn_match` extracts every dotted identifier from the prediction (prose, ``backticks``, code blocks,
-``from pkg.mod import name`` is also read as ``pkg.mod.name``; a call ``pkg.f(x)`` yields ``pkg.f``), then:
-
-1. **full**: an identifier equals ``gold_fqn`` or one of ``aliases`` (re-exports such as
-   ``networkx.shortest_path`` for ``networkx.algorithms.shortest_paths.generic.shortest_path``) -> score 1.0.
-2. **suffix**: otherwise an identifier whose dotted components are a trailing component-wise suffix of the
-   gold or of an alias (``generic.shortest_path``, ``shortest_path``; never the partial word ``path``) passes
-   with score 1.0 *only if unambiguous*, i.e. all of:
-
-   * the suffix is not also a suffix of any name in ``known_fqns`` (optional universe of symbols, e.g. every
-     function of the indexed repository) other than the gold and its aliases;
-   * the prediction does not mention another, longer dotted name that ends with the same suffix but is not an
-     accepted target (``scipy.sparse.csgraph.shortest_path ... shortest_path`` refers to scipy's);
-   * a bare one-component suffix must look like code: written inside backticks/a code block, followed by
-     ``(``, or identifier-shaped (contains ``_``, a digit, or an inner capital letter). Otherwise plain English
-     words would match (``get`` for ``requests.get``).
-
-   A suffix that fails these checks is reported in ``detail`` as ambiguous.
+Every validator is ``validator(prediction, gold, **kw) -> Validation``; ``gold`` is a string or a sequence of
+acceptable strings (the best-scoring one is reported). Text answers: :func:`exact_match` and :func:`token_f1`
+reproduce HotpotQA's official normalisation; :func:`answer_containment` accepts the gold as a run of whole tokens
+inside a sentence, because small LLMs answer in sentences; :func:`answer_f1` passes on F1 >= ``threshold`` or
+containment. Code symbols: :func:`fqn_match` accepts the gold FQN, an alias, or an unambiguous suffix of one.
+Code answers: :func:`code_example` runs the call the answer writes in the bubblewrap sandbox. The rules are in
+docs/pipeline.md ("Candidate pools and Monte Carlo labels").
 """
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """A persistent cache AND journal of LLM calls in SQLite.
 
-One row per real call (ok or error), committed right after the call, so a crash loses no completed call.
-Lookups return the newest `ok` row of a key; `error` rows are journal only and are never served, so a
-later run retries them. WAL mode + busy timeout make it safe for several processes and threads.
-
-The key is the sha256 of canonical JSON of (model name, kind, messages/prompt, params), plus the endpoint (the
-base URL) when one is given: the same model name behind another URL is another model, and a re-run against a
-fixed endpoint must not replay what a broken one answered. `LLMClient` passes its base URL, except for the
-default local llama.cpp server (a fresh port each time, always the packaged model), whose keys stay as they
-were. The API key is never part of it (and never stored).
+One row per real call (ok or error), committed right after the call, so a crash loses no completed call. Lookups
+return the newest `ok` row of a key; `error` rows are journal only, never served, so a later run retries them. WAL
+mode and a busy timeout make it safe for several processes and threads. The key is the sha256 of the canonical JSON
+of (model, kind, messages or prompt, params), plus the endpoint's base URL when given: the same model name behind
+another URL is another model. The default local server (a fresh port each start, always the packaged model) gives
+none. The API key is never part of it, and never stored.
 """
 from __future__ import annotations
 

@@ -1,32 +1,13 @@
-"""`LLMClient`: every call goes through the official `openai.OpenAI` client (so OpenAI, vLLM, Ollama or the
-local llama.cpp server differ only by `base_url`/`model`/`api_key`), through a `CallCache`, under a
-`CallBudget`, with retries for infrastructure failures.
+"""`LLMClient`: every call goes through the official `openai.OpenAI` client (so OpenAI, vLLM, Ollama or the local
+llama.cpp server differ only by `base_url`/`model`/`api_key`), through a `CallCache`, under a `CallBudget`, with
+retries for infrastructure failures.
 
-Failure contract:
-  * timeouts, connection errors, 408/409/425/429, 5xx and malformed/empty responses are retried with
-    exponential backoff + jitter; when retries are exhausted `LLMInfrastructureError` is raised (and
-    journalled as an error row). It is never returned as a normal result, so callers cannot mistake an
-    outage for a solver's wrong answer.
-  * 401/403/404 (bad key, unknown model/URL) raise `LLMInfrastructureError` at once (retrying cannot help).
-  * 400/422 raise `LLMRequestError` (the request itself is invalid).
-  * a 2xx completion whose text is an error message ("Error: upstream model overloaded", matched by
-    `ERROR_TEXT`) or whose body carries an `error` object is an endpoint failure (kind "error_text"): retried,
-    journalled as an error, never cached as ok, never a solver's answer.
-  * a completion the endpoint refused or filtered (finish_reason "content_filter") is kind "refused": not
-    retried (the same request would be filtered again), journalled as an error, never cached as ok, never a
-    solver's (empty) answer.
-  * `timeout_s` is a *total* deadline per attempt, not only per read: an endpoint trickling its headers or body a
-    byte every few seconds is cut off once `timeout_s` has passed (kind "timeout").
-  * a response body larger than `max_response_bytes` once decoded is refused (kind "too_large", not retried, not
-    cached); the client asks for no compression.
-  * error messages are redacted before they are cut, so a key across the cut leaves no prefix.
-  * `retrying` runs any other endpoint call (the prompt scorer's) under the same policy.
-  * `BudgetExceeded` before an uncached call would exceed the run's `CallBudget`.
-  * with `server_failure` (a local server's `failure()`), a failed attempt against a server that died is not
-    retried: `LLMInfrastructureError` of kind "local_server_died" at once, naming the server's log.
-The cache key includes the endpoint (`cache_endpoint`, by default the base URL; `None` keeps the endpoint out,
-which the default local server uses since its port changes every start).
-The API key is never logged, stored, put in exception messages or shown in reprs.
+An infrastructure failure (timeouts, 429, 5xx, malformed or oversized responses, an error text in a 2xx answer, a
+dead local server) raises `LLMInfrastructureError` once retries are exhausted, or at once where retrying cannot help;
+an invalid request raises `LLMRequestError`; a filtered completion is an error of kind "refused". None is ever
+returned or cached as an answer, so an outage is never mistaken for a solver's wrong answer. `timeout_s` is a total
+deadline per attempt. The cache key names the endpoint (`cache_endpoint`); the API key is never logged, stored or
+shown. The full contract: docs/operations.md ("Retries and limits").
 """
 from __future__ import annotations
 

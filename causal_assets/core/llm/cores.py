@@ -1,9 +1,9 @@
 """How many threads a local model may use: the cores that other processes leave free, measured while it runs.
 
 llama.cpp's worker threads spin-wait on each other, so a thread more than the free cores costs far more than it
-brings (issue 18: five times slower labelling beside two busy loops). The 1-minute load average is the wrong
-gauge for it: it lags by a minute and counts this process's own recent work, so a labelling step that starts
-right after the embedding step saw load ~1.3 on an idle 2-core machine and ran on one thread.
+brings (labelling runs five times slower beside two busy loops). The 1-minute load average is the wrong gauge
+for it: it lags by a minute and counts this process's own recent work, so a labelling step that starts right after
+the embedding step sees load ~1.3 on an idle 2-core machine and would run on one thread.
 
 :class:`CoreMeter` reads the machine's CPU time (``/proc/stat``) and this process's own (``getrusage``) and
 reports the difference between two readings: the cores *other* processes kept busy in between. Where

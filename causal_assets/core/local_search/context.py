@@ -1,18 +1,12 @@
 """The context builder of causal search (GraphRAG-style local search over the entity graph): query -> entities ->
 relationships, text units and community reports -> token-budgeted "network data" for the report prompt.
 
-`GraphContextBuilder(nodes, edges, chunks)` works on any graph in the `graph.store` schema. The query is
-mapped to entities by cosine similarity between the query embedding and `name + ": " + description` of
-every entity (embedded once per builder, i.e. once per graph, and cached). `(k + s) * oversample_scaler`
-entities are requested (10, 3, 2 -> 26) and ALL of them are used; the token budget is applied afterwards by
-`format_network_data`.
-
-`format_network_data` keeps only the essential fields, sorts each section by priority and adds records
-whole, in priority order, while the section's real token count (`tokens.num_tokens` of the record as it is
-serialised in the prompt) stays within its share of the budget. A record never gets cut mid-field; the only
-shortening is the documented one: a text unit's text is cut at 1,000 characters + "...".
-Community reports have no share of their own: they get what the three sections leave unused, so the total
-never exceeds `max_tokens`.
+`GraphContextBuilder(nodes, edges, chunks)` works on any graph in the `graph.store` schema. The query is mapped to
+entities by cosine similarity with each entity's `name: description` embedding (embedded once per graph);
+`(k + s) * oversample_scaler` entities are requested and all used. `format_network_data` then adds records whole,
+in priority order, while each section's real token count stays within its share of the budget; only a text unit's
+text is shortened (1,000 characters). Community reports get what the other sections leave, so the total never
+exceeds `max_tokens`. See docs/on-demand.md.
 """
 from __future__ import annotations
 

@@ -1,48 +1,13 @@
 """Cascade retrieval with an entropy-aware loop: TF-IDF -> dense re-rank -> graph expansion, repeated with wider
 stages until the retrieved set's term entropy settles.
 
-One iteration `i` (1-based) of `CascadeRetriever.retrieve`:
-
-1. **TF-IDF** (`index.sparse["tfidf"]`): the `tfidf.initial_k * i` best-scoring allowed chunks. Chunks that
-   share no term with the query (TF-IDF score 0) never pass: a keyword filter that lets them through would
-   fill the pool in arbitrary chunk order.
-2. **Dense re-rank**: cosine of the query vector with those candidates (the index holds L2-normalised MiniLM
-   vectors, so cosine = dot product, in [-1, 1]). Kept: the `embedding.similarity_top_k * i` best with
-   `cosine >= similarity_cutoff` (inclusive; `None` disables the cutoff).
-3. **Graph expansion** (`GraphExpander`) from the stage-2 documents over an abstract neighbour function
-   `neighbors(chunk_id) -> [(neighbor_id, relationship_type, weight), ...]` that the graph stage supplies.
-   No function, no expansion.
-4. **Termination** (`EntropyCalculator.should_terminate`, plus the retriever's own bounds, below).
-
-Final ranking (documented combination): a stage-2 document scores its dense cosine; a graph document scores
-`seed cosine * score_decay_factor ** hop * product of the path's edge weights` (edge weights clipped to
-[0, 1], so an expanded document never outranks the document it was reached from, but can outrank weaker
-stage-2 documents). Both are on the cosine scale, so they are merged by score (ties: stage-2 first, then
-chunk order) and cut at `max_documents`. Graph documents are not subject to `similarity_cutoff`: they were
-reached from documents that passed it.
-
-**Termination.** A loop that asks for another iteration whenever fewer than `min_documents` are retrieved,
-*before* it looks at `max_iterations`, never ends when few documents pass the cutoff (a strict cutoff, a narrow
-filter, a small corpus). Here the loop is always bounded:
-
-* `max_iterations` is checked first, before any other rule;
-* the retriever also stops when an iteration adds no document the previous one did not have, and when
-  stage 1 is exhausted (every allowed chunk with a TF-IDF score is already in the pool, so a wider stage 1
-  cannot change anything).
-
-`metadata["termination_reason"]` says which rule ended the loop.
-
-**Configuration defaults.** `max_iterations=5`, `max_documents=100`, `window_size=3`, `similarity_cutoff=0.6`,
-`min_edge_weight=0.3`, `include_entity_nodes=True`, `initial_k=100`, `similarity_top_k=20`, `max_hops=2`,
-`max_nodes=50`, `score_decay_factor=0.8`; `relationship_types=None` (all types: a fixed list of edge types would
-silently drop the graph's other edge types), `embedding_model="all-MiniLM-L6-v2"` (the model the index was
-embedded with; a different model cannot be honoured against a prebuilt index and is rejected), and the
-`TFIDFConfig` fields other than `initial_k` describe the prebuilt TF-IDF index (see `TFIDFConfig`).
-
-Retriever protocol: `name = "cascade"`; `retrieve_many(queries, k)` returns the cascade's documents, then pads
-to `k` (documented in `CascadeRetriever.retrieve_many`) so metrics@k compare with the other retrievers.
-Nothing is cached across queries; structures derived from the index (a CSR copy of the TF-IDF matrix, the
-parsed metadata column) are built once per retriever.
+Each iteration widens the TF-IDF stage (chunks sharing no term with the query never pass), re-ranks it by cosine
+with the query vector at `similarity_cutoff`, and expands over the graph through a `neighbors(chunk_id)` function
+the graph stage supplies (none, no expansion). Graph documents score on the cosine scale, decayed by hops and edge
+weights, so they never outrank the document they were reached from. The loop is always bounded: `max_iterations`
+is checked first, and it stops when an iteration adds nothing or stage 1 is exhausted
+(`metadata["termination_reason"]`). The defaults follow the design specification except where it could not work
+(docs/decisions.md); the stages are described in docs/pipeline.md ("Retrievers").
 """
 from __future__ import annotations
 

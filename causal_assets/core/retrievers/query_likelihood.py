@@ -4,15 +4,10 @@ the language model finds the *query* after reading the document,
 
     score = z(base score) + weight * z(log P(query | prompt(document)))
 
-z = the z-score over those `depth` hits (the base's scores and the log-probabilities live on different scales);
-the hits below `depth` keep the base's order after them. `weight = 0` is the base ranking. The query is the
-continuation, so every candidate of a query is judged on the same tokens, and the measurement is the solver's own
-(the `llm` resource's log-probability scorer, through the call cache): a re-run pays nothing twice.
-
-It is the `query_likelihood` retriever: a similarity or learned ranking proposes, the language model that answers
-the questions decides among the proposals. `weight` and `depth` are searched on the tune split
-(`tuned_retriever_configs`). An infrastructure failure of the scorer fails the run with that error: a document
-the model could not read is not a document the model finds unlikely.
+with z-scores over those `depth` hits; the hits below keep the base's order, and `weight = 0` is the base ranking.
+The query is the continuation, so every candidate is judged on the same tokens, through the `llm` resource's
+scorer and the call cache. `weight` and `depth` are tuned on the tune split. A scorer failure fails the run: a
+document the model could not read is not a document it finds unlikely.
 """
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """Similarity baselines: BM25, TF-IDF, dense, and hybrids of sparse and dense scores.
 
-Hybrid fusion (`HybridRetriever`): each method's scores over the candidate set are z-normalised
-(mean 0, std 1), then combined as `weight * dense + (1 - weight) * sparse`. z-scores, unlike min-max, are
-not dominated by a single outlier score. RRF (`RRFRetriever`) fuses ranks instead: sum of 1 / (c + rank).
-
-At ANN scale (the whole corpus is searched and the index has an approximate dense index), no score vector over
-every chunk is built: the candidates are the union of each method's top `shortlist` (RRF: `depth`), their sparse
-and exact dense scores are computed directly, and the z-score statistics over the whole corpus come without
-scoring every chunk (sparse: the sum and sum of squares the postings loop returns; dense: the mean vector and
-second-moment matrix of the chunk vectors). A chunk outside both shortlists is the only thing that can be missed.
-
-BM25 inside a query's candidate set (`within`, e.g. a HotpotQA question's own 10 paragraphs) takes its statistics
-(IDF, average length) from one of two populations, `within_stats`:
-
-- `corpus`: the whole corpus index (what the stored postings hold);
-- `candidates`: the candidates alone, one small BM25 index per query (`candidate_bm25`): a term that is rare in the
-  corpus but in every candidate (the question's topic, which the distractors were picked for) no longer dominates.
-
-Either is chosen on a tune split (`tuned_retriever_configs`, and the evaluation report for the baselines).
+`HybridRetriever` z-normalises each method's scores over the candidate set (unlike min-max, not dominated by one
+outlier) and combines them as `weight * dense + (1 - weight) * sparse`; `RRFRetriever` fuses ranks instead,
+sum of 1 / (c + rank). At ANN scale the candidates are the union of each method's shortlist, with corpus-wide
+z-statistics computed without scoring every chunk. Inside a query's own candidates (`within`), BM25 takes its
+statistics from the corpus or from the candidates alone (`within_stats`), chosen on a tune split. See
+docs/pipeline.md ("Retrievers").
 """
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
 """Rule-based entity extraction: the names a question or chunk is about, with no model to download.
 
-Entity-first retrieval needs the entities a question names ("Arthur's Magazine", "First for Women") to
-find gaps and aim micro-queries; these rules find them from surface cues alone, deterministically:
-
-- quoted spans: "Counterparts", 'Hello World' (taken whole; nothing inside them is extracted again);
-- capitalised spans: runs of capitalised tokens, joined by name-internal connectors when a capitalised
-  token follows ("First for Women", "Hall of Fame", "Craig v. Boren", "J. M. Barrie", "The 7 Habits"),
-  optionally opened by a name particle ("von Trapp"); capitalised tokens include acronyms and hyphenated
-  tech names (DPR, SEAL-RAG, FB-111A) and CamelCase identifiers;
-- numbers and years (1952, 1800's, 509th);
-- code identifiers that do not start with a capital: snake_case, dotted.names, camelCase, pH.
-
-Stopwords are stripped from the start of a span only where capitalisation says nothing: at the start of a
-sentence ("The Oberoi family..." -> "Oberoi", "Which Canadian..." -> "Canadian"). Elsewhere only question
-words are stripped, so in-name words stay ("The Beatles", "First for Women"). Spans made only of
-stopwords ("I", "Inc.") are dropped. Results are ordered by first appearance and de-duplicated
-case-insensitively.
-
-Known limits: lower-case names ("seal-rag") and sentence-initial common nouns ("Singer Eddie Fisher")
-cannot be told apart from ordinary words without a lexicon.
+Entity-first retrieval needs the entities a question names ("Arthur's Magazine", "First for Women") to find gaps
+and aim micro-queries; these rules find them from surface cues alone, deterministically: quoted spans, runs of
+capitalised tokens with name-internal connectors, acronyms and hyphenated or CamelCase names, numbers and years,
+and code identifiers. Stopwords are stripped from the start of a span only at a sentence start, where
+capitalisation says nothing, so in-name words stay ("The Beatles"). Results are in order of first appearance,
+de-duplicated case-insensitively. Known limits (lower-case names, sentence-initial common nouns): docs/pipeline.md
+("Graph").
 """
 from __future__ import annotations
 

@@ -1,19 +1,12 @@
 """Tuning the dense encoder itself: in-domain fine-tuning of the corpus's bi-encoder on a benchmark's tune split.
 
-The packaged MiniLM is a general-purpose encoder; a benchmark's judged (query, relevant document) pairs teach it the
-domain's language (claims against abstracts on SciFact). `tune_encoder` fits a copy of the index's model on all but a
-held-out share of the tune split's queries (multiple-negatives ranking loss: each query against its relevant
-document, the batch's other relevant documents and one BM25 hard negative per query), then compares it with the
-index's own vectors on the held-out queries, in the z-score hybrid with the index's BM25 at each of `weights` (the
-best of each side). The fine-tuned encoder is adopted only if it wins there by more than `standard_errors` standard
-errors of the paired per-query difference (the one-standard-error rule the tuning applies to combinations), and the
-adopted encoder is the one that was compared: no refit on the held-out queries, so the decision is about exactly the
-vectors the tuning then uses. Why the margin: on SciFact's 162 held-out claims, fits that differ only by their seed
-gained +0.0128, +0.0007 and +0.0049 nDCG@10 (README, Tried for issue 16); a plain "any gain" adopted all three.
-
-Measured on SciFact (README, Issue 16): held-out train claims hybrid 0.7261 -> 0.7361 nDCG@10; test learned model
-0.751 -> 0.760. The retrievers tuned afterwards see train queries the encoder was fitted on, so their train figures
-are optimistic; the held-out decision above and the test split are not.
+A benchmark's judged (query, relevant document) pairs teach the general-purpose MiniLM the domain's language.
+`tune_encoder` fits a copy of the index's model on all but a held-out share of the tune split's queries
+(multiple-negatives ranking loss with one BM25 hard negative per query), then compares it with the index's own
+vectors on the held-out queries, in the z-score hybrid at each of `weights`. It is adopted only beyond
+`standard_errors` standard errors of the paired per-query difference, because fits differing only by their seed
+gain by as much as a real gain (docs/decisions.md, "Encoders and rerankers"); the adopted encoder is the one
+compared, never refit on the held-out queries.
 """
 from __future__ import annotations
 

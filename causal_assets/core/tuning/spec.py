@@ -140,13 +140,13 @@ class TuningSpec(BaseModel):
     # Repeated CV: the folds are drawn this many times (fold seeds seed, seed + 1, ...) and every nested figure, the
     # learned model's CV and a combination's train figure are averaged over the splits, so the selection among
     # retrievers that differ by about one standard error is the data's, not one fold split's (HotpotQA's 91 train
-    # questions chose learned, fusion or pairwise with fold seeds 0, 1 and 2: README, issue 16's targets row).
+    # questions chose learned, fusion or pairwise with fold seeds 0, 1 and 2: docs/decisions.md).
     # Costs the learned model's CV and every trial of a combination with a learned member once per split.
     cv_repeats: int = Field(1, ge=1)
     # What a CV fold keeps together (learned.retriever.query_folds), for every nested figure: queries that share a
     # relevant document (the estimate for questions about documents the training never saw relevant), or each query
     # alone (rewards remembering which documents were relevant: right only where new questions keep returning to
-    # the same documents; on SciFact it chose the learned model over the hybrid on memory alone, README).
+    # the same documents; on SciFact it chose the learned model over the hybrid on memory alone, docs/decisions.md).
     cv_groups: Literal["shared_documents", "queries"] = "shared_documents"
     learned_targets: list[str] = Field(default_factory=lambda: ["qrels", "delta_p"])  # delta_p only with MC labels
     min_mc_questions: int = Field(10, ge=2)      # delta_p is tried only with this many labelled train questions

@@ -1,26 +1,12 @@
 """Versioned store of tuned retriever configurations.
 
-Layout under `root` (the storage resource's `reports/tuned`):
-
-    <benchmark>/<version>.yaml             the configuration (content below), never overwritten
-    <benchmark>/models/<name>-<sha>.joblib a trained model it names (learned), by content hash
-
-There is no "current" pointer: which version is in force is what the `tuned_retriever_configs` materialization
-recorded (its `config_version` metadata and data version, and the `config_version` column of its trials), so the
-evaluation reads exactly the configuration its upstream materialization produced, and a tuning that crashed after
-writing its files changes nothing downstream.
-
-`version` = the first 12 hex digits of the SHA-256 of the canonical JSON of the content, which names every model by
-its own content hash: the same tuning outcome always gets the same version, a changed parameter or model a new one.
-The creation time is written beside the content, not into it. `load_tuned` re-hashes the content, so an edited
-file is refused rather than silently evaluated.
-
-Content: benchmark, corpus, tune_split, metric, index (a fingerprint of the corpus index tuned on: chunk count,
-hash of the chunk ids, embedding model; the evaluation skips a config tuned on another index), selected (the
-retriever with the best train figure) and retrievers: name -> {params, value, evaluation, queries, trials}.
-A model is referenced in params as `model_path` relative to the benchmark directory; `load_tuned` makes it
-absolute. In params, `"@learned"` (causal's `shortlist_params.model_path`) means the learned model of the same
-configuration.
+Under `root` (the storage resource's `reports/tuned`): `<benchmark>/<version>.yaml`, never overwritten, and the
+trained models it names in `<benchmark>/models/<name>-<sha>.joblib` (`model_path` relative to the benchmark
+directory; `"@learned"` names the same configuration's learned model). `version` is the first 12 hex digits of the
+SHA-256 of the content's canonical JSON, so the same outcome gets the same version, and `load_tuned` re-hashes the
+content to refuse an edited file. There is no "current" pointer: the version in force is the one the
+`tuned_retriever_configs` materialization recorded, so the evaluation reads exactly what its upstream produced. The
+content is described in docs/pipeline.md ("Tuning").
 """
 from __future__ import annotations
 

@@ -1,34 +1,11 @@
 """Answer models for causal retrieval (the `IAnswerModel` interface).
 
-An answer model answers a query from a set of context documents and estimates the *distribution* of its
-answer, so that causal retrieval can measure how much a document changes the answer (counterfactual impact)
-and how much it reduces the answer's uncertainty (information contribution):
-
-* `answer(query, docs) -> str`                       the model's answer (its mode);
-* `answer_distribution(query, docs, n) -> {normalised answer: probability}`;
-* `estimate_entropy(query, docs) -> bits`             H(A | Q, docs).
-
-Two implementations:
-
-`LLMAnswerModel` - the real model. Every call goes through the given (cached) `LLMClient`. `answer` is the
-mode of the sampled distribution (the raw text of the first sample of the most frequent cluster), so it costs
-no call beyond the samples; `greedy_answer=True` makes it one extra greedy call (temperature 0) instead. The
-distribution is `n_samples` independent samples at `temperature`, drawn with
-`sample_index=i` (so they are distinct cache entries and re-runs are free), clustered by
-`normalize_answer` (HotpotQA normalisation: exact match after lower-casing, removing punctuation and
-articles). Entropy is the Shannon entropy in bits of the cluster frequencies (at most log2(n_samples)).
-
-`LexicalAnswerModel` - a WEAK, deterministic, offline stand-in for tests and runs without an LLM. It is NOT
-the LLM and not a reader model; it is an extractive model: its candidate answers are the lines/sentences of
-the context documents; a candidate's support is the share of the query's content terms it contains plus
-half the share its whole document contains. Nothing else: no rule about what a cause looks like (an earlier
-version added a bonus for lines a hand-written code rule flagged; issue 21 removed it, because that rule knew
-the test scenario's answer). Candidates are clustered by `normalize_answer`; a cluster's weight is
-`exp(beta * best support) - 1` (the *best* evidence, not the sum: repeating the same statement in a second
-document is no new information). An "unknown" outcome of weight 1 stands for the `unknown_answers` answers
-the model has not seen evidence for, so with no context H(A|Q) = log2(unknown_answers) bits and evidence
-concentrates the distribution. Its answers are lines of the documents, which is enough to tell which
-document an answer depends on, but it does not read or reason.
+An answer model answers a query from a set of context documents and estimates the *distribution* of its answer
+(`answer`, `answer_distribution`, `estimate_entropy` in bits), so that causal retrieval can measure how much a
+document changes the answer and how much uncertainty it removes. `LLMAnswerModel` samples the LLM through the cached
+`LLMClient` and clusters the answers by HotpotQA normalisation. `LexicalAnswerModel` is a WEAK, deterministic,
+offline stand-in for tests and runs without an LLM: extractive (its answers are the documents' lines), with no rule
+about what a cause looks like. Both are described in docs/on-demand.md ("The causal retriever").
 """
 from __future__ import annotations
 

@@ -1,22 +1,11 @@
-"""The answer-likelihood answer model: causal retrieval measured with an LLM's log-probabilities (issue 21).
+"""The answer-likelihood answer model: causal retrieval measured with an LLM's log-probabilities.
 
 It reads the same teacher-forced log-probabilities as the Monte Carlo labels' ``qa_likelihood`` outcome
-(`core.llm.scoring`: one prompt evaluation per request, no sampling), so its measurements are as repeatable as
-the labels' and cost a prompt each:
-
-* **information contribution** -- ``estimate_entropy(query, docs)`` is the question's surprisal given the
-  documents, -log2 P(question | docs), so the retriever's ``base - with_doc`` is the pointwise mutual information
-  between a document and the question under the model: how much better the document accounts for the question's
-  premises (its entities and relations). No answer is needed for it, so it also works on questions whose answer
-  nobody knows yet (a bug report).
-* **counterfactual impact** -- ``answer(query, docs)`` is the model's greedy answer after the candidate context and
-  ``answer_probability(query, docs, answer)`` the probability of that answer given other documents; the retriever's
-  ``change_prob`` is then 1 - P(answer | context without D) / P(answer | context): the share of the answer's
-  probability that goes when D is removed.
-
-Prompts are plain text ending in a cue (``Question:`` / ``Answer:``): base models without a chat template
-(Gemma-3-270M) score them as well as instruction-tuned ones. Documents are cut at ``max_doc_chars`` and given in
-the retriever's canonical order, so a repeated set is a cache hit and sets sharing a prefix share the KV cache.
+(`core.llm.scoring`: one prompt evaluation per request, no sampling), so its measurements are as repeatable as the
+labels'. ``estimate_entropy`` is the question's surprisal given the documents, so the information contribution is
+the pointwise mutual information of a document and the question (no answer needed); ``answer_probability`` gives
+the counterfactual impact, 1 - P(answer | context without D) / P(answer | context). Prompts end in a plain cue, so
+base models without a chat template score them; documents come in canonical order, so repeated sets hit the cache.
 """
 from __future__ import annotations
 

@@ -1,74 +1,12 @@
-"""Causal retrieval: rank documents by how much they *cause* the answer to a query,
-not by how similar they are to it.
+"""Causal retrieval: rank documents by how much they *cause* the answer to a query, not by how similar they are to it.
 
-Per candidate document D (query Q, answer A, answer model M, see `answer_model.py`):
-
-* **InformationContribution** (entropies in bits from `M.estimate_entropy`):
-  base = H(A|Q), with_doc = H(A|Q,D), with_all = H(A|Q,R), with_doc_and_all = H(A|Q,R,D) for the
-  already-retrieved set R; mutualInformation = base - with_doc; informationGain = with_all -
-  with_doc_and_all; redundancy = mutualInformation - informationGain; uniqueContribution = informationGain;
-  entropyReduction = base - with_doc_and_all.
-* **CounterfactualImpact**: the answer with the whole candidate context C vs. without D (C \\ {D}).
-  Similarity of two answers = token F1 of their normalised forms (HotpotQA's token F1, `text.answers`).
-  - wouldChangeAnswer: the answer without D differs, F1(answer(C), answer(C\\D)) < 0.9;
-  - changeProb = 1 - s, s = E_{a~M(C\\D)}[F1(a, answer(C))] / E_{a~M(C)}[F1(a, answer(C))] clipped to [0, 1]:
-    the relative loss of probability that the model still gives the current answer once D is removed
-    (it is 1 - similarity with the similarity taken in expectation over the answer
-    distribution; with a deterministic model it *is* 1 - similarity);
-  - changeType: complete_change (answer changes, F1 <= 0.2), partial_change (changes, 0.2 < F1 < 0.9),
-    confidence_change (same answer, changeProb >= 0.1), no_change;
-  - changeSeverity from changeProb: critical >= 0.75, significant >= 0.4, minor >= 0.1, else negligible.
-  With a model that scores answers (`likelihood_model.LikelihoodAnswerModel`: `answer_probability`), changeProb
-  = 1 - P(answer(C) | C \\ {D}) / P(answer(C) | C) from teacher-forced log-probabilities, and the answer without D
-  is generated only when changeProb >= 0.5 (below, the answer is taken to stay: confidence_change or no_change);
-  that model's "entropies" are the question's surprisal in bits, so the information contribution is the pointwise
-  mutual information of D and the question, scaled by the largest among the candidates.
-* **Causal chain** from the query to D over the entity/dependency graph (`graph.build.build_graph` frames,
-  `to_networkx`): entry nodes are graph nodes named by a query entity (`extract_entities` spans and code
-  identifiers), else the nodes whose own text covers the most query terms (>= 80% of the best). The chain
-  is the strongest of the (first 50) hop-shortest paths (undirected, community nodes excluded, at most `max_hops`
-  edges) from an entry to D's node. Entity nodes (no chunk) are folded into the link between the
-  documents around them. Relationship of a link, from the graph edge type (`EDGE_RELATIONSHIPS`):
-  calls->calls, defines->defines, inherits->implements, modifies/assigns/writes->modifies,
-  constrains/validates/type_of->constrains, imports/references/related/title_mention/other->contextualizes;
-  a `mentions` edge (a document mentioning an entity) is typed by what the document does with the entity
-  (`role_of`: a function definition -> implements, a class/interface/type/const definition -> defines, an
-  assignment -> modifies, a call -> calls, else contextualizes); the link from the query to a code node
-  is implements (function/method) or defines (class/module). Strength of a link = prior of the
-  relationship (`RELATIONSHIP_PRIOR`) x edge weight clipped to [0, 1] x `hop_decay` ** (link index +
-  entity hops folded into it); the chain's strength is the product of its links' undecayed strengths x
-  `hop_decay` ** (hops - 1). Evidence = the graph edge's evidence (source line or sentence).
-* **Explanation**: only the measured quantities above, nothing read into the text by a rule: the counterfactual
-  impact (the answer with the candidate context and without D, and where the answer with it stands in D when it is
-  one of D's lines/sentences: `path:line`), the information contribution in bits and the causal chain. There are
-  no cause rules (issue 21 removed a hand-written rule for one kind of code bug that had been written for the test
-  scenario and boosted the lines it flagged).
-* **Combined score** = (w_ic * ic + w_cf * changeProb + w_chain * chainStrength + w_prior * prior) / (w_ic + w_cf +
-  w_chain + w_prior), in [0, 1], with ic = max(mutualInformation, 0) / max(H(A|Q), largest mutualInformation of the
-  candidates) (the share of the answer's uncertainty D removes on its own) and prior = 1 - i/n for the i-th of n
-  candidates in shortlist order (w_prior = 0 by default: the measures alone; a tuned weight reports how much of a
-  ranking is the shortlist's).
-
-`CausalRetriever.retrieve`: (1) query analysis (entities, intent); (2) candidates =
-the shortlist (`shortlist`: a `CascadeRetriever`, a callable `(query, n, within) -> [Hit]`, or BM25 over
-the index with a positive score) of `shortlist_size` documents, plus up to `graph_candidates` graph
-neighbours of them (`chunk_neighbors`, structural search); only these reach the answer model; (3) relevance
-per candidate with R = {} ; (4) rank by score; (5) diversity filter: walking down the ranking, the
-information gain of D given the documents kept above it is recomputed; D is dropped as redundant when that
-gain is ~0 (|gain| <= `diversity_threshold` bits) while D alone carried information (mutualInformation >
-threshold: what it knows, the documents above already said; a negative gain means D conflicts with them,
-which is not redundancy); in precision mode a document is also dropped when its gain is <= threshold
-(negative included) and removing it would not change the answer; (6) the `max_docs` best with score >=
-`min_relevance`, with explanations. The ranking score uses the standalone contribution (R = {}); the
-informationContribution reported for a document at rank >= 2 is the one given the documents kept above it.
-
-Confidence (a heuristic, not calibrated): the probability of the answer model's most likely answer given all
-candidates, x0.7 when no graph chain reaches the document. `confidenceInCompleteness` = 1 - H(A|Q, kept) /
-H(A|Q): the share of the answer's uncertainty the returned documents remove.
-
-Modes: balanced - the options as given; precision - min_relevance raised to >= 0.3, diversity threshold
-x5 and the stricter filter above; recall - min_relevance halved, shortlist and graph candidates doubled,
-diversity filter only for exact redundancy (gain <= 1e-9 bits).
+Each candidate of a shortlist (BM25, the cascade or the learned model, plus graph neighbours) gets three measured
+quantities from an answer model (`answer_model.py`, `likelihood_model.py`): its information contribution (bits of
+the answer's uncertainty it removes), its counterfactual impact (how much the answer changes without it) and the
+strongest causal chain from the query's entities to it over the graph. The score is their weighted mean; a
+diversity filter then drops documents that add nothing to those ranked above them. Explanations report only these
+measurements: there are no hand-written cause rules. The formulas, modes and filter are in docs/on-demand.md
+("The causal retriever").
 """
 from __future__ import annotations
 

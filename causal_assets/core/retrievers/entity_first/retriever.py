@@ -1,30 +1,12 @@
 """SEAL-RAG style entity-first retrieval with a fixed budget: retrieve, find entity gaps, micro-query, replace.
 
-For each question, over its candidate set (`within`, e.g. the 10 paragraphs of a HotpotQA distractor question):
-
-1. Entities: rule-based `extract_query_entities`, plus an optional `entity_extractor(question) -> list[str]`
-   hook (e.g. an LLM-backed extractor later).
-2. Initial retrieval: a hybrid of z-normalised BM25 and dense scores, plus a title-match bonus (a paragraph
-   whose title the question names is very likely about a question entity). The top-`k` ("budget") are held.
-3. Entity repair (at most `max_repairs` repairs in all): the entities that no held paragraph is *about* (its
-   title names them) are the gap; each missing entity is micro-queried over the candidate set (paragraphs whose
-   title names it, best title match first), and `EntityFirstRanker.replace_chunks` swaps the held paragraphs
-   that cover the fewest missing entities for them, never exceeding the budget.
-4. Bridge repair (questions that are not comparisons): a multi-hop question names the first-hop entity but not
-   the bridge entity; the bridge paragraph is the one whose title the held first-hop paragraph mentions
-   (a title-mention link). The best (anchor, linked paragraph) pair is chosen, the linked title becomes the
-   missing entity, and `replace_chunks` swaps it in for the non-anchor slot.
-
-The result is a full ranking of the candidate set: the held top-`k` first, the rest in prior-score order, so
-metrics at larger cutoffs still work. Everything is deterministic (ties by candidate order).
-
-Every heuristic's parameter is a field of `EntityFirstRetriever` and is searched on a benchmark's tune split by
-`tuned_retriever_configs` (`core/tuning/search.py`, space `entity_first`): the hybrid's `dense_weight` and BM25
-statistics (`within_stats`), the title bonus (`title_weight`), the title-match scale (`title_match`: the weights of
-`title_match_scores`), how strong a title match must be to count as naming an entity (`strong_title`), the bridge
-pair's weighting (`bridge_weight`), whether bridge repair runs at all (`bridge`), and the repair budget
-(`max_repairs`). The defaults are what the first version used (developed on HotpotQA's `train` half); the evaluation
-reports the untuned defaults beside the tuned configuration, and dev against test, as an overfitting gauge.
+Over a question's candidate set (`within`, e.g. a HotpotQA question's 10 paragraphs): the question's entities
+(`extract_query_entities`, plus an optional `entity_extractor` hook); the top `k` of a z-score hybrid with a
+title-match bonus; then entity repair (an entity no held paragraph is about is micro-queried by title and swapped
+in, `EntityFirstRanker.replace_chunks`, never exceeding the budget) and bridge repair (the paragraph a held
+first-hop paragraph names by title). The held `k` come first, the rest in prior order; everything is
+deterministic. Every heuristic's parameter is a field searched on the tune split (`core/tuning/search.py`, space
+`entity_first`). See docs/pipeline.md ("Retrievers").
 """
 from __future__ import annotations
 

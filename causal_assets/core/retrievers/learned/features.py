@@ -1,44 +1,12 @@
 """Query-time features of (query, candidate document) pairs: the input of the learned causal-relevance model
-(`retriever.py`). Every feature but one comes from the corpus index (BM25 postings, dense vectors, titles, chunk
-kinds) and, where the corpus has one, its entity graph: no LLM call, so the model can score at query time. The one
-that reads the candidate with the solver, `question_likelihood_z`, is optional (last in the list below).
+(`retriever.py`).
 
-Candidates: the first stage is the z-score hybrid (`weight * z(dense) + (1 - weight) * z(bm25)`, z over the
-query's population: the whole corpus, or `within`), cut at `depth`; inside `within`, BM25 takes its statistics from
-the corpus or from the candidates alone (`within_stats`, see `similarity.py`). Features of a candidate, in
-`FEATURES` order:
-
-- bm25, bm25_z, bm25_rank, bm25_share   BM25 score, its z-score over the population, log1p of its rank among the
-                                        candidates, score / best score of the population
-- dense, dense_z, dense_rank, dense_gap cosine with the query, z-score, log1p rank, cosine - best cosine
-- prior, prior_rank                     the first-stage fused score and log1p of its rank
-- prf_dense, prf_dense_z                cosine with a pseudo-relevance-feedback query vector (Rocchio: the query
-                                        vector + `prf_weight` x the mean of the `prf_docs` best first-stage
-                                        documents, renormalised): documents like the best hits
-- title_bm25, title_bm25_z              BM25 of the query against the titles alone (a title field); 0 on a
-                                        corpus without titles (CoSQA's functions): the title features are optional
-- term_coverage, title_coverage         share of the query's distinct analyzed terms in the document / title
-- entity_coverage                       share of the query's entities (rule-based spans + code identifiers)
-                                        named in the title or text (word boundaries, case-insensitive)
-- title_match                           how strongly the question names the title (`entity_first.retriever.title_match_scores`)
-- named_count, title_match_rank         in-question statistics of title_match: how many candidates' titles the
-                                        question names (>= `NAMED`: one for a bridge question, two for a comparison,
-                                        so the trees can tell when a named title's links matter), and log1p of this
-                                        candidate's rank by title_match among the candidates
-- graph_proximity                       1 / hops from the nodes of the query's entities to the document's node in
-                                        the entity/dependency graph (undirected, community nodes left out, at
-                                        most `max_hops`); 0 when unreachable or when the corpus has no graph
-- doc_terms, query_terms                log1p distinct terms of the document; distinct analyzed query terms
-- redundancy                            largest cosine with a candidate ranked above it by the first stage
-                                        (a near-copy of a better document adds little)
-- kind_<k>                              one-hot chunk kind (`KINDS`; anything else is kind_other)
-- bridge_from_named, mentions_named,    per-question bridge features, over a query's own candidate set (`within`;
-  bridge_prior                          0 for whole-corpus search): the title links between candidates (a
-                                        candidate's text names another's title, `entity_first.retriever.compute_title_links`);
-                                        bridge_from_named = the best title_match of a candidate linking to this
-                                        one (the second hop of a question that names the first), mentions_named
-                                        = the best title_match of a candidate this one links to, bridge_prior =
-                                        the best first-stage z-score of a candidate linking to this one
+Candidates are the z-score hybrid's top `depth` (over the whole corpus, or a question's own candidates `within`,
+where BM25 takes its statistics from the corpus or the candidates, `within_stats`). Every feature but one comes from
+the corpus index (BM25 postings, dense vectors, titles, chunk kinds) and, where the corpus has one, its entity graph:
+no LLM call, so the model can score at query time. The optional `question_likelihood_z` reads the candidate with the
+solver (one scoring per candidate, through the call cache). The features, in `FEATURES` order, are listed in
+docs/pipeline.md ("Retrievers").
 """
 from __future__ import annotations
 
@@ -70,7 +38,7 @@ NAMED = 0.9   # a title_match this strong means the question names the title (it
 BRIDGE_FEATURES = ("bridge_from_named", "mentions_named", "bridge_prior")
 QUESTION_LIKELIHOOD = ("question_likelihood_z",)
 # The candidate (its title and text), then the cue for the question: the prompt the feature was measured with
-# (README, "question likelihood as a feature"); the first `QUESTION_DOC_CHARS` characters (a paragraph fits whole).
+# (docs/decisions.md, "Retrievers and tuning"); the first `QUESTION_DOC_CHARS` characters (a paragraph fits whole).
 QUESTION_PROMPT = "{document}\n\nQuestion:"
 QUESTION_DOC_CHARS = 3000
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.]*")

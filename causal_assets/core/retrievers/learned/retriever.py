@@ -1,34 +1,13 @@
-"""The learned causal-relevance model: scores (query, document) pairs from query-time features
-(`features.py`: BM25/dense scores and ranks, pseudo-relevance feedback, title field, term and entity coverage,
-graph distance to the query's entities, chunk kind, redundancy with higher-ranked candidates; optionally the
-solver's likelihood of the question after the candidate, one LLM scoring per candidate, where the tuner's CV keeps
-it), and reranks a first stage (the z-score hybrid) with them. It is the `learned` retriever and the
-`rerank` stage other retrievers can use (the causal retriever's `shortlist: learned`).
+"""The learned causal-relevance model: scores (query, document) pairs from query-time features (`features.py`) and
+reranks a first stage (the z-score hybrid) with them. It is the `learned` retriever and the `rerank` stage other
+retrievers use (the causal retriever's `shortlist: learned`).
 
-Targets (what it learns):
-
-- `delta_p`: the Monte Carlo labels' effect (`mc_labels`, configured estimator): how much a document raises the
-  blind solver's log-likelihood of the right answer (or its success rate, for pass/fail labels), i.e. causal
-  relevance measured by intervention. Only labelled (question,
-  document) pairs are trained on. HotpotQA and the mined default benchmark have them.
-- `qrels`: the benchmark's relevance judgements of the training split (relevant = grade > 0, every other
-  first-stage candidate of a judged query = 0). SciFact and CoSQA have no MC labels (no validatable answer),
-  so there the model learns *judged* relevance, a proxy for causal relevance, and says so in its metadata.
-
-Model choice: scikit-learn's `HistGradientBoostingRegressor` (ΔP, squared error) /
-`HistGradientBoostingClassifier` (binary qrels; the score is P(relevant)). Why trees, not a linear model:
-the useful signals interact (BM25 matters when the dense score is already high; a title match only matters
-in paragraph corpora; redundancy only below a better near-copy), trees are invariant to the very different
-feature scales across corpora, and they need no feature engineering beyond the list. Measured: on SciFact
-train (5-fold grouped CV, nDCG@10), logistic regression on the same standardised features reached 0.739
-(= the hybrid it reranks), gradient boosting 0.760.
-
-Pointwise or listwise: for the `qrels` target the grid also holds LightGBM's LambdaMART (`objective: lambdarank`,
-trees fitted to the gradient of nDCG over each query's candidates), and the grouped (by query) cross-validation on
-the benchmark's own ranking metric (`cross_validate`) chooses between the two families per benchmark. Measured on
-the train splits (5-fold CV, the tuner's folds; best point of each family, pointwise vs LambdaMART): SciFact
-nDCG@10 0.7407 vs 0.7451 (folds by shared gold abstract, `query_folds`); HotpotQA MAP@10 0.9126 vs 0.9153;
-MuSiQue 0.7319 vs 0.7454. `delta_p` (a continuous effect, not a graded relevance) is fitted pointwise only.
+Targets: `delta_p`, the Monte Carlo labels' effect (causal relevance measured by intervention; only labelled pairs
+are trained on), or `qrels`, the judgements of the training split (a proxy, said so in the metadata, where a
+benchmark has no labels). Models: scikit-learn's histogram gradient boosting (a regressor for `delta_p`, a
+classifier for binary qrels) or, for qrels, LightGBM's LambdaMART; the grouped cross-validation on the benchmark's
+own metric (`cross_validate`) chooses per benchmark. Why trees, and the measured choice between the families:
+docs/decisions.md ("Retrievers and tuning").
 """
 from __future__ import annotations
 

@@ -1,15 +1,12 @@
-"""Issue 16's quality targets, read from what the normal assets produced (tuned_retriever_configs and
+"""The retrieval quality targets, read from what the normal assets produced (tuned_retriever_configs and
 evaluation_metrics / evaluation_runs), on questions nothing was tuned on.
 
-    python benchmarks/issue16_targets.py [--base data/parquet] [--reports data/reports]
+    python benchmarks/retrieval_targets.py [--base data/parquet] [--reports data/reports]
 
-For every benchmark: the retriever chosen on the tune split (`selected` of the tuned configuration: the best nested
-train figure, `core.tuning.search`; reranked by the cross-encoder where `tuned_reranker` adopted one on held-out train
-queries: the evaluation's `cross_encoder_tuned`) and its figures on the held-out split (`test`: SciFact's official test split,
-the hash halves elsewhere), beside every other retriever's test figures for transparency (choosing among those
-on test would be tuning on test: the verdict uses the train-selected one only). `all_gold@2` (both HotpotQA
-supporting paragraphs in the top 2) is computed from evaluation_runs, and so is each target figure's 95% bootstrap interval over the held-out
-questions (the multi-hop test halves are 17–21 questions). Writes data/benchmarks/issue16_targets.json.
+For every benchmark: the retriever selected on the tune split (reranked by `cross_encoder_tuned` where
+`tuned_reranker` was adopted) and its held-out figures with 95% bootstrap intervals, beside the other retrievers'
+test figures for transparency; the verdict reads only the train-selected one (choosing on test would be tuning on
+test). `all_gold@2` is computed from evaluation_runs. Writes data/benchmarks/retrieval_targets.json.
 """
 from __future__ import annotations
 
@@ -141,7 +138,7 @@ def main() -> None:
                                           for v in verdict), flush=True)
     result["machine_end"] = machine()
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "issue16_targets.json"
+    path = args.out / "retrieval_targets.json"
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(f"wrote {path}")
 

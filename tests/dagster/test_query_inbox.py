@@ -117,8 +117,8 @@ def _rejected(queries_dir) -> dict:
 
 
 def test_a_rejected_file_with_a_non_utf8_name_is_one_line_and_the_ticks_carry_on(inbox_box):
-    # A Latin-1 name (copied from an old system): its rejection had failed every tick (UnicodeEncodeError writing
-    # inbox_rejected.jsonl), so the good file after it was never submitted.
+    # A Latin-1 name (copied from another system): its rejection is written without a UnicodeEncodeError, so the
+    # tick goes on to the good file after it.
     _question(inbox_box, b"caf\xe9.txt", "\ncorpus: default\n")
     _question(inbox_box, "z_good.txt")
     with DagsterInstance.ephemeral() as instance:
@@ -145,7 +145,7 @@ def test_a_disk_full_tick_leaves_the_questions_for_the_next_tick(inbox_box):
             resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
             signal.signal(signal.SIGXFSZ, handler)
         assert full.run_requests == []
-        # Both were marked as seen before they were submitted, and so dropped for good.
+        # Neither is marked as seen until it is submitted, so a failed tick drops nothing.
         later = _run_sensor(instance, cursor=full.cursor)
     assert len(later.run_requests) == 2
     assert _rejected(inbox_box.parent) == {}

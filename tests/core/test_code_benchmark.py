@@ -1,4 +1,4 @@
-"""Issue 15, finding 3 (wiring): `validator: pytest` works on a mined code benchmark. Questions are mined from
+"""The code benchmark: `validator: pytest` works on a mined code benchmark. Questions are mined from
 networkx docstring examples; the blind solver writes the call; the validator runs it in the bubblewrap sandbox
 after the example's setup and compares the output. Unsupported validator/loader pairs are refused by the registry
 before any solver call."""

@@ -1,4 +1,4 @@
-"""Issue 15, finding 8: a folder corpus with hostile files (a non-UTF-8 file name, a Python file too deep for the
+"""A folder corpus with hostile files (a non-UTF-8 file name, a Python file too deep for the
 parser, a 1,100-deep directory, a hard link to a file outside the root) indexes the good files and lists the rest;
 the corpus change sensor keeps working."""
 from __future__ import annotations

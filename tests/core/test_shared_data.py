@@ -1,4 +1,4 @@
-"""Issue 15, finding 13: tests find the shared data through the settings' `shared_data` (../shared/data or
+"""Shared test data: tests find the shared data through the settings' `shared_data` (../shared/data or
 CAUSAL_ASSETS_SHARED_DATA), never a path of one machine, and a missing data set fails under CI instead of
 skipping silently."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 15, finding 1: a benchmark named differently from its corpus, and two benchmarks on one corpus, must map
+"""Benchmark to corpus partitions: a benchmark named differently from its corpus, and two benchmarks on one corpus, must map
 each benchmark partition to its corpus partition (Dagster's StaticPartitionMapping is keyed by *upstream* key)."""
 
 import os
@@ -32,8 +32,8 @@ def test_two_benchmarks_on_one_corpus_read_that_corpus():
 
     with DagsterInstance.ephemeral() as instance:
         assert materialize([corpus_stage], instance=instance, partition_key="hotmini").success
-        for b in ("hotmini_b", "hotmini"):  # the old mapping raised "mapping source partitions not in the upstream
-            # partitions definition" for every benchmark as soon as one was not named after its corpus
+        for b in ("hotmini_b", "hotmini"):  # a mapping keyed by benchmark raises "mapping source partitions not in
+            # the upstream partitions definition" for every benchmark as soon as one is not named after its corpus
             result = materialize([corpus_stage, pools_stage], selection=[pools_stage], instance=instance,
                                  partition_key=b)
             assert result.success

@@ -1,5 +1,5 @@
-"""Issue 15, finding 14: stopping a process group that is slow to (or never does) honour SIGTERM ends it with
-SIGKILL after a load-scaled grace period and reports it, instead of erroring the suite."""
+"""Stopping a test's process group: a group slow to honour SIGTERM (or never honouring it) is killed with SIGKILL
+after a load-scaled grace period and reported, not an error of the suite."""
 from __future__ import annotations
 
 import subprocess
@@ -22,7 +22,7 @@ def test_a_group_ignoring_sigterm_is_killed_not_an_error():
     assert proc.stdout.readline().strip() == "up"
     time.sleep(0.3)
     assert len(group_alive(proc.pid)) == 2
-    result = stop_group(proc, grace_s=1.0)           # the old teardown raised "did not shut down within 60s"
+    result = stop_group(proc, grace_s=1.0)           # not an error "did not shut down within 60s"
     assert not result["graceful"] and proc.pid in result["killed"] and len(result["killed"]) == 2
     assert group_alive(proc.pid) == [] and proc.returncode is not None
     assert result["seconds"] < 15

@@ -1,4 +1,4 @@
-"""Issue 15, finding 10 (second part): a step process (a multiprocessing child, as the multiprocess executor starts
+"""The orphan guard: a step process (a multiprocessing child, as the multiprocess executor starts
 them) stops when its run worker is killed with SIGKILL, instead of writing on as an orphan."""
 from __future__ import annotations
 

@@ -79,9 +79,10 @@ def _stored_chunks(texts):
 
 
 def test_an_index_built_from_older_chunks_is_refused_and_counted_as_missing(tmp_path):
-    """corpus_chunks re-materialized alone (a file added to a folder corpus): the old postings scored the new ids
-    with the old texts' statistics and the old 2 vectors broke dense search over 3 chunks; now loading refuses
-    them, naming what to rebuild, and `needs.missing` (what build, search and ask rebuild) lists them."""
+    """corpus_chunks re-materialized alone (a file added to a folder corpus): postings of the older chunks would
+    score the new ids with the old texts' statistics, and 2 older vectors would break dense search over 3 chunks;
+    loading refuses them, naming what to rebuild, and `needs.missing` (what build, search and ask rebuild) lists
+    them."""
     from causal_assets.core import needs
     from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
     from causal_assets.core.index.provenance import StaleIndexError
