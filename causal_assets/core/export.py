@@ -29,9 +29,9 @@ import pandas as pd
 import yaml
 
 # Effect size at or above which a YES label is graded 2 ("strongly helps"), per outcome the effect is measured on:
-# 'success' -> ΔP, a difference of success probabilities in [-1, 1]; 'likelihood' -> a difference of the gold
-# answer's log-likelihood, in nats.
-STRONG_EFFECT = {"success": 0.3, "likelihood": 1.0, "qa_likelihood": 1.0}
+# 'success' -> ΔP in [-1, 1], three times the 0.1 YES threshold; likelihood outcomes -> nats, twice the 2-nat YES
+# threshold (a YES interval lies wholly above 2 nats, so a 1-nat cut would grade every YES 2).
+STRONG_EFFECT = {"success": 0.3, "likelihood": 4.0, "qa_likelihood": 4.0}
 DEFAULT_OUTCOME = "success"
 GRADES = {0: "not shown to help (NO, UNCERTAIN)", 1: "helps (YES)",
           2: "helps strongly (YES with effect >= the outcome's STRONG_EFFECT)"}

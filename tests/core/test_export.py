@@ -51,7 +51,8 @@ def test_relevance_grade_is_the_one_mapping():
     assert relevance_grade({"label": "YES", "delta_p": 0.3}) == 2
     # The labeller's coming `outcome` column: a log-likelihood effect in nats has its own strong threshold.
     assert relevance_grade({"label": "YES", "delta_p": 0.5, "outcome": "likelihood"}) == 1
-    assert relevance_grade({"label": "YES", "effect": 1.4, "outcome": "likelihood"}) == 2
+    assert relevance_grade({"label": "YES", "effect": 2.6, "outcome": "likelihood"}) == 1   # above the 2-nat YES cut
+    assert relevance_grade({"label": "YES", "effect": 4.4, "outcome": "qa_likelihood"}) == 2
     assert relevance_grade({"label": "YES", "delta_p": float("nan")}) == 1
     with pytest.raises(ValueError, match="unknown outcome 'bleu'"):
         relevance_grade({"label": "YES", "delta_p": 0.5, "outcome": "bleu"})

@@ -67,7 +67,7 @@ def check_output(command: str, done) -> None:
         assert re.search(r"labels of 'brindle': question 8/8 \(100%\)", err), err
         assert "labels of 'brindle': 8 questions, 64 (question, document) pairs" in out, out
     elif "causal-assets sql" in command:
-        assert "question_id" in out and "scheduling.md#0" in out, out
+        assert "query_id" in out and "scheduling.md#0" in out, out
     elif "retrieval_dataset_brindle.yaml" in command:
         assert "fqn: " in out and "title: " in out and "path: " in out, out
     elif "export-labels" in command:
