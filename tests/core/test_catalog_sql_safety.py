@@ -6,7 +6,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from causal_assets.core.catalog import DuckDBCatalog, quote_ident, view_source
+from causal_assets.core.catalog import DuckDBCatalog, check_analysis_sql, quote_ident, view_source
 from causal_assets.core.storage import write_parquet_atomic
 
 INJECTION = 'y" as select 2; drop view corpus_chunks; --'
@@ -175,6 +175,17 @@ def test_sql_command_explain_analyze_copy_leaves_the_partition_as_it_was(tmp_pat
                      f"as corpus, 'injected' as text) TO '{target}'", "--catalog-path", str(catalog_path)])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, err
-        assert "writes nothing" in err or "disabled" in err, err
+        assert "only queries are allowed here, also under EXPLAIN; got EXPLAIN COPY" in err, err
     assert _tree(tmp_path) == before
     assert pd.read_parquet(source)["chunk_id"].tolist() == ["a", "b"]
+
+
+@pytest.mark.parametrize("statement", ["EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1", "explain analyze checkpoint",
+                                       "EXPLAIN (ANALYZE, FORMAT json) VACUUM", "EXPLAIN ANALYZE SET threads = 1"])
+def test_explain_wraps_only_queries(statement):
+    """EXPLAIN ANALYZE executes what it explains: a statement that writes is refused under it too."""
+    with pytest.raises(ValueError, match="only queries are allowed here, also under EXPLAIN"):
+        check_analysis_sql(statement)
+    for query in ("EXPLAIN ANALYZE select 1", "explain (analyze) with x as (select 1) select * from x",
+                  "EXPLAIN from mc_labels", "EXPLAIN ANALYZE summarize select 1"):
+        check_analysis_sql(query)
