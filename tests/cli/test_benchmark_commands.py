@@ -102,3 +102,38 @@ def test_a_labelling_run_that_waits_for_the_llm_pool_says_at_once_who_holds_it(o
     assert "cancel it in the UI (Runs -> Terminate)" in waiting and "`--wait SECONDS` waits longer" in waiting
     assert "the 'llm' pool has no free slot after" in err
     assert "labelling 8 questions" not in err and "building" not in err   # said first: nothing built, nothing run
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_label_ends_its_run_canceled_with_exit_130(own, tmp_path):
+    """Ctrl-C in the middle of the labelling (after its first question): exit 130, no traceback, the labelling
+    run CANCELED, not FAILURE, so nothing of it holds the `llm` pool for the next command."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from dagster import DagsterRunStatus
+
+    from tests.cli.test_cli_ux import ROOT as CLI_ROOT
+    from tests.dagster.test_run_guards import wait_for
+
+    log = tmp_path / "label.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "causal_assets.cli", "label", "brindle"],
+                                cwd=CLI_ROOT, env={**os.environ, "PYTHONPATH": str(CLI_ROOT), **own},
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        wait_for(lambda: "labels of 'brindle': question 1/8" in log.read_text(), 600, "the first labelled question",
+                 proc, log)
+        os.killpg(proc.pid, signal.SIGINT)   # Ctrl-C in the terminal: the whole foreground group
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the interrupted label did not exit: {log.read_text()[-3000:]}") from None
+    finally:
+        kill_group(proc)
+    text = log.read_text()
+    assert proc.returncode == 130 and "Traceback" not in text, text[-3000:]
+    labelling = [r for r in runs(own) if "mc_trials" in str(r.asset_selection)]
+    assert [r.status for r in labelling] == [DagsterRunStatus.CANCELED], [(r.job_name, r.status) for r in runs(own)]
