@@ -4,6 +4,7 @@ document as the counterfactual impact, every request through the call cache. Gem
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -116,10 +117,16 @@ SHOP_LIKELIHOOD = ("Gemma-3-270M answer likelihood: src/tests/cart.test.ts 0.80 
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=SHOP_LIKELIHOOD)
-def test_shop_cause_ranked_first_by_answer_likelihood(scorer, tmp_path):
+@pytest.mark.skipif(not os.environ.get("CAUSAL_ASSETS_LLM_BASE_URL"),
+                    reason="needs a model stronger than the packaged ones behind CAUSAL_ASSETS_LLM_BASE_URL; "
+                           + SHOP_LIKELIHOOD)
+def test_shop_cause_ranked_first_by_answer_likelihood(tmp_path):
+    """A model's capacity, not the product's: with a model behind an endpoint the causal retriever must rank the
+    line that causes the bug first (the packaged 270M model's scores are above, and in the Results page)."""
+    from causal_assets.resources import LLM
+
     root = _write(tmp_path, {**SHOP, "src/cart.ts": _cart_ts()})
-    shop = _retriever(root, "shop", LikelihoodAnswerModel(scorer, max_doc_chars=3000))
+    shop = _retriever(root, "shop", LikelihoodAnswerModel(LLM().scorer(), max_doc_chars=3000))
     res = shop.retrieve(BUG_QUERY)
     print({c: round(r.relevance_score, 3) for c, r in res.metadata["relevance"].items()}, res.metadata["answer"])
     assert res.documents[0].document.chunk_id == CART
