@@ -8,7 +8,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pandas as pd
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
@@ -114,6 +114,17 @@ class MonteCarloSpec(BaseModel):
     question_weight: float | None = Field(default=None, ge=0)
 
 
+class AnswersSpec(BaseModel):
+    """`answers:` of a benchmark: the evaluation's answer utility (`core/evaluation/answers.py`), the solver's
+    log-likelihood of the gold answer given each retriever's top k. `enabled` unset: on where the evaluated
+    questions have answers and the LLM can score prompts, off elsewhere without a word of error."""
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    ks: list[Annotated[int, Field(ge=1, strict=True)]] = Field(default=[1, 3, 5], min_length=1)
+    max_questions: int = Field(default=20, ge=1, strict=True)   # per eval split
+    enabled: bool | None = None
+
+
 def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any]) -> dict[str, Any]:
     """`value` unchanged if `model` accepts it, else a one-line ValueError naming the key (and the known keys)."""
     try:
@@ -183,6 +194,8 @@ class BenchmarkSpec(BaseModel):
     monte_carlo: dict[str, Any] = Field(default_factory=dict)
     # tuned_retriever_configs: which retrievers to tune, the metric, search-space overrides (core/tuning/spec.py).
     tuning: dict[str, Any] = Field(default_factory=dict)
+    # the evaluation's answer utility: ks, max_questions, enabled (AnswersSpec)
+    answers: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -231,6 +244,16 @@ class BenchmarkSpec(BaseModel):
     @classmethod
     def _monte_carlo_known(cls, v: dict[str, Any]) -> dict[str, Any]:
         return _validated_section("monte_carlo", MonteCarloSpec, v)
+
+    @field_validator("answers")
+    @classmethod
+    def _answers_known(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _validated_section("answers", AnswersSpec, v)
+
+    @property
+    def answer_settings(self) -> AnswersSpec:
+        """`answers:` with its defaults."""
+        return AnswersSpec.model_validate(self.answers)
 
     @property
     def label_split(self) -> str:

@@ -127,11 +127,30 @@ def check_pools(pools: pd.DataFrame, chunk_ids: Iterable[str]) -> CheckOutcome:
 
 
 def check_metrics(metrics: pd.DataFrame) -> CheckOutcome:
-    """Every metric value is finite and in [0, 1] (all of Recall, P, MRR, nDCG, MAP, hit rate are)."""
+    """Every metric value is finite; the ranking metrics (Recall, P, MRR, nDCG, MAP, hit rate) are in [0, 1], the
+    answer gains (truth `answers`) are nats, of either sign."""
     values = metrics["value"].to_numpy(np.float64)
+    ranking = (metrics["truth"] != "answers").to_numpy() if "truth" in metrics else np.ones(len(values), bool)
     return CheckOutcome.of(
         rows=len(metrics), ok_has_rows=len(metrics) > 0, bad_non_finite=_non_finite(values),
-        bad_out_of_unit_range=int(((values < 0) | (values > 1 + 1e-9)).sum()))
+        answer_rows=int((~ranking).sum()),
+        bad_out_of_unit_range=int((((values < 0) | (values > 1 + 1e-9)) & ranking).sum()))
+
+
+def check_answers(answers: pd.DataFrame) -> CheckOutcome:
+    """The answer utility's rows: finite log-likelihoods (at most 0: log-probabilities) and gains, each gain the
+    difference of its two log-likelihoods, at most k documents shown. An empty table (answer utility off) passes."""
+    missing = _missing(answers, ("k", "loglik", "loglik_no_context", "answer_gain", "n_docs"))
+    if missing:
+        return CheckOutcome.of(missing_columns=missing)
+    if not len(answers):
+        return CheckOutcome.of(rows=0)
+    with_ctx, without, gain = (answers[c].to_numpy(np.float64) for c in ("loglik", "loglik_no_context", "answer_gain"))
+    return CheckOutcome.of(
+        rows=len(answers), bad_non_finite=_non_finite(np.concatenate([with_ctx, without, gain])),
+        bad_positive_loglik=int(((with_ctx > 1e-3) | (without > 1e-3)).sum()),
+        bad_gain_not_difference=int((np.abs(gain - (with_ctx - without)) > 1e-6).sum()),
+        bad_more_docs_than_k=int((answers["n_docs"] > answers["k"]).sum()))
 
 
 def check_ranked_results(runs: pd.DataFrame, group: list[str], doc: str = "doc_id") -> CheckOutcome:

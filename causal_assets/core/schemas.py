@@ -62,10 +62,12 @@ COMMON = {
     "ci_low": "Lower end of the effect's confidence interval.",
     "ci_high": "Upper end of the effect's confidence interval.",
     "origin": "Why the document is in the candidate pool: seed (gold), seed_neighbor (its graph neighbour), top_candidate (the retrievers' top hits), hard_negative (top hits that are not gold), random.",
-    "metric": "Metric name (ndcg, map, mrr, recall, precision, hit_rate).",
+    "metric": "Metric name (ndcg, map, mrr, recall, precision, hit_rate; answer_gain for truth answers).",
     "k": "Cut-off of the metric (metric@k).",
-    "value": "Metric value, in [0, 1].",
-    "truth": "What the metric is measured against: qrels (the benchmark's judgements) or mc_labels.",
+    "value": "Metric value: in [0, 1] for the ranking metrics; for answer_gain the mean gain over questions in nats "
+             "(either sign).",
+    "truth": "What the metric is measured against: qrels (the benchmark's judgements), mc_labels, or answers (the "
+             "solver's log-likelihood of the gold answer given the top k: evaluation_answers).",
     "bucket": "Failure bucket: vocabulary_mismatch, specificity_gap, distractor_overlap or other.",
     "relevance": "Relevance grade of the judgement (0 = not relevant).",
     "response": "The answer given to the user.",
@@ -94,6 +96,15 @@ PER_ASSET = {
                             "detail": "Why this query landed in its bucket (terms, overlaps)."},
     "evaluation_queries": {"text": "The question text."},
     "evaluation_qrels": {"relevance": "Relevance grade from the benchmark's judgements (qrels)."},
+    "evaluation_answers": {
+        "retriever": "Retriever name (`<name>_tuned`: its tuned configuration), or a reference: @gold (the relevant "
+                     "documents first), @labels (the pool by Monte Carlo label effect), @random (random candidates).",
+        "k": "Top documents of the ranking shown to the solver, in rank order.",
+        "loglik": "The solver's log-likelihood (nats) of the gold answer (best of its accepted answers) given the "
+                  "top k documents, cut as the labels cut them, in the labels' prompt.",
+        "loglik_no_context": "The same with no document (one per question, shared by its rows).",
+        "answer_gain": "loglik - loglik_no_context, in nats: how much likelier the top k make the right answer.",
+        "n_docs": "Documents actually shown (fewer than k where the ranking is shorter)."},
     "mc_labels": {"average_effect": "Effect of including the document averaged over the random subsets of the others "
                                     "(no interaction context): the effect size labelled documents are ranked by.",
                   "outcome": "What a trial measured: qa_likelihood, likelihood or success.",

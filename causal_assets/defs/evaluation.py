@@ -6,7 +6,7 @@ from dagster import (AssetDep, AssetExecutionContext, AssetKey, AssetOut, AssetR
                      MetadataValue, Output, TableColumn, TableRecord, TableSchema, multi_asset)
 
 from causal_assets.core.artifacts import CorpusArtifacts
-from causal_assets.core.checks import check_metrics, check_ranked_results
+from causal_assets.core.checks import check_answers, check_metrics, check_ranked_results
 from causal_assets.core.evaluation.metrics import warm_up
 from causal_assets.core.evaluation.report import headline_table, write_report
 from causal_assets.core.evaluation.metrics import parse_metric
@@ -48,8 +48,12 @@ class EvaluationConfig(Config):
         "evaluation_failures": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="Why a query found no relevant document in the top 10, per query and retriever: vocabulary mismatch, too vague a query, a distractor sharing the keywords, or other (rules in the report)."),
         "evaluation_queries": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="The evaluated questions (benchmark, split, query_id, text), to join runs and failures to their text."),
         "evaluation_qrels": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="The benchmark's judgements of the evaluated questions (benchmark, split, query_id, chunk_id, relevance)."),
+        "evaluation_answers": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="Answer utility: per split, retriever (and the references @gold, @labels, @random), k and question with an answer, the solver's log-likelihood of the gold answer given the top k documents, without context, and their difference answer_gain in nats (the benchmark registry's `answers:`; empty where it is off)."),
     },
-    check_specs=[spec("evaluation_metrics", "metrics_in_unit_range", "Every metric value is finite and in [0, 1]."),
+    check_specs=[spec("evaluation_metrics", "metrics_in_unit_range", "Every ranking metric value is finite and in "
+                      "[0, 1]; every answer gain (truth answers, nats) is finite."),
+                 spec("evaluation_answers", "answers_finite", "Finite log-likelihoods and gains; gain = with - "
+                      "without context; at most k documents shown."),
                  spec("evaluation_runs", "runs_ranked", "Finite scores; ranks 1..n per (split, retriever, query); "
                       "no document twice in a ranking.")],
 )
@@ -81,14 +85,21 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
     # a causal run without a named answer model is measured with the LLM's likelihood where it can score prompts
     scorer = llm.scorer if any(uses_scorer(r.kind, r.params, True) for r in plan.runs) \
         and llm.scores_prompts() else None
+
+    def answer_scorer():
+        """The labels' scorer (`monte_carlo.solver`), or None where the LLM cannot score prompts."""
+        return llm.scorer(spec.monte_carlo.get("solver")) if llm.scores_prompts() else None
+
     result = evaluate_plan(spec, artifacts, plan, mc_labels, primary, config.depth, lambda: llm.client,
-                           context.log.info, scorer=scorer, tuned_artifacts=tuned_artifacts)
+                           context.log.info, scorer=scorer, tuned_artifacts=tuned_artifacts,
+                           answer_scorer=answer_scorer)
 
     metrics_df = result.metrics
     markdown, path = write_report(spec.name, metrics_df, result.failures, result.notes, storage.reports_path,
                                   per_query=result.per_query, queries=result.judged,
                                   n_candidates=result.n_candidates, labels=mc_labels, primary=primary,
-                                  sections=result.sections)
+                                  sections=result.sections, answers=result.answers,
+                                  answer_notes=result.answer_notes)
     n_queries = {s: len(q) for s, q in result.judged.items()}
     headline = headline_table(metrics_df, n_candidates=result.n_candidates, n_queries=n_queries)
     yield Output(metrics_df, output_name="evaluation_metrics", metadata={
@@ -111,7 +122,14 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
     yield Output(queries_df, output_name="evaluation_queries", metadata={"queries": MetadataValue.json(
         queries_df.groupby("split").size().to_dict())})
     yield Output(result.qrels, output_name="evaluation_qrels", metadata={"judgements": len(result.qrels)})
+    answers = result.answers
+    yield Output(answers, output_name="evaluation_answers", metadata={
+        "rows": len(answers), "questions": int(answers["query_id"].nunique()) if len(answers) else 0,
+        "notes": MetadataValue.md("\n".join(f"- {n}" for n in result.answer_notes) or "-"),
+        **{f"answer_gain@{k}/{s}/{r}": float(v) for (s, r, k), v in
+           answers.groupby(["split", "retriever", "k"], sort=False)["answer_gain"].mean().items()}})
     yield check_result("evaluation_metrics", "metrics_in_unit_range", check_metrics(metrics_df))
+    yield check_result("evaluation_answers", "answers_finite", check_answers(answers))
     yield check_result("evaluation_runs", "runs_ranked", check_ranked_results(runs_df, ["split", "retriever", "query_id"]))
 
 

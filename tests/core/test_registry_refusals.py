@@ -277,10 +277,28 @@ def _registry(tmp_path, **extra):
     ("monte_carlo", {"split": "test"}, r"monte_carlo.split 'test' is not one of splits \['dev'\]"),
     ("pooling", {"sise": 8}, r"pooling\.sise: unknown key; known keys: size"),
     ("pooling", {"size": 0}, r"pooling\.size: Input should be greater than or equal to 1"),
+    ("answers", {"kz": [1, 3]}, r"answers\.kz: unknown key; known keys: ks, max_questions, enabled"),
+    ("answers", {"ks": [1, 0]}, r"answers\.ks\.1: Input should be greater than or equal to 1"),
+    ("answers", {"ks": [-3]}, r"answers\.ks\.0: Input should be greater than or equal to 1"),
+    ("answers", {"ks": []}, r"answers\.ks: List should have at least 1 item"),
+    ("answers", {"ks": [2.5]}, r"answers\.ks\.0: Input should be a valid integer"),
+    ("answers", {"max_questions": 0}, r"answers\.max_questions: Input should be greater than or equal to 1"),
+    ("answers", {"enabled": "maybe"}, r"answers\.enabled: Input should be a valid boolean"),
 ])
 def test_registry_typos_are_refused(tmp_path, section, value, message):
     with pytest.raises(ConfigError, match=message):
         load_benchmark_registry(_registry(tmp_path, **{section: value}))
+
+
+def test_answers_section_defaults_and_accepted_keys(tmp_path):
+    """`answers:` (the evaluation's answer utility): on by default where questions have answers (`enabled` unset),
+    k = 1, 3, 5 on 20 questions; the section as given stays a plain dict."""
+    spec = load_benchmark_registry(_registry(tmp_path))["hotmini"]
+    assert spec.answers == {} and spec.answer_settings.ks == [1, 3, 5]
+    assert spec.answer_settings.max_questions == 20 and spec.answer_settings.enabled is None
+    given = {"ks": [2, 5], "max_questions": 8, "enabled": False}
+    spec = load_benchmark_registry(_registry(tmp_path, answers=given))["hotmini"]
+    assert spec.answers == given and spec.answer_settings.ks == [2, 5] and spec.answer_settings.enabled is False
 
 
 def test_monte_carlo_accepts_the_labelling_keys(tmp_path):

@@ -178,13 +178,16 @@ def failure_examples(failures: pd.DataFrame, queries: dict[str, dict[str, str]],
 def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, notes: list[str],
                  out_dir: Path, per_query: pd.DataFrame | None = None, queries: dict[str, dict[str, str]] | None = None,
                  n_candidates: int | None = None, labels: pd.DataFrame | None = None,
-                 primary: tuple[str, int] = ("ndcg", 10), sections: list[str] | None = None) -> tuple[str, Path]:
+                 primary: tuple[str, int] = ("ndcg", 10), sections: list[str] | None = None,
+                 answers: pd.DataFrame | None = None, answer_notes: list[str] | None = None) -> tuple[str, Path]:
     """Write `<out_dir>/<benchmark>.md` and its plots; returns (markdown with inline images, path).
 
     per_query: split, retriever, query_id, value of the `primary` metric (for intervals and significance);
     queries: split -> query id -> text (failure examples); n_candidates: documents each query ranks (a fixed
     pool such as HotpotQA's 10 paragraphs), None for the whole corpus; labels: `mc_labels` for their summary;
-    sections: extra Markdown lines placed after the headline table (e.g. the overfitting gauge)."""
+    sections: extra Markdown lines placed after the headline table (e.g. the overfitting gauge); answers: the
+    `evaluation_answers` rows and answer_notes what the answer utility says of itself (its cost, or why it was
+    skipped) for the "Answer utility" section."""
     out_dir.mkdir(parents=True, exist_ok=True)
     queries = queries or {}
     n_queries = {s: len(q) for s, q in queries.items()} or None
@@ -224,6 +227,10 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
         path.write_bytes(png)
         lines += [f"![{split} curves]({path.name})", ""]
         inline += [f"![{split} curves](data:image/png;base64,{base64.b64encode(png).decode()})", ""]
+    if answer_notes or (answers is not None and len(answers)):
+        plain, embedded = answer_section(benchmark, answers, answer_notes or [], out_dir)
+        lines += plain
+        inline += embedded
     fail = ["## Failure buckets (queries with no relevant document in the top 10)", ""]
     if len(failures):
         counts = failures.pivot_table(index=["split", "retriever"], columns="bucket", values="query_id",
@@ -239,6 +246,90 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
     path = out_dir / f"{benchmark}.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return "\n".join(inline), path
+
+
+def answer_table(group: pd.DataFrame) -> pd.DataFrame:
+    """One split's answer gains (`evaluation_answers` rows) as the report prints them: per retriever and k the mean
+    gain with its 95% bootstrap interval, and the paired difference to the best retriever at that k (references
+    `@...` excluded) with its interval and Fisher's randomization p, on the questions both have."""
+    out = []
+    for k, at_k in group.groupby("k", sort=True):
+        per_query = at_k.rename(columns={"answer_gain": "value"})[["retriever", "query_id", "value"]]
+        own = [r for r in per_query["retriever"].drop_duplicates() if not str(r).startswith("@")]
+        table = compare_to_baseline(per_query, baselines=own, fill=None)
+        for r in table.to_dict("records"):
+            delta = r.get("delta")
+            has_delta = delta is not None and delta == delta
+            out.append({
+                "retriever": r["retriever"], "k": int(k), "n": int(r["n"]), "gain (nats)": f"{r['mean']:+.3f}",
+                "95% interval": f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]",
+                "best retriever": r["baseline"] or "",
+                "Δ vs best": f"{delta:+.3f}" if has_delta else "(best)" if r["retriever"] == r["baseline"] else "",
+                "Δ 95% interval": f"[{r['delta_low']:+.3f}, {r['delta_high']:+.3f}]" if has_delta else "",
+                "p (randomization)": (f"{r['p']:.4f}" + (" *" if r["significant"] else "")) if has_delta else "",
+            })
+    return pd.DataFrame(out)
+
+
+def answers_png(group: pd.DataFrame, title: str) -> bytes:
+    """Mean answer gain by k, one line per retriever (the metric@K plots' styles), references in grey."""
+    means = group.groupby(["retriever", "k"], sort=False)["answer_gain"].mean().reset_index()
+    fig = _figure(figsize=(7, 3.8))
+    colours = _colours("tab20")
+    ax = fig.subplots()
+    reference_style = {"@gold": ("-", "*"), "@labels": ("--", "v"), "@random": (":", "x")}
+    for i, retriever in enumerate(dict.fromkeys(means["retriever"])):
+        g = means[means.retriever == retriever].sort_values("k")
+        if retriever in reference_style or str(retriever).startswith("@"):
+            style, marker = reference_style.get(retriever, ("-.", "x"))
+            ax.plot(g["k"], g["answer_gain"], linestyle=style, marker=marker, color="0.35", linewidth=1.4,
+                    label=f"{retriever} (reference)")
+            continue
+        style, marker = FAMILY_STYLE[family(retriever)]
+        tuned = retriever.endswith("_tuned")
+        ax.plot(g["k"], g["answer_gain"], linestyle="--" if tuned else style, marker=marker, markersize=5,
+                color=colours[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20], linewidth=1.4,
+                markerfacecolor="none" if tuned else None, label=f"{retriever} ({family(retriever)})")
+    ax.axhline(0, color="0.6", linewidth=0.8)
+    ax.set_xticks(sorted(means["k"].unique()))
+    ax.set_xlabel("k (top documents shown)")
+    ax.set_ylabel("answer gain (nats)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.set_title(title)
+    return _png(fig)
+
+
+REFERENCE_TEXT = {"@gold": "`@gold`, the relevant documents first, then random candidates",
+                  "@labels": "`@labels`, the pool by Monte Carlo label effect (labelled questions only)",
+                  "@random": "`@random`, random candidates"}
+
+
+def answer_section(benchmark: str, answers: pd.DataFrame | None, notes: list[str],
+                   out_dir: Path) -> tuple[list[str], list[str]]:
+    """The "Answer utility" section: (lines with the plots as files beside the report, lines with them inline)."""
+    title = ["## Answer utility (the solver's log-likelihood of the answer given the top k)", ""]
+    listed = [*[f"- {n}" for n in notes], *([""] if notes else [])]
+    if answers is None or not len(answers):
+        return title + listed, title + listed
+    references = [text for name, text in REFERENCE_TEXT.items() if name in set(answers["retriever"])]
+    lines = [*title,
+             "Gain: the blind solver's log-likelihood of the gold answer given the retriever's top k documents in "
+             "rank order, minus the same with no context, in nats (higher: the documents make the right answer "
+             "likelier)." + (f" References: {'; '.join(references)}." if references else "")
+             + " Intervals: bootstrap over questions; Δ: paired difference to the best retriever at that k "
+             "(references excluded) on the questions both have; p: Fisher's paired randomization test; * p < 0.05.",
+             "", *listed]
+    inline = list(lines)
+    for split, group in answers.groupby("split", sort=False):
+        table = answer_table(group)
+        part = [f"### `{split}`", "", table.to_markdown(index=False), ""]
+        png = answers_png(group, f"{benchmark} / {split}: answer gain by k")
+        path = out_dir / f"{benchmark}_{split}_answers.png"
+        path.write_bytes(png)
+        lines += part + [f"![{split} answer gain]({path.name})", ""]
+        inline += part + [f"![{split} answer gain](data:image/png;base64,{base64.b64encode(png).decode()})", ""]
+    return lines, inline
 
 
 # A figure is resolved to about this much: a report says when its sample cannot resolve differences this large.

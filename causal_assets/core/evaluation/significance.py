@@ -43,28 +43,34 @@ def warm_up() -> None:
     randomization_p(np.array([0.1, 0.5, 0.3]), np.array([0.2, 0.6, 0.3]), n=10)
 
 
-def best_baseline(means: dict[str, float]) -> str | None:
-    candidates = {r: v for r, v in means.items() if r in BASELINES}
+def best_baseline(means: dict[str, float], baselines=BASELINES) -> str | None:
+    candidates = {r: v for r, v in means.items() if r in baselines and v == v}
     return max(candidates, key=candidates.get) if candidates else None
 
 
-def compare_to_baseline(per_query: pd.DataFrame) -> pd.DataFrame:
+def compare_to_baseline(per_query: pd.DataFrame, baselines=BASELINES, fill: float | None = 0.0) -> pd.DataFrame:
     """`per_query`: columns retriever, query_id, value (one metric, one split). One row per retriever: n, mean,
-    its 95% interval, the best baseline, the difference to it with its 95% interval, p and whether p < 0.05."""
-    wide = per_query.pivot_table(index="query_id", columns="retriever", values="value", aggfunc="first").fillna(0.0)
+    its 95% interval, the best of `baselines`, the difference to it with its 95% interval, p and whether p < 0.05.
+    `fill`: the value of a query a retriever has no row for (0: a ranking metric of a query it missed); None leaves
+    such queries out (each mean over the retriever's own queries, each difference over the queries both have)."""
+    wide = per_query.pivot_table(index="query_id", columns="retriever", values="value", aggfunc="first")
+    if fill is not None:
+        wide = wide.fillna(fill)
     means = wide.mean().to_dict()
-    base = best_baseline(means)
+    base = best_baseline(means, baselines)
     rows = []
     for retriever in per_query["retriever"].drop_duplicates():
-        v = wide[retriever].to_numpy()
+        v = wide[retriever].dropna().to_numpy()
         lo, hi = bootstrap_ci(v)
         row = {"retriever": retriever, "n": len(v), "mean": means[retriever], "ci_low": lo, "ci_high": hi,
                "baseline": base}
         if base is not None and retriever != base:
-            b = wide[base].to_numpy()
+            both = wide[[retriever, base]].dropna()
+            v, b = both[retriever].to_numpy(), both[base].to_numpy()
             dlo, dhi = bootstrap_ci(v - b)
             p = randomization_p(b, v)
-            row.update(delta=float((v - b).mean()), delta_low=dlo, delta_high=dhi, p=p, significant=bool(p < ALPHA))
+            row.update(delta=float((v - b).mean()) if len(v) else float("nan"), delta_low=dlo, delta_high=dhi,
+                       p=p, significant=bool(p < ALPHA))
         rows.append(row)
     return pd.DataFrame(rows)
 

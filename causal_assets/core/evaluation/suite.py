@@ -14,13 +14,18 @@ from typing import Any, Callable
 import pandas as pd
 
 from causal_assets.core.artifacts import CorpusArtifacts
-from causal_assets.core.benchmarks import BenchmarkSpec
+from causal_assets.core.benchmarks import Benchmark, BenchmarkSpec
 from causal_assets.core.errors import CorpusError
+from causal_assets.core.evaluation.answers import (ANSWER_COLUMNS, REFERENCES, AnswerParams, answer_metrics,
+                                                   answer_questions, build_questions, label_rankings,
+                                                   measure_answers, planned_calls)
 from causal_assets.core.evaluation.failures import classify_failures
 from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query
 from causal_assets.core.evaluation.report import overfitting_gauge
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.evaluation.truth import label_qrels
+from causal_assets.core.labeling.pools import PoolParams
+from causal_assets.core.llm.scoring import Scorer
 from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
 from causal_assets.core.tuning.store import TunedConfig
 
@@ -119,6 +124,9 @@ class EvaluationResult:
     sections: list[str]          # extra Markdown sections of the report (the overfitting gauge)
     seconds: dict[str, float]    # "<split>/<retriever>" -> retrieval seconds
     n_candidates: int | None     # the largest per-question candidate set (None: whole-corpus ranking)
+    # the answer utility: benchmark, split, retriever, k, query_id, loglik, loglik_no_context, answer_gain, n_docs
+    answers: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ANSWER_COLUMNS))
+    answer_notes: list[str] = field(default_factory=list)   # its cost, or why it was not measured
 
 
 def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: EvaluationPlan,
@@ -126,9 +134,14 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                   llm_client: Callable[[], Any] | None = None,
                   log: Callable[[str], None] = lambda m: None,
                   scorer: Callable[[], Any] | None = None,
-                  tuned_artifacts: CorpusArtifacts | None = None) -> EvaluationResult:
+                  tuned_artifacts: CorpusArtifacts | None = None,
+                  answer_scorer: Callable[[], Scorer | None] | None = None) -> EvaluationResult:
     """Run `plan` on every eval split of `spec`; the `*_tuned` runs on `tuned_artifacts`' index (the one they were
     tuned on: another encoder's vectors of the same chunks), else on `artifacts`'.
+
+    `answer_scorer()`: the labels' scorer for the answer utility (`spec.answers`), or None when the LLM cannot
+    score prompts (then the report says so); asked for only when some evaluated question has an answer and the
+    registry leaves the answer utility on. None: no answer utility.
 
     `llm_client()` is asked for only by LLM-backed options
     (`llm_entities`, `answer_model: llm`) and `scorer()` only by the causal retriever's likelihood model (named, or
@@ -147,6 +160,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
     tuned_on = set(artifacts.benchmark(spec, tuned.content["tune_split"]).queries) if tuned is not None else set()
 
     metrics, runs, failures, per_query, questions, judgements = [], [], [], [], [], []
+    answer_inputs: list[tuple[str, Benchmark, list[str]]] = []   # split, bench, evaluated question ids
     seconds: dict[str, float] = {}
     judged_by_split: dict[str, dict[str, str]] = {}
     label_questions: dict[str, int] = {}
@@ -187,6 +201,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
         if overlap:
             notes.append(f"`*_tuned` not scored on `{split}`: {overlap} of its queries are in the tune split")
         label_questions[split] = len(by_labels)
+        answer_inputs.append((split, bench, list(judged_by_split[split])))
         doc_texts = {c: index.text(c) for c in index.ids} if not bench.within else \
             {c: index.text(c) for ids in bench.within.values() for c in ids}
         for run in plan.runs:
@@ -224,6 +239,14 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
     elif mc_labels is not None and len(mc_labels):
         notes.append(f"the Monte Carlo labels ({mc_labels['question_id'].nunique()} questions) have no YES label on a "
                      f"question of the eval splits: no figures against them")
+    answers, answer_notes = pd.DataFrame(columns=ANSWER_COLUMNS), []
+    if answer_scorer is not None and runs:
+        every_run = pd.concat(runs, ignore_index=True)
+        answers, answer_notes = answer_utility(
+            spec, artifacts, [(split, bench, judged, every_run[every_run["split"] == split])
+                              for split, bench, judged in answer_inputs], mc_labels, answer_scorer, log)
+        if len(answers):
+            metrics.append(answer_metrics(answers))
     metrics_df = finish(metrics, ["benchmark", "split", "truth", "retriever", "metric", "k", "value"])
     failures_df = finish(failures, ["benchmark", "split", "retriever", "query_id", "bucket"])
     sections: list[str] = []
@@ -243,5 +266,62 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
         queries=finish(questions, ["benchmark", "split", "query_id", "text"]),
         qrels=finish(judgements, ["benchmark", "split", "query_id", "chunk_id", "relevance"]),
         per_query=pd.concat(per_query, ignore_index=True) if per_query else None,
-        judged=judged_by_split, notes=notes, sections=sections, seconds=seconds, n_candidates=n_candidates)
+        judged=judged_by_split, notes=notes, sections=sections, seconds=seconds, n_candidates=n_candidates,
+        answers=answers, answer_notes=answer_notes)
+
+
+def answer_utility(spec: BenchmarkSpec, artifacts: CorpusArtifacts,
+                   splits: list[tuple[str, Benchmark, list[str], pd.DataFrame]], mc_labels: pd.DataFrame | None,
+                   answer_scorer: Callable[[], Scorer | None], log: Callable[[str], None] = lambda m: None
+                   ) -> tuple[pd.DataFrame, list[str]]:
+    """The answer utility of every evaluated run (`core/evaluation/answers.py`) on each eval split: its rows
+    (ANSWER_COLUMNS) and the report's notes on it. `splits`: (split, benchmark, evaluated question ids, its runs).
+    Off by the registry, or with no evaluated question that has an answer: no rows (and no word where the
+    benchmark's questions carry no answers at all)."""
+    empty = pd.DataFrame(columns=ANSWER_COLUMNS).astype({"k": "int64", "n_docs": "int64", "loglik": float,
+                                                         "loglik_no_context": float, "answer_gain": float})
+    settings = spec.answer_settings
+    if settings.enabled is False:
+        return empty, ["off (`answers: {enabled: false}` in the benchmark registry)"]
+    todo = {split: answer_questions(bench.queries, bench.answers, judged, settings.max_questions)
+            for split, bench, judged, _ in splits}
+    if not any(todo.values()):
+        return empty, ([] if settings.enabled is None else
+                       ["not measured: no evaluated question has an answer to score"])
+    scorer = answer_scorer()
+    if scorer is None:
+        return empty, ["not measured: the configured LLM returns no prompt log-probabilities (a local model, or an "
+                       "endpoint with `prompt_logprobs` or `echo`, measures it)"]
+    params = AnswerParams(tuple(settings.ks), settings.max_questions,
+                          int(spec.pool_settings.get("max_doc_chars") or PoolParams.max_doc_chars))
+    chunks, position = artifacts.index.chunks, artifacts.index.position
+
+    def doc(chunk_id: str) -> tuple[str, str]:
+        """As the candidate pools cut it for the solver."""
+        row = chunks.iloc[position[chunk_id]]
+        return str(row["title"]), str(row["text"])[: params.max_doc_chars]
+
+    by_label = label_rankings(mc_labels)
+    frames, notes = [], []
+    for split, bench, _, runs in splits:
+        qids = todo[split]
+        if not qids:
+            continue
+        questions = build_questions(qids, bench.queries, bench.answers, bench.aliases, runs, bench.qrels,
+                                    bench.within, by_label, params.seed)
+        retrievers = list(dict.fromkeys(runs["retriever"]))
+        references = [r for r in REFERENCES if any(r in q.rankings for q in questions)]
+        calls = planned_calls(len(qids), len(retrievers) + len(references), len(params.ks))
+        log(f"answer utility on `{split}`: {len(qids)} questions × ({len(retrievers)} retrievers + "
+            f"{len(references)} references) × {len(params.ks)} k + {len(qids)} without context = {calls} score "
+            f"calls at most (identical prompts once, cached ones free), by `{scorer.model_id}`")
+        run = measure_answers(questions, doc, scorer, spec.validator, params.ks, log)
+        frames.append(run.rows.assign(benchmark=spec.name, split=split)[ANSWER_COLUMNS])
+        notes.append(f"`{split}`: {len(qids)} questions with an answer (at most `answers.max_questions` "
+                     f"{params.max_questions}), k in {list(params.ks)}, documents cut to {params.max_doc_chars} "
+                     f"characters; {run.prompts} distinct prompts of at most {calls}, {run.scored} scored by "
+                     f"`{scorer.model_id}` (the rest from the call cache) in {run.seconds:.0f} s"
+                     + (f"; {len(run.errors)} scorings failed and are left out (first: {run.errors[0]})"
+                        if run.errors else ""))
+    return (pd.concat(frames, ignore_index=True) if frames else empty), notes
 

@@ -1,0 +1,197 @@
+"""Answer utility: what a retriever's top k does to the blind solver's answer.
+
+For one question and one ranking, the gain at k is the solver's teacher-forced log-likelihood of the gold answer
+(the best of its accepted answers, as the labels score it) given the ranking's top k documents in rank order, minus
+the same with no context, in nats. The prompt is the labels' (`labeling.solver.solver_prompt`), the documents are
+cut as the candidate pools cut them (title, then the first `pooling.max_doc_chars` characters of the text), and
+the scorer is the labels' (the call cache's keys are shared, so a re-run pays nothing).
+
+Reference rankings on the same questions show how far a retriever is from what helps:
+
+* ``@gold``: the benchmark's relevant documents first (by grade), then the question's other candidates in the
+  seeded random order of ``@random``;
+* ``@labels``: the question's pool documents by their Monte Carlo label effect (`schemas.ranking_effect`), on the
+  labelled questions only;
+* ``@random``: the question's candidates (its own candidate set, else every document an evaluated retriever
+  returned for it) in a random order seeded by the question id.
+
+Cost: per question one no-context prompt plus one prompt per (ranking, k); identical prompts (two retrievers with
+the same top k, a ranking shorter than k) are scored once, and each question's prompts go to the scorer as one
+batch so its prefix reuse helps.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from causal_assets.core.labeling.solver import answer_continuations, solver_prompt
+from causal_assets.core.llm.errors import LLMError
+from causal_assets.core.llm.scoring import ScoreRequest, Scorer
+from causal_assets.core.schemas import ranking_effect
+
+GOLD, LABELS, RANDOM = "@gold", "@labels", "@random"
+REFERENCES = (GOLD, LABELS, RANDOM)
+DEFAULT_KS = (1, 3, 5)
+DEFAULT_MAX_QUESTIONS = 20
+TRUTH = "answers"
+METRIC = "answer_gain"
+ANSWER_COLUMNS = ["benchmark", "split", "retriever", "k", "query_id", "loglik", "loglik_no_context", "answer_gain",
+                  "n_docs"]
+
+
+def is_reference(retriever: str) -> bool:
+    return retriever.startswith("@")
+
+
+@dataclass(frozen=True)
+class AnswerParams:
+    """A benchmark's `answers:` section with the labels' document cut (`pooling.max_doc_chars`)."""
+
+    ks: tuple[int, ...] = DEFAULT_KS
+    max_questions: int = DEFAULT_MAX_QUESTIONS
+    max_doc_chars: int = 600
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.ks or any(isinstance(k, bool) or int(k) != k or k < 1 for k in self.ks):
+            raise ValueError(f"answers.ks must be positive whole numbers, got {list(self.ks)}")
+        if self.max_questions < 1:
+            raise ValueError(f"answers.max_questions must be at least 1, got {self.max_questions}")
+        object.__setattr__(self, "ks", tuple(sorted({int(k) for k in self.ks})))
+
+
+@dataclass
+class AnswerQuestion:
+    query_id: str
+    text: str
+    continuations: tuple[str, ...]           # `answer_continuations` of its answer and aliases
+    rankings: dict[str, list[str]]           # retriever or reference -> doc ids, best first
+
+
+@dataclass
+class AnswerRun:
+    rows: pd.DataFrame                       # ANSWER_COLUMNS without benchmark and split
+    prompts: int = 0                         # distinct prompts asked (identical prompts once per question)
+    scored: int = 0                          # of them, scored by the model (the rest came from the call cache)
+    errors: list[str] = field(default_factory=list)   # failed scorings (their rows are left out)
+    seconds: float = 0.0
+
+
+def planned_calls(n_questions: int, n_rankings: int, n_ks: int) -> int:
+    """Score calls at most: every (ranking, k) of every question, plus its no-context prompt."""
+    return n_questions * n_rankings * n_ks + n_questions
+
+
+def label_rankings(labels: pd.DataFrame | None) -> dict[str, list[str]]:
+    """Per labelled question, its pool documents by label effect (largest first; the labels' own estimator, not
+    the naive comparison rows)."""
+    if labels is None or not len(labels):
+        return {}
+    main = labels[labels["estimator"] != "naive"] if "estimator" in labels and \
+        (labels["estimator"] != "naive").any() else labels
+    frame = pd.DataFrame({"q": main["question_id"].astype(str), "d": main["doc_id"].astype(str),
+                          "e": ranking_effect(main).fillna(-math.inf).to_numpy()})
+    frame = frame.sort_values(["q", "e", "d"], ascending=[True, False, True], kind="mergesort")
+    return {q: g["d"].tolist() for q, g in frame.groupby("q", sort=False)}
+
+
+def reference_rankings(query_id: str, relevant: dict[str, float], candidates: Sequence[str],
+                       by_label: list[str] | None, seed: int = 0) -> dict[str, list[str]]:
+    """The reference rankings of one question (module docstring): `relevant` its judgements, `candidates` the
+    documents it could be shown, `by_label` its pool by label effect (None: not labelled)."""
+    shuffled = list(dict.fromkeys(candidates))
+    random.Random(f"{seed}:{query_id}").shuffle(shuffled)
+    gold = [d for d, _ in sorted(((d, v) for d, v in relevant.items() if v > 0), key=lambda x: (-x[1], x[0]))]
+    out = {GOLD: gold + [d for d in shuffled if d not in set(gold)]} if gold else {}
+    if by_label:
+        out[LABELS] = list(by_label)
+    out[RANDOM] = shuffled
+    return out
+
+
+def measure_answers(questions: Sequence[AnswerQuestion], doc: Callable[[str], tuple[str, str]], scorer: Scorer,
+                    validator: str, ks: Sequence[int], log: Callable[[str], None] = lambda m: None) -> AnswerRun:
+    """The answer gain of every ranking of every question at every k (module docstring). `doc(id)`: the
+    document's (title, text) as the solver sees it. One `score_many` batch per question; a failed scoring leaves
+    its rows out (and is listed in `errors`); when every scoring fails, the first failure is raised."""
+    t0 = time.perf_counter()
+    rows, errors = [], []
+    prompts = scored = ok = 0
+    first_error: LLMError | None = None
+    for n, q in enumerate(questions, 1):
+        baseline = solver_prompt(q.text, [], validator)
+        index: dict[str, int] = {baseline: 0}
+        planned = []   # (ranking, k, prompt index, documents shown)
+        for name, ranking in q.rankings.items():
+            for k in ks:
+                shown = ranking[:k]
+                prompt = solver_prompt(q.text, [doc(d) for d in shown], validator) if shown else baseline
+                planned.append((name, k, index.setdefault(prompt, len(index)), len(shown)))
+        results = scorer.score_many([ScoreRequest(p, q.continuations) for p in index])
+        prompts += len(results)
+        values: list[float | None] = []
+        for r in results:
+            if isinstance(r, BaseException):
+                errors.append(f"{q.query_id}: {type(r).__name__}: {str(r)[:200]}")
+                first_error = first_error or r
+                values.append(None)
+            else:
+                scored += not r.cached
+                ok += 1
+                values.append(float(r.best))
+        if values[0] is None:
+            continue
+        for name, k, i, n_docs in planned:
+            if values[i] is not None:
+                rows.append((name, k, q.query_id, values[i], values[0], values[i] - values[0], n_docs))
+        if n % 10 == 0 or n == len(questions):
+            log(f"answer utility: {n}/{len(questions)} questions, {prompts} prompts ({scored} scored, the rest "
+                f"cached) in {time.perf_counter() - t0:.0f}s")
+    if first_error is not None and ok == 0:
+        raise first_error
+    frame = pd.DataFrame(rows, columns=ANSWER_COLUMNS[2:]).astype({"k": "int64", "n_docs": "int64"})
+    return AnswerRun(frame, prompts, scored, errors, time.perf_counter() - t0)
+
+
+def answer_questions(queries: dict[str, str], answers: dict[str, str], judged: Sequence[str],
+                     limit: int) -> list[str]:
+    """The questions answer utility is measured on: the judged ones with an answer, in their order, at most
+    `limit`."""
+    return [q for q in judged if q in queries and str(answers.get(q) or "").strip()][:limit]
+
+
+def build_questions(qids: Sequence[str], queries: dict[str, str], answers: dict[str, str],
+                    aliases: dict[str, list[str]], runs: pd.DataFrame, qrels: dict[str, dict[str, float]],
+                    within: dict[str, list[str]] | None, labels: dict[str, list[str]], seed: int = 0
+                    ) -> list[AnswerQuestion]:
+    """`AnswerQuestion`s of `qids`: each evaluated retriever's ranking (`runs`: retriever, query_id, doc_id, rank)
+    and the references. A question's candidates are its own candidate set (`within`), else every document a
+    retriever returned for it."""
+    ranked = runs[runs["query_id"].isin(set(qids))].sort_values(["retriever", "query_id", "rank"], kind="mergesort")
+    by_run: dict[str, dict[str, list[str]]] = {}
+    for (retriever, q), g in ranked.groupby(["retriever", "query_id"], sort=False):
+        by_run.setdefault(str(q), {})[str(retriever)] = g["doc_id"].astype(str).tolist()
+    order = list(dict.fromkeys(runs["retriever"]))
+    out = []
+    for q in qids:
+        own = by_run.get(q, {})
+        rankings = {r: own[r] for r in order if r in own}
+        candidates = within[q] if within and q in within else \
+            sorted({d for docs in rankings.values() for d in docs})
+        rankings.update(reference_rankings(q, qrels.get(q, {}), candidates, labels.get(q), seed))
+        out.append(AnswerQuestion(q, queries[q], answer_continuations(answers[q], aliases.get(q, ())), rankings))
+    return out
+
+
+def answer_metrics(rows: pd.DataFrame) -> pd.DataFrame:
+    """`evaluation_metrics` rows of the answers: the mean gain per (split, retriever, k), truth `answers`."""
+    if not len(rows):
+        return pd.DataFrame(columns=["split", "truth", "retriever", "metric", "k", "value"])
+    means = rows.groupby(["split", "retriever", "k"], sort=False)["answer_gain"].mean().reset_index()
+    return means.rename(columns={"answer_gain": "value"}).assign(truth=TRUTH, metric=METRIC)[
+        ["split", "truth", "retriever", "metric", "k", "value"]]

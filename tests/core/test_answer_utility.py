@@ -1,0 +1,156 @@
+"""Answer utility (core/evaluation/answers.py) with the real solver: Gemma-3-270M scoring in-process the gold
+answer of a planted corpus, where one document holds the answer. A retriever that ranks it first makes the answer
+likelier than no context, and more than a retriever showing only distractors; the no-context prompt is scored once
+per question; a second run is served by the call cache alone. The report's table and the checks without a model."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from causal_assets.core.checks import check_answers, check_metrics
+from causal_assets.core.evaluation.answers import (ANSWER_COLUMNS, GOLD, LABELS, RANDOM, answer_metrics,
+                                                   build_questions, label_rankings, measure_answers, planned_calls,
+                                                   reference_rankings)
+from causal_assets.core.evaluation.report import answer_section, answer_table
+from causal_assets.core.labeling.solver import solver_prompt
+from causal_assets.core.llm.cache import CallCache
+from causal_assets.core.llm.models import local_scorer
+
+DOCS = {
+    "port": ("Brindle scheduler", "The Brindle scheduler daemon exposes its metrics on port 7461."),
+    "cipher": ("Brindle vaults", "Every chunk of a Brindle vault is sealed with the XChaCha20-Poly1305 cipher."),
+    "paris": ("Paris", "Paris is the capital of France and lies on the Seine."),
+    "plants": ("Photosynthesis", "Plants turn sunlight, water and carbon dioxide into sugar."),
+    "chess": ("Chess", "A chess board has sixty-four squares."),
+}
+QUERIES = {"q_port": "On which port does the Brindle scheduler daemon expose its metrics?",
+           "q_cipher": "Which cipher seals the chunks of a Brindle vault?"}
+ANSWERS = {"q_port": "7461", "q_cipher": "XChaCha20-Poly1305"}
+GOLD_DOC = {"q_port": "port", "q_cipher": "cipher"}
+DISTRACTORS = ["paris", "plants", "chess"]
+KS = (1, 3)
+
+
+@pytest.fixture(scope="module")
+def scorer(tmp_path_factory):
+    """tests/core/conftest.py's scorer on the threads other processes leave free (the product's default) instead of
+    a fixed 2: beside other work on 2 cores, 2 spin-waiting llama.cpp threads took 5 s for a 128-token prompt that
+    1 thread scores in 1 s (load 9)."""
+    root = tmp_path_factory.mktemp("answers")
+    s = local_scorer("gemma3-270m", CallCache(root / "calls.sqlite"), root / "models")
+    yield s
+    s.close()
+
+
+def runs_frame() -> pd.DataFrame:
+    """`planted` ranks the answer's document first, `distractors` never shows it."""
+    rows = []
+    for q, gold in GOLD_DOC.items():
+        for retriever, docs in (("planted", [gold, *DISTRACTORS]), ("distractors", DISTRACTORS)):
+            rows += [(retriever, q, d, rank) for rank, d in enumerate(docs, 1)]
+    return pd.DataFrame(rows, columns=["retriever", "query_id", "doc_id", "rank"])
+
+
+def questions():
+    return build_questions(list(QUERIES), QUERIES, ANSWERS, {}, runs_frame(),
+                           {q: {d: 1.0} for q, d in GOLD_DOC.items()}, None, {})
+
+
+class Spy:
+    """The scorer, with every batch it is asked recorded."""
+
+    def __init__(self, scorer):
+        self.scorer, self.model_id, self.batches = scorer, scorer.model_id, []
+
+    def score_many(self, requests):
+        self.batches.append(list(requests))
+        return self.scorer.score_many(requests)
+
+
+def test_a_retriever_ranking_the_answer_first_gains_more_than_distractors_and_a_rerun_is_free(scorer):
+    spy = Spy(scorer)
+    run = measure_answers(questions(), DOCS.get, spy, "answer_f1", KS)
+    rows = run.rows
+    assert list(rows.columns) == ANSWER_COLUMNS[2:] and not run.errors
+    gain = rows.set_index(["retriever", "k", "query_id"])["answer_gain"]
+    for q in QUERIES:
+        for k in KS:
+            assert gain["planted", k, q] > 0, (q, k, rows)
+            assert gain["planted", k, q] > gain["distractors", k, q], (q, k, rows)
+        assert gain[GOLD, 1, q] == gain["planted", 1, q]   # the same prompt: the same value
+    # one batch per question; in it the no-context prompt once, and every prompt once
+    assert len(spy.batches) == len(QUERIES)
+    for q, batch in zip(QUERIES, spy.batches):
+        baseline = solver_prompt(QUERIES[q], [], "answer_f1")
+        assert sum(r.prompt == baseline for r in batch) == 1
+        assert len({r.prompt for r in batch}) == len(batch)
+        n_rankings = len({name for name in rows[rows.query_id == q]["retriever"]})
+        assert len(batch) < planned_calls(1, n_rankings, len(KS))   # identical prompts asked once
+    assert rows.groupby("query_id")["loglik_no_context"].nunique().eq(1).all()
+    assert (rows["loglik"] < 0).all() and rows["n_docs"].le(rows["k"]).all()
+    assert run.scored == run.prompts > 0
+    # a second run: every prompt from the call cache, no token through the model
+    evaluated = scorer.tokens_evaluated
+    again = measure_answers(questions(), DOCS.get, Spy(scorer), "answer_f1", KS)
+    assert again.scored == 0 and again.prompts == run.prompts and scorer.tokens_evaluated == evaluated
+    pd.testing.assert_frame_equal(again.rows, rows)
+    assert check_answers(rows.assign(benchmark="toy", split="test")).passed
+
+
+def test_references_gold_first_then_random_labels_by_effect_random_seeded_by_question():
+    refs = reference_rankings("q1", {"b": 1.0, "a": 2.0, "z": 0.0}, ["a", "b", "c", "d", "e"], ["d", "a"])
+    assert refs[GOLD][:2] == ["a", "b"] and sorted(refs[GOLD]) == ["a", "b", "c", "d", "e"]
+    assert refs[LABELS] == ["d", "a"]
+    assert refs[RANDOM] == reference_rankings("q1", {}, ["a", "b", "c", "d", "e"], None)[RANDOM]
+    assert sorted(refs[RANDOM]) == ["a", "b", "c", "d", "e"]
+    assert LABELS not in reference_rankings("q1", {}, ["a"], None) and GOLD not in reference_rankings("q1", {}, ["a"], None)
+    labels = pd.DataFrame({"question_id": ["q", "q", "q", "q"], "doc_id": ["x", "y", "x", "y"],
+                           "estimator": ["regression", "regression", "naive", "naive"],
+                           "average_effect": [0.5, 3.0, 9.0, -9.0]})
+    assert label_rankings(labels) == {"q": ["y", "x"]}   # the labels' own estimator, largest effect first
+
+
+def answer_rows() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    rows = []
+    for q in range(12):
+        base = -8.0 + rng.normal()
+        for retriever, shift in (("bm25", 2.0), ("dense", 1.0), ("@gold", 3.0), ("@random", 0.0)):
+            for k in (1, 3):
+                g = shift + rng.normal(0, 0.5)
+                rows.append(("toy", "test", retriever, k, f"q{q}", base + g, base, g, k))
+    return pd.DataFrame(rows, columns=ANSWER_COLUMNS)
+
+
+def test_report_section_intervals_and_paired_test_against_the_best_retriever(tmp_path):
+    rows = answer_rows()
+    table = answer_table(rows)
+    assert set(table["best retriever"]) == {"bm25"}   # references are never the best retriever
+    dense = table[(table.retriever == "dense") & (table.k == 1)].iloc[0]
+    assert dense["Δ vs best"].startswith("-") and dense["p (randomization)"].endswith("*")
+    assert table[(table.retriever == "bm25")]["Δ vs best"].eq("(best)").all()
+    plain, inline = answer_section("toy", rows, ["a note"], tmp_path)
+    assert "## Answer utility" in plain[0] and "- a note" in plain
+    assert (tmp_path / "toy_test_answers.png").stat().st_size > 1000
+    assert any("data:image/png;base64," in line for line in inline)
+    skipped, _ = answer_section("toy", None, ["not measured: no scorer"], tmp_path)
+    assert skipped[-2] == "- not measured: no scorer"
+
+
+def test_checks_accept_nats_for_answers_and_keep_ranking_metrics_in_the_unit_range():
+    rows = answer_rows()
+    metrics = answer_metrics(rows)
+    assert set(metrics["metric"]) == {"answer_gain"} and set(metrics["truth"]) == {"answers"}
+    assert math.isclose(metrics[(metrics.retriever == "bm25") & (metrics.k == 1)]["value"].iloc[0],
+                        rows[(rows.retriever == "bm25") & (rows.k == 1)]["answer_gain"].mean())
+    ranking = pd.DataFrame({"truth": ["qrels"], "retriever": ["bm25"], "metric": ["ndcg"], "k": [10],
+                            "value": [0.5]})
+    assert check_metrics(pd.concat([ranking, metrics.assign(value=metrics["value"] + 5)])).passed
+    assert not check_metrics(pd.concat([ranking.assign(value=1.5), metrics])).passed
+    assert not check_metrics(pd.concat([ranking, metrics.assign(value=float("inf"))])).passed
+    assert check_answers(rows).passed and check_answers(rows.iloc[:0]).passed
+    assert not check_answers(rows.assign(answer_gain=float("nan"))).passed
+    assert not check_answers(rows.assign(n_docs=rows["k"] + 1)).passed
