@@ -31,7 +31,7 @@ JOB = "labels_and_evaluation_job"
 LABEL_ASSETS = ["candidate_pools", "mc_trials", "solver_calls", "mc_labels", "label_quality"]
 TUNE_ASSETS = ["tuned_encoder", "tuned_embeddings", "tuned_reranker", "tuned_retriever_configs"]
 EVALUATE_ASSETS = ["evaluation_metrics", "evaluation_runs", "evaluation_failures", "evaluation_queries",
-                   "evaluation_qrels"]
+                   "evaluation_qrels", "evaluation_answers"]
 SHOWN_RETRIEVERS = 6
 
 

@@ -1,7 +1,11 @@
 """The evaluation report asset, materialized for real on small real benchmark subsets."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
+import pytest
+import yaml
 
 from causal_assets.core.catalog import DuckDBCatalog
 import pandas as pd
@@ -19,7 +23,7 @@ def _materialize_eval(resources, partition):
                          partition_key=partition, selection=[evaluation_tables])
     assert result.success
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
-    assert set(checks) == {"metrics_in_unit_range", "runs_ranked"}
+    assert set(checks) == {"metrics_in_unit_range", "runs_ranked", "answers_finite"}
     assert all(c.passed for c in checks.values()), {n: c.metadata for n, c in checks.items()}
     return result
 
@@ -52,10 +56,52 @@ def test_evaluation_report_scifact_subset(resources):
     assert len(rows) == 6
 
 
+def configure(resources, benchmark: str, **fields) -> None:
+    """Set `fields` of `benchmark`'s entry in the test registry (as a user edits theirs)."""
+    path = Path(resources["benchmark_registry"].path)
+    registry = yaml.safe_load(path.read_text())
+    [entry] = [b for b in registry["benchmarks"] if b["name"] == benchmark]
+    entry.update(fields)
+    path.write_text(yaml.safe_dump(registry))
+
+
 def test_evaluation_report_hotpotqa_ranks_each_questions_own_paragraphs(resources):
+    # not about answers: the answer utility (on by default for questions with answers: ~90 s of solver calls here
+    # on a busy 2-core machine) is switched off as a user would
+    configure(resources, "hotpotqa", answers={"enabled": False})
     _materialize_eval(resources, "hotpotqa")
     runs = pd.read_parquet(f"{resources['storage'].base_path}/evaluation_runs/hotpotqa.parquet")
     assert set(runs["retriever"]) == {"bm25", "dense", "hybrid", "cascade", "entity_first"}
     # Every retrieved paragraph belongs to the question that retrieved it, and each question ranks <= 10.
     assert (runs["doc_id"].str.split("/").str[0] == runs["query_id"]).all()
     assert runs.groupby(["retriever", "query_id"]).size().le(10).all()
+
+
+@pytest.mark.slow
+def test_answer_utility_rows_metrics_and_report_section(resources):
+    """HotpotQA questions carry answers: with a scorer-capable LLM (the packaged local model) the evaluation scores
+    the gold answer given each retriever's top k and the references, one row per (split, retriever, k, question),
+    and the mean gains as `answer_gain` rows of truth `answers`. Small: 2 questions, k = 1, 2, short documents."""
+    configure(resources, "hotpotqa", retrievers={"bm25": {}, "dense": {}}, pooling={"max_doc_chars": 200},
+              answers={"ks": [1, 2], "max_questions": 2})
+    result = _materialize_eval(resources, "hotpotqa")
+    base = resources["storage"].base_path
+    answers = pd.read_parquet(f"{base}/evaluation_answers/hotpotqa.parquet")
+    assert set(answers["retriever"]) == {"bm25", "dense", "@gold", "@random"}   # no labels: no @labels
+    assert answers["query_id"].nunique() == 2 and set(answers["k"]) == {1, 2}
+    assert len(answers) == 2 * 4 * 2 and answers.groupby("query_id")["loglik_no_context"].nunique().eq(1).all()
+    assert (answers["answer_gain"] == answers["loglik"] - answers["loglik_no_context"]).all()
+    metrics = pd.read_parquet(f"{base}/evaluation_metrics/hotpotqa.parquet")
+    gains = metrics[metrics["truth"] == "answers"]
+    assert set(gains["metric"]) == {"answer_gain"} and len(gains) == 4 * 2
+    assert (metrics[metrics["truth"] != "answers"]["value"].between(0, 1)).all()
+    [mat] = [e.materialization for e in result.get_asset_materialization_events()
+             if e.materialization.asset_key.path[-1] == "evaluation_metrics"]
+    report = mat.metadata["report"].value
+    assert "## Answer utility" in report and "`dev`: 2 questions with an answer" in report
+    assert "| @gold " in report and "best retriever" in report
+    assert (resources["storage"].reports_path / "hotpotqa_dev_answers.png").exists()
+    with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
+        comment = con.execute("select comment from duckdb_columns() where table_name = 'evaluation_answers' "
+                              "and column_name = 'answer_gain'").fetchone()[0]
+    assert "nats" in comment
