@@ -25,7 +25,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Container, Sequence
 
 import pandas as pd
 
@@ -167,11 +167,12 @@ def answer_questions(queries: dict[str, str], answers: dict[str, str], judged: S
 
 def build_questions(qids: Sequence[str], queries: dict[str, str], answers: dict[str, str],
                     aliases: dict[str, list[str]], runs: pd.DataFrame, qrels: dict[str, dict[str, float]],
-                    within: dict[str, list[str]] | None, labels: dict[str, list[str]], seed: int = 0
-                    ) -> list[AnswerQuestion]:
+                    within: dict[str, list[str]] | None, labels: dict[str, list[str]], seed: int = 0,
+                    known: Container[str] | None = None) -> list[AnswerQuestion]:
     """`AnswerQuestion`s of `qids`: each evaluated retriever's ranking (`runs`: retriever, query_id, doc_id, rank)
     and the references. A question's candidates are its own candidate set (`within`), else every document a
-    retriever returned for it."""
+    retriever returned for it. `known`: the documents that can be shown (the index's); others are left out of every
+    ranking (labels made on an earlier version of the corpus can name documents it no longer has)."""
     ranked = runs[runs["query_id"].isin(set(qids))].sort_values(["retriever", "query_id", "rank"], kind="mergesort")
     by_run: dict[str, dict[str, list[str]]] = {}
     for (retriever, q), g in ranked.groupby(["retriever", "query_id"], sort=False):
@@ -184,6 +185,8 @@ def build_questions(qids: Sequence[str], queries: dict[str, str], answers: dict[
         candidates = within[q] if within and q in within else \
             sorted({d for docs in rankings.values() for d in docs})
         rankings.update(reference_rankings(q, qrels.get(q, {}), candidates, labels.get(q), seed))
+        if known is not None:
+            rankings = {name: [d for d in docs if d in known] for name, docs in rankings.items()}
         out.append(AnswerQuestion(q, queries[q], answer_continuations(answers[q], aliases.get(q, ())), rankings))
     return out
 

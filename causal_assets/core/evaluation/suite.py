@@ -302,22 +302,24 @@ def answer_utility(spec: BenchmarkSpec, artifacts: CorpusArtifacts,
         return str(row["title"]), str(row["text"])[: params.max_doc_chars]
 
     by_label = label_rankings(mc_labels)
-    frames, notes = [], []
+    planned = []   # (split, questions, planned calls): every split's cost is logged before the first call
     for split, bench, _, runs in splits:
-        qids = todo[split]
-        if not qids:
+        if not todo[split]:
             continue
-        questions = build_questions(qids, bench.queries, bench.answers, bench.aliases, runs, bench.qrels,
-                                    bench.within, by_label, params.seed)
+        questions = build_questions(todo[split], bench.queries, bench.answers, bench.aliases, runs, bench.qrels,
+                                    bench.within, by_label, params.seed, position)
         retrievers = list(dict.fromkeys(runs["retriever"]))
         references = [r for r in REFERENCES if any(r in q.rankings for q in questions)]
-        calls = planned_calls(len(qids), len(retrievers) + len(references), len(params.ks))
-        log(f"answer utility on `{split}`: {len(qids)} questions × ({len(retrievers)} retrievers + "
-            f"{len(references)} references) × {len(params.ks)} k + {len(qids)} without context = {calls} score "
-            f"calls at most (identical prompts once, cached ones free), by `{scorer.model_id}`")
+        calls = planned_calls(len(questions), len(retrievers) + len(references), len(params.ks))
+        log(f"answer utility on `{split}`: {len(questions)} questions × ({len(retrievers)} retrievers + "
+            f"{len(references)} references) × {len(params.ks)} k + {len(questions)} without context = {calls} "
+            f"score calls at most (identical prompts once, cached ones free), by `{scorer.model_id}`")
+        planned.append((split, questions, calls))
+    frames, notes = [], []
+    for split, questions, calls in planned:
         run = measure_answers(questions, doc, scorer, spec.validator, params.ks, log)
         frames.append(run.rows.assign(benchmark=spec.name, split=split)[ANSWER_COLUMNS])
-        notes.append(f"`{split}`: {len(qids)} questions with an answer (at most `answers.max_questions` "
+        notes.append(f"`{split}`: {len(questions)} questions with an answer (at most `answers.max_questions` "
                      f"{params.max_questions}), k in {list(params.ks)}, documents cut to {params.max_doc_chars} "
                      f"characters; {run.prompts} distinct prompts of at most {calls}, {run.scored} scored by "
                      f"`{scorer.model_id}` (the rest from the call cache) in {run.seconds:.0f} s"
