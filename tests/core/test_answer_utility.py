@@ -154,3 +154,36 @@ def test_checks_accept_nats_for_answers_and_keep_ranking_metrics_in_the_unit_ran
     assert check_answers(rows).passed and check_answers(rows.iloc[:0]).passed
     assert not check_answers(rows.assign(answer_gain=float("nan"))).passed
     assert not check_answers(rows.assign(n_docs=rows["k"] + 1)).passed
+
+
+@pytest.mark.parametrize("answers, with_answers, scores, note", [
+    ({}, False, True, None),                                       # SciFact: no answers, no word, no LLM asked
+    ({"enabled": True}, False, True, "not measured: no evaluated question has an answer"),
+    ({"enabled": False}, True, True, "off (`answers: {enabled: false}`"),
+    ({}, True, False, "not measured: the configured LLM returns no prompt log-probabilities"),
+])
+def test_off_or_skipped_without_answers_or_without_a_scoring_llm(tmp_path, answers, with_answers, scores, note):
+    """Where nothing is measured, no LLM is loaded and no row written; the report's note says why, except for a
+    benchmark whose questions carry no answers at all."""
+    import yaml
+
+    from causal_assets.core.benchmarks import Benchmark, load_benchmark_registry
+    from causal_assets.core.evaluation.suite import answer_utility
+
+    path = tmp_path / "benchmarks.yaml"
+    path.write_text(yaml.safe_dump({"benchmarks": [
+        {"name": "toy", "loader": "hotpotqa", "corpus": "hotpotqa", "path": "/nonexistent.jsonl",
+         "splits": ["test"], "eval_splits": ["test"], "answers": answers}]}))
+    spec = load_benchmark_registry(path)["toy"]
+    bench = Benchmark("toy", "test", QUERIES, {q: {d: 1.0} for q, d in GOLD_DOC.items()},
+                      answers=ANSWERS if with_answers else {})
+    asked = []
+
+    def scorer():
+        asked.append(1)
+        return None if not scores else pytest.fail("a scorer was asked for while nothing is to be measured")
+
+    rows, notes = answer_utility(spec, None, [("test", bench, list(QUERIES), runs_frame())], None, scorer)
+    assert rows.empty and list(rows.columns) == ANSWER_COLUMNS
+    assert (notes == []) if note is None else (len(notes) == 1 and notes[0].startswith(note)), notes
+    assert len(asked) == (1 if not scores else 0)
