@@ -159,8 +159,9 @@ def test_checks_accept_nats_for_answers_and_keep_ranking_metrics_in_the_unit_ran
 @pytest.mark.parametrize("answers, with_answers, scores, note", [
     ({}, False, True, None),                                       # SciFact: no answers, no word, no LLM asked
     ({"enabled": True}, False, True, "not measured: no evaluated question has an answer"),
-    ({"enabled": False}, True, True, "off (`answers: {enabled: false}`"),
-    ({}, True, False, "not measured: the configured LLM returns no prompt log-probabilities"),
+    ({"enabled": False}, True, True, "off (`answers: {enabled: true}`"),
+    ({}, True, True, "off (`answers: {enabled: true}`"),             # off unless asked for
+    ({"enabled": True}, True, False, "not measured: the configured LLM returns no prompt log-probabilities"),
 ])
 def test_off_or_skipped_without_answers_or_without_a_scoring_llm(tmp_path, answers, with_answers, scores, note):
     """Where nothing is measured, no LLM is loaded and no row written; the report's note says why, except for a

@@ -66,9 +66,6 @@ def configure(resources, benchmark: str, **fields) -> None:
 
 
 def test_evaluation_report_hotpotqa_ranks_each_questions_own_paragraphs(resources):
-    # not about answers: the answer utility (on by default for questions with answers: ~90 s of solver calls here
-    # on a busy 2-core machine) is switched off as a user would
-    configure(resources, "hotpotqa", answers={"enabled": False})
     _materialize_eval(resources, "hotpotqa")
     runs = pd.read_parquet(f"{resources['storage'].base_path}/evaluation_runs/hotpotqa.parquet")
     assert set(runs["retriever"]) == {"bm25", "dense", "hybrid", "cascade", "entity_first"}
@@ -83,7 +80,7 @@ def test_answer_utility_rows_metrics_and_report_section(resources):
     the gold answer given each retriever's top k and the references, one row per (split, retriever, k, question),
     and the mean gains as `answer_gain` rows of truth `answers`. Small: 2 questions, k = 1, 2, short documents."""
     configure(resources, "hotpotqa", retrievers={"bm25": {}, "dense": {}}, pooling={"max_doc_chars": 200},
-              answers={"ks": [1, 2], "max_questions": 2})
+              answers={"ks": [1, 2], "max_questions": 2, "enabled": True})
     result = _materialize_eval(resources, "hotpotqa")
     base = resources["storage"].base_path
     answers = pd.read_parquet(f"{base}/evaluation_answers/hotpotqa.parquet")

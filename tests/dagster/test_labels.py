@@ -38,9 +38,6 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path):
     registry = yaml.safe_load(registry_path.read_text())
     [hotpotqa] = [b for b in registry["benchmarks"] if b["name"] == "hotpotqa"]
     hotpotqa["pooling"] = {"max_doc_chars": 300}
-    # not about answers: the evaluation's answer utility (on by default for questions with answers) is switched off
-    # as a user would; tests/dagster/test_evaluation.py covers it
-    hotpotqa["answers"] = {"enabled": False}
     registry_path.write_text(yaml.safe_dump(registry))
     upstream = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary, graph_nodes_and_edges]
     assert materialize(upstream, resources=resources, partition_key="hotpotqa").success

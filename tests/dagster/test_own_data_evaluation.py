@@ -47,10 +47,7 @@ def make_resources(tmp_path: Path, benchmarks: list[dict]) -> dict:
 
 
 RETRIEVERS = {"bm25": {}, "dense": {}, "hybrid": {}}
-# Not about answers: the answer utility (on by default, the tutorial's questions have answers; +100-120 s each of
-# these tests on a busy 2-core machine) is switched off as a user would. tests/dagster/test_evaluation.py covers it.
-GOLD = {"name": BENCH, "loader": "questions", "corpus": CORPUS, "path": "questions.jsonl", "retrievers": RETRIEVERS,
-        "answers": {"enabled": False}}
+GOLD = {"name": BENCH, "loader": "questions", "corpus": CORPUS, "path": "questions.jsonl", "retrievers": RETRIEVERS}
 
 
 def evaluate(resources, partition: str, corpus: str):

@@ -276,18 +276,18 @@ def answer_utility(spec: BenchmarkSpec, artifacts: CorpusArtifacts,
                    ) -> tuple[pd.DataFrame, list[str]]:
     """The answer utility of every evaluated run (`core/evaluation/answers.py`) on each eval split: its rows
     (ANSWER_COLUMNS) and the report's notes on it. `splits`: (split, benchmark, evaluated question ids, its runs).
-    Off by the registry, or with no evaluated question that has an answer: no rows (and no word where the
+    Off (the default), or with no evaluated question that has an answer: no rows (and no word where the
     benchmark's questions carry no answers at all)."""
     empty = pd.DataFrame(columns=ANSWER_COLUMNS).astype({"k": "int64", "n_docs": "int64", "loglik": float,
                                                          "loglik_no_context": float, "answer_gain": float})
     settings = spec.answer_settings
-    if settings.enabled is False:
-        return empty, ["off (`answers: {enabled: false}` in the benchmark registry)"]
     todo = {split: answer_questions(bench.queries, bench.answers, judged, settings.max_questions)
             for split, bench, judged, _ in splits}
+    if not settings.enabled:
+        return empty, (["off (`answers: {enabled: true}` in the benchmark registry measures it)"]
+                       if any(todo.values()) else [])
     if not any(todo.values()):
-        return empty, ([] if settings.enabled is None else
-                       ["not measured: no evaluated question has an answer to score"])
+        return empty, ["not measured: no evaluated question has an answer to score"]
     scorer = answer_scorer()
     if scorer is None:
         return empty, ["not measured: the configured LLM returns no prompt log-probabilities (a local model, or an "
