@@ -29,6 +29,24 @@ def pytest_configure(config) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+# Modules of tests/core that run real processes or servers (the sandbox, endpoints, killed workers) or fit neural
+# models: in the fast lane, not in the unit lane.
+NOT_UNIT = {"test_sandbox.py", "test_code_benchmark.py", "test_llm.py", "test_llm_endpoint.py", "test_cores.py",
+            "test_labeling_faults.py", "test_orphan_guard.py", "test_search_startup.py", "test_reranker_tuning.py",
+            "test_encoder_tuning.py"}
+
+
+@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by markers
+def pytest_collection_modifyitems(config, items) -> None:
+    """The unit lane (`-m unit`): tests/core's pure-logic tests, none slow, none with a real model or process."""
+    for item in items:
+        path = Path(str(item.fspath))
+        if (path.parent.name == "core" and path.parent.parent.name == "tests" and path.name not in NOT_UNIT
+                and not any(item.get_closest_marker(m) for m in ("slow", "llm"))
+                and "scorer" not in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.unit)
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 

@@ -1,10 +1,14 @@
 """The LLM-backed entity extractor against the real local server."""
 from __future__ import annotations
 
+import pytest
+
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import LLMClient
 from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.retrievers.entity_first.llm_entities import LLMEntityExtractor
+
+pytestmark = pytest.mark.llm   # a real local llama.cpp server
 
 
 def test_llm_entities_are_grounded_in_the_question(tmp_path):
