@@ -178,6 +178,27 @@ def test_local_llama_server_end_to_end(tmp_path, cache):
           f"({first.completion_tokens} tokens), total {time.monotonic() - t0:.2f}s: {first.text!r}")
 
 
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_server_evaluates_prompts_on_its_n_threads_only(n_threads):
+    """The server's command, as llama-cpp-python's own argument parser reads it: prompt evaluation (batch threads)
+    follows `n_threads` too. Left to the server's default (every core) it spun a second thread on a busy 2-core
+    machine: 3x the latency and CPU time of a call with `n_threads=1`."""
+    import argparse
+
+    from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
+    from llama_cpp.server.settings import ModelSettings, Settings
+
+    cmd = LocalLlamaServer(n_threads=n_threads, port=8000).command()
+    parser = argparse.ArgumentParser()
+    add_args_from_model(parser, Settings)
+    settings = parse_model_from_args(ModelSettings, parser.parse_args(cmd[cmd.index("llama_cpp.server") + 1:]))
+    assert settings.n_threads == settings.n_threads_batch == n_threads
+    # extra_args come last, so a caller can still set the batch threads apart
+    cmd = LocalLlamaServer(n_threads=1, port=8000, extra_args=("--n_threads_batch", "2")).command()
+    settings = parse_model_from_args(ModelSettings, parser.parse_args(cmd[cmd.index("llama_cpp.server") + 1:]))
+    assert (settings.n_threads, settings.n_threads_batch) == (1, 2)
+
+
 def test_server_refuses_non_loopback_and_missing_model(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="127.0.0.1"):
         LocalLlamaServer(model_path=tmp_path / "x.gguf", host="0.0.0.0")

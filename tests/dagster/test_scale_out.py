@@ -14,9 +14,18 @@ from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCac
 from causal_assets.core.storage import read_parquet
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings
 from causal_assets.defs.scale_out import shard_cache_name, shard_of
+from tests.conftest import SCIFACT, make_beir_subset, require
 from tests.dagster.procs import project_env, start_materialize
 
 SHARDS = 2
+N_DOCS = 40   # real SciFact abstracts: ~20 per shard, each embedded three times (a shard, then the reference)
+
+
+@pytest.fixture(scope="module")
+def scifact_small(tmp_path_factory):
+    """This module's `scifact` partition (through the `resources` fixture): fewer abstracts than the session's 120,
+    enough for two non-empty hash buckets; what costs here is embedding them."""
+    return make_beir_subset(require(SCIFACT), tmp_path_factory.mktemp("scifact_scale_out"), N_DOCS)
 
 
 @pytest.mark.slow
@@ -47,7 +56,7 @@ def test_two_shards_in_parallel_processes_then_corpus_embeddings_embeds_nothing(
                          selection=[corpus_embeddings])
     assert result.success
     meta = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
-    assert meta["newly_embedded"] == 0 and meta["cache_hits"] == len(chunks) == 120
+    assert meta["newly_embedded"] == 0 and meta["cache_hits"] == len(chunks) == N_DOCS
 
     sharded = pd.read_parquet(f"{base}/corpus_embeddings/scifact.parquet").sort_values("chunk_idx")
     unsharded = Embedder().encode(chunk_texts(chunks.sort_values("chunk_idx")))
