@@ -18,6 +18,8 @@ from causal_assets.core.tuning.encoder import (encoder_version, held_out_split, 
 from causal_assets.core.tuning.spec import EncoderSpec, TuningSpec
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
 
+pytestmark = pytest.mark.usefixtures("torch_on_free_cores")
+
 
 def test_training_pairs_hold_the_judged_document_and_unjudged_hard_negatives():
     index, bench = tiny_index(), tiny_benchmark()

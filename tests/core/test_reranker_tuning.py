@@ -24,6 +24,8 @@ from causal_assets.core.tuning.spec import RerankerSpec, TuningSpec
 from causal_assets.core.tuning.store import TunedConfig, index_fingerprint, save_tuned
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
 
+pytestmark = pytest.mark.usefixtures("torch_on_free_cores")
+
 
 @pytest.fixture(scope="module")
 def untrained():

@@ -243,6 +243,7 @@ def test_the_llm_resource_knows_a_chat_only_endpoint_cannot_score(tmp_path):
 
 
 @pytest.mark.slow   # ~2 min beside a busy core: fits MiniLM, then one-epoch cross-encoders (3 members fitted in all)
+@pytest.mark.usefixtures("torch_on_free_cores")
 def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs(resources):
     """Not asked for: a record saying so and no vectors. Asked for (and adopted whatever the held-out figures say,
     min_gain -1, so the path is certain): the model directory and the corpus's vectors under it, the tuned
