@@ -145,3 +145,20 @@ def mark_built(base: Path, corpus: str) -> None:
         path = Path(str(asset_path(base, asset, corpus)))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
+
+
+@pytest.fixture(scope="module")
+def torch_on_free_cores():
+    """Torch's intra-op threads pinned, for a module's tests, to the cores other processes leave free (measured once
+    at its start, as the llama.cpp tests do with `free_cores`), then restored. Torch's default is every core, and
+    its threads wait for each other at every operation: beside other work on 2 cores a cross-encoder fit ran 10-16
+    times slower on two threads than on one (measured at load 8: 55-80 s vs 5-6 s for the same six steps). One
+    count for the whole module keeps fits compared within a test on the same arithmetic."""
+    import torch
+
+    from causal_assets.core.llm.cores import free_cores
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(min(before, free_cores()))
+    yield
+    torch.set_num_threads(before)

@@ -18,6 +18,8 @@ from causal_assets.core.tuning.encoder import (encoder_version, held_out_split, 
 from causal_assets.core.tuning.spec import EncoderSpec, TuningSpec
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
 
+pytestmark = pytest.mark.usefixtures("torch_on_free_cores")
+
 
 def test_training_pairs_hold_the_judged_document_and_unjudged_hard_negatives():
     index, bench = tiny_index(), tiny_benchmark()
@@ -56,7 +58,7 @@ def test_the_encoder_version_changes_with_what_decides_the_fit(monkeypatch):
 
 def test_tune_encoder_fits_on_the_rest_and_decides_on_the_held_out_queries(tmp_path):
     index, bench = tiny_index(), tiny_benchmark()
-    spec = EncoderSpec(held_out=0.25, batch_size=4, epochs=2, lr=5e-5)
+    spec = EncoderSpec(held_out=0.25, batch_size=6, epochs=2, lr=5e-5)   # the 6 fit pairs: one step an epoch
     result = tune_encoder(index, bench, spec, "ndcg@10", tmp_path / "fit", seed=0)
     fit, held = held_out_split(list(bench.queries), 0.25, 0)
     assert (result.fit_queries, result.held_out_queries, result.pairs) == (len(fit), len(held), len(fit)) == (6, 2, 6)

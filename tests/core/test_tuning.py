@@ -337,22 +337,23 @@ def test_a_learned_shortlist_model_given_by_the_caller_is_used_not_replaced():
 
 def test_repeated_cv_averages_every_fold_dependent_figure_over_the_splits(tmp_path):
     """cv_repeats draws the folds with seeds seed, seed + 1, ...: the learned model's cv value of each point and
-    every retriever's nested figure are the means of what each split alone gives (30 HotpotQA questions, where the
-    splits disagree); the first split is the single-split tuning's."""
+    every retriever's nested figure are the means of what each split alone gives (20 HotpotQA questions, where the
+    splits disagree); the first split is the single-split tuning's. Fusion searches a 2 x 2 grid: what is averaged is
+    the same whatever its points."""
     from causal_assets.core.benchmarks import _gold_by_question
     from causal_assets.core.corpus.chunk import chunks_to_frame
     from causal_assets.core.corpus.hotpotqa import load_hotpotqa
     from causal_assets.core.index.build import build_index
     from tests.conftest import HOTPOT, require
 
-    path = tmp_path / "hp30.jsonl"
-    path.write_text("\n".join(require(HOTPOT).read_text(encoding="utf-8").splitlines()[:30]) + "\n")
-    chunks, questions = load_hotpotqa(path, "hp30")
-    index = build_index(chunks_to_frame(chunks), "hp30", cache=None)
+    path = tmp_path / "hp20.jsonl"
+    path.write_text("\n".join(require(HOTPOT).read_text(encoding="utf-8").splitlines()[:20]) + "\n")
+    chunks, questions = load_hotpotqa(path, "hp20")
+    index = build_index(chunks_to_frame(chunks), "hp20", cache=None)
     qrels, within = _gold_by_question([q.question_id for q in questions], chunks)
-    bench = Benchmark("hp30", "train", {q.question_id: q.question for q in questions}, qrels, within)
+    bench = Benchmark("hp20", "train", {q.question_id: q.question for q in questions}, qrels, within)
     spec = TuningSpec(retrievers=["hybrid", "learned", "fusion"], fusion_members=["learned", "hybrid"],
-                      metric="map@10", cv_folds=3)
+                      metric="map@10", cv_folds=3, spaces={"fusion": {"c": [1, 60], "weights.learned": [1.0, 2.0]}})
     alone = [tune(index, bench, spec.model_copy(update={"seed": s}), {}) for s in (0, 1)]
     repeated = tune(index, bench, spec.model_copy(update={"cv_repeats": 2}), {})
     splits = repeated_folds(spec.model_copy(update={"cv_repeats": 2}), bench)

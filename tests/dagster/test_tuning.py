@@ -29,9 +29,43 @@ from causal_assets.defs.tuning import (adopted_reranker, previous_fit, tuned_enc
                                       tuned_retriever_configs)
 from causal_assets.resources import LLM
 from tests.core.test_likelihood_labels import _ChatOnly
-from tests.conftest import SCIFACT, require
+from tests.conftest import SCIFACT, make_beir_subset, require
 
 INDEX = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary]
+
+
+@pytest.fixture(scope="module")
+def scifact_small(tmp_path_factory) -> Path:
+    """This module's SciFact subset (the `resources` fixture's registry points at it): the first 40 documents, with
+    the 8 train and 2 test claims judged on them. Every path the tests check runs on it as on the suite's 120
+    documents (19 train, 4 test claims), and each tuning, fit and index build here costs a fraction."""
+    return make_beir_subset(require(SCIFACT), tmp_path_factory.mktemp("scifact_40"), 40)
+
+
+@pytest.fixture(scope="module")
+def scifact_index(tmp_path_factory, scifact_small) -> Path:
+    """The subset's index (`INDEX`: chunks, embeddings, sparse postings) materialized for real once for the module,
+    its Parquet directory for `copy_index`: the three tests that tune tune on the same index, and each built it."""
+    from causal_assets.resources import CorpusRegistry, ParquetIOManagerFactory, Storage
+
+    root = tmp_path_factory.mktemp("scifact_index")
+    registry = root / "corpora.yaml"   # the entries of the `resources` fixture's registry that this one reads
+    registry.write_text(yaml.safe_dump({"corpora": [
+        {"name": "default", "loader": "python_package", "package": "networkx",
+         "options": {"subpackages": ["algorithms.shortest_paths.unweighted"]}},
+        {"name": "scifact", "loader": "beir", "path": str(scifact_small)}]}))
+    storage = Storage(base_path=str(root / "parquet"), catalog_path=str(root / "catalog.duckdb"),
+                      reports_dir=str(root / "reports"))
+    assert materialize(INDEX, resources={"storage": storage, "corpus_registry": CorpusRegistry(path=str(registry)),
+                                         "io_manager": ParquetIOManagerFactory(storage=storage)},
+                       partition_key="scifact", instance=DagsterInstance.ephemeral()).success
+    return root / "parquet"
+
+
+def copy_index(scifact_index: Path, resources) -> None:
+    """The module's materialized index, copied where the test's `resources` keep their Parquet (the test writes
+    beside it, and may move or edit it)."""
+    shutil.copytree(scifact_index, resources["storage"].base_path)
 
 
 def _events(result, asset):
@@ -39,10 +73,17 @@ def _events(result, asset):
             if e.materialization.asset_key.path[-1] == asset]
 
 
-def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
+def test_tuning_on_train_only_versioned_and_evaluated(resources, scifact_index, monkeypatch):
+    # The learned model's CV on 2 folds (the path, not the estimate): each of the five tunings below fits 15 models
+    # instead of 36.
+    registry_path = Path(resources["benchmark_registry"].path)
+    registry = yaml.safe_load(registry_path.read_text())
+    [scifact] = [b for b in registry["benchmarks"] if b["name"] == "scifact"]
+    scifact["tuning"] = {"cv_folds": 2}
+    registry_path.write_text(yaml.safe_dump(registry))
     # One instance for every run: the evaluation finds the tuned version in the tuning's recorded materialization.
     instance = DagsterInstance.ephemeral()
-    assert materialize(INDEX, resources=resources, partition_key="scifact", instance=instance).success
+    copy_index(scifact_index, resources)
     spec = load_benchmark_registry(resources["benchmark_registry"].path)["scifact"]
     train, test = load_benchmark(spec, "train"), load_benchmark(spec, "test")
     assert train.query_ids() and test.query_ids()
@@ -71,7 +112,7 @@ def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
     assert len(trials[trials.retriever == "hybrid"]) == 21             # the whole weight grid
     assert len(trials[trials.retriever == "cascade"]) > 6              # a search, not one point
     assert len(trials[trials.retriever == "learned"]) == len(grid_for("qrels"))   # the grid x target qrels (no MC labels)
-    assert (trials[trials.retriever == "learned"]["evaluation"] == "cv5").all()
+    assert (trials[trials.retriever == "learned"]["evaluation"] == "cv2").all()      # the folds configured
     for _, t in trials[trials.best].iterrows():                        # the winner is the best trial it scored
         assert t["value"] == trials[trials.retriever == t["retriever"]]["value"].max()
     with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
@@ -140,10 +181,7 @@ def test_tuning_on_train_only_versioned_and_evaluated(resources, monkeypatch):
     assert _events(restored, "tuned_retriever_configs")[0].metadata["reused"].value is False
     assert load_tuned(tuned_dir.parent, "scifact", version).content == content
     # another input (here the benchmark's tuning section) is another tuning
-    registry_path = Path(resources["benchmark_registry"].path)
-    registry = yaml.safe_load(registry_path.read_text())
-    [scifact] = [b for b in registry["benchmarks"] if b["name"] == "scifact"]
-    scifact.setdefault("tuning", {})["passes"] = 1
+    scifact["tuning"]["passes"] = 1
     registry_path.write_text(yaml.safe_dump(registry))
     other = materialize([tuned_retriever_configs, *INDEX], resources=resources, partition_key="scifact",
                         selection=[tuned_retriever_configs], instance=instance)
@@ -155,13 +193,14 @@ def _tuning_run_config(retrievers: list[str]) -> dict:
     return {"ops": {"tuned_retriever_configs": {"config": {"retrievers": retrievers}}}}
 
 
-def test_evaluation_reads_the_tuned_version_its_upstream_materialization_recorded(resources, monkeypatch):
+def test_evaluation_reads_the_tuned_version_its_upstream_materialization_recorded(resources, scifact_index,
+                                                                                  monkeypatch):
     """Two tunings of one benchmark: the evaluation of the first run evaluates the first version even though the
     second tuning finished while that run was between its tuning and its evaluation; an evaluation on its own
     follows the latest recorded tuning; configuration files no materialization recorded (a tuning that crashed
     after writing them) are never evaluated."""
     instance = DagsterInstance.ephemeral()
-    assert materialize(INDEX, resources=resources, partition_key="scifact", instance=instance).success
+    copy_index(scifact_index, resources)
     everything = [evaluation_tables, tuned_retriever_configs, *INDEX]
     second: list = []
 
@@ -242,14 +281,15 @@ def test_the_llm_resource_knows_a_chat_only_endpoint_cannot_score(tmp_path):
     assert LLM(cache_path=str(tmp_path / "c.db")).scores_prompts() is True   # the packaged model, in-process
 
 
-@pytest.mark.slow   # ~2 min beside a busy core: fits MiniLM, then one-epoch cross-encoders (3 members fitted in all)
-def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs(resources):
+@pytest.mark.slow   # fits MiniLM twice, then one-step cross-encoders (4 member fits in all)
+@pytest.mark.usefixtures("torch_on_free_cores")
+def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs(resources, scifact_index):
     """Not asked for: a record saying so and no vectors. Asked for (and adopted whatever the held-out figures say,
     min_gain -1, so the path is certain): the model directory and the corpus's vectors under it, the tuned
     configuration made on that index, and its `*_tuned` runs evaluated on it while the baselines keep the corpus's."""
     instance = DagsterInstance.ephemeral()
     base = resources["storage"].base_path
-    assert materialize(INDEX, resources=resources, partition_key="scifact", instance=instance).success
+    copy_index(scifact_index, resources)
     encoder_assets = [tuned_encoder, *INDEX]
     assert materialize(encoder_assets, resources=resources, partition_key="scifact", selection=[tuned_encoder],
                        instance=instance).success
@@ -260,11 +300,12 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     registry_path = Path(resources["benchmark_registry"].path)
     registry = yaml.safe_load(registry_path.read_text())
     [scifact] = [b for b in registry["benchmarks"] if b["name"] == "scifact"]
-    # the reranker too, adopted whatever the held-out figures say (one short epoch: the path, not the quality)
+    # the reranker too, adopted whatever the held-out figures say (one short epoch: the path, not the quality; each
+    # fit one step, every fit pair in one batch; the encoder fitted on half the 8 train claims, its costly part)
     scifact["tuning"] = {"retrievers": ["hybrid", "cascade"],
-                         "encoder": {"held_out": 0.25, "batch_size": 8, "min_gain": -1.0},
-                         "reranker": {"held_out": 0.25, "epochs": 1, "negatives": 1, "max_length": 64, "depth": 5,
-                                      "mix": [0.5], "min_gain": -1.0}}
+                         "encoder": {"held_out": 0.5, "batch_size": 16, "min_gain": -1.0},
+                         "reranker": {"held_out": 0.25, "epochs": 1, "batch_size": 16, "negatives": 1,
+                                      "max_length": 64, "depth": 5, "mix": [0.5], "min_gain": -1.0}}
     registry_path.write_text(yaml.safe_dump(registry))
     everything = [tuned_encoder, tuned_reranker, tuned_retriever_configs, evaluation_tables, *INDEX]
     result = materialize(everything, resources=resources, partition_key="scifact", instance=instance,
