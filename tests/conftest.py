@@ -130,6 +130,13 @@ def resources(tmp_path, small_registry):
             "llm": LLM(cache_path=str(tmp_path / "llm_calls.sqlite"))}
 
 
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory) -> Path:
+    """Where the packaged Gemma-3-270M is assembled from its wheel's parts (~250 MB written and sha256-checked, a
+    few seconds): once per test session, for every test that loads it."""
+    return tmp_path_factory.mktemp("models")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _dagster_home(tmp_path_factory):
     os.environ.setdefault("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster_home")))

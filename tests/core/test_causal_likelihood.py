@@ -27,10 +27,12 @@ pytestmark = pytest.mark.llm
 
 def test_the_question_and_its_answer_get_likelier_with_the_supporting_paragraphs(scorer):
     q = read_multihop(require(HOTPOT)).questions[0]
-    gold = [ContextDoc(f"g{i}", p.text[:400], p.title) for i, p in enumerate(p for p in q.paragraphs if p.supporting)]
-    other = [ContextDoc(f"d{i}", p.text[:400], p.title)
+    # each paragraph's first 200 characters (both gold ones name the band there); greedy answers of up to 8 tokens
+    # (the answer, "Rush", is one; a base model goes on with the next line until max_answer_tokens)
+    gold = [ContextDoc(f"g{i}", p.text[:200], p.title) for i, p in enumerate(p for p in q.paragraphs if p.supporting)]
+    other = [ContextDoc(f"d{i}", p.text[:200], p.title)
              for i, p in enumerate(p for p in q.paragraphs if not p.supporting)][:2]
-    model = LikelihoodAnswerModel(scorer)
+    model = LikelihoodAnswerModel(scorer, max_answer_tokens=8)
     assert model.estimate_entropy(q.question, gold) < model.estimate_entropy(q.question, []) - 5
     assert model.answer_probability(q.question, gold, q.answer) > 2 * model.answer_probability(q.question, other,
                                                                                               q.answer)

@@ -3,6 +3,7 @@
 an endpoint that cannot score."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -10,6 +11,7 @@ import shutil
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
 
 import numpy as np
 import openai
@@ -28,17 +30,15 @@ from causal_assets.core.llm import scoring
 from causal_assets.core.llm.cache import CallCache, file_sha256
 from causal_assets.core.llm.client import LLMClient
 from causal_assets.core.llm.cores import free_cores
-from causal_assets.core.llm.models import local_model_path, local_scorer
+from causal_assets.core.llm.models import local_model_path
 from causal_assets.core.llm.scoring import EndpointScorer, LlamaCppScorer, ScoreRequest, ScoringUnsupported
 from causal_assets.core.llm.server import LocalLlamaServer
 from tests.conftest import HOTPOT, load_scaled_s, require
+from tests.core.conftest import with_cache
 
+# One Gemma-3-270M for the module (the `scorer` fixture, loaded once); a test that needs its own call cache, or none,
+# scores through `with_cache(scorer, ...)`: the same model behind that cache.
 pytestmark = pytest.mark.llm
-
-
-@pytest.fixture(scope="module")
-def models_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("models")
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +47,12 @@ def hotpot_question():
     return q
 
 
-def test_known_answer_gets_likelier_with_its_paragraph(tmp_path, models_dir, hotpot_question):
+def test_known_answer_gets_likelier_with_its_paragraph(tmp_path, scorer, hotpot_question):
     q = hotpot_question
-    scorer = local_scorer("gemma3-270m", CallCache(tmp_path / "c.db"), models_dir, n_threads=2)
-    gold = [(p.title, p.text) for p in q.paragraphs if p.supporting]
-    distractors = [(p.title, p.text) for p in q.paragraphs if not p.supporting][:3]
+    scorer = with_cache(scorer, CallCache(tmp_path / "c.db"))
+    # each paragraph's first 200 characters: both gold ones name the band there
+    gold = [(p.title, p.text[:200]) for p in q.paragraphs if p.supporting]
+    distractors = [(p.title, p.text[:200]) for p in q.paragraphs if not p.supporting][:3]
     cont = answer_continuations(q.answer)
     with_gold, without = scorer.score_many([ScoreRequest(solver_prompt(q.question, distractors + gold, "answer_f1"), cont),
                                             ScoreRequest(solver_prompt(q.question, distractors, "answer_f1"), cont)])
@@ -59,42 +60,48 @@ def test_known_answer_gets_likelier_with_its_paragraph(tmp_path, models_dir, hot
     assert not with_gold.cached and with_gold.prompt_tokens > 100
 
 
-def test_prefix_reuse_gives_the_same_log_probabilities_bit_for_bit(models_dir, hotpot_question):
+def test_prefix_reuse_gives_the_same_log_probabilities_bit_for_bit(scorer, hotpot_question):
     """Scoring with the KV cache of a previous prompt reused equals scoring from scratch, to the last bit: the
     reuse is in whole blocks and the batches are aligned to them, so no token's batch depends on the request
     before it (free-form reuse moved 54 of 120 such answer scorings by up to 0.53 nats:
-    benchmarks/scoring_determinism.py). Monte Carlo-like subsets of one question's paragraphs, sharing
-    beginnings of many lengths, scored in one batch and then each alone."""
+    benchmarks/scoring_determinism.py). Monte Carlo-like subsets of one question's paragraphs, scored in one batch
+    and then each alone. In the batch's (prompt) order each shares a beginning of another length with the one
+    before it (none, 133, 157, 303 and 75 tokens): reuse of no block, one and two blocks, each with a part-block
+    after it that must be evaluated again, and a shared beginning shorter than a block."""
     q = hotpot_question
-    docs = [(p.title, p.text[:200]) for p in q.paragraphs]   # prompts of 3-5 reuse blocks
+    docs = [(p.title, p.text[:60]) for p in q.paragraphs]   # prompts of 2-3 reuse blocks
     cont = answer_continuations(q.answer)
-    subsets = [docs[:k] for k in (10, 7, 4, 9, 2)] + [docs[1:6], docs[::2], docs[:3] + docs[5:8]]
+    subsets = [docs[:k] for k in (10, 9, 4)] + [docs[::2], docs[:3] + docs[5:8]]
     reqs = [ScoreRequest(solver_prompt(q.question, sub, "answer_f1"), cont, question_span(q.question, sub))
             for sub in subsets]
-    scorer = local_scorer("gemma3-270m", None, models_dir, n_threads=2)
-    decoded = _record_batches(scorer)
-    try:
+    scorer = with_cache(scorer, None)                            # no cache: every request is evaluated
+    scorer._meter = None                                         # its threads stay as they are for the comparison
+    scorer.forget_prefix()                                       # as a fresh model: no earlier prompt to reuse
+    evaluated, requested = scorer.tokens_evaluated, scorer.tokens_requested
+    with _recording_batches(scorer) as decoded:
         together = scorer.score_many(reqs)
-        assert scorer.tokens_evaluated < scorer.tokens_requested       # shared beginnings were not evaluated twice
+        # shared beginnings were not evaluated twice
+        assert scorer.tokens_evaluated - evaluated < scorer.tokens_requested - requested
         batches_together = list(decoded)
         decoded.clear()
         alone = []
         for r in reqs:
-            scorer.forget_prefix()                                   # from scratch
+            scorer.forget_prefix()                               # from scratch
             alone.append(scorer.score_many([r])[0])
-    finally:
-        scorer.close()
     # The mechanism, checked on any CPU: every batch decoded with reuse (its first position and its tokens) is one
-    # that scoring from scratch decodes too. Free-form reuse (`reuse_block=0`) decoded 7 of its 8 batches at
-    # positions scratch never starts a batch at (and here moved log-probabilities too). Whether that also moves a log-probability depends on the CPU's
-    # kernels and the prompts, so the equalities below alone are not a detector everywhere.
+    # that scoring from scratch decodes too. Free-form reuse (`reuse_block=0`) decoded none of its 5 batches as
+    # scratch does: 4 start at positions scratch never starts a batch at (75, 133, 157, 303), the first spans two
+    # blocks (here it also moved one answer's log-probability, by 0.04 nats). Whether that also moves a
+    # log-probability depends on the CPU's kernels and the prompts, so the equalities below alone are not a
+    # detector everywhere.
     assert [b for b in batches_together if b not in set(decoded)] == []
     assert [r.logprobs for r in together] == [r.logprobs for r in alone]
     assert [r.span_logprob for r in together] == [r.span_logprob for r in alone]
 
 
-def _record_batches(scorer: LlamaCppScorer) -> list[tuple[int, tuple[int, ...]]]:
-    """Every batch the scorer's llama.cpp context decodes from now on, as (first position, tokens)."""
+@contextlib.contextmanager
+def _recording_batches(scorer: LlamaCppScorer) -> Iterator[list[tuple[int, tuple[int, ...]]]]:
+    """Every batch the scorer's llama.cpp context decodes inside the block, as (first position, tokens)."""
     decoded: list[tuple[int, tuple[int, ...]]] = []
     context = scorer._llm._ctx
     decode = context.decode
@@ -105,7 +112,10 @@ def _record_batches(scorer: LlamaCppScorer) -> list[tuple[int, tuple[int, ...]]]
         return decode(batch)
 
     context.decode = recording
-    return decoded
+    try:
+        yield decoded
+    finally:
+        context.decode = decode                                  # the model is the module's: stop recording
 
 
 def test_the_reuse_block_is_checked(models_dir):
@@ -114,15 +124,17 @@ def test_the_reuse_block_is_checked(models_dir):
 
 
 @pytest.mark.slow
-def test_server_endpoint_scores_like_the_in_process_model(tmp_path, models_dir):
+def test_server_endpoint_scores_like_the_in_process_model(tmp_path, scorer, models_dir):
     """The real llama.cpp server's echo + logprobs path agrees with the in-process scorer on the same weights
     (Gemma: prompts start with BOS, the case llama-cpp-python's server echoes correctly), and reads the question's
-    span off the same echo. One short document: llama-cpp-python's server sorts the whole vocabulary (262k for
-    Gemma) in Python for every echoed token, ~0.4 s a token on 2 cores."""
-    question, docs = "Which band is Canadian?", [("Rush", "Rush is a Canadian rock band.")]
-    prompt, span = solver_prompt(question, docs, "answer_f1"), question_span(question, docs)
-    cont = (" Rush",)
-    local = local_scorer("gemma3-270m", None, models_dir, n_threads=2).score_many([ScoreRequest(prompt, cont, span)])[0]
+    span off the same echo. One sentence, the question and the answer cue, without the solver prompt's
+    instructions (19 prompt tokens, not 69): llama-cpp-python's server sorts the whole vocabulary (262k for Gemma) in
+    Python for every echoed token, ~0.4 s a token on 2 cores."""
+    question = "Which band is Canadian?"
+    prompt = f"Rush is a Canadian rock band.\n\nQuestion: {question}\nAnswer:"
+    start = prompt.index(" " + question)
+    span, cont = (start, start + 1 + len(question)), (" Rush",)
+    local = with_cache(scorer, None).score_many([ScoreRequest(prompt, cont, span)])[0]
     with LocalLlamaServer(model_path=local_model_path("gemma3-270m", models_dir), n_threads=free_cores(), n_ctx=512,
                           startup_timeout_s=load_scaled_s(120)) as srv:
         # the client's deadline follows the machine's load: the product's behaviour is asserted, not its speed
@@ -137,7 +149,7 @@ def test_server_endpoint_scores_like_the_in_process_model(tmp_path, models_dir):
 
 
 @pytest.mark.slow
-def test_question_span_is_read_off_the_answers_prompt_evaluation(tmp_path, models_dir, hotpot_question):
+def test_question_span_is_read_off_the_answers_prompt_evaluation(tmp_path, scorer, hotpot_question):
     """qa_likelihood costs one request per trial: the question's log-probability read off the answer's prompt
     equals scoring the question as a continuation of the prompt before it (a separate request). The real
     server's echo path reads the same span: `test_server_endpoint_scores_like_the_in_process_model`, on a short
@@ -147,7 +159,7 @@ def test_question_span_is_read_off_the_answers_prompt_evaluation(tmp_path, model
     prompt, span = solver_prompt(q.question, docs, "answer_f1"), question_span(q.question, docs)
     assert prompt[span[0]:span[1]] == " " + q.question
     cont = answer_continuations(q.answer)
-    scorer = local_scorer("gemma3-270m", CallCache(tmp_path / "c.db"), models_dir, n_threads=2)
+    scorer = with_cache(scorer, CallCache(tmp_path / "c.db"))
     one, apart = scorer.score_many([ScoreRequest(prompt, cont, span),
                                     ScoreRequest(prompt[:span[0]], (prompt[span[0]:span[1]],))])
     assert one.span_tokens == apart.n_tokens[0] > 5
@@ -193,15 +205,15 @@ def test_endpoint_without_prompt_logprobs_raises_the_documented_error(tmp_path):
             scorer.score_many([ScoreRequest("Question: x\nAnswer:", (" y",))])
 
 
-def test_rerun_is_served_entirely_from_the_cache(tmp_path, models_dir, hotpot_question):
+def test_rerun_is_served_entirely_from_the_cache(tmp_path, scorer, hotpot_question):
     q = hotpot_question
-    pool = [(f"{q.question_id}/{i}", p.title, p.text[:200]) for i, p in enumerate(q.paragraphs[:6])]
+    pool = [(f"{q.question_id}/{i}", p.title, p.text[:60]) for i, p in enumerate(q.paragraphs[:6])]
     cfg = LabelingParams(estimator="regression", outcome="likelihood", budget=8)
-    cache = CallCache(tmp_path / "c.db")
     first = label_question(q.question_id, q.question, q.answer, pool,
-                           LikelihoodSolver(local_scorer("gemma3-270m", cache, models_dir, n_threads=2), "answer_f1"), cfg)
+                           LikelihoodSolver(with_cache(scorer, CallCache(tmp_path / "c.db")), "answer_f1"), cfg)
+    # the rerun: the cache's file opened again
     again = label_question(q.question_id, q.question, q.answer, pool,
-                           LikelihoodSolver(local_scorer("gemma3-270m", cache, models_dir, n_threads=2), "answer_f1"), cfg)
+                           LikelihoodSolver(with_cache(scorer, CallCache(tmp_path / "c.db")), "answer_f1"), cfg)
     assert len(again.trials) == cfg.budget and all(t["cached"] for t in again.trials)
     assert [t["loglik"] for t in again.trials] == [t["loglik"] for t in first.trials]
     assert not any(t["cached"] for t in first.trials)
