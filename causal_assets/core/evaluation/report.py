@@ -27,6 +27,15 @@ FAMILY_STYLE = {"lexical": ("-", "o"), "dense": ("-", "s"), "fusion": ("-.", "D"
                 "causal": ("-", "P"), "learned": ("-", "*"), "other": ("-", "x")}
 
 
+def _plot_retriever(ax, k, values, retriever: str, i: int, colours) -> None:
+    """One retriever's line: its family's style and marker, dashed and hollow when tuned, the i-th colour."""
+    style, marker = FAMILY_STYLE[family(retriever)]
+    tuned = retriever.endswith("_tuned")
+    ax.plot(k, values, linestyle="--" if tuned else style, marker=marker, markersize=5,
+            color=colours[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20], linewidth=1.4,
+            markerfacecolor="none" if tuned else None, label=f"{retriever} ({family(retriever)})")
+
+
 def family(retriever: str) -> str:
     return FAMILIES.get(retriever.removesuffix("_tuned"), "other")
 
@@ -94,11 +103,7 @@ def curves_png(metrics: pd.DataFrame, split: str, title: str, n_candidates: int 
             g = data[(data.metric == metric) & (data.k > 0) & (data.retriever == retriever)].sort_values("k")
             if g.empty:
                 continue
-            style, marker = FAMILY_STYLE[family(retriever)]
-            tuned = retriever.endswith("_tuned")
-            ax.plot(g["k"], g["value"], linestyle="--" if tuned else style, marker=marker, markersize=5,
-                    color=colours[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20], linewidth=1.4,
-                    markerfacecolor="none" if tuned else None, label=f"{retriever} ({family(retriever)})")
+            _plot_retriever(ax, g["k"], g["value"], retriever, i, colours)
         ax.set_xscale("log")
         ax.set_xlabel("K")
         ax.set_title(f"{metric}@K")
@@ -285,11 +290,7 @@ def answers_png(group: pd.DataFrame, title: str) -> bytes:
             ax.plot(g["k"], g["answer_gain"], linestyle=style, marker=marker, color="0.35", linewidth=1.4,
                     label=f"{retriever} (reference)")
             continue
-        style, marker = FAMILY_STYLE[family(retriever)]
-        tuned = retriever.endswith("_tuned")
-        ax.plot(g["k"], g["answer_gain"], linestyle="--" if tuned else style, marker=marker, markersize=5,
-                color=colours[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20], linewidth=1.4,
-                markerfacecolor="none" if tuned else None, label=f"{retriever} ({family(retriever)})")
+        _plot_retriever(ax, g["k"], g["answer_gain"], retriever, i, colours)
     ax.axhline(0, color="0.6", linewidth=0.8)
     ax.set_xticks(sorted(means["k"].unique()))
     ax.set_xlabel("k (top documents shown)")
