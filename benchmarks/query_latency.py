@@ -5,10 +5,10 @@ embedding included (no LLM is involved in any of them).
 
 Each query is one `retrieve_many([query], 10)` call, as a service answering one request at a time would make it;
 nothing is cached across queries. Retrievers: BM25, dense, z-score hybrid, the cascade (no graph: SciFact has none
-materialized, as in `cascade_latency.py`) and entity-first. Entity-first ranks a candidate set (it links every
+materialized) and entity-first. Entity-first ranks a candidate set (it links every
 candidate's title to every other, quadratic in the set), so it is timed where it is used: on HotpotQA's 10
 paragraphs per question, and on SciFact over the hybrid top 20 (the shortlist's time included). The cascade is
-also timed with query vectors computed beforehand, for comparison with `cascade_latency.py`.
+also timed with query vectors computed beforehand, so its own cost shows without MiniLM's.
 Writes data/benchmarks/query_latency.json.
 """
 from __future__ import annotations
