@@ -227,12 +227,23 @@ class PrecomputedQueries:
         return getattr(self.inner, name)
 
 
+def quick_tmp() -> Path:
+    """A temporary directory for a quick run, removed when the process exits."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="bench-quick-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def quick_base(corpora: dict[str, int], dense: bool = True) -> Path:
     """A Parquet base with a small corpus index (`corpus_chunks`, `corpus_embeddings`, `sparse_postings`,
     `sparse_vocabulary`) for each corpus, built as the corpus index assets build it from the first n chunks of the
     registry's corpus: what `--quick` reads instead of data/parquet, so a smoke run needs no materialization.
     `corpora`: corpus name -> chunks; `dense=False` leaves out the vectors. A new temporary directory each time,
-    its embedding cache included: nothing under data/ is read or written."""
+    its embedding cache included, removed when the process exits: nothing under data/ is read or written."""
     import json as _json
     import tempfile
 
@@ -245,7 +256,7 @@ def quick_base(corpora: dict[str, int], dense: bool = True) -> Path:
     from causal_assets.settings import Settings
 
     settings = Settings.from_env()
-    base = Path(tempfile.mkdtemp(prefix="bench-quick-"))
+    base = quick_tmp()
     registry = load_corpus_registry(settings.corpora, settings.shared_data)
     embedder = Embedder()
     cache = EmbeddingCache.for_embedder(base / "cache" / "embeddings", embedder)

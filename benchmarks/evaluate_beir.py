@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from common import quick_tmp  # noqa: E402
 
 from causal_assets.core.benchmarks import Benchmark  # noqa: E402
 from causal_assets.core.corpus.beir import load_beir_corpus, load_beir_qrels, load_beir_queries  # noqa: E402
@@ -73,7 +74,7 @@ def main() -> None:
         chunks = chunks.head(QUICK_DOCUMENTS).reset_index(drop=True)
         documents = set(chunks["chunk_id"])   # a BEIR chunk is a document, under its id
     dense = args.retriever != "bm25" and args.retriever != "tfidf"
-    cache_root = Path(tempfile.mkdtemp(prefix="bench-quick-")) if args.quick else ROOT / "data" / "parquet" / "cache"
+    cache_root = quick_tmp() if args.quick else ROOT / "data" / "parquet" / "cache"
     index = build_index(chunks, name, args.split_identifiers, dense=dense,
                         cache=EmbeddingCache(cache_root / "embeddings", DEFAULT_MODEL))
     build_s = time.perf_counter() - t0

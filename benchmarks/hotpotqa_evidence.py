@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from common import quick_tmp  # noqa: E402
 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
 from causal_assets.core.corpus.chunk import chunks_to_frame  # noqa: E402
@@ -56,7 +57,7 @@ def main() -> None:
     t0 = time.perf_counter()
     data, cache_root = DATA, ROOT / "data" / "parquet" / "cache"
     if args.quick:
-        cache_root = Path(tempfile.mkdtemp(prefix="bench-quick-"))
+        cache_root = quick_tmp()
         data = cache_root / DATA.name
         data.write_text("\n".join(DATA.read_text().splitlines()[:QUICK_QUESTIONS]) + "\n")
     chunks, _ = load_hotpotqa(data, "hotpotqa")
