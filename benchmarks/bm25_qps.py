@@ -1,6 +1,6 @@
 """BM25 queries per second on SciFact (5,183 chunks, all 1,109 queries), the project's index vs the bm25s library.
 
-    python benchmarks/bm25_qps.py [--quick]
+    python benchmarks/bm25_qps.py [--quick] [--out DIR]
 
 Like for like: query text in, top-10 chunk positions and scores out, tokenisation included on both sides, one
 thread each. bm25s runs its fastest configuration (numba backend for scoring and selection, `n_threads=0`, i.e.
@@ -8,7 +8,8 @@ one thread), indexed with the same Lucene BM25 parameters; ours is `SparseIndex.
 terms. The two are timed alternately (the order flipped every round), round after round, and the figure is the median of the per-round ratios,
 so a change in machine load hits both. Also reported: the public API (`CorpusIndex.search_many`, which adds `Hit`
 objects with ids and titles) and how far the two top 10s agree (their analyzers differ slightly).
-Writes data/benchmarks/bm25_qps.json.
+`--quick`: the first 1,000 abstracts indexed in a temporary directory, 200 queries, 7 rounds. Writes
+data/benchmarks/bm25_qps[_quick].json.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import time
 import bm25s
 import numpy as np
 import Stemmer
-from common import PARQUET, Figure, run_script
+from common import PARQUET, Figure, quick_base, run_script
 
 from causal_assets.core.benchmarks import load_benchmark_registry
 from causal_assets.core.corpus.beir import load_beir_queries
@@ -33,9 +34,9 @@ TARGET_RATIO = 1.0
 
 def run(quick: bool) -> tuple[list[Figure], dict]:
     spec = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)["scifact"]
-    queries = list(load_beir_queries(spec.resolved_path).values())
+    queries = list(load_beir_queries(spec.resolved_path).values())[: 200 if quick else None]
     rounds = 7 if quick else 21  # one round is ~0.1 s per side: many short rounds ride out load changes
-    index = CorpusIndex.load(PARQUET, "scifact", dense=False)
+    index = CorpusIndex.load(quick_base({"scifact": 1000}, dense=False) if quick else PARQUET, "scifact", dense=False)
     ours = index.sparse["bm25"]
     stemmer = Stemmer.Stemmer("english")
     reference = bm25s.BM25(k1=BM25_K1, b=BM25_B, method="lucene", backend="numba")

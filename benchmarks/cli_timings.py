@@ -2,13 +2,15 @@
 `ask` (a new question, then the same again), each end to end as a subprocess, with the load average; and the import
 of the code location (`causal_assets.definitions`), which every Dagster process pays first.
 
-    python benchmarks/cli_timings.py [--quick]
+    python benchmarks/cli_timings.py [--quick] [--out DIR]
     python benchmarks/cli_timings.py --busy 3 --compare-with /path/to/other/checkout --no-ask
 
 Every figure is the median of repeated runs. `ask` needs the default corpus built and the local LLM: "cold" is a
 question the call cache has not seen, "warm" the same again. `--busy N` runs N CPU-bound loops beside the
 measurement; `--compare-with DIR` times another checkout's CLI on the same data, run for run alternating, so the
-ratio comes from one run under one load. Writes data/benchmarks/cli_timings.json.
+ratio comes from one run under one load. `--quick`: 2 runs each, no `ask`, and the first 300 chunks of the default
+corpus indexed in a temporary directory (the base path of every command), so nothing needs to be built first.
+Writes data/benchmarks/cli_timings[_quick].json.
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ import time
 import uuid
 from pathlib import Path
 
-from common import ROOT, Figure, busy_loops, load_average, run_script
+from common import ROOT, Figure, busy_loops, load_average, quick_base, run_script
 
 PY = sys.executable
+ENV: dict[str, str] = {}   # set for every command timed (--quick: the temporary base path)
 HELP_TARGET_S = 1.0
 BM25_TARGET_S = 2.0
 
@@ -32,7 +35,7 @@ def _timed(python_args: list[str], what: str, timeout: float, tree: Path) -> tup
                                                                                   list[float]]:
     """`python -P <python_args>` as a new process: the code of `tree` (`-P`: the working directory is not put on
     sys.path, so PYTHONPATH decides), the data of this checkout; (seconds, the process, the load average before)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, **ENV, "PYTHONPATH": str(tree)}
     env.setdefault("DAGSTER_HOME", str(ROOT / "data" / "dagster_home"))
     load = load_average()
     t0 = time.perf_counter()
@@ -90,7 +93,9 @@ def run(quick: bool, args: argparse.Namespace) -> tuple[list[Figure], dict]:
 
 
 def measure(quick: bool, args: argparse.Namespace) -> tuple[list[Figure], dict]:
-    n = 3 if quick else 5
+    n = 2 if quick else 5
+    if quick:
+        ENV["CAUSAL_ASSETS_BASE_PATH"] = str(quick_base({"default": 300}))
     other = args.compare_with.resolve() if args.compare_with else None
     search = ["search", "shortest path between two nodes", "--corpus", "default", "-k", "5"]
     details = {
@@ -110,7 +115,7 @@ def measure(quick: bool, args: argparse.Namespace) -> tuple[list[Figure], dict]:
     for name in ("help", "search_bm25", "search_dense", "code_location") if other is not None else ():
         figures.append(Figure(f"{name}: this checkout / {other.name}, ratio of medians",
                               details[name]["compared"]["ratio_of_medians"], "x"))
-    if args.no_ask:
+    if args.no_ask or quick:
         return figures, details
     question = f"Which networkx function returns the shortest path between two nodes? ({uuid.uuid4().hex[:6]})"
     ask = ["ask", question, "--corpus", "default"]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -177,16 +178,24 @@ def busy_loops(n: int):
 
 def run_script(topic: str, run: Callable[..., tuple[list[Figure], dict]], doc: str | None,
                options: Callable[[argparse.ArgumentParser], None] | None = None) -> Path:
-    """The command line every benchmark script shares: `--quick`, then `run(quick)` and its JSON written.
+    """The command line every benchmark script shares: `--quick` and `--out`, then `run(quick)` and its JSON written.
     `options`: a script's own arguments, added to the parser; `run` then gets the parsed namespace too."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
+    add_common_options(ap)
     if options:
         options(ap)
     args = ap.parse_args()
     started = machine()
     figures, details = run(args.quick, args) if options else run(args.quick)
-    return write_result(topic, figures, details, started, args.quick)
+    return write_result(topic, figures, details, started, args.quick, args.out)
+
+
+def add_common_options(ap: argparse.ArgumentParser) -> None:
+    """`--quick` (a smoke run of seconds to a minute: small inputs, few repeats, figures not comparable with the
+    targets) and `--out DIR` (where the JSON goes)."""
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: small inputs and few repeats; writes <topic>_quick.json")
+    ap.add_argument("--out", type=Path, default=OUT_DIR, help="directory for the JSON (default data/benchmarks)")
 
 
 def _jsonable(x):
@@ -216,3 +225,57 @@ class PrecomputedQueries:
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+
+def quick_tmp() -> Path:
+    """A temporary directory for a quick run, removed when the process exits."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="bench-quick-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def quick_base(corpora: dict[str, int], dense: bool = True) -> Path:
+    """A Parquet base with a small corpus index (`corpus_chunks`, `corpus_embeddings`, `sparse_postings`,
+    `sparse_vocabulary`) for each corpus, built as the corpus index assets build it from the first n chunks of the
+    registry's corpus: what `--quick` reads instead of data/parquet, so a smoke run needs no materialization.
+    `corpora`: corpus name -> chunks; `dense=False` leaves out the vectors. A new temporary directory each time,
+    its embedding cache included, removed when the process exits: nothing under data/ is read or written."""
+    import json as _json
+    import tempfile
+
+    from causal_assets.core.corpus.chunk import chunks_to_frame
+    from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
+    from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
+    from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
+    from causal_assets.core.index.provenance import FINGERPRINT, compute_fingerprint
+    from causal_assets.core.storage import asset_path, write_parquet_atomic
+    from causal_assets.settings import Settings
+
+    settings = Settings.from_env()
+    base = quick_tmp()
+    registry = load_corpus_registry(settings.corpora, settings.shared_data)
+    embedder = Embedder()
+    cache = EmbeddingCache.for_embedder(base / "cache" / "embeddings", embedder)
+    for corpus, n in corpora.items():
+        spec = registry[corpus]
+        frame = chunks_to_frame(load_corpus(spec)[0]).head(n).reset_index(drop=True)
+        frame.insert(0, "chunk_idx", range(len(frame)))
+        frame["index_options"] = _json.dumps({"split_identifiers": spec.split_identifiers})
+        frame[FINGERPRINT] = compute_fingerprint(frame)
+        fingerprint = frame[FINGERPRINT].iloc[0]
+        postings, vocab = sparse_frames(build_sparse(frame, spec.split_identifiers)[0], corpus, fingerprint)
+        tables = {"corpus_chunks": frame, "sparse_postings": postings, "sparse_vocabulary": vocab}
+        if dense:
+            vectors, _ = embed_incremental(chunk_texts(frame), frame["content_hash"].tolist(), embedder, cache, corpus)
+            tables["corpus_embeddings"] = pd.DataFrame({"corpus": corpus, "chunk_id": frame["chunk_id"], "chunk_idx": frame["chunk_idx"],
+                            "content_hash": frame["content_hash"], "model": DEFAULT_MODEL, "backend": embedder.backend,
+                            "embedding": list(vectors), FINGERPRINT: fingerprint})
+        for asset, table in tables.items():
+            path = asset_path(base, asset, corpus)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_parquet_atomic(table, path)
+    return base

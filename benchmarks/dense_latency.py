@@ -1,14 +1,15 @@
 """Dense query latency of the single-query path against a plain float product, at 10k and 100k chunks, in one run;
 and the ANN's nprobe calibrated on real SciFact queries (recall@10 against exact search).
 
-    python benchmarks/dense_latency.py [--quick] [--sizes 10000,100000]
+    python benchmarks/dense_latency.py [--quick] [--sizes 10000,100000] [--out DIR]
 
 Corpus: SciFact's 5,183 real MiniLM vectors plus synthetic ones up to the size (random mixes of two real vectors
 with a little noise). Queries: SciFact's 300 test queries, one by one, alternating which path goes first so load
 changes hit both. Per size: search only (`CorpusIndex.dense_top_k` against one multi-threaded float product and
 argpartition; both must return the same top 10), end to end with the query's embedding, and the ANN with its
 default nprobe and one calibrated on 400 real train queries. Latencies are p50/p95 with wall and CPU time and the
-load average. Writes data/benchmarks/dense_latency[_quick].json.
+load average. `--quick`: the vectors of the first 300 abstracts (embedded in a temporary directory), 5,000
+chunks, 60 test and 100 train queries. Writes data/benchmarks/dense_latency[_quick].json.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from common import OUT_DIR, PARQUET, Figure, latency_ms, load_average, machine, write_result
+from common import PARQUET, Figure, add_common_options, quick_base, latency_ms, load_average, machine, write_result
 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.corpus.chunk import chunks_to_frame
@@ -92,7 +93,11 @@ def run(quick: bool, sizes: list[int], cache_root: Path) -> tuple[list[Figure], 
     new_embedder = Embedder()                        # the default backend
     old_embedder = Embedder(backend="torch")         # what the index used before backends
     int8_embedder = Embedder(backend="onnx-int8")   # the fastest query embedding, whatever the default
-    real = scifact_vectors(new_embedder, cache_root)
+    if quick:
+        emb = pd.read_parquet(quick_base({"scifact": 300}) / "corpus_embeddings" / "scifact.parquet")
+        real = np.stack(emb.sort_values("chunk_idx")["embedding"].to_numpy()).astype(np.float32)
+    else:
+        real = scifact_vectors(new_embedder, cache_root)
     qvs = new_embedder.encode_queries(queries)
     calib = new_embedder.encode_queries(calib_queries)
     details: dict = {"cache_root": str(cache_root), "queries": len(queries), "calibration_queries": len(calib_queries),
@@ -185,14 +190,14 @@ def run(quick: bool, sizes: list[int], cache_root: Path) -> tuple[list[Figure], 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--sizes", default="10000,100000")
+    add_common_options(ap)
+    ap.add_argument("--sizes", help="comma-separated corpus sizes (default 10000,100000; --quick 5000)")
     ap.add_argument("--cache-root", type=Path, default=PARQUET / "cache" / "embeddings",
                     help="embedding cache to read SciFact's vectors from (read only)")
     args = ap.parse_args()
     started = machine()
-    figures, details = run(args.quick, [int(s) for s in args.sizes.split(",")], args.cache_root)
-    write_result("dense_latency", figures, details, started, args.quick, OUT_DIR)
+    figures, details = run(args.quick, [int(s) for s in (args.sizes or ("5000" if args.quick else "10000,100000")).split(",")], args.cache_root)
+    write_result("dense_latency", figures, details, started, args.quick, args.out)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     python benchmarks/embedding_backends.py [--quick] [--backends onnx-int8,onnx]
 
-Every SciFact abstract (`--quick`: a 512-text sample, no nDCG) is embedded by fp32 PyTorch and by each candidate
+Every SciFact abstract (`--quick`: a 128-text sample, no nDCG) is embedded by fp32 PyTorch and by each candidate
 backend with its default threads, taking turns block by block (256 texts, the first one alternating), so a change
 of load hits all of them; the figure is the ratio of summed seconds over the same texts. Then the 300 test queries
 are searched against each backend's own vectors: nDCG@10, and the difference to fp32. Targets: throughput >= 2.0x
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import OUT_DIR, PARQUET, Figure, load_average, machine, write_result
+from common import PARQUET, Figure, add_common_options, load_average, machine, write_result
 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.corpus.chunk import chunks_to_frame
@@ -45,7 +45,7 @@ def run(quick: bool, backends: list[str], timed: int | None = None,
     texts, hashes = chunk_texts(chunks), chunks["content_hash"].tolist()
     sample = np.arange(len(texts))
     if quick:
-        sample = np.sort(np.random.default_rng(0).choice(len(texts), 512, replace=False))
+        sample = np.sort(np.random.default_rng(0).choice(len(texts), 128, replace=False))
     names = [REFERENCE, *backends]
     embedders = {b: Embedder(DEFAULT_MODEL, 64, b) for b in names}
     load_s = {}
@@ -150,7 +150,7 @@ def _torch_threads() -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
+    add_common_options(ap)
     ap.add_argument("--backends", default="onnx-int8", help="comma-separated candidates besides fp32 torch")
     ap.add_argument("--timed", type=int, help="time only this many texts (a uniform sample); the rest of the corpus "
                                               "is still encoded, untimed, for nDCG (default: every text is timed)")
@@ -159,7 +159,7 @@ def main() -> None:
     args = ap.parse_args()
     started = machine()
     figures, details = run(args.quick, [b for b in args.backends.split(",") if b], args.timed, args.reference_cache)
-    write_result("embedding_backends", figures, details, started, args.quick, OUT_DIR)
+    write_result("embedding_backends", figures, details, started, args.quick, args.out)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
 """Embedding throughput of the index stage vs raw SentenceTransformer.encode on the same texts, in one process.
 
-    python benchmarks/embedding_throughput.py [--quick]
+    python benchmarks/embedding_throughput.py [--quick] [--out DIR]
 
 Raw: `model.encode(texts, batch_size, normalize_embeddings=True)`, the model's own limit on this machine (it
 sorts each call by length itself). Index stage: `embed_incremental` with an empty content-hash cache, i.e. what the
 `corpus_embeddings` asset does on a first run (hashing, global length sort, blocks, cache write). Texts: a random
 sample of SciFact chunks (a uniform sample keeps the corpus's length distribution). The two are run alternately,
 pair after pair, and the figure is the median of the per-pair throughput ratios, so load changes hit both.
-Writes data/benchmarks/embedding_throughput.json.
+`--quick`: 48 texts, 3 pairs, from the first 300 chunks of the packaged `default` corpus (no shared data).
+Writes data/benchmarks/embedding_throughput[_quick].json.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import tempfile
 import time
 
 import numpy as np
-from common import PARQUET, Figure, run_script
+from common import PARQUET, Figure, quick_base, run_script
 
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
@@ -26,7 +27,8 @@ TARGET_RATIO = 0.90
 
 def run(quick: bool) -> tuple[list[Figure], dict]:
     n_texts, pairs = (48, 3) if quick else (128, 5)  # many short pairs: a load change hits fewer of them
-    chunks = read_parquet(asset_path(PARQUET, "corpus_chunks", "scifact"))
+    corpus = "default" if quick else "scifact"
+    chunks = read_parquet(asset_path(quick_base({corpus: 300}, dense=False) if quick else PARQUET, "corpus_chunks", corpus))
     rng = np.random.default_rng(0)
     sample = chunks.iloc[np.sort(rng.choice(len(chunks), n_texts, replace=False))]
     texts, hashes = chunk_texts(sample), sample["content_hash"].tolist()
@@ -67,7 +69,7 @@ def run(quick: bool) -> tuple[list[Figure], dict]:
     figures = [Figure("embedding throughput, index stage / raw encode (same texts, same process)",
                       round(float(np.median(ratios)), 3), "x", TARGET_RATIO, ">=",
                       f"index stage {details['median_texts_per_second']['index_stage']} texts/s, raw "
-                      f"{details['median_texts_per_second']['raw']} texts/s, {n_texts} SciFact chunks")]
+                      f"{details['median_texts_per_second']['raw']} texts/s, {n_texts} {corpus} chunks")]
     return figures, details
 
 

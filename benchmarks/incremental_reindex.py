@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from common import Figure, machine, write_result
+from common import Figure, add_common_options, machine, write_result
 
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.registry import CorpusSpec, load_corpus
@@ -126,12 +126,12 @@ def run(quick: bool, documents: int | None) -> tuple[list[Figure], dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
+    add_common_options(ap)
     ap.add_argument("--documents", type=int, help="SciFact documents in the corpus (default 1000, quick 150)")
     args = ap.parse_args()
     started = machine()
     figures, details = run(args.quick, args.documents)
-    write_result("incremental_reindex", figures, details, started, args.quick)
+    write_result("incremental_reindex", figures, details, started, args.quick, args.out)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,15 @@
 
     .venv/bin/python benchmarks/label_quality.py --dataset hotpotqa [--questions 200] [--solver gemma3-270m]
         [--outcome likelihood] [--estimator adaptive] [--budget 32] [--max-doc-chars 0] [--threads 0] [--busy N]
+    .venv/bin/python benchmarks/label_quality.py --quick --out /tmp/label_quality.json   # a smoke run
 
 Each question's own paragraphs are its pool; the labelling is the product's (`label_question`, local solver,
 through the call cache). Reported against the gold paragraphs: YES precision / recall / F1 and the UNCERTAIN
 share; the ranking by average effect (top-2 precision, R-precision, per-question ROC AUC); the same for the
 baseline "the paragraph contains the answer string"; and the cost (calls, tokens evaluated of requested, seconds
 per question, load, cache hits). The trials are kept in the JSON, so estimators can be compared offline with
-``--reanalyze`` (no LLM).
+``--reanalyze`` (no LLM). ``--quick`` labels one question with 16 trials of 150-character paragraphs, its call
+cache beside the JSON (about half a minute of LLM time).
 """
 from __future__ import annotations
 
@@ -74,6 +76,8 @@ def top2_interval(per_q: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 1 question, budget 16, 150-character "
+                                                         "paragraphs, a new call cache beside the JSON")
     ap.add_argument("--dataset", choices=sorted(DATASETS), default="hotpotqa")
     ap.add_argument("--questions", type=int, default=0, help="first N questions (0 = all)")
     ap.add_argument("--offset", type=int, default=0)
@@ -101,7 +105,12 @@ def main() -> None:
                     help="with --reanalyze: use only each question's first N recorded trials (what a smaller "
                          "budget would have given, up to the design's balance)")
     args = ap.parse_args()
-    out = args.out or ROOT / "data" / "benchmarks" / f"label_quality_{args.dataset}_{args.solver}.json"
+    out = args.out or ROOT / "data" / "benchmarks" / (f"label_quality_{args.dataset}_{args.solver}"
+                                                      f"{'_quick' if args.quick else ''}.json")
+    if args.quick:
+        args.questions, args.budget, args.max_doc_chars = 1, 16, 150
+        args.cache = out.with_name(out.stem + "_calls.sqlite")
+        out.parent.mkdir(parents=True, exist_ok=True)
     cfg = LabelingParams(estimator=args.estimator, outcome=args.outcome, budget=args.budget, batch=args.batch,
                          threshold_nats=args.threshold_nats, alpha=args.alpha,
                          question_weight=args.question_weight)
@@ -132,7 +141,7 @@ def ranked_effects(result) -> list[float]:
 
 
 def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
-    scorer = None if prior else local_scorer(args.solver, CallCache(args.cache), ROOT / "data" / "models",
+    scorer = None if prior else local_scorer(args.solver, CallCache(args.cache), SETTINGS.models_dir,
                                          n_threads=args.threads or None)
     load0, t_start = os.getloadavg(), time.time()
     per_q = []
@@ -178,7 +187,8 @@ def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
     by_type = {t: summarize(label_quality_rows([p for p in per_q if p["type"] == t]))
                for t in sorted({str(p["type"]) for p in per_q})}
     secs = [p["seconds"] for p in per_q if p.get("seconds") is not None]
-    result = {"dataset": args.dataset, "questions": len(per_q), "split": args.split, "solver": args.solver,
+    result = {"dataset": args.dataset, "quick": args.quick, "questions": len(per_q), "split": args.split,
+              "solver": args.solver,
               "config": cfg.__dict__, "max_doc_chars": args.max_doc_chars, "summary": summary,
               "summary_by_half": by_half, "summary_by_type": by_type,
               "top2_interval_95": top2_interval(per_q),

@@ -196,6 +196,7 @@ def figures_of(details: dict) -> tuple[list[Figure], dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--out", type=Path, default=OUT_DIR, help="directory for the JSON (default data/benchmarks)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds before a run is stopped (default 1800)")
     ap.add_argument("--from-instance", type=Path,
                     help="report an earlier, interrupted run from its temporary directory instead of running")
@@ -206,7 +207,7 @@ def main() -> None:
         started = machine()
         figures, details = run(args.keep, args.timeout, args.from_instance)
     details["busy_loops"] = args.busy
-    write_result(f"lineage_e2e{f'_busy{args.busy}' if args.busy else ''}", figures, details, started, False)
+    write_result(f"lineage_e2e{f'_busy{args.busy}' if args.busy else ''}", figures, details, started, False, args.out)
 
 
 if __name__ == "__main__":

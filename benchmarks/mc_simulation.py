@@ -1,13 +1,14 @@
 """Monte Carlo relevance labelling on planted-truth simulated solvers: label F1 against solver calls.
 
-    python benchmarks/mc_simulation.py [--scenarios 120] [--seed 0]
+    python benchmarks/mc_simulation.py [--quick] [--scenarios 120] [--seed 0] [--out data/benchmarks]
 
 Scenarios (`core.labeling.simulation.random_scenario`): single, AND, OR or mixed rules over pools of 10-30, 5-20%
 of outcomes flipped, base success rate 0-0.3 (the planted truth is in docs/concepts.md). Estimators: the naive
 Delta P rule, OLS with and without pairwise interactions, and `AdaptiveLabeler` at several budgets. The labeler's
 defaults were tuned on scenario seed 0; naive and adaptive also run on held-out seeds (`--holdout-seeds`, default
 1-10), reporting the calls each needs for mean label F1 0.95 and the ratio adaptive / naive (target <= 1/3).
-Writes data/benchmarks/mc_simulation.{json,png} and mc_simulation_holdout.png.
+Writes data/benchmarks/mc_simulation.{json,png} and mc_simulation_holdout.png (`_quick` with `--quick`: 20
+scenarios, one held-out seed).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from common import Figure, load_average, machine  # noqa: E402
 
 from causal_assets.core.labeling.simulation import likelihood_scenarios, random_scenarios, simulate  # noqa: E402
 
@@ -46,20 +49,26 @@ def calls_to_reach(rows: list[dict], target: float) -> float | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenarios", type=int, default=120)
+    ap.add_argument("--quick", action="store_true", help="20 scenarios and one held-out seed: a smoke run")
+    ap.add_argument("--scenarios", type=int, default=None, help="simulated questions per seed (default 120)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threshold", type=float, default=None, help="default 0.1 (success), 3.0 nats (likelihood)")
     ap.add_argument("--outcome", choices=["success", "likelihood"], default="success",
                     help="pass/fail trials, or a log-likelihood outcome with the noise measured on real trials")
     ap.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the regression/adaptive intervals")
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "benchmarks")
-    ap.add_argument("--holdout-seeds", default="1,2,3,4,5,6,7,8,9,10",
-                    help="further scenario sets (naive + adaptive only): the labeler's defaults were tuned on seed 0")
+    ap.add_argument("--holdout-seeds", default=None,
+                    help="further scenario sets (naive + adaptive only): the labeler's defaults were tuned on seed 0 "
+                         "(default 1-10; --quick: 1)")
     args = ap.parse_args()
+    started = machine()
+    args.scenarios = args.scenarios or (20 if args.quick else 120)
+    if args.holdout_seeds is None:
+        args.holdout_seeds = "1" if args.quick else ",".join(str(s) for s in range(1, 11))
     make = likelihood_scenarios if args.outcome == "likelihood" else random_scenarios
     if args.threshold is None:
         args.threshold = 3.0 if args.outcome == "likelihood" else 0.1
-    suffix = "_likelihood" if args.outcome == "likelihood" else ""
+    suffix = ("_likelihood" if args.outcome == "likelihood" else "") + ("_quick" if args.quick else "")
 
     scenarios = make(args.scenarios, seed=args.seed)
     curves, timing = {}, {}
@@ -103,7 +112,7 @@ def main() -> None:
               f"ratio {holdout[hs]['ratio_adaptive_over_naive']}")
     if holdout:
         ratios = [h["ratio_adaptive_over_naive"] for h in holdout.values()]
-        first = min(holdout)   # `holdout` keeps its earlier shape (one seed) for readers such as mc_cost.py
+        first = min(holdout)   # the first held-out seed alone, beside every seed's figures
         summary["holdout"] = {"seed": first, "calls_to_target": holdout[first]["calls_to_target"],
                               "ratio_adaptive_over_naive": holdout[first]["ratio_adaptive_over_naive"]}
         summary["holdouts"] = {str(k): {kk: v for kk, v in h.items() if kk != "curves"} for k, h in holdout.items()}
@@ -133,6 +142,15 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     result["setup"]["outcome"] = args.outcome
     result["setup"]["alpha"] = args.alpha
+    ratio, hold_max = summary["ratio_adaptive_over_naive"], summary.get("holdout_max_ratio")
+    figures = [Figure(f"solver calls to mean label F1 {TARGET}, adaptive / naive (scenario seed {args.seed})",
+                      None if ratio is None else round(ratio, 3), "ratio", round(1 / 3, 3), "<=",
+                      f"naive {reach['naive'] and round(reach['naive'])} vs adaptive "
+                      f"{reach['adaptive'] and round(reach['adaptive'])} calls per question, {args.outcome} outcome"),
+               Figure("the same, worst held-out scenario seed", None if hold_max is None else round(hold_max, 3),
+                      "ratio", note=f"held-out seeds {args.holdout_seeds}")]
+    result = {"topic": "mc_simulation", "quick": args.quick, "machine_start": started,
+              "load_average_end": load_average(), "figures": [f.to_json() for f in figures], **result}
     (args.out / f"mc_simulation{suffix}.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(summary, indent=2))
 

@@ -1,20 +1,21 @@
 """Query latency of every retriever on the materialized SciFact index (5,183 chunks): p50/p95 per query, the query
 embedding included (no LLM is involved in any of them).
 
-    python benchmarks/query_latency.py [--quick]
+    python benchmarks/query_latency.py [--quick] [--out DIR]
 
 Each query is one `retrieve_many([query], 10)` call, as a service answering one request at a time would make it;
 nothing is cached across queries. Retrievers: BM25, dense, z-score hybrid, the cascade (no graph: SciFact has none
-materialized, as in `cascade_latency.py`) and entity-first. Entity-first ranks a candidate set (it links every
+materialized) and entity-first. Entity-first ranks a candidate set (it links every
 candidate's title to every other, quadratic in the set), so it is timed where it is used: on HotpotQA's 10
 paragraphs per question, and on SciFact over the hybrid top 20 (the shortlist's time included). The cascade is
-also timed with query vectors computed beforehand, for comparison with `cascade_latency.py`.
-Writes data/benchmarks/query_latency.json.
+also timed with query vectors computed beforehand, so its own cost shows without MiniLM's.
+`--quick` indexes the first 300 SciFact and 400 HotpotQA chunks in a temporary directory instead (40 queries
+each). Writes data/benchmarks/query_latency[_quick].json.
 """
 from __future__ import annotations
 
 
-from common import PARQUET, Figure, PrecomputedQueries, latency_ms, run_script, time_queries
+from common import PARQUET, Figure, PrecomputedQueries, latency_ms, quick_base, run_script, time_queries
 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.index.search import CorpusIndex
@@ -37,7 +38,8 @@ def run(quick: bool) -> tuple[list[Figure], dict]:
     scifact = load_benchmark(registry["scifact"], "test")
     queries = [scifact.queries[q] for q in scifact.query_ids()][: 40 if quick else None]
     warmup = 5 if quick else 10
-    index = CorpusIndex.load(PARQUET, "scifact")
+    base = quick_base({"scifact": 300, "hotpotqa": 400}) if quick else PARQUET
+    index = CorpusIndex.load(base, "scifact")
     details: dict = {"corpus": "scifact", "chunks": len(index.ids), "queries": len(queries), "k": 10,
                      "warmup_queries": warmup, "latency_ms": {}, "cpu_ms": {}}
 
@@ -63,10 +65,12 @@ def run(quick: bool) -> tuple[list[Figure], dict]:
     index.embedder = real_embedder
 
     hotpot = load_benchmark(registry["hotpotqa"], "dev")
-    hp_index = CorpusIndex.load(PARQUET, "hotpotqa")
+    hp_index = CorpusIndex.load(base, "hotpotqa")
     hp_ids = hotpot.query_ids()[: 40 if quick else None]
     hp_entity_first = build_retriever("entity_first", hp_index, {"k": 2})
-    within = {hotpot.queries[q]: hotpot.within[q] for q in hp_ids}
+    indexed = set(hp_index.ids)   # all of them but with --quick
+    within = {hotpot.queries[q]: [c for c in hotpot.within[q] if c in indexed] for q in hp_ids}
+    within = {q: ids for q, ids in within.items() if len(ids) >= 2}
     timed(details, "entity_first_hotpotqa_10_paragraphs", lambda q: hp_entity_first.retrieve_many([q], 10, [within[q]]),
           list(within), warmup)
     details["hotpotqa_queries"] = len(within)

@@ -5,6 +5,7 @@
     python benchmarks/run_all.py --skip lineage_e2e scaling
     python benchmarks/run_all.py --only bm25_qps query_latency
     python benchmarks/run_all.py --summary-only  # rewrite SUMMARY.md from the JSON already in data/benchmarks/
+    python benchmarks/run_all.py --quick --only metrics_speed --out /tmp/bench   # JSON, logs and summary elsewhere
 
 Every benchmark runs in its own process (one's memory and threads never affect the next), in the order below,
 its output in data/benchmarks/logs/<topic>.log. Needs the SciFact and HotpotQA corpus index materialized in
@@ -38,19 +39,18 @@ SUITE = [
     ("dense_latency", "dense_latency.py", [], [], True),
     ("query_latency", "query_latency.py", [], [], True),
     ("incremental_reindex", "incremental_reindex.py", [], [], True),
-    ("mc_simulation", "mc_simulation.py", [], ["--scenarios", "30"], False),
-    ("mc_cost", "mc_cost.py", [], [], True),
+    ("mc_simulation", "mc_simulation.py", [], [], True),
     ("scaling", "scaling.py", [], [], True),
     ("cli_timings", "cli_timings.py", [], [], True),  # needs the default corpus built (README command 1)
     ("lineage_e2e", "lineage_e2e.py", [], None, False),  # None: not run with --quick
 ]
 TOPICS = [s[0] for s in SUITE]
 ORDER = ["embedding_throughput", "embedding_backends", "dense_latency", "incremental_reindex", "query_latency",
-         "scaling", "bm25_qps", "metrics_speed", "mc_cost", "cli_timings", "lineage_e2e"]
+         "scaling", "bm25_qps", "metrics_speed", "mc_simulation", "cli_timings", "lineage_e2e"]
 
 
-def run_suite(quick: bool, topics: list[str]) -> dict:
-    logs = OUT_DIR / "logs"
+def run_suite(quick: bool, topics: list[str], out: Path = OUT_DIR) -> dict:
+    logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     status = {}
     for topic, script, full_args, quick_args, passes_quick in SUITE:
@@ -60,7 +60,7 @@ def run_suite(quick: bool, topics: list[str]) -> dict:
             print(f"--- {topic}: skipped in --quick", flush=True)
             status[topic] = {"skipped": "quick"}
             continue
-        cmd = [PY, str(HERE / script), *(quick_args if quick else full_args)]
+        cmd = [PY, str(HERE / script), *(quick_args if quick else full_args), "--out", str(out)]
         if quick and passes_quick:
             cmd.append("--quick")
         print(f"--- {topic}: {' '.join(cmd[1:])}  (load {load_average()})", flush=True)
@@ -80,11 +80,11 @@ def run_suite(quick: bool, topics: list[str]) -> dict:
     return status
 
 
-def latest(topic: str, prefer_quick: bool) -> dict | None:
+def latest(topic: str, prefer_quick: bool, out: Path = OUT_DIR) -> dict | None:
     """The topic's JSON: the full run's, or with --quick the quick one when it exists."""
     names = [f"{topic}_quick.json", f"{topic}.json"] if prefer_quick else [f"{topic}.json", f"{topic}_quick.json"]
     for name in names:
-        path = OUT_DIR / name
+        path = out / name
         if path.exists():
             return json.loads(path.read_text())
     return None
@@ -100,7 +100,7 @@ def fmt(value, unit: str) -> str:
     return f"{value} {unit}".strip()
 
 
-def summary(quick: bool, status: dict) -> str:
+def summary(quick: bool, status: dict, out: Path = OUT_DIR) -> str:
     lines = ["# Performance suite summary", "",
              f"Written {time.strftime('%Y-%m-%d %H:%M:%S %Z')} by `python benchmarks/run_all.py"
              f"{' --quick' if quick else ''}`. Machine: {json.dumps({k: v for k, v in machine().items() if k != 'load_average'})}.",
@@ -109,7 +109,7 @@ def summary(quick: bool, status: dict) -> str:
              "| area | figure | value | target | verdict | load at start | note |", "|---|---|---|---|---|---|---|"]
     misses = []
     for topic in ORDER:
-        data = latest(topic, quick)
+        data = latest(topic, quick, out)
         if data is None:
             why = status.get(topic, {}).get("skipped") or "not run"
             lines.append(f"| {topic} | — | — | — | {why} | — | — |")
@@ -126,7 +126,7 @@ def summary(quick: bool, status: dict) -> str:
                 misses.append(f"{topic}: {f['name']}")
     lines += ["", f"Misses: {len(misses)}" + ("" if not misses else " — " + "; ".join(misses)), ""]
 
-    scaling = latest("scaling", quick)
+    scaling = latest("scaling", quick, out)
     if scaling:
         d = scaling["details"]
         lines += ["## Scaling", "", f"![scaling]({Path(d['plot']).name})", "",
@@ -155,7 +155,7 @@ def summary(quick: bool, status: dict) -> str:
         lines += ["", "Log-log slopes (1 = linear), last step: " +
                   ", ".join(f"{k} {v['last_step']}" for k, v in d["loglog_slopes"].items()), ""]
 
-    lineage = latest("lineage_e2e", False)
+    lineage = latest("lineage_e2e", False, out)
     if lineage and "cold" in lineage["details"]["runs"]:
         cold = lineage["details"]["runs"]["cold"]
         lines += ["## Default lineage, time per asset step (cold run)", "", "| step | seconds |", "|---|---|"]
@@ -176,12 +176,13 @@ def main() -> None:
     ap.add_argument("--skip", nargs="*", default=[], choices=TOPICS, metavar="TOPIC", help=f"of {TOPICS}")
     ap.add_argument("--only", nargs="*", choices=TOPICS, metavar="TOPIC")
     ap.add_argument("--summary-only", action="store_true")
+    ap.add_argument("--out", type=Path, default=OUT_DIR, help="directory for the JSON, logs and SUMMARY.md")
     args = ap.parse_args()
     topics = [t for t in (args.only or TOPICS) if t not in args.skip]
-    status = {} if args.summary_only else run_suite(args.quick, topics)
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = OUT_DIR / "SUMMARY.md"
-    path.write_text(summary(args.quick, status) + "\n")
+    status = {} if args.summary_only else run_suite(args.quick, topics, args.out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "SUMMARY.md"
+    path.write_text(summary(args.quick, status, args.out) + "\n")
     print(f"wrote {path}")
     if any(s.get("returncode") not in (0, None) for s in status.values()):
         sys.exit(1)

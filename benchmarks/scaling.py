@@ -1,14 +1,15 @@
 """Scaling curve: index and query cost at 1k, 10k, 100k and 1M chunks of a synthetic corpus, and the 1M-chunk
 dense/hybrid latency with the ANN index (recall@10 against exact search, memory).
 
-    python benchmarks/scaling.py [--quick] [--sizes 1000,10000,100000,1000000] [--queries 100]
+    python benchmarks/scaling.py [--quick] [--sizes 1000,10000,100000,1000000] [--queries 100] [--out DIR]
 
 The corpus is `synthetic_corpus.make_corpus` (recombined real chunks and vectors, nothing re-encoded), so it needs a
 materialized corpus index. Per size, in one process, sizes ascending: the index cost (analysis, BM25, TF-IDF, the
 ANN build, the postings written as Parquet up to `--write-max`; embedding estimated from the measured throughput,
 marked as such), p50/p95 query latency of every retriever as the product runs it (exact or ANN dense by size), ANN
-recall@10, and memory. The log-log slope between sizes tells what grows super-linearly. Writes
-data/benchmarks/scaling.json and scaling.png.
+recall@10, and memory. The log-log slope between sizes tells what grows super-linearly. `--quick`: 1k and 5k
+chunks made of the first 300 SciFact and 300 HotpotQA chunks, indexed in a temporary directory. Writes
+data/benchmarks/scaling[_quick].json and .png.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import (OUT_DIR, PARQUET, Figure, current_rss_mib, latency_ms, load_average, machine, time_queries,
-                    write_result)
+from common import (OUT_DIR, PARQUET, Figure, add_common_options, current_rss_mib, latency_ms, load_average, machine,
+                    quick_base, time_queries, write_result)
 from synthetic_corpus import SourceChunks, SourceTerms, make_corpus, make_terms
 
 from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
@@ -229,13 +230,13 @@ SERIES = {
 
 
 def run(quick: bool, sizes: list[int] | None, n_queries: int, write_max: int,
-        analyze_max: int) -> tuple[list[Figure], dict]:
-    sizes = sizes or ([1_000, 10_000, 100_000] if quick else [1_000, 10_000, 100_000, 1_000_000])
+        analyze_max: int, out: Path = OUT_DIR) -> tuple[list[Figure], dict]:
+    sizes = sizes or ([1_000, 5_000] if quick else [1_000, 10_000, 100_000, 1_000_000])
     registry = load_benchmark_registry(SETTINGS.benchmarks, SETTINGS.shared_data, SETTINGS.corpora)
     scifact = load_benchmark(registry["scifact"], "test")
     queries = [scifact.queries[q] for q in scifact.query_ids()][:n_queries]
     t0 = time.perf_counter()
-    source = SourceChunks(PARQUET)
+    source = SourceChunks(quick_base({"scifact": 300, "hotpotqa": 300}) if quick else PARQUET)
     source_s = time.perf_counter() - t0
     embedder = Embedder()
     embedder.encode_queries(["warm-up"])
@@ -247,11 +248,12 @@ def run(quick: bool, sizes: list[int] | None, n_queries: int, write_max: int,
                                  source_terms, rows[-1] if rows else None))
         print(json.dumps({k: rows[-1][k] for k in ("n", "index", "memory_mib")}, default=float), flush=True)
     fits = slopes(rows, SERIES)
-    plot(rows, SERIES, OUT_DIR / f"scaling{'_quick' if quick else ''}.png")
+    out.mkdir(parents=True, exist_ok=True)
+    plot(rows, SERIES, out / f"scaling{'_quick' if quick else ''}.png")
     details = {"sizes": sizes, "queries": len(queries), "source_chunks": len(source), "source_corpora": source.corpora,
                "source_load_s": source_s, "rows": rows, "loglog_slopes": fits,
                "superlinear": sorted(k for k, v in fits.items() if v["superlinear"]),
-               "plot": str(OUT_DIR / f"scaling{'_quick' if quick else ''}.png")}
+               "plot": str(out / f"scaling{'_quick' if quick else ''}.png")}
     figures = []
     top = rows[-1]
     label = f"{top['n']:,} chunks"
@@ -281,8 +283,8 @@ def run(quick: bool, sizes: list[int] | None, n_queries: int, write_max: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--sizes", help="comma-separated corpus sizes (default 1k,10k,100k,1M; quick up to 100k)")
+    add_common_options(ap)
+    ap.add_argument("--sizes", help="comma-separated corpus sizes (default 1k,10k,100k,1M; --quick 1k,5k)")
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--write-max", type=int, default=100_000,
                     help="largest size whose postings are also written as Parquet (the pandas frame is large)")
@@ -292,8 +294,8 @@ def main() -> None:
     args = ap.parse_args()
     started = machine()
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else None
-    figures, details = run(args.quick, sizes, args.queries, args.write_max, args.analyze_max)
-    write_result("scaling", figures, details, started, args.quick)
+    figures, details = run(args.quick, sizes, args.queries, args.write_max, args.analyze_max, args.out)
+    write_result("scaling", figures, details, started, args.quick, args.out)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def test_prefix_reuse_gives_the_same_log_probabilities_bit_for_bit(scorer, hotpo
     """Scoring with the KV cache of a previous prompt reused equals scoring from scratch, to the last bit: the
     reuse is in whole blocks and the batches are aligned to them, so no token's batch depends on the request
     before it (free-form reuse moved 54 of 120 such answer scorings by up to 0.53 nats:
-    benchmarks/scoring_determinism.py). Monte Carlo-like subsets of one question's paragraphs, scored in one batch
+    docs/decisions.md). Monte Carlo-like subsets of one question's paragraphs, scored in one batch
     and then each alone. In the batch's (prompt) order each shares a beginning of another length with the one
     before it (none, 133, 157, 303 and 75 tokens): reuse of no block, one and two blocks, each with a part-block
     after it that must be evaluated again, and a shared beginning shorter than a block."""

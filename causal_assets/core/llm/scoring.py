@@ -78,7 +78,7 @@ class Scorer(Protocol):
 
 
 # Tokens per block of KV reuse and per batch (LlamaCppScorer). On 120 Monte Carlo trials of HotpotQA
-# (benchmarks/scoring_determinism.py, one run, load 1.9-2.0): free-form reuse 54.5 / 54.0 s, 41,365 tokens
+# (scored in a batch and each alone, one run, load 1.9-2.0; docs/decisions.md): free-form reuse 54.5 / 54.0 s, 41,365 tokens
 # evaluated, 54 answers moved by up to 0.53 nats; 128: 57.6 / 66.5 s, 48,099 tokens; 64: 59.5 s, 45,027; 256:
 # 66.0 s, 56,035; none moved. About a seventh more time on these trials for results that do not depend on order.
 REUSE_BLOCK = 128
@@ -213,7 +213,7 @@ class LlamaCppScorer(_CachedScorer):
     bitwise-equally across batch shapes, so with free-form reuse a log-probability depended on how much of the
     prompt the request before it shared (54 of 120 Monte Carlo answer scorings moved, by up to 0.53 nats). Aligned,
     every token runs in a batch fixed by its own request: the same value from scratch, after any predecessor,
-    in any order, shard or resumed run (``benchmarks/scoring_determinism.py``). 0 = reuse every shared token
+    in any order, shard or resumed run (docs/decisions.md, block-aligned KV-cache reuse). 0 = reuse every shared token
     and batch by ``n_batch`` (about a seventh faster on Monte Carlo trials, order-dependent in those digits).
     Greedy completions (``complete``) use llama-cpp-python's own generation, whose reuse is free-form."""
 

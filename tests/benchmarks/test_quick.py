@@ -1,0 +1,80 @@
+"""Every script of the performance suite (`benchmarks/`) runs its `--quick` smoke run to the end and writes its
+JSON where `--out` says: a script that no longer runs fails here, not on the day its figure is reproduced. The
+scripts read shared data through the settings and skip without it; the figures of a quick run are not compared
+with the targets (small inputs, few repeats, a shared machine)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import HOTPOT, SCIFACT, load_scaled_s, require
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+
+RESULT = {"topic", "quick", "machine_start", "figures", "details"}   # common.write_result's JSON
+
+# script -> (extra arguments, shared data it reads, the JSON it writes under --out, its top-level keys)
+QUICK = {
+    "bm25_qps": ([], [SCIFACT], "bm25_qps_quick.json", RESULT),
+    "cli_timings": ([], [], "cli_timings_quick.json", RESULT),
+    "dense_latency": ([], [SCIFACT], "dense_latency_quick.json", RESULT),
+    "embedding_backends": ([], [SCIFACT], "embedding_backends_quick.json", RESULT),
+    "embedding_throughput": ([], [], "embedding_throughput_quick.json", RESULT),
+    "evaluate_beir": ([], [SCIFACT], "evaluate_scifact_test_bm25_quick.json", {"benchmark", "quick", "metrics"}),
+    "hotpotqa_evidence": ([], [HOTPOT], "hotpotqa_evidence_quick.json", {"quick", "results"}),
+    "incremental_reindex": ([], [SCIFACT], "incremental_reindex_quick.json", RESULT),
+    "label_quality": (["--dataset", "hotpotqa"], [HOTPOT], "label_quality_hotpotqa_quick.json",
+                      {"dataset", "quick", "summary", "calls_per_question", "per_question"}),
+    "mc_simulation": ([], [], "mc_simulation_quick.json", {"topic", "quick", "figures", "summary"}),
+    "metrics_speed": ([], [], "metrics_speed_quick.json", RESULT),
+    "query_latency": ([], [SCIFACT, HOTPOT], "query_latency_quick.json", RESULT),
+    "scaling": ([], [SCIFACT, HOTPOT], "scaling_quick.json", RESULT),
+    "run_all": (["--only", "metrics_speed"], [], "metrics_speed_quick.json", RESULT),
+}
+
+# Kept in the suite but without a quick run: what they measure needs hours of materialized assets or is itself the
+# long run.
+NOT_QUICK = {
+    "lineage_e2e": "its figure is the cold default lineage itself (about 5 minutes quiet, the LLM labelling included)",
+    "retrieval_targets": "reads the tuned and evaluated assets of every benchmark (hours of tuning to produce)",
+    "tuned_retrievers": "tunes on a materialized benchmark index with its graph (a multi-hop benchmark's assets)",
+    "causal_gate": "reads tuned_retrievers' store and scores with the LLM on a materialized multi-hop benchmark",
+    "learned_fold_seeds": "tunes the learned model on materialized multi-hop benchmarks, scoring through the LLM",
+}
+LIBRARIES = {"common", "synthetic_corpus"}   # imported by the scripts, not run
+
+
+def test_every_script_is_smoke_run_or_says_why_not():
+    scripts = {p.stem for p in BENCHMARKS.glob("*.py")} - LIBRARIES
+    assert scripts == set(QUICK) | set(NOT_QUICK)
+    assert not set(QUICK) & set(NOT_QUICK)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.llm) if s == "label_quality" else s
+                                    for s in QUICK])
+def test_quick_run_writes_its_json(script, tmp_path, models_dir):
+    extra, data, written, keys = QUICK[script]
+    for path in data:
+        require(path)
+    out = tmp_path / "out"
+    target = ["--out", str(out / written)] if script == "label_quality" else ["--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if script == "label_quality":
+        env["CAUSAL_ASSETS_MODELS_DIR"] = str(models_dir)   # the session's assembled Gemma-3-270M
+    done = subprocess.run([sys.executable, str(BENCHMARKS / f"{script}.py"), "--quick", *extra, *target],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=load_scaled_s(300))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((out / written).read_text())
+    assert keys <= set(result), sorted(result)
+    assert result["quick"] is True
+    if "figures" in result:
+        assert result["figures"]
+    if script == "run_all":
+        assert "| metrics_speed (quick) |" in (out / "SUMMARY.md").read_text()
