@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PARQUET, ROOT, machine, write_json  # noqa: E402
 
-from causal_assets.core.artifacts import CorpusArtifacts  # noqa: E402
+from causal_assets.core.stored.artifacts import CorpusArtifacts  # noqa: E402
 from causal_assets.core.benchmarks import load_benchmark_registry  # noqa: E402
 from causal_assets.core.evaluation.metrics import named_metric_per_query  # noqa: E402
 from causal_assets.core.retrievers.learned.features import FeatureExtractor  # noqa: E402
@@ -30,7 +30,7 @@ from causal_assets.core.retrievers.learned.retriever import (PARAM_GRID, attach_
                                                               fit_model, run_from_scores)
 from causal_assets.core.storage import asset_path, read_parquet  # noqa: E402
 from causal_assets.core.tuning.spec import TuningSpec  # noqa: E402
-from causal_assets.core.tuning.store import load_tuned  # noqa: E402
+from causal_assets.core.stored.tuned import load_tuned  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
 # Beside the product's grid: the larger trees that folds by query chose on SciFact (left out of PARAM_GRID).

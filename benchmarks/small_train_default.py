@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PARQUET, load_average, machine, write_json  # noqa: E402
 
-from causal_assets.core.artifacts import CorpusArtifacts  # noqa: E402
+from causal_assets.core.stored.artifacts import CorpusArtifacts  # noqa: E402
 from causal_assets.core.benchmarks import load_benchmark_registry, restrict  # noqa: E402
 from causal_assets.core.evaluation.metrics import evaluate, parse_metric  # noqa: E402
 from causal_assets.core.evaluation.runner import run_benchmark  # noqa: E402
@@ -32,7 +32,7 @@ from causal_assets.core.index.ann import AnnConfig  # noqa: E402
 from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
 from causal_assets.core.tuning.search import compare_nested, tune  # noqa: E402
 from causal_assets.core.tuning.spec import TuningSpec  # noqa: E402
-from causal_assets.core.tuning.store import save_tuned  # noqa: E402
+from causal_assets.core.stored.tuned import save_tuned  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
 SETTINGS = Settings.from_env()

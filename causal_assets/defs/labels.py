@@ -14,7 +14,7 @@ import yaml
 from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Config, Failure, MetadataValue, Output,
                      asset, multi_asset)
 
-from causal_assets.core.artifacts import CorpusArtifacts
+from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.checks import (check_labels, check_labels_decided, check_pools, check_trials_from_ok_calls,
                                       labels_decided_problem)
 from causal_assets.core.labeling.pools import PoolParams, build_pools
