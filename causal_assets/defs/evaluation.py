@@ -18,10 +18,10 @@ from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
 from causal_assets.core.tuning.records import (RERANKER, TUNED, TUNED_EMBEDDINGS, adopted_reranker,
                                                tuned_embeddings_path)
-from causal_assets.defs.tuning import eager_tolerating_missing
+from causal_assets.defs.shared import EVALUATION_GROUP, eager_tolerating_missing
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
-GROUP = "evaluation"
+GROUP = EVALUATION_GROUP
 # a new tuned configuration re-runs the evaluation; a benchmark never tuned, labelled or encoder-tuned does not block it
 EAGER = eager_tolerating_missing(TUNED, "mc_labels", TUNED_EMBEDDINGS, RERANKER)
 

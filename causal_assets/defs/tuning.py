@@ -15,7 +15,7 @@ from dataclasses import replace
 import warnings
 
 import pandas as pd
-from dagster import (AssetDep, AssetExecutionContext, AssetOut, AssetSelection, AutomationCondition, BetaWarning,
+from dagster import (AssetDep, AssetExecutionContext, AssetOut, AutomationCondition, BetaWarning,
                      Config, DataVersion, Failure, MetadataValue, Output, asset, multi_asset)
 
 from causal_assets.core.checks import check_tuning_trials
@@ -40,16 +40,10 @@ from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.tuning.spec import TuningSpec
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
+from causal_assets.defs.shared import TUNING_GROUP, eager_tolerating_missing
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
-GROUP = "tuning"
-def eager_tolerating_missing(*keys: str) -> AutomationCondition:
-    """`eager()`, except that the given upstream assets may be missing: an update of theirs still triggers a
-    re-run, but their absence does not block one (MC labels cost LLM calls; a benchmark may never be tuned)."""
-    return AutomationCondition.eager().replace(
-        "any_deps_missing", AutomationCondition.any_deps_missing().ignore(AssetSelection.assets(*keys)))
-
-
+GROUP = TUNING_GROUP
 def versioned(value, version: str, **kwargs) -> Output:
     """An output whose data version is `version` (a beta parameter in dagster 1.13): the UI shows what reads it
     stale only when the version changed, not when the same content was materialized again."""
