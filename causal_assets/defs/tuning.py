@@ -22,7 +22,6 @@ from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.index.dense import model_reference
-from causal_assets.core.index.provenance import FINGERPRINT
 from causal_assets.core.retrievers.cross_encoder import member_dir, member_dirs
 from causal_assets.core.retrievers.factory import SCORING
 from causal_assets.core.storage import asset_path, read_parquet
@@ -31,10 +30,11 @@ from causal_assets.core.stored.models import fit_into
 from causal_assets.core.stored.reuse import reuse_or_fit
 from causal_assets.core.stored.tuned import (code_version, frame_digest, index_fingerprint, inputs_version,
                                              save_tuned, source_digest)
-from causal_assets.core.tuning.encoder import BACKEND, encoder_version, tune_encoder
+from causal_assets.core.tuning.encoder import encoder_version, tune_encoder
 from causal_assets.core.tuning.records import (EMBEDDING_COLUMNS, ENCODER, ENCODER_COLUMNS, RERANKER,
-                                               RERANKER_COLUMNS, TUNED, TUNED_EMBEDDINGS, kept_encoder, kept_tuning,
-                                               reranker_intact, tuned_embeddings_path)
+                                               RERANKER_COLUMNS, TUNED, TUNED_EMBEDDINGS, encoder_record,
+                                               encoder_vectors, kept_encoder, kept_tuning, reranker_intact,
+                                               reranker_record, tuned_embeddings_path, unfitted)
 from causal_assets.core.tuning.reranker import TUNE_SPLIT, reranker_versions, tune_reranker
 from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.tuning.spec import TuningSpec
@@ -75,14 +75,11 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
     A version fitted by the last materialization is kept, not fitted again (`refit: true` forces a fit)."""
     spec = benchmark_registry.spec(context.partition_key)
     tuning = TuningSpec.model_validate(spec.tuning)
-    empty = pd.DataFrame(columns=EMBEDDING_COLUMNS)
     reason = "no tune split" if not spec.tune_split else \
         "not asked for (registry tuning.encoder)" if tuning.encoder is None else ""
     if reason:
-        record = pd.DataFrame([{c: None for c in ENCODER_COLUMNS} | {"benchmark": spec.name, "adopted": False,
-                                                                     "reason": reason}], columns=ENCODER_COLUMNS)
-        yield Output(empty, output_name=TUNED_EMBEDDINGS, metadata={"chunks": 0})
-        yield Output(record.astype({"adopted": bool}), output_name=ENCODER,
+        yield Output(pd.DataFrame(columns=EMBEDDING_COLUMNS), output_name=TUNED_EMBEDDINGS, metadata={"chunks": 0})
+        yield Output(unfitted(ENCODER_COLUMNS, spec.name, reason), output_name=ENCODER,
                      metadata={"adopted": False, "reason": reason})
         return
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
@@ -114,25 +111,9 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
         model_path = str(target.resolve()) if result.adopted else ""
         named_in = {table: model_reference(model_path, asset_path(storage.base, table, spec.name))
                     if model_path else "" for table in (ENCODER, TUNED_EMBEDDINGS)}
-        best = {"base": max(result.base.values()), "tuned": max(result.tuned.values())}
-        by_weight = {"base": {str(k): v for k, v in result.base.items()},
-                     "tuned": {str(k): v for k, v in result.tuned.items()}}
-        record = pd.DataFrame([{
-            "benchmark": spec.name, "adopted": result.adopted,
-            "reason": f"held-out {tuning.metric} {best['tuned']:.4f} vs {best['base']:.4f} with the corpus's "
-                      f"vectors: {result.gain:+.4f} per query, {'beyond' if result.adopted else 'within'} the margin "
-                      f"(min_gain {tuning.encoder.min_gain} + {tuning.encoder.standard_errors} x 1 SE "
-                      f"{result.gain_se:.4f})",
-            "metric": tuning.metric, "held_out_base": best["base"], "held_out_tuned": best["tuned"],
-            "held_out_gain": round(result.gain, 4), "held_out_gain_se": round(result.gain_se, 4),
-            "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
-            "epochs": tuning.encoder.epochs, "lr": tuning.encoder.lr, "fit_seconds": result.seconds["fit"],
-            "encode_seconds": result.seconds["encode"], "model": named_in[ENCODER], "version": version,
-            "held_out_by_weight": json.dumps(by_weight)}], columns=ENCODER_COLUMNS)
-        embeddings = pd.DataFrame({
-            "corpus": spec.corpus, "chunk_id": index.chunks["chunk_id"], "chunk_idx": index.chunks["chunk_idx"],
-            "content_hash": index.chunks["content_hash"], "model": named_in[TUNED_EMBEDDINGS], "backend": BACKEND,
-            "embedding": list(result.embeddings), FINGERPRINT: index.fingerprint}) if result.adopted else empty
+        record, by_weight = encoder_record(spec.name, result, tuning.metric, tuning.encoder, version,
+                                           named_in[ENCODER])
+        embeddings = encoder_vectors(spec.corpus, index, result, named_in[TUNED_EMBEDDINGS])
         return record, embeddings, {
             "adopted": bool(result.adopted), "version": version, "metric": tuning.metric, "reused": False,
             "held_out_by_weight": MetadataValue.json(by_weight),
@@ -194,9 +175,7 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     reason = "no tune split" if not spec.tune_split else \
         "not asked for (registry tuning.reranker)" if tuning.reranker is None else ""
     if reason:
-        record = pd.DataFrame([{c: None for c in RERANKER_COLUMNS} | {"benchmark": spec.name, "adopted": False,
-                                                                      "reason": reason, "version": ""}],
-                              columns=RERANKER_COLUMNS).astype({"adopted": bool})
+        record = unfitted(RERANKER_COLUMNS, spec.name, reason, version="")
         yield Output(record, metadata=reranker_metadata(record, False))
         return
     # the hybrid it reranks and draws negatives from: with the tuned encoder's vectors where one was adopted
@@ -228,27 +207,10 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
         result = fit_into(target, lambda partial: tune_reranker(index, bench, r, tuning.metric, partial, tuning.seed,
                                                                 context.log.info), reuse)
         model_path = str((target / result.model).resolve())
-        record = pd.DataFrame([{
-            "benchmark": spec.name, "adopted": result.adopted,
-            "reason": f"held-out {tuning.metric} {result.by_mix[result.weight]:.4f} reranked (weight "
-                      f"{result.weight}) vs {result.by_mix[0.0]:.4f} for the hybrid alone: {result.gain:+.4f} per "
-                      f"query, "
-                      f"{'beyond' if result.adopted else 'within'} the margin (min_gain {r.min_gain} + "
-                      f"{r.standard_errors} x 1 SE {result.gain_se:.4f})"
-                      + (f"; fitted again on all {result.tune_split_queries} tune queries" if result.model else ""),
-            "metric": tuning.metric, "weight": result.weight, "depth": r.depth, "max_length": r.max_length,
-            "base_weight": result.base_weight, "held_out_base": result.by_mix[0.0],
-            "held_out_reranked": result.by_mix[result.weight], "held_out_gain": round(result.gain, 4),
-            "held_out_gain_se": round(result.gain_se, 4), "fit_queries": result.fit_queries,
-            "held_out_queries": result.held_out_queries, "pairs": result.groups, "epochs": r.epochs,
-            "lr": r.lr, "members": r.members, "tune_split_queries": result.tune_split_queries,
-            "fit_seconds": result.seconds["fit"], "held_out_seconds": result.seconds["held_out"],
-            # relative to the table (a moved data directory keeps it), as tuned_encoder's
-            "model": model_reference(model_path, asset_path(storage.base, RERANKER, spec.name))
-            if result.adopted else "", "version": version,
-            "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()}),
-            "held_out_by_member": json.dumps([{str(k): v for k, v in m.items()} for m in result.by_member])}],
-            columns=RERANKER_COLUMNS)
+        # relative to the table (a moved data directory keeps it), as tuned_encoder's
+        record = reranker_record(spec.name, result, tuning.metric, r, version,
+                                 model_reference(model_path, asset_path(storage.base, RERANKER, spec.name))
+                                 if result.adopted else "")
         return record, {**reranker_metadata(record, False), "members_fitted": len(result.losses),
                         "members_read": len(reuse),
                         "loss_first_last": MetadataValue.json({m: [round(x, 4) for x in first_last]

@@ -11,9 +11,13 @@ import pandas as pd
 
 from causal_assets.core.index.dense import resolve_model_reference
 from causal_assets.core.index.provenance import FINGERPRINT, recorded_fingerprint
+from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.cross_encoder import member_dirs
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.stored.tuned import TunedConfig, intact_tuned
+from causal_assets.core.tuning.encoder import BACKEND, EncoderResult
+from causal_assets.core.tuning.reranker import RerankerResult
+from causal_assets.core.tuning.spec import EncoderSpec, RerankerSpec
 
 TUNED = "tuned_retriever_configs"
 ENCODER, TUNED_EMBEDDINGS = "tuned_encoder", "tuned_embeddings"
@@ -26,6 +30,66 @@ RERANKER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "weight", "depth
                     "held_out_queries", "pairs", "epochs", "lr", "members", "tune_split_queries", "fit_seconds",
                     "held_out_seconds", "model", "version", "held_out_by_mix", "held_out_by_member"]
 EMBEDDING_COLUMNS = ["corpus", "chunk_id", "chunk_idx", "content_hash", "model", "backend", "embedding", FINGERPRINT]
+
+
+def unfitted(columns: list[str], benchmark: str, reason: str, **values) -> pd.DataFrame:
+    """The record of a benchmark nothing was fitted for (no tune split, not asked for), saying why."""
+    return pd.DataFrame([{c: None for c in columns} | {"benchmark": benchmark, "adopted": False, "reason": reason,
+                                                       **values}], columns=columns).astype({"adopted": bool})
+
+
+def encoder_record(benchmark: str, result: EncoderResult, metric: str, encoder: EncoderSpec, version: str,
+                   model: str) -> tuple[pd.DataFrame, dict]:
+    """(record, held-out figures by weight) of an encoder fit; `model`: the adopted model as the record names it
+    ("" when none was adopted)."""
+    best = {"base": max(result.base.values()), "tuned": max(result.tuned.values())}
+    by_weight = {"base": {str(k): v for k, v in result.base.items()},
+                 "tuned": {str(k): v for k, v in result.tuned.items()}}
+    record = pd.DataFrame([{
+        "benchmark": benchmark, "adopted": result.adopted,
+        "reason": f"held-out {metric} {best['tuned']:.4f} vs {best['base']:.4f} with the corpus's vectors: "
+                  f"{result.gain:+.4f} per query, {'beyond' if result.adopted else 'within'} the margin "
+                  f"(min_gain {encoder.min_gain} + {encoder.standard_errors} x 1 SE {result.gain_se:.4f})",
+        "metric": metric, "held_out_base": best["base"], "held_out_tuned": best["tuned"],
+        "held_out_gain": round(result.gain, 4), "held_out_gain_se": round(result.gain_se, 4),
+        "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
+        "epochs": encoder.epochs, "lr": encoder.lr, "fit_seconds": result.seconds["fit"],
+        "encode_seconds": result.seconds["encode"], "model": model, "version": version,
+        "held_out_by_weight": json.dumps(by_weight)}], columns=ENCODER_COLUMNS)
+    return record, by_weight
+
+
+def encoder_vectors(corpus: str, index: CorpusIndex, result: EncoderResult, model: str) -> pd.DataFrame:
+    """The corpus's chunk vectors under an adopted encoder (`model` as the table names it); empty when none was."""
+    if not result.adopted:
+        return pd.DataFrame(columns=EMBEDDING_COLUMNS)
+    return pd.DataFrame({
+        "corpus": corpus, "chunk_id": index.chunks["chunk_id"], "chunk_idx": index.chunks["chunk_idx"],
+        "content_hash": index.chunks["content_hash"], "model": model, "backend": BACKEND,
+        "embedding": list(result.embeddings), FINGERPRINT: index.fingerprint})
+
+
+def reranker_record(benchmark: str, result: RerankerResult, metric: str, reranker: RerankerSpec, version: str,
+                    model: str) -> pd.DataFrame:
+    """The record of a reranker fit; `model`: the adopted members as the record names them ("" when none was)."""
+    return pd.DataFrame([{
+        "benchmark": benchmark, "adopted": result.adopted,
+        "reason": f"held-out {metric} {result.by_mix[result.weight]:.4f} reranked (weight {result.weight}) vs "
+                  f"{result.by_mix[0.0]:.4f} for the hybrid alone: {result.gain:+.4f} per query, "
+                  f"{'beyond' if result.adopted else 'within'} the margin (min_gain {reranker.min_gain} + "
+                  f"{reranker.standard_errors} x 1 SE {result.gain_se:.4f})"
+                  + (f"; fitted again on all {result.tune_split_queries} tune queries" if result.model else ""),
+        "metric": metric, "weight": result.weight, "depth": reranker.depth, "max_length": reranker.max_length,
+        "base_weight": result.base_weight, "held_out_base": result.by_mix[0.0],
+        "held_out_reranked": result.by_mix[result.weight], "held_out_gain": round(result.gain, 4),
+        "held_out_gain_se": round(result.gain_se, 4), "fit_queries": result.fit_queries,
+        "held_out_queries": result.held_out_queries, "pairs": result.groups, "epochs": reranker.epochs,
+        "lr": reranker.lr, "members": reranker.members, "tune_split_queries": result.tune_split_queries,
+        "fit_seconds": result.seconds["fit"], "held_out_seconds": result.seconds["held_out"], "model": model,
+        "version": version,
+        "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()}),
+        "held_out_by_member": json.dumps([{str(k): v for k, v in m.items()} for m in result.by_member])}],
+        columns=RERANKER_COLUMNS)
 
 
 def tuned_embeddings_path(base, benchmark: str):
