@@ -36,7 +36,7 @@ from causal_assets.core.index.search import CorpusIndex  # noqa: E402
 from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
 from causal_assets.core.tuning.search import tune  # noqa: E402
 from causal_assets.core.tuning.spec import DEFAULT_SPACES, TuningSpec  # noqa: E402
-from causal_assets.core.tuning.store import index_fingerprint, load_tuned  # noqa: E402
+from causal_assets.core.stored.tuned import index_fingerprint, load_tuned  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
 SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)

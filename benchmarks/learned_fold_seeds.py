@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PARQUET, load_average, machine, write_json  # noqa: E402
 
-from causal_assets.core.artifacts import CorpusArtifacts  # noqa: E402
+from causal_assets.core.stored.artifacts import CorpusArtifacts  # noqa: E402
 from causal_assets.core.benchmarks import load_benchmark_registry  # noqa: E402
 from causal_assets.core.errors import CorpusError  # noqa: E402
 from causal_assets.core.index.ann import AnnConfig  # noqa: E402

@@ -24,7 +24,7 @@ from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registr
 from causal_assets.core.evaluation.metrics import evaluate_per_query  # noqa: E402
 from causal_assets.core.evaluation.significance import bootstrap_ci  # noqa: E402
 from causal_assets.core.storage import asset_path, read_parquet  # noqa: E402
-from causal_assets.core.tuning.store import load_tuned  # noqa: E402
+from causal_assets.core.stored.tuned import load_tuned  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
 SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)

@@ -31,7 +31,7 @@ from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
 from causal_assets.core.storage import asset_path, read_parquet  # noqa: E402
 from causal_assets.core.tuning.search import tune  # noqa: E402
 from causal_assets.core.tuning.spec import TuningSpec  # noqa: E402
-from causal_assets.core.tuning.store import index_fingerprint, save_tuned  # noqa: E402
+from causal_assets.core.stored.tuned import index_fingerprint, save_tuned  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
 SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)

@@ -14,6 +14,7 @@ import sys
 
 from causal_assets.core.errors import ConfigError
 from causal_assets.core.paths import DEFAULT_CORPUS, QUESTION_CORPUS
+from causal_assets.exit_codes import EXIT_INTERRUPTED
 from causal_assets.settings import Settings
 
 # `search --method` choices. Kept here rather than imported, so that `--help` imports nothing heavy (a test checks
@@ -27,8 +28,6 @@ METHOD_HELP = ("bm25 (default) | tfidf | dense (MiniLM) | hybrid (BM25 + dense) 
                "base retriever named in --params, its top reranked by the local solver's likelihood of the query) | "
                "cross_encoder (a base retriever named in --params, its top reranked by a fitted cross-encoder: "
                "model_path, e.g. tuned_reranker's)")
-EXIT_POOL_BLOCKED = 3
-EXIT_INTERRUPTED = 130
 
 
 class _Parser(argparse.ArgumentParser):

@@ -68,16 +68,25 @@ def _configured(executor: ExecutorDefinition, kind: str, path) -> ExecutorDefini
     if not path:
         return executor
     import yaml
-    from dagster._config import process_config, resolve_to_config_type
+    from dagster import DagsterInvalidConfigError, job, op, validate_run_config
 
     try:
         config = yaml.safe_load(open(path, encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"{EXECUTOR_CONFIG_ENV}={path}: {e}") from None
-    result = process_config(resolve_to_config_type(executor.config_schema.as_field().config_type), config)
-    if not result.success:
+    @op
+    def noop() -> None:
+        pass
+
+    @job(executor_def=executor)
+    def probe() -> None:   # the run config of a job on this executor is where Dagster's API validates its config
+        noop()
+
+    try:
+        validate_run_config(probe, {"execution": {"config": config}})
+    except DagsterInvalidConfigError as e:
         raise ConfigError(f"{EXECUTOR_CONFIG_ENV}={path}: not a valid {kind} executor config: "
-                          + "; ".join(e.message for e in result.errors))
+                          + "; ".join(err.message for err in e.errors)) from None
     if kind == "k8s":
         check_k8s_sections(config, str(path))
     return executor.configured(config, name=executor.name)

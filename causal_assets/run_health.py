@@ -22,6 +22,9 @@ from pathlib import Path
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
+from causal_assets.dagster_private import interrupt_captured
+from causal_assets.settings import Settings
+
 LLM_POOL = "llm"
 IN_PROGRESS = {DagsterRunStatus.STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.CANCELING}
 
@@ -166,12 +169,10 @@ def blocked_message(pool: str, holders: list[Holder], waited_s: float) -> str:
 
 def home_instance() -> DagsterInstance | None:
     """The instance of $DAGSTER_HOME, or None when it is not set (an ephemeral instance: no other process's runs)."""
-    from dagster._core.errors import DagsterHomeNotSetError
-
+    if not Settings.dagster_home_given():   # DagsterInstance.get() would refuse: not set
+        return None
     try:
         return DagsterInstance.get()
-    except DagsterHomeNotSetError:
-        return None
     except Exception as e:   # a broken instance fails Dagster's own command, with its own message; not the load
         logging.getLogger(__name__).debug("instance of DAGSTER_HOME not opened: %s", e)
         return None
@@ -216,8 +217,6 @@ def cancel_on_interrupt(instance: DagsterInstance | None, poll_s: float = 0.1) -
     with its own supervisor (`causal-assets label`) replaces the pipe and cancels its runs itself."""
     if instance is None:
         return
-    from dagster._utils.interrupts import check_captured_interrupt
-
     wake_r = None
     if threading.current_thread() is threading.main_thread():
         wake_r, wake_w = os.pipe()
@@ -241,7 +240,7 @@ def cancel_on_interrupt(instance: DagsterInstance | None, poll_s: float = 0.1) -
     def watch() -> None:
         while True:
             try:
-                if not (signalled() or check_captured_interrupt()):
+                if not (signalled() or interrupt_captured()):
                     continue
                 for run in _runs_of_this_process(instance):
                     interrupted.add(run.run_id)

@@ -221,6 +221,12 @@ class Settings:
                 values[f.name] = f.metadata["parse"](f.metadata["env"], raw)
         return cls(**values)
 
+    @staticmethod
+    def dagster_home_given(environ: Mapping[str, str] | None = None) -> bool:
+        """Whether DAGSTER_HOME is set at all: Dagster opens no instance of its own without it (the `dagster_home`
+        field is the CLI's default, data/dagster_home, when it is not)."""
+        return bool((os.environ if environ is None else environ).get("DAGSTER_HOME"))
+
     def concurrency(self) -> int:
         """Steps the multiprocess executor runs at once: the setting, or the machine's core count."""
         return self.max_concurrent or os.cpu_count() or 1

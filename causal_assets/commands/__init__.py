@@ -12,7 +12,7 @@ import warnings
 from causal_assets.core.errors import CausalAssetsError
 from causal_assets.settings import NO_CATALOG
 
-MODULES = {"search": "search", "ask": "ask", "build": "ask", "catalog": "data", "sql": "data",
+MODULES = {"search": "search", "ask": "ask", "build": "build", "catalog": "data", "sql": "data",
            "export_labels": "data", "label": "benchmark", "tune": "benchmark", "evaluate": "benchmark",
            "all_stages": "benchmark"}
 RUNS_JOBS = ("ask", "build", "label", "tune", "evaluate", "all_stages")   # commands that import the code location

@@ -1,14 +1,11 @@
-"""`causal-assets ask` (a question answered from a corpus graph by the local LLM, with its sources) and
-`causal-assets build` (what search and ask need for a corpus)."""
+"""`causal-assets ask`: a question answered from a corpus graph by the local LLM, with its sources."""
 from __future__ import annotations
 
 import json
 import time
 
-from causal_assets.cli import EXIT_POOL_BLOCKED
 from causal_assets.commands import say
 from causal_assets.core import needs
-from causal_assets.commands.build import build as build_assets
 from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
 from causal_assets.commands.search import snippet
 from causal_assets.core.corpus.registry import require_available
@@ -17,23 +14,10 @@ from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.progress import duration
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.defs.partitions import query_partitions
-from causal_assets.run_health import LLM_POOL, blocked_message, reap_dead_runs, wait_for_slot
+from causal_assets.exit_codes import EXIT_POOL_BLOCKED
+from causal_assets.run_health import LLM_POOL, blocked_message, wait_for_slot
 
 SOURCES_SHOWN = 5
-
-
-def build(args) -> int:
-    require_available(inbox.check_corpus(args.corpus), args.settings.corpora, args.settings.shared_data)
-    wanted = needs.required(dense=True, graph=not args.index_only, entity_vectors=not args.index_only)
-    reaped = reap_dead_runs(cli_instance())   # also when nothing is left to build: a killed run's slot is freed
-    if reaped:
-        say(f"freed the pool slots of {len(reaped)} run(s) whose process is gone (killed?): {', '.join(reaped)}")
-    todo = needs.missing(args.base_path, args.corpus, wanted)
-    if not todo:
-        say(f"corpus {args.corpus!r} is already built ({', '.join(wanted)})")
-        return 0
-    build_assets(args.base_path, args.corpus, todo, args.verbose)
-    return 0
 
 
 def ask(args) -> int:

@@ -14,10 +14,10 @@ import time
 
 import pandas as pd
 
-from causal_assets.cli import EXIT_POOL_BLOCKED
 from causal_assets.commands import say
 from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
 from causal_assets.core import needs
+from causal_assets.exit_codes import EXIT_POOL_BLOCKED
 from causal_assets.core.benchmarks import BenchmarkSpec, load_benchmark, load_benchmark_registry
 from causal_assets.core.checks import labels_decided_problem
 from causal_assets.core.corpus.registry import require_available

@@ -18,22 +18,22 @@ import signal
 import sys
 import threading
 import time
+import uuid
 
 import sqlalchemy.exc
-from dagster import AssetKey, DagsterInstance
-from dagster._core.instance.ref import InstanceRef
-from dagster._core.utils import make_new_run_id
-from dagster._utils.interrupts import check_captured_interrupt
+from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance
 
-from causal_assets.cli import EXIT_INTERRUPTED, EXIT_POOL_BLOCKED
 from causal_assets.commands import say
 from causal_assets.core import needs
 from causal_assets.core import progress
 from causal_assets.core.corpus.registry import require_available
+from causal_assets.core.local_search import inbox
 from causal_assets.core.errors import CausalAssetsError, first_line
 from causal_assets.core.llm.server import stop_all
 from causal_assets.core.progress import duration
 from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.dagster_private import instance_without_compute_logs, interrupt_captured
+from causal_assets.exit_codes import EXIT_INTERRUPTED, EXIT_POOL_BLOCKED
 from causal_assets.run_health import blocked_message, pool_holders, reap_dead_runs
 from causal_assets.settings import Settings
 
@@ -48,19 +48,15 @@ class RunFailed(CausalAssetsError):
     """A run the CLI started failed: one line naming the step and its error, and the run id."""
 
 
-# Runs the CLI executes keep their events in the instance, but not a capture of the process's stdout/stderr: that
-# capture pipes them through helper processes in the terminal's process group, which Ctrl-C kills mid-write.
-NO_COMPUTE_LOGS = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
-                                    "class": "NoOpComputeLogManager"}}
-
-
 @functools.lru_cache(maxsize=1)
 def cli_instance() -> DagsterInstance:
     """The instance of $DAGSTER_HOME (default: the checkout's data/dagster_home, as in the README)."""
     home = str(Settings.from_env().dagster_home)
     try:
         os.makedirs(home, exist_ok=True)
-        instance = DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=NO_COMPUTE_LOGS))
+        # runs the CLI executes keep their events, not a capture of the process's stdout/stderr: that capture
+        # pipes them through helper processes in the terminal's process group, which Ctrl-C kills mid-write
+        instance = instance_without_compute_logs(home)
         instance.get_runs_count()   # the run database opens lazily: fail here, in one line, not inside a run
     except (OSError, sqlalchemy.exc.SQLAlchemyError) as e:   # a read-only or full DAGSTER_HOME: a 70-line traceback
         raise CausalAssetsError(f"Dagster instance {home} (DAGSTER_HOME) cannot be used: {first_line(e)}; it must be "
@@ -82,8 +78,6 @@ def interrupts_not_reported(default):
     finalizer or a weakref callback (SQLAlchemy's `_collection_gced`, run by the garbage collector), Python cannot
     raise it and prints "Exception ignored in ..." with a traceback, while the supervisor is already ending the run
     (exit 130, run CANCELED): the traceback tells the user nothing but that Ctrl-C arrived."""
-    from dagster._core.errors import DagsterExecutionInterruptedError
-
     def hook(unraisable):
         if isinstance(unraisable.exc_value, (KeyboardInterrupt, DagsterExecutionInterruptedError)):
             return
@@ -107,7 +101,7 @@ class Supervisor:
         self._next_pool_check = 0.0
         # Every signal that reaches a Python-level handler also writes its number to this pipe, whichever handler
         # Dagster has installed at that moment: inside a step it raises an exception into user code, which an
-        # import or a library may swallow, so the flag `check_captured_interrupt` reads is not enough.
+        # import or a library may swallow, so the flag `interrupt_captured` reads is not enough.
         self._wakeup_r, wakeup_w = os.pipe()
         os.set_blocking(wakeup_w, False)
         if threading.current_thread() is threading.main_thread():
@@ -128,7 +122,7 @@ class Supervisor:
         while True:
             try:
                 signalled = self._signalled()
-                if self.run_id and (signalled or check_captured_interrupt()):
+                if self.run_id and (signalled or interrupt_captured()):
                     self.cancel()
                 if self.run_id and self.pool and time.monotonic() >= self._next_pool_check:
                     self._next_pool_check = time.monotonic() + 1.0
@@ -234,7 +228,7 @@ def execute(job_name: str, partition_key: str, base, assets: list[str] | None = 
 
     instance = cli_instance()
     reap_dead_runs(instance)   # runs of killed commands: marked FAILURE, their slots freed, before this one starts
-    run_id = make_new_run_id()
+    run_id = str(uuid.uuid4())   # a run id as Dagster makes one
     supervisor(instance).watch(run_id, pool, pool_wait_s)
     progress.terminal = None if verbose else (lambda line: say(line))
     try:
@@ -276,10 +270,10 @@ def ensure_built(base, corpus: str, wanted: list[str], no_build: bool, why: str,
     if no_build:
         raise NotBuilt(f"corpus {corpus!r} is not built for {why} ({needs.describe(base, corpus, todo)}); run "
                        f"`{command}`")
-    build(base, corpus, todo, verbose, reason=why)
+    build_assets(base, corpus, todo, verbose, reason=why)
 
 
-def build(base, corpus: str, todo: list[str], verbose: bool, reason: str = "") -> float:
+def build_assets(base, corpus: str, todo: list[str], verbose: bool, reason: str = "") -> float:
     """Materialize `todo` for `corpus` in one supervised run (one run in the UI, not one for the chunks and one for
     the rest). Returns the seconds taken."""
     t0 = time.monotonic()
@@ -311,3 +305,19 @@ def _run(base, corpus: str, assets: list[str], verbose: bool) -> None:
     if not result.success:
         raise RunFailed(f"building {', '.join(assets)} for corpus {corpus!r}: {failure_line(result)} "
                         f"(run {result.run_id}; `--verbose` shows the log)")
+
+
+def build(args) -> int:
+    """`causal-assets build CORPUS`: what search and ask need for a corpus (its index, and unless --index-only its
+    graph and entity vectors), in one supervised run; nothing when it is all there."""
+    require_available(inbox.check_corpus(args.corpus), args.settings.corpora, args.settings.shared_data)
+    wanted = needs.required(dense=True, graph=not args.index_only, entity_vectors=not args.index_only)
+    reaped = reap_dead_runs(cli_instance())   # also when nothing is left to build: a killed run's slot is freed
+    if reaped:
+        say(f"freed the pool slots of {len(reaped)} run(s) whose process is gone (killed?): {', '.join(reaped)}")
+    todo = needs.missing(args.base_path, args.corpus, wanted)
+    if not todo:
+        say(f"corpus {args.corpus!r} is already built ({', '.join(wanted)})")
+        return 0
+    build_assets(args.base_path, args.corpus, todo, args.verbose)
+    return 0

@@ -16,12 +16,12 @@ from dagster import (AssetSelection, AutomationConditionSensorDefinition, Defaul
                      SensorResult, schedule, sensor)
 
 from causal_assets.core.corpus.fingerprint import MISSING, source_fingerprint
-from causal_assets.defs.jobs import corpus_index_job, labels_and_evaluation_job
 from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
+from causal_assets.defs.shared import EVALUATION_GROUP, EXPORT_GROUP, LABELS_GROUP, SCALE_OUT_GROUP, TUNING_GROUP
 from causal_assets.resources import CorpusRegistry
 
 
-@sensor(job=corpus_index_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+@sensor(job_name="corpus_index_job", minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def corpus_change_sensor(context: SensorEvaluationContext, corpus_registry: CorpusRegistry) -> SensorResult:
     """Re-index a corpus partition when its source files (or installed package version) change; a source gone
     missing is a warning (a run could only fail), and is re-indexed when it is back."""
@@ -55,7 +55,7 @@ def corpus_change_sensor(context: SensorEvaluationContext, corpus_registry: Corp
     return SensorResult(run_requests=requests, cursor=json.dumps(current))
 
 
-@schedule(job=labels_and_evaluation_job, cron_schedule="0 2 * * *", default_status=DefaultScheduleStatus.STOPPED)
+@schedule(job_name="labels_and_evaluation_job", cron_schedule="0 2 * * *", default_status=DefaultScheduleStatus.STOPPED)
 def nightly_labels_and_evaluation(context: ScheduleEvaluationContext):
     """One run per benchmark partition, every night at 02:00."""
     date = context.scheduled_execution_time.strftime("%Y-%m-%d")
@@ -65,7 +65,7 @@ def nightly_labels_and_evaluation(context: ScheduleEvaluationContext):
 
 # Asset groups whose runs are long or cost LLM calls: declarative automation starts them only through the sensor
 # that is off by default. Starting the UI must not launch an hour of tuning because `search` built an index.
-HEAVY_GROUPS = ("labels", "tuning", "evaluation", "scale_out", "export")
+HEAVY_GROUPS = (LABELS_GROUP, TUNING_GROUP, EVALUATION_GROUP, SCALE_OUT_GROUP, EXPORT_GROUP)
 HEAVY = AssetSelection.groups(*HEAVY_GROUPS)
 
 automation_sensor = AutomationConditionSensorDefinition(

@@ -5,7 +5,7 @@ import json
 import time
 
 import pandas as pd
-from dagster import AssetExecutionContext, AssetOut, Config, MetadataValue, Output, asset, multi_asset
+from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, asset, multi_asset
 
 from causal_assets.core.checks import blank_chunks, check_chunks, check_embeddings, check_sparse
 from causal_assets.core.corpus.chunk import chunks_to_frame
@@ -13,13 +13,13 @@ from causal_assets.core.corpus.registry import load_corpus
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
 from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, compute_fingerprint
-from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
+from causal_assets.core.index.dense import EmbeddingCache, embed_incremental
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import corpus_partitions
-from causal_assets.resources import (DEFAULT_EMBEDDING_BACKEND, DEFAULT_MODELS_DIR, SETTINGS, CorpusRegistry,
-                                     Storage)
+from causal_assets.defs.shared import CORPUS_GROUP, EmbeddingConfig
+from causal_assets.resources import CorpusRegistry, Storage
 
-GROUP = "corpus_index"
+GROUP = CORPUS_GROUP
 
 
 def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) -> None:
@@ -90,21 +90,6 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
         "load_seconds": round(time.perf_counter() - t0, 2),
     })
     yield check_result("corpus_chunks", "chunks_valid", check_chunks(frame))
-
-
-class EmbeddingConfig(Config):
-    model: str = DEFAULT_MODEL  # the packaged all-MiniLM-L6-v2, or a local model directory
-    batch_size: int = 64
-    # torch (fp32 PyTorch), onnx (fp32 ONNX Runtime) or onnx-int8; default $CAUSAL_ASSETS_EMBEDDING_BACKEND or the
-    # measured default (docs/decisions.md, "Performance and engineering"). Part of the cache key: vectors of
-    # different backends never mix.
-    backend: str = DEFAULT_EMBEDDING_BACKEND
-    threads: int = 0            # ONNX backends: intra-op threads, 0 = every core (threads do not spin-wait)
-    models_dir: str = DEFAULT_MODELS_DIR  # where the ONNX export is cached (by model hash)
-    device: str = SETTINGS.embedding_device  # torch backend: cpu, or cuda on a GPU worker (deploy/k8s/executor.yaml)
-
-    def embedder(self) -> Embedder:
-        return Embedder(self.model, self.batch_size, self.backend, self.models_dir, self.threads, self.device)
 
 
 @asset(partitions_def=corpus_partitions, group_name=GROUP, kinds={"pytorch", "parquet"},

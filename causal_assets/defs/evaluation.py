@@ -5,7 +5,7 @@ import pandas as pd
 from dagster import (AssetDep, AssetExecutionContext, AssetKey, AssetOut, AssetRecordsFilter, Config, DagsterEventType,
                      MetadataValue, Output, TableColumn, TableRecord, TableSchema, multi_asset)
 
-from causal_assets.core.artifacts import CorpusArtifacts
+from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_answers, check_metrics, check_ranked_results
 from causal_assets.core.evaluation.metrics import warm_up
 from causal_assets.core.evaluation.report import headline_table, write_report
@@ -13,14 +13,15 @@ from causal_assets.core.evaluation.metrics import parse_metric
 from causal_assets.core.evaluation.suite import evaluate_plan, plan_evaluation
 from causal_assets.core.retrievers.factory import uses_scorer
 from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.core.tuning.store import index_fingerprint, load_tuned
+from causal_assets.core.stored.tuned import index_fingerprint, load_tuned
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
-from causal_assets.defs.tuning import (RERANKER, TUNED, TUNED_EMBEDDINGS, adopted_reranker, eager_tolerating_missing,
-                                       tuned_embeddings_path)
+from causal_assets.core.tuning.records import (RERANKER, TUNED, TUNED_EMBEDDINGS, adopted_reranker,
+                                               tuned_embeddings_path)
+from causal_assets.defs.shared import EVALUATION_GROUP, eager_tolerating_missing
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
-GROUP = "evaluation"
+GROUP = EVALUATION_GROUP
 # a new tuned configuration re-runs the evaluation; a benchmark never tuned, labelled or encoder-tuned does not block it
 EAGER = eager_tolerating_missing(TUNED, "mc_labels", TUNED_EMBEDDINGS, RERANKER)
 
@@ -70,11 +71,11 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
     # `*_tuned` runs use the index they were tuned on: with the fine-tuned encoder's vectors where tuned_encoder
     # adopted one (the configured baselines keep the corpus's vectors)
     tuned_artifacts = artifacts
-    encoder = tuned_embeddings_path(storage, spec.name) if tuned is not None else None
+    encoder = tuned_embeddings_path(storage.base, spec.name) if tuned is not None else None
     if encoder is not None and tuned.content.get("index") != index_fingerprint(artifacts.index):
         tuned_artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, encoder)
     # the selected tuned retriever reranked by the cross-encoder tuned_reranker adopted, where it adopted one
-    reranker = adopted_reranker(storage, spec.name) if tuned is not None else None
+    reranker = adopted_reranker(storage.base, spec.name) if tuned is not None else None
     plan = plan_evaluation(configured, tuned, index_fingerprint(tuned_artifacts.index), spec.corpus, spec.tune_split,
                            config.fusion_weight, config.within_stats, reranker)
     if config.tuned and version is None and spec.tune_split:

@@ -12,9 +12,10 @@ from causal_assets.core.checks import labels_decided_problem
 
 from causal_assets.core.export import DatasetCard, agreement_with_seeds, export_labels, labels_solver, pick_estimator
 from causal_assets.defs.partitions import benchmark_partitions
+from causal_assets.defs.shared import EXPORT_GROUP
 from causal_assets.resources import BenchmarkRegistry, Storage
 
-GROUP = "export"  # not in default_lineage_job: exporting is a choice, not a lineage stage
+GROUP = EXPORT_GROUP  # not in default_lineage_job: exporting is a choice, not a lineage stage
 
 
 class ExportConfig(Config):

@@ -15,9 +15,10 @@ from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCac
 from causal_assets.core.local_search.entity_vectors import embed_entities
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import corpus_partitions
+from causal_assets.defs.shared import GRAPH_GROUP
 from causal_assets.resources import Storage
 
-GROUP = "graph"
+GROUP = GRAPH_GROUP
 
 
 @multi_asset(

@@ -14,21 +14,21 @@ import yaml
 from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Config, Failure, MetadataValue, Output,
                      asset, multi_asset)
 
-from causal_assets.core.artifacts import CorpusArtifacts
+from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.checks import (check_labels, check_labels_decided, check_pools, check_trials_from_ok_calls,
                                       labels_decided_problem)
 from causal_assets.core.labeling.pools import PoolParams, build_pools
 from causal_assets.core.labeling.quality import label_quality_rows, per_question_from_tables, quality_table, summarize
 from causal_assets.core.evaluation.report import quality_png
-from causal_assets.core.labeling.runner import LabelingParams, label_table
-from causal_assets.core.labeling.trials import TrialRun, run_trials
+from causal_assets.core.labeling.runner import label_table
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
+from causal_assets.defs.shared import LABELS_GROUP, MonteCarloConfig, mc_config, trials_of
 from causal_assets.retries import LLM_RETRY, infrastructure_retries
 from causal_assets.run_health import LLM_POOL, blocked_message, pool_holders, pool_limit, reap_dead_runs
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
-GROUP = "labels"
+GROUP = LABELS_GROUP
 
 
 class PoolsConfig(Config):
@@ -64,15 +64,6 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
     yield check_result("candidate_pools", "pools_valid", check_pools(pools, artifacts.index.ids))
 
 
-class MonteCarloConfig(Config):
-    estimator: str | None = None   # adaptive | regression | naive (default: the benchmark's monte_carlo.estimator)
-    outcome: str | None = None     # qa_likelihood | likelihood | success | both (default: the benchmark's, else LabelingParams')
-    budget: int | None = None      # solver calls per question
-    threshold: float | None = None
-    threshold_nats: float | None = None
-    question_weight: float | None = None
-
-
 def warn_if_llm_pool_is_held(context: AssetExecutionContext) -> None:
     """Before the LLM step of this run waits for the `llm` pool: free the slots of dead runs, and say at WARNING
     which live run holds every slot and how to free it (the wait itself is logged by Dagster at DEBUG only)."""
@@ -85,26 +76,6 @@ def warn_if_llm_pool_is_held(context: AssetExecutionContext) -> None:
         return
     if limit is not None and len(holders) >= limit:
         context.log.warning(f"mc_trials will wait: {blocked_message(LLM_POOL, holders, 0).split(chr(10), 1)[1]}")
-
-
-def mc_config(spec_mc: dict, config: MonteCarloConfig) -> LabelingParams:
-    base = {k: v for k, v in spec_mc.items() if k in LabelingParams.__dataclass_fields__}
-    overrides = {k: v for k, v in {"estimator": config.estimator, "outcome": config.outcome, "budget": config.budget,
-                                   "threshold": config.threshold, "threshold_nats": config.threshold_nats,
-                                   "question_weight": config.question_weight}.items()
-                 if v is not None}
-    return LabelingParams(**{**base, **overrides})
-
-
-def trials_of(context: AssetExecutionContext, spec, cfg: LabelingParams, llm: LLM, pools: pd.DataFrame,
-              question_ids: list[str] | None = None) -> TrialRun:
-    """`run_trials` with this step's LLM: the client (and the local server) only for outcomes that generate, the
-    scorer only for outcomes that score."""
-    local = spec.monte_carlo.get("solver")
-    return run_trials(pools, cfg, spec.name, spec.validator, llm.solver_name(local, cfg.outcome),
-                      client=llm.client if cfg.generates else None,
-                      scorer=llm.scorer(local) if cfg.scores else None,
-                      question_ids=question_ids, log=context.log.info, warn=context.log.warning)
 
 
 @multi_asset(

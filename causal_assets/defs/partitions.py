@@ -1,8 +1,9 @@
-"""Partition definitions shared by the stage modules."""
-from dagster import AssetDep, DynamicPartitionsDefinition, StaticPartitionMapping, StaticPartitionsDefinition
+"""Partition definitions shared by the stage modules and the jobs."""
+from dagster import (AssetDep, DynamicPartitionsDefinition, MultiPartitionsDefinition, StaticPartitionMapping,
+                     StaticPartitionsDefinition)
 
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY
-from causal_assets.resources import BenchmarkRegistry, CorpusRegistry
+from causal_assets.resources import SETTINGS, BenchmarkRegistry, CorpusRegistry
 
 # The registries the settings name (the resources' defaults).
 _corpora, _benchmarks = CorpusRegistry(), BenchmarkRegistry()
@@ -40,7 +41,20 @@ def benchmark_corpus_partition_mapping(b2c: dict[str, str]) -> StaticPartitionMa
 # Benchmark-partitioned stages read the index and graph of the benchmark's corpus.
 benchmark_corpus_mapping = benchmark_corpus_partition_mapping(benchmark_to_corpus())
 
-# What pools, tuning and evaluation read of their benchmark's corpus (core.artifacts.CorpusArtifacts): its index
+# What pools, tuning and evaluation read of their benchmark's corpus (core.stored.artifacts.CorpusArtifacts): its index
 # and its graph.
 CORPUS_ARTIFACTS = [AssetDep(a, partition_mapping=benchmark_corpus_mapping)
                     for a in (CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, "graph_nodes", "graph_edges")]
+
+# The scale-out shards (scale_out.py): corpus x hash bucket of a chunk's content, benchmark x question range; the
+# counts are configuration (CAUSAL_ASSETS_EMBEDDING_SHARDS, CAUSAL_ASSETS_LABEL_SHARDS).
+EMBEDDING_SHARDS = SETTINGS.embedding_shards
+embedding_shard_partitions = MultiPartitionsDefinition({
+    "corpus": corpus_partitions,
+    "shard": StaticPartitionsDefinition([str(i) for i in range(EMBEDDING_SHARDS)]),
+})
+LABEL_SHARDS = SETTINGS.label_shards
+label_shard_partitions = MultiPartitionsDefinition({
+    "benchmark": benchmark_partitions,
+    "shard": StaticPartitionsDefinition([str(i) for i in range(LABEL_SHARDS)]),
+})

@@ -12,19 +12,18 @@ import warnings
 
 import pandas as pd
 from dagster import (AssetExecutionContext, AssetIn, BetaWarning, MaterializeResult,
-                     MultiPartitionsDefinition, MultiToSingleDimensionPartitionMapping, StaticPartitionsDefinition,
-                     asset)
+                     MultiToSingleDimensionPartitionMapping, asset)
 
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import EmbeddingCache, embed_incremental
 from causal_assets.core.labeling.shards import shard_questions, shard_slice
-from causal_assets.defs.corpus import EmbeddingConfig
-from causal_assets.defs.labels import MonteCarloConfig, mc_config, trials_of
-from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
+from causal_assets.defs.partitions import (EMBEDDING_SHARDS, LABEL_SHARDS, embedding_shard_partitions,
+                                           label_shard_partitions)
+from causal_assets.defs.shared import SCALE_OUT_GROUP, EmbeddingConfig, MonteCarloConfig, mc_config, trials_of
 from causal_assets.retries import LLM_RETRY, infrastructure_retries
-from causal_assets.resources import LLM, SETTINGS, BenchmarkRegistry, Storage
+from causal_assets.resources import LLM, BenchmarkRegistry, Storage
 
-GROUP = "scale_out"
+GROUP = SCALE_OUT_GROUP
 
 
 def shard_of(content_hash: str, shards: int) -> int:
@@ -36,11 +35,6 @@ def shard_cache_name(corpus: str, shard: int, shards: int) -> str:
     return f"{corpus}.shard-{shard}-of-{shards}"
 
 
-EMBEDDING_SHARDS = SETTINGS.embedding_shards
-embedding_shard_partitions = MultiPartitionsDefinition({
-    "corpus": corpus_partitions,
-    "shard": StaticPartitionsDefinition([str(i) for i in range(EMBEDDING_SHARDS)]),
-})
 # every shard reads its whole corpus's (or benchmark's) input (the mapping class is marked beta in dagster 1.13)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", BetaWarning)
@@ -70,13 +64,6 @@ def embedding_shards(context: AssetExecutionContext, config: EmbeddingConfig, st
         "newly_embedded": stats["embedded"], "cache_hits": stats["cache_hits"],
         "embed_seconds": round(stats["embed_s"], 3), "total_seconds": round(time.perf_counter() - t0, 3),
         "cache_file": str(cache.dir / f"{shard_cache_name(corpus, shard, EMBEDDING_SHARDS)}.parquet")})
-
-
-LABEL_SHARDS = SETTINGS.label_shards
-label_shard_partitions = MultiPartitionsDefinition({
-    "benchmark": benchmark_partitions,
-    "shard": StaticPartitionsDefinition([str(i) for i in range(LABEL_SHARDS)]),
-})
 
 
 @asset(partitions_def=label_shard_partitions, group_name=GROUP, pool="llm", kinds={"openai"},

@@ -28,12 +28,12 @@ from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.paths import QUESTION_CORPUS
 from causal_assets.defs.checks import check_result, spec
-from causal_assets.defs.jobs import search_job
 from causal_assets.defs.partitions import query_partitions
+from causal_assets.defs.shared import SEARCH_GROUP
 from causal_assets.retries import LLM_RETRY, infrastructure_retries
 from causal_assets.resources import ANN, LLM, SETTINGS, CorpusRegistry, Storage
 
-GROUP = "search"
+GROUP = SEARCH_GROUP
 # Submitted queries (and the inbox/ the sensor watches); $CAUSAL_ASSETS_QUERIES points a deployment or a test elsewhere.
 QUERIES_DIR = SETTINGS.queries
 # Where the inbox looks for a corpus's index and graph (the `storage` resource's default base).
@@ -163,7 +163,7 @@ def _not_built(corpus: str, known: list[str] | None) -> str | None:
     return None
 
 
-@sensor(job=search_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+@sensor(job_name="search_job", minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def queries_inbox_sensor(context: SensorEvaluationContext) -> SensorResult:
     """Each new `.txt` file in data/queries/inbox/ becomes a query partition and a search run.
 

@@ -5,73 +5,45 @@ the corpus's vectors under it).
 `tuned_retriever_configs` searches the parameters of the tunable retrievers (hybrid, RRF,
 cascade, entity-first, causal, learned) on a benchmark's tune split only, records every trial as a Parquet
 table (DuckDB view `tuned_retriever_configs`), and stores the winning configuration versioned by content hash
-(YAML + model files under `<reports>/tuned/<benchmark>/`, see `core/tuning/store.py`). The version is the
+(YAML + model files under `<reports>/tuned/<benchmark>/`, see `core/stored/tuned.py`). The version is the
 materialization's data version and `config_version` metadata: the evaluation evaluates exactly that version, each
 tuned retriever as `<name>_tuned` on the held-out eval splits, and takes its configured baselines' BM25
 statistics and hybrid weight from it (each parameter is chosen here, once).
 """
 import json
-import os
-import shutil
 from dataclasses import replace
-import tempfile
 import warnings
-from pathlib import Path
 
 import pandas as pd
-from dagster import (AssetDep, AssetExecutionContext, AssetOut, AssetSelection, AutomationCondition, BetaWarning,
+from dagster import (AssetDep, AssetExecutionContext, AssetOut, AutomationCondition, BetaWarning,
                      Config, DataVersion, Failure, MetadataValue, Output, asset, multi_asset)
 
-from causal_assets.core.artifacts import CorpusArtifacts
 from causal_assets.core.checks import check_tuning_trials
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.truth import label_qrels
-from causal_assets.core.index.dense import model_reference, resolve_model_reference
-from causal_assets.core.index.provenance import FINGERPRINT, recorded_fingerprint
+from causal_assets.core.index.dense import model_reference
 from causal_assets.core.retrievers.cross_encoder import member_dir, member_dirs
 from causal_assets.core.retrievers.factory import SCORING
 from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.core.tuning.encoder import BACKEND, encoder_version, tune_encoder
+from causal_assets.core.stored.artifacts import CorpusArtifacts
+from causal_assets.core.stored.models import fit_into
+from causal_assets.core.stored.reuse import reuse_or_fit
+from causal_assets.core.stored.tuned import (code_version, frame_digest, index_fingerprint, inputs_version,
+                                             save_tuned, source_digest)
+from causal_assets.core.tuning.encoder import encoder_version, tune_encoder
+from causal_assets.core.tuning.records import (EMBEDDING_COLUMNS, ENCODER, ENCODER_COLUMNS, RERANKER,
+                                               RERANKER_COLUMNS, TUNED, TUNED_EMBEDDINGS, encoder_record,
+                                               encoder_vectors, kept_encoder, kept_tuning, reranker_intact,
+                                               reranker_record, tuned_embeddings_path, unfitted)
 from causal_assets.core.tuning.reranker import TUNE_SPLIT, reranker_versions, tune_reranker
 from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.tuning.spec import TuningSpec
-from causal_assets.core.tuning.store import (TunedConfig, code_version, frame_digest, index_fingerprint, inputs_version,
-                                             intact_tuned, save_tuned, source_digest)
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
+from causal_assets.defs.shared import TUNING_GROUP, eager_tolerating_missing
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
-GROUP = "tuning"
-TUNED = "tuned_retriever_configs"
-ENCODER, TUNED_EMBEDDINGS = "tuned_encoder", "tuned_embeddings"
-ENCODER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "held_out_base", "held_out_tuned", "held_out_gain",
-                   "held_out_gain_se", "fit_queries", "held_out_queries", "pairs", "epochs", "lr", "fit_seconds",
-                   "encode_seconds", "model", "version", "held_out_by_weight"]
-RERANKER = "tuned_reranker"
-RERANKER_COLUMNS = ["benchmark", "adopted", "reason", "metric", "weight", "depth", "max_length", "base_weight",
-                    "held_out_base", "held_out_reranked", "held_out_gain", "held_out_gain_se", "fit_queries",
-                    "held_out_queries", "pairs", "epochs", "lr", "members", "tune_split_queries", "fit_seconds",
-                    "held_out_seconds", "model", "version", "held_out_by_mix", "held_out_by_member"]
-EMBEDDING_COLUMNS = ["corpus", "chunk_id", "chunk_idx", "content_hash", "model", "backend", "embedding", FINGERPRINT]
-
-
-def eager_tolerating_missing(*keys: str) -> AutomationCondition:
-    """`eager()`, except that the given upstream assets may be missing: an update of theirs still triggers a
-    re-run, but their absence does not block one (MC labels cost LLM calls; a benchmark may never be tuned)."""
-    return AutomationCondition.eager().replace(
-        "any_deps_missing", AutomationCondition.any_deps_missing().ignore(AssetSelection.assets(*keys)))
-
-
-def tuned_embeddings_path(storage: Storage, benchmark: str):
-    """The benchmark's `tuned_embeddings` table when its last `tuned_encoder` adopted a fine-tuned encoder, else None
-    (never tuned, not asked for, or the base vectors won on the held-out queries)."""
-    record = asset_path(storage.base, ENCODER, benchmark)
-    if not record.exists():
-        return None
-    adopted = read_parquet(record, columns=["adopted"])["adopted"]
-    return asset_path(storage.base, TUNED_EMBEDDINGS, benchmark) if len(adopted) and bool(adopted.iloc[0]) else None
-
-
+GROUP = TUNING_GROUP
 def versioned(value, version: str, **kwargs) -> Output:
     """An output whose data version is `version` (a beta parameter in dagster 1.13): the UI shows what reads it
     stale only when the version changed, not when the same content was materialized again."""
@@ -80,66 +52,10 @@ def versioned(value, version: str, **kwargs) -> Output:
         return Output(value, data_version=DataVersion(version), **kwargs)
 
 
-def fit_into(target: Path, fit, reuse: tuple[str, ...] = ()):
-    """`fit(directory)` into a fresh `.partial` directory beside `target` (what a killed run left there is cleared
-    first), renamed to `target` only if the result was adopted: no table points at a half-written model. `reuse`:
-    entries of `target` (what an earlier fit adopted there) linked into the fresh directory first, for `fit` to read
-    and the rename to keep; the files are hard links (copies where the file system has none), so `target` itself is
-    never written to and stays whole whatever the new fit decides."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f"{target.name}.partial*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    partial = Path(tempfile.mkdtemp(prefix=f"{target.name}.partial-", dir=target.parent))
-    try:
-        for name in reuse:
-            shutil.copytree(target / name, partial / name, copy_function=link_or_copy)
-        result = fit(partial)
-        if result.adopted:
-            shutil.rmtree(target, ignore_errors=True)
-            partial.rename(target)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    return result
-
-
-def link_or_copy(source: str, destination: str) -> None:
-    """A hard link to `source` (no second copy of a model's weights), a copy where the file system refuses one."""
-    try:
-        os.link(source, destination)
-    except OSError:
-        shutil.copy2(source, destination)
-
-
 class EncoderConfig(Config):
     # fit again even when the last materialization already fitted this encoder version (`encoder_version`: the
     # same data, spec, seed and fitting code) and its model and vectors are still there
     refit: bool = False
-
-
-def previous_fit(storage: Storage, benchmark: str, version: str, target: Path, chunks: int,
-                 fingerprint: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict] | None:
-    """The last materialization's (record, vectors, held-out figures by weight) when it fitted `version` and what
-    it adopted is intact: a job that selects the whole tuning group then costs no second fit (~10 min on SciFact)
-    for an unchanged version."""
-    record_path = asset_path(storage.base, ENCODER, benchmark)
-    vectors_path = asset_path(storage.base, TUNED_EMBEDDINGS, benchmark)
-    if not (record_path.exists() and vectors_path.exists()):
-        return None
-    record = read_parquet(record_path)
-    if len(record) != 1 or list(record.columns) != ENCODER_COLUMNS or record["version"].iloc[0] != version:
-        return None   # another version, or a record written before the per-weight figures were kept
-    try:
-        by_weight = json.loads(record["held_out_by_weight"].iloc[0])
-    except (TypeError, ValueError):
-        return None   # not a record this asset wrote: fit again rather than fail on it
-    if not bool(record["adopted"].iloc[0]):
-        return record, pd.DataFrame(columns=EMBEDDING_COLUMNS), by_weight
-    vectors = read_parquet(vectors_path)
-    models = {resolve_model_reference(str(m), vectors_path) for m in vectors["model"]}
-    intact = (resolve_model_reference(str(record["model"].iloc[0]), record_path) == str(target.resolve())
-              and models == {str(target.resolve())} and (target / "config.json").exists() and len(vectors) == chunks
-              and (fingerprint is None or recorded_fingerprint(vectors.get(FINGERPRINT)) == fingerprint))
-    return (record, vectors, by_weight) if intact else None
 
 
 @multi_asset(
@@ -159,14 +75,11 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
     A version fitted by the last materialization is kept, not fitted again (`refit: true` forces a fit)."""
     spec = benchmark_registry.spec(context.partition_key)
     tuning = TuningSpec.model_validate(spec.tuning)
-    empty = pd.DataFrame(columns=EMBEDDING_COLUMNS)
     reason = "no tune split" if not spec.tune_split else \
         "not asked for (registry tuning.encoder)" if tuning.encoder is None else ""
     if reason:
-        record = pd.DataFrame([{c: None for c in ENCODER_COLUMNS} | {"benchmark": spec.name, "adopted": False,
-                                                                     "reason": reason}], columns=ENCODER_COLUMNS)
-        yield Output(empty, output_name=TUNED_EMBEDDINGS, metadata={"chunks": 0})
-        yield Output(record.astype({"adopted": bool}), output_name=ENCODER,
+        yield Output(pd.DataFrame(columns=EMBEDDING_COLUMNS), output_name=TUNED_EMBEDDINGS, metadata={"chunks": 0})
+        yield Output(unfitted(ENCODER_COLUMNS, spec.name, reason), output_name=ENCODER,
                      metadata={"adopted": False, "reason": reason})
         return
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
@@ -174,87 +87,58 @@ def tuned_encoder(context: AssetExecutionContext, config: EncoderConfig, storage
     version = encoder_version(index, bench, tuning.encoder, tuning.seed)
     # beside the learned models of the same benchmark (fitted through `fit_into`)
     target = storage.reports_path / "tuned" / spec.name / f"encoder-{version}"
-    previous = None if config.refit else previous_fit(storage, spec.name, version, target, len(index.chunks),
-                                                      index.fingerprint)
-    if previous is not None:
-        record, embeddings, by_weight = previous
-        context.log.info(f"encoder {version}: fitted by the last materialization ({record['reason'].iloc[0]}), "
-                         f"kept (config refit: true fits it again)")
-        yield versioned(embeddings, version, output_name=TUNED_EMBEDDINGS,
-                        metadata={"chunks": len(embeddings), "reused": True})
-        yield versioned(record, version, output_name=ENCODER, metadata={
+    record_path = asset_path(storage.base, ENCODER, spec.name)
+    vectors_path = asset_path(storage.base, TUNED_EMBEDDINGS, spec.name)
+
+    def kept(table: pd.DataFrame):
+        """The last materialization's record and vectors when it fitted this version and what it adopted is intact:
+        a job that selects the whole tuning group then costs no second fit (~10 min on SciFact)."""
+        found = kept_encoder(table, record_path, vectors_path, target, len(index.chunks), index.fingerprint)
+        if found is None:
+            return None
+        record, embeddings, by_weight = found
+        return record, embeddings, {
             "adopted": bool(record["adopted"].iloc[0]), "version": version, "metric": tuning.metric, "reused": True,
             "held_out_by_weight": MetadataValue.json(by_weight),
             "held_out_gain": float(record["held_out_gain"].iloc[0]),
             "held_out_gain_se": float(record["held_out_gain_se"].iloc[0]),
-            **({"model": MetadataValue.path(str(target.resolve()))} if record["adopted"].iloc[0] else {})})
-        return
-    result = fit_into(target, lambda partial: tune_encoder(index, bench, tuning.encoder, tuning.metric, partial,
-                                                           tuning.seed, context.log.info))
-    # each table names the model relative to itself (a moved data directory keeps it), the metadata absolutely
-    model_path = str(target.resolve()) if result.adopted else ""
-    named_in = {table: model_reference(model_path, asset_path(storage.base, table, spec.name)) if model_path else ""
-                for table in (ENCODER, TUNED_EMBEDDINGS)}
-    best = {"base": max(result.base.values()), "tuned": max(result.tuned.values())}
-    by_weight = {"base": {str(k): v for k, v in result.base.items()},
-                 "tuned": {str(k): v for k, v in result.tuned.items()}}
-    record = pd.DataFrame([{
-        "benchmark": spec.name, "adopted": result.adopted,
-        "reason": f"held-out {tuning.metric} {best['tuned']:.4f} vs {best['base']:.4f} with the corpus's vectors: "
-                  f"{result.gain:+.4f} per query, {'beyond' if result.adopted else 'within'} the margin "
-                  f"(min_gain {tuning.encoder.min_gain} + {tuning.encoder.standard_errors} x 1 SE {result.gain_se:.4f})",
-        "metric": tuning.metric, "held_out_base": best["base"], "held_out_tuned": best["tuned"],
-        "held_out_gain": round(result.gain, 4), "held_out_gain_se": round(result.gain_se, 4),
-        "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
-        "epochs": tuning.encoder.epochs, "lr": tuning.encoder.lr, "fit_seconds": result.seconds["fit"],
-        "encode_seconds": result.seconds["encode"], "model": named_in[ENCODER], "version": version,
-        "held_out_by_weight": json.dumps(by_weight)}], columns=ENCODER_COLUMNS)
-    embeddings = pd.DataFrame({
-        "corpus": spec.corpus, "chunk_id": index.chunks["chunk_id"], "chunk_idx": index.chunks["chunk_idx"],
-        "content_hash": index.chunks["content_hash"], "model": named_in[TUNED_EMBEDDINGS], "backend": BACKEND,
-        "embedding": list(result.embeddings), FINGERPRINT: index.fingerprint}) if result.adopted else empty
+            **({"model": MetadataValue.path(str(target.resolve()))} if record["adopted"].iloc[0] else {})}
+
+    def fit():
+        result = fit_into(target, lambda partial: tune_encoder(index, bench, tuning.encoder, tuning.metric, partial,
+                                                               tuning.seed, context.log.info))
+        # each table names the model relative to itself (a moved data directory keeps it), the metadata absolutely
+        model_path = str(target.resolve()) if result.adopted else ""
+        named_in = {table: model_reference(model_path, asset_path(storage.base, table, spec.name))
+                    if model_path else "" for table in (ENCODER, TUNED_EMBEDDINGS)}
+        record, by_weight = encoder_record(spec.name, result, tuning.metric, tuning.encoder, version,
+                                           named_in[ENCODER])
+        embeddings = encoder_vectors(spec.corpus, index, result, named_in[TUNED_EMBEDDINGS])
+        return record, embeddings, {
+            "adopted": bool(result.adopted), "version": version, "metric": tuning.metric, "reused": False,
+            "held_out_by_weight": MetadataValue.json(by_weight),
+            "held_out_gain": round(result.gain, 4), "held_out_gain_se": round(result.gain_se, 4),
+            "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
+            "loss_first_last": MetadataValue.json([round(x, 4) for x in result.losses]),
+            "seconds": MetadataValue.json(result.seconds),
+            **({"model": MetadataValue.path(model_path)} if model_path else {})}
+
+    (record, embeddings, metadata), reused = reuse_or_fit(record_path, version, fit, kept, columns=ENCODER_COLUMNS,
+                                                          refit=config.refit)
+    if reused:
+        context.log.info(f"encoder {version}: fitted by the last materialization ({record['reason'].iloc[0]}), "
+                         f"kept (config refit: true fits it again)")
     # the vectors first: a run killed between the two outputs leaves the previous record, which never points at
     # vectors that are not there
     yield versioned(embeddings, version, output_name=TUNED_EMBEDDINGS,
-                    metadata={"chunks": len(embeddings), "reused": False})
-    yield versioned(record, version, output_name=ENCODER, metadata={
-        "adopted": bool(result.adopted), "version": version, "metric": tuning.metric, "reused": False,
-        "held_out_by_weight": MetadataValue.json(by_weight),
-        "held_out_gain": round(result.gain, 4), "held_out_gain_se": round(result.gain_se, 4),
-        "fit_queries": result.fit_queries, "held_out_queries": result.held_out_queries, "pairs": result.pairs,
-        "loss_first_last": MetadataValue.json([round(x, 4) for x in result.losses]),
-        "seconds": MetadataValue.json(result.seconds),
-        **({"model": MetadataValue.path(model_path)} if model_path else {})})
+                    metadata={"chunks": len(embeddings), "reused": reused})
+    yield versioned(record, version, output_name=ENCODER, metadata=metadata)
 
 
 class RerankerConfig(Config):
     # fit every member again, even those an earlier materialization fitted for this fit version
     # (`reranker_versions`)
     refit: bool = False
-
-
-def stored_reranker(storage: Storage, benchmark: str) -> pd.DataFrame | None:
-    """The benchmark's last `tuned_reranker` record when it is one this asset wrote (one row, its columns), else
-    None."""
-    path = asset_path(storage.base, RERANKER, benchmark)
-    if not path.exists():
-        return None
-    record = read_parquet(path)
-    return record if len(record) == 1 and list(record.columns) == RERANKER_COLUMNS else None
-
-
-def adopted_reranker(storage: Storage, benchmark: str) -> dict | None:
-    """The `cross_encoder` params (model_path, weight, depth, max_length) and version of the benchmark's last
-    `tuned_reranker` when it adopted one and its model is there, else None."""
-    record = stored_reranker(storage, benchmark)
-    if record is None or not bool(record["adopted"].iloc[0]):
-        return None
-    row = record.iloc[0]
-    model = resolve_model_reference(str(row["model"]), asset_path(storage.base, RERANKER, benchmark))
-    if len(member_dirs(model)) != int(row["members"]):   # not the ensemble the record decided on
-        return None
-    return {"model_path": model, "weight": float(row["weight"]), "depth": int(row["depth"]),
-            "max_length": int(row["max_length"]), "version": str(row["version"])}
 
 
 def reranker_metadata(record: pd.DataFrame, reused: bool) -> dict:
@@ -291,13 +175,11 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     reason = "no tune split" if not spec.tune_split else \
         "not asked for (registry tuning.reranker)" if tuning.reranker is None else ""
     if reason:
-        record = pd.DataFrame([{c: None for c in RERANKER_COLUMNS} | {"benchmark": spec.name, "adopted": False,
-                                                                      "reason": reason, "version": ""}],
-                              columns=RERANKER_COLUMNS).astype({"adopted": bool})
+        record = unfitted(RERANKER_COLUMNS, spec.name, reason, version="")
         yield Output(record, metadata=reranker_metadata(record, False))
         return
     # the hybrid it reranks and draws negatives from: with the tuned encoder's vectors where one was adopted
-    artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, tuned_embeddings_path(storage, spec.name))
+    artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, tuned_embeddings_path(storage.base, spec.name))
     index, bench = artifacts.index, artifacts.benchmark(spec, spec.tune_split)
     r = tuning.reranker
     fitted_version, version = reranker_versions(index, bench, r, tuning.seed)
@@ -305,58 +187,42 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
     target = storage.reports_path / "tuned" / spec.name / f"reranker-{fitted_version}"
     # the members an adoption reranks with: those decided on, or those fitted again on the whole tune split
     adopted_dir = target / TUNE_SPLIT if r.refit_on_tune_split else target
-    record = None if config.refit else stored_reranker(storage, spec.name)
-    if record is not None and record["version"].iloc[0] == version \
-            and (not bool(record["adopted"].iloc[0]) or len(member_dirs(adopted_dir)) == r.members):
-        try:
-            metadata = reranker_metadata(record, True)
-        except (TypeError, ValueError):
-            metadata = None   # its held-out figures are not JSON, not a record this asset wrote: decided again
-        if metadata is not None:
-            context.log.info(f"reranker {version}: fitted by the last materialization, kept (config refit: true "
-                             f"fits it again)")
-            yield versioned(record, version, metadata=metadata)
-            return
-    # the members this count asks for that an earlier adopted fit saved, on the fit share and, where asked for, on
-    # the whole tune split (a lowered count or a refit no longer asked for leaves the rest out)
-    dirs = (target, adopted_dir) if r.refit_on_tune_split else (target,)
-    saved = {d for directory in dirs for d in member_dirs(directory)}
-    reuse = () if config.refit else tuple(member_dir(directory, i).relative_to(target).as_posix()
-                                          for i in range(r.members) for directory in dirs
-                                          if member_dir(directory, i) in saved)
-    if reuse:
-        context.log.info(f"reranker {version}: {', '.join(reuse)} in {target.name} were fitted by an earlier "
-                         f"materialization and are read, not fitted again (config refit: true fits them again)")
-    result = fit_into(target, lambda partial: tune_reranker(index, bench, r, tuning.metric, partial, tuning.seed,
-                                                            context.log.info), reuse)
-    model_path = str((target / result.model).resolve())
-    record = pd.DataFrame([{
-        "benchmark": spec.name, "adopted": result.adopted,
-        "reason": f"held-out {tuning.metric} {result.by_mix[result.weight]:.4f} reranked (weight {result.weight}) "
-                  f"vs {result.by_mix[0.0]:.4f} for the hybrid alone: {result.gain:+.4f} per query, "
-                  f"{'beyond' if result.adopted else 'within'} the margin (min_gain {r.min_gain} + "
-                  f"{r.standard_errors} x 1 SE {result.gain_se:.4f})"
-                  + (f"; fitted again on all {result.tune_split_queries} tune queries" if result.model else ""),
-        "metric": tuning.metric, "weight": result.weight, "depth": r.depth, "max_length": r.max_length,
-        "base_weight": result.base_weight, "held_out_base": result.by_mix[0.0],
-        "held_out_reranked": result.by_mix[result.weight], "held_out_gain": round(result.gain, 4),
-        "held_out_gain_se": round(result.gain_se, 4), "fit_queries": result.fit_queries,
-        "held_out_queries": result.held_out_queries, "pairs": result.groups, "epochs": r.epochs, "lr": r.lr,
-        "members": r.members, "tune_split_queries": result.tune_split_queries, "fit_seconds": result.seconds["fit"],
-        "held_out_seconds": result.seconds["held_out"],
+
+    def kept(table: pd.DataFrame):
+        """The last record when it decided this version and the members it adopted are there; its held-out
+        figures not JSON (not a record this asset wrote): decided again."""
+        return (table, reranker_metadata(table, True)) if reranker_intact(table, adopted_dir, r.members) else None
+
+    def fit():
+        # the members this count asks for that an earlier adopted fit saved, on the fit share and, where asked
+        # for, on the whole tune split (a lowered count or a refit no longer asked for leaves the rest out)
+        dirs = (target, adopted_dir) if r.refit_on_tune_split else (target,)
+        saved = {d for directory in dirs for d in member_dirs(directory)}
+        reuse = () if config.refit else tuple(member_dir(directory, i).relative_to(target).as_posix()
+                                              for i in range(r.members) for directory in dirs
+                                              if member_dir(directory, i) in saved)
+        if reuse:
+            context.log.info(f"reranker {version}: {', '.join(reuse)} in {target.name} were fitted by an earlier "
+                             f"materialization and are read, not fitted again (config refit: true fits them again)")
+        result = fit_into(target, lambda partial: tune_reranker(index, bench, r, tuning.metric, partial, tuning.seed,
+                                                                context.log.info), reuse)
+        model_path = str((target / result.model).resolve())
         # relative to the table (a moved data directory keeps it), as tuned_encoder's
-        "model": model_reference(model_path, asset_path(storage.base, RERANKER, spec.name))
-        if result.adopted else "", "version": version,
-        "held_out_by_mix": json.dumps({str(k): v for k, v in result.by_mix.items()}),
-        "held_out_by_member": json.dumps([{str(k): v for k, v in m.items()} for m in result.by_member])}],
-        columns=RERANKER_COLUMNS)
-    yield versioned(record, version, metadata={**reranker_metadata(record, False),
-                                               "members_fitted": len(result.losses), "members_read": len(reuse),
-                                               "loss_first_last": MetadataValue.json(
-                                                   {m: [round(x, 4) for x in first_last]
-                                                    for m, first_last in result.losses.items()}),
-                                               **({"model": MetadataValue.path(model_path)}
-                                                  if result.adopted else {})})
+        record = reranker_record(spec.name, result, tuning.metric, r, version,
+                                 model_reference(model_path, asset_path(storage.base, RERANKER, spec.name))
+                                 if result.adopted else "")
+        return record, {**reranker_metadata(record, False), "members_fitted": len(result.losses),
+                        "members_read": len(reuse),
+                        "loss_first_last": MetadataValue.json({m: [round(x, 4) for x in first_last]
+                                                               for m, first_last in result.losses.items()}),
+                        **({"model": MetadataValue.path(model_path)} if result.adopted else {})}
+
+    (record, metadata), reused = reuse_or_fit(asset_path(storage.base, RERANKER, spec.name), version, fit, kept,
+                                              columns=RERANKER_COLUMNS, refit=config.refit)
+    if reused:
+        context.log.info(f"reranker {version}: fitted by the last materialization, kept (config refit: true fits it "
+                         f"again)")
+    yield versioned(record, version, metadata=metadata)
 
 
 class TuningConfig(Config):
@@ -381,21 +247,6 @@ def tune_benchmark(spec, bench, mc_labels: pd.DataFrame | None):
     return replace(bench, qrels=by_labels)
 
 
-def previous_tuning(storage: Storage, benchmark: str, inputs: str) -> tuple[pd.DataFrame, TunedConfig] | None:
-    """The last materialization's (trials, configuration) when it tuned the same `inputs` and the configuration
-    and its models are intact: a job that selects the whole tuning group then tunes nothing twice."""
-    path = asset_path(storage.base, TUNED, benchmark)
-    if not path.exists():
-        return None
-    trials = read_parquet(path)
-    if not len(trials) or "inputs_version" not in trials.columns or set(trials["inputs_version"]) != {inputs} \
-            or trials["config_version"].nunique() != 1:
-        return None
-    # removed or edited by hand, or a model missing: tune again rather than fail on it
-    stored = intact_tuned(storage.reports_path / "tuned", benchmark, str(trials["config_version"].iloc[0]))
-    return (trials, stored) if stored is not None else None
-
-
 @asset(
     partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet"},
     deps=[*CORPUS_ARTIFACTS, AssetDep("mc_labels"), AssetDep(ENCODER), AssetDep(TUNED_EMBEDDINGS)],
@@ -418,7 +269,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     tuning = TuningSpec.model_validate({**spec.tuning, **({"retrievers": config.retrievers}
                                                           if config.retrievers is not None else {})})
     # the fine-tuned encoder's vectors where tuned_encoder adopted one (its held-out decision), else the corpus's
-    encoder = tuned_embeddings_path(storage, spec.name)
+    encoder = tuned_embeddings_path(storage.base, spec.name)
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, encoder)
     labels_path = asset_path(storage.base, "mc_labels", spec.name)
     mc_labels = read_parquet(labels_path) if labels_path.exists() else None
@@ -466,12 +317,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         "llm": {"base_url": llm.base_url, "model": llm.model, "solver": llm.solver,
                 "scoring_mode": llm.scoring_mode} if scorer is not None else None,
         "code": code_version()})
-    kept = None if config.retune else previous_tuning(storage, spec.name, inputs)
-    if kept is not None:
-        trials, stored = kept
-        context.log.info(f"{spec.name}: the last materialization tuned these inputs ({inputs}): configuration "
-                         f"{stored.version} kept (config retune: true tunes again)")
-    else:
+    def fit():
         result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, mc_labels,
                       forbidden=tuple(spec.eval_splits), log=context.log.info, extra_sources=extras.get,
                       scorer=scorer)
@@ -479,16 +325,26 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
                    "metric": tuning.metric, "index": index_fingerprint(index), "graph": graph is not None,
                    "selected": result.selected, "selection_note": result.selection_note,
                    "retrievers": result.best}
-        stored = save_tuned(storage.reports_path / "tuned", spec.name, content, result.models)
+        stored = save_tuned(tuned_root, spec.name, content, result.models)
         trials = result.trials.assign(benchmark=spec.name, split=bench.split, config_version=stored.version,
                                       inputs_version=inputs)
-        trials = trials[["benchmark", "split", *[c for c in trials.columns if c not in ("benchmark", "split")]]]
+        return trials[["benchmark", "split", *[c for c in trials.columns if c not in ("benchmark", "split")]]], stored
+
+    # the last materialization's trials and configuration when it tuned the same inputs and the configuration and
+    # its models are intact: a job that selects the whole tuning group then tunes nothing twice
+    tuned_root = storage.reports_path / "tuned"
+    (trials, stored), reused = reuse_or_fit(asset_path(storage.base, TUNED, spec.name), inputs, fit,
+                                            lambda table: kept_tuning(table, tuned_root, spec.name),
+                                            column="inputs_version", refit=config.retune)
+    if reused:
+        context.log.info(f"{spec.name}: the last materialization tuned these inputs ({inputs}): configuration "
+                         f"{stored.version} kept (config retune: true tunes again)")
     chosen = stored.retrievers
     best = {n: round(b["value"], 4) for n, b in chosen.items()}
     # what the selection compared: each retriever's nested CV figure (core.tuning.search)
     selection = {n: round(b["selection_value"], 4) for n, b in chosen.items() if "selection_value" in b}
     metadata = {
-        "tuned": True, "reused": kept is not None, "inputs_version": inputs, "config_version": stored.version,
+        "tuned": True, "reused": reused, "inputs_version": inputs, "config_version": stored.version,
         "config_path": MetadataValue.path(str(stored.path)),
         "selected": stored.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
         "selection_note": str(stored.content.get("selection_note") or ""),

@@ -230,7 +230,7 @@ def test_fusion_of_tuned_retrievers_is_tuned_stored_and_rebuilt(tmp_path):
     from causal_assets.core.retrievers.factory import build_retriever
     from causal_assets.core.tuning.search import tune
     from causal_assets.core.tuning.spec import TuningSpec
-    from causal_assets.core.tuning.store import load_tuned, save_tuned
+    from causal_assets.core.stored.tuned import load_tuned, save_tuned
 
     index = _toy_index(lean=0)
     bench = Benchmark("toy", "train", {"q1": "paris river", "q2": "river paris"},

@@ -24,9 +24,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("benchmarks", ("benchmarks",)),
     ("index", ("index",)),
     ("graph", ("graph",)),
-    # What the stages read back: a corpus's index + graph loaded once, tuned configurations by version, and which
-    # of a corpus's assets are missing (the CLI and the query inbox ask it).
-    ("stored artifacts", ("artifacts", "tuning.store", "needs")),
+    # What the stages read back: a corpus's index + graph loaded once, tuned configurations by version, model
+    # folders written whole, the last fit kept for the same inputs, and which of a corpus's assets are missing (the
+    # CLI and the query inbox ask it).
+    ("stored artifacts", ("stored", "needs")),
     ("retrievers", ("retrievers",)),
     ("labeling", ("labeling",)),
     ("evaluation", ("evaluation",)),

@@ -22,7 +22,7 @@ from causal_assets.core.tuning import reranker
 from causal_assets.core.tuning.encoder import held_out_split
 from causal_assets.core.tuning.reranker import TUNE_SPLIT, reranker_versions, training_groups, tune_reranker
 from causal_assets.core.tuning.spec import RerankerSpec, TuningSpec
-from causal_assets.core.tuning.store import TunedConfig, index_fingerprint, save_tuned
+from causal_assets.core.stored.tuned import TunedConfig, index_fingerprint, save_tuned
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
 
 pytestmark = pytest.mark.usefixtures("torch_on_free_cores")

@@ -13,9 +13,9 @@ from causal_assets.core.tuning.search import (FoldChoices, TuningResult, _given_
                                              fold_groups, labels_of, nested, nested_scores, repeated_folds,
                                              sample_queries, tune)
 from causal_assets.core.tuning.spec import TUNABLE, TuningSpec
-from causal_assets.core.tuning import store
+from causal_assets.core.stored import tuned as store
 from causal_assets.core.index.dense import Embedder
-from causal_assets.core.tuning.store import (benchmark_digest, code_version, content_hash, frame_digest, index_digest,
+from causal_assets.core.stored.tuned import (benchmark_digest, code_version, content_hash, frame_digest, index_digest,
                                              inputs_version, intact_tuned, load_tuned, save_tuned)
 from tests.core.tiny_corpus import tiny_index
 

@@ -22,11 +22,13 @@ from causal_assets.core.index.dense import Embedder, resolve_model_reference
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.cross_encoder import member_dirs
 from causal_assets.core.retrievers.learned.retriever import grid_for
-from causal_assets.core.tuning.store import content_hash, index_fingerprint, load_tuned, save_tuned
+from causal_assets.core.stored.tuned import content_hash, index_fingerprint, load_tuned, save_tuned
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.evaluation import evaluation_tables
-from causal_assets.defs.tuning import (adopted_reranker, previous_fit, tuned_encoder, tuned_reranker,
-                                      tuned_retriever_configs)
+from causal_assets.core.storage import asset_path
+from causal_assets.core.stored.reuse import reuse_or_fit
+from causal_assets.core.tuning.records import ENCODER_COLUMNS, adopted_reranker, kept_encoder
+from causal_assets.defs.tuning import tuned_encoder, tuned_reranker, tuned_retriever_configs
 from causal_assets.resources import LLM
 from tests.core.test_likelihood_labels import _ChatOnly
 from tests.conftest import SCIFACT, make_beir_subset, require
@@ -391,7 +393,7 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     assert list(raised.metadata["loss_first_last"].value) == ["member-1"] and raised.metadata["model"].value == ce_dir
     assert [d.name for d in member_dirs(ce_dir)] == ["member-0", "member-1"]
     assert {f: f.stat().st_mtime_ns for f in Path(ce_dir, "member-0").rglob("*") if f.is_file()} == member_files
-    assert adopted_reranker(resources["storage"], "scifact")["model_path"] == ce_dir
+    assert adopted_reranker(resources["storage"].base, "scifact")["model_path"] == ce_dir
     # lowered again: decided on the first member alone, the directory holding what the adopted record names
     lowered = reranker_event({"members": 1})
     assert (lowered.metadata["members_fitted"].value, lowered.metadata["members_read"].value) == (0, 1)
@@ -409,7 +411,7 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     assert whole_record["tune_split_queries"].iloc[0] == \
         whole_record["fit_queries"].iloc[0] + whole_record["held_out_queries"].iloc[0]
     assert "fitted again on all" in whole_record["reason"].iloc[0]
-    assert adopted_reranker(resources["storage"], "scifact")["model_path"] == str(Path(ce_dir, "tune-split"))
+    assert adopted_reranker(resources["storage"].base, "scifact")["model_path"] == str(Path(ce_dir, "tune-split"))
     assert [d.name for d in member_dirs(ce_dir)] == ["member-0"]
     assert whole.metadata["model"].value == str(Path(ce_dir, "tune-split"))
     assert reranker_event().metadata["reused"].value is True   # both sets intact: kept
@@ -437,7 +439,12 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     # a record this asset did not write (its per-weight figures are not JSON) is no previous fit, so the asset fits
     # again (the path `refit` just took) rather than fail on it; checked on the decision, not with a third fit
     def kept_fit():
-        return previous_fit(resources["storage"], "scifact", record["version"].iloc[0], Path(model_dir), len(chunks))
+        record_path = asset_path(resources["storage"].base, "tuned_encoder", "scifact")
+        vectors_path = asset_path(resources["storage"].base, "tuned_embeddings", "scifact")
+        kept, reused = reuse_or_fit(record_path, record["version"].iloc[0], lambda: None,
+                                    lambda table: kept_encoder(table, record_path, vectors_path, Path(model_dir),
+                                                               len(chunks)), columns=ENCODER_COLUMNS)
+        return kept if reused else None
     assert kept_fit() is not None
     record.assign(held_out_by_weight="{not json").to_parquet(f"{base}/tuned_encoder/scifact.parquet")
     assert kept_fit() is None

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from causal_assets.core.artifacts import CorpusArtifacts
+from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.benchmarks import Benchmark, BenchmarkSpec
 from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.answers import (ANSWER_COLUMNS, REFERENCES, AnswerParams, answer_metrics,
@@ -27,7 +27,7 @@ from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.labeling.pools import PoolParams
 from causal_assets.core.llm.scoring import Scorer
 from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
-from causal_assets.core.tuning.store import TunedConfig
+from causal_assets.core.stored.tuned import TunedConfig
 
 FAILURE_K = 10
 LABEL_KS = (1, 2, 3, 5, 10, 20, 100)

@@ -1,0 +1,27 @@
+"""The only uses of Dagster's private modules, each because dagster 1.13.27 exports nothing public that does it:
+
+- `interrupt_captured()`: whether Dagster's own SIGINT handler (`capture_interrupts`, installed while a run
+  executes in this process) has swallowed a Ctrl-C; our watchdogs cancel the run when it has.
+- `instance_without_compute_logs(home)`: the instance of `home` with its `dagster.yaml`, except that runs keep no
+  capture of stdout/stderr (`DagsterInstance.from_config` takes no overrides; that capture pipes output through
+  helper processes that Ctrl-C kills mid-write).
+
+Kept in one module, imported where used, so an upgrade of Dagster has one place to check.
+"""
+from dagster import DagsterInstance
+
+# Instance config naming the no-op compute log manager; Dagster has no public module path for it.
+NO_COMPUTE_LOGS = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
+                                    "class": "NoOpComputeLogManager"}}
+
+
+def interrupt_captured() -> bool:
+    from dagster._utils.interrupts import check_captured_interrupt
+
+    return check_captured_interrupt()
+
+
+def instance_without_compute_logs(home: str) -> DagsterInstance:
+    from dagster._core.instance.ref import InstanceRef
+
+    return DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=NO_COMPUTE_LOGS))

@@ -1,0 +1,67 @@
+"""Names the modules of defs/ share, so that no stage module imports another: the asset groups (which jobs and
+sensors select by name), the automation condition that tolerates missing upstreams, and the run configurations
+two stages accept (the embedding of `corpus_embeddings` and its shards, the Monte Carlo trials of `mc_trials` and
+theirs)."""
+import pandas as pd
+from dagster import AssetExecutionContext, AssetSelection, AutomationCondition, Config
+
+from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder
+from causal_assets.core.labeling.runner import LabelingParams
+from causal_assets.core.labeling.trials import TrialRun, run_trials
+from causal_assets.resources import DEFAULT_EMBEDDING_BACKEND, DEFAULT_MODELS_DIR, LLM, SETTINGS
+
+# The asset groups, one per stage module.
+CORPUS_GROUP, GRAPH_GROUP, LABELS_GROUP = "corpus_index", "graph", "labels"
+TUNING_GROUP, EVALUATION_GROUP, SEARCH_GROUP = "tuning", "evaluation", "search"
+SCALE_OUT_GROUP, EXPORT_GROUP = "scale_out", "export"
+
+
+def eager_tolerating_missing(*keys: str) -> AutomationCondition:
+    """`eager()`, except that the given upstream assets may be missing: an update of theirs still triggers a
+    re-run, but their absence does not block one (MC labels cost LLM calls; a benchmark may never be tuned)."""
+    return AutomationCondition.eager().replace(
+        "any_deps_missing", AutomationCondition.any_deps_missing().ignore(AssetSelection.assets(*keys)))
+
+
+class EmbeddingConfig(Config):
+    model: str = DEFAULT_MODEL  # the packaged all-MiniLM-L6-v2, or a local model directory
+    batch_size: int = 64
+    # torch (fp32 PyTorch), onnx (fp32 ONNX Runtime) or onnx-int8; default $CAUSAL_ASSETS_EMBEDDING_BACKEND or the
+    # measured default (docs/decisions.md, "Performance and engineering"). Part of the cache key: vectors of
+    # different backends never mix.
+    backend: str = DEFAULT_EMBEDDING_BACKEND
+    threads: int = 0            # ONNX backends: intra-op threads, 0 = every core (threads do not spin-wait)
+    models_dir: str = DEFAULT_MODELS_DIR  # where the ONNX export is cached (by model hash)
+    device: str = SETTINGS.embedding_device  # torch backend: cpu, or cuda on a GPU worker (deploy/k8s/executor.yaml)
+
+    def embedder(self) -> Embedder:
+        return Embedder(self.model, self.batch_size, self.backend, self.models_dir, self.threads, self.device)
+
+
+class MonteCarloConfig(Config):
+    estimator: str | None = None   # adaptive | regression | naive (default: the benchmark's monte_carlo.estimator)
+    outcome: str | None = None     # qa_likelihood | likelihood | success | both (default: the benchmark's, else LabelingParams')
+    budget: int | None = None      # solver calls per question
+    threshold: float | None = None
+    threshold_nats: float | None = None
+    question_weight: float | None = None
+
+
+def mc_config(spec_mc: dict, config: MonteCarloConfig) -> LabelingParams:
+    base = {k: v for k, v in spec_mc.items() if k in LabelingParams.__dataclass_fields__}
+    overrides = {k: v for k, v in {"estimator": config.estimator, "outcome": config.outcome, "budget": config.budget,
+                                   "threshold": config.threshold, "threshold_nats": config.threshold_nats,
+                                   "question_weight": config.question_weight}.items()
+                 if v is not None}
+    return LabelingParams(**{**base, **overrides})
+
+
+def trials_of(context: AssetExecutionContext, spec, cfg: LabelingParams, llm: LLM, pools: pd.DataFrame,
+              question_ids: list[str] | None = None) -> TrialRun:
+    """`run_trials` with this step's LLM: the client (and the local server) only for outcomes that generate, the
+    scorer only for outcomes that score."""
+    local = spec.monte_carlo.get("solver")
+    return run_trials(pools, cfg, spec.name, spec.validator, llm.solver_name(local, cfg.outcome),
+                      client=llm.client if cfg.generates else None,
+                      scorer=llm.scorer(local) if cfg.scores else None,
+                      question_ids=question_ids, log=context.log.info, warn=context.log.warning)
