@@ -1,6 +1,6 @@
 """Parameter search for every tunable retriever, on a benchmark's train split only.
 
-`tune(index, bench, spec, ...)` searches, per retriever, a small documented space (`spec.DEFAULT_SPACES`) and records
+`tune(index, bench, spec, ...)` searches, per retriever, a small documented space (`retrievers.kinds`) and records
 every trial it scores. Only the queries of the `bench` passed in are scored, and a split listed in `forbidden` (the
 eval splits) is refused. The selection across retrievers uses each one's nested cross-validated figure (`choose`,
 `nested_scores`), not its best train figure, which flatters in proportion to the points tried; a combination
@@ -24,12 +24,13 @@ from causal_assets.core.evaluation.metrics import named_metric_per_query, parse_
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions
-from causal_assets.core.retrievers.factory import COMBINATIONS, build_retriever, causal_answer_model, uses_scorer
+from causal_assets.core.retrievers.factory import build_retriever, causal_answer_model, uses_scorer
+from causal_assets.core.retrievers.kinds import COMBINATIONS, KINDS
 from causal_assets.core.retrievers.learned.features import QUESTION_LIKELIHOOD, FeatureExtractor
 from causal_assets.core.retrievers.learned.retriever import (LearnedRetriever, attach_target, candidate_table,
                                                               cross_validate, fit_model, grid_for, query_folds)
 from causal_assets.core.tuning.fusion import sweep_fusion_weight
-from causal_assets.core.tuning.spec import DEFAULT_POINTS, ORDER, TuningSpec
+from causal_assets.core.tuning.spec import ORDER, TuningSpec
 
 
 @dataclass
@@ -553,7 +554,7 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
                         f"choice nested too")
                 return chosen
 
-            start = {**DEFAULT_POINTS.get(name, {}), **{k_: v for k_, v in given.items() if k_ in space}}
+            start = {**KINDS[name].start, **{k_: v for k_, v in given.items() if k_ in space}}
             note, candidates = "", None
             if name == "causal" and fixed["answer_model"] == "likelihood":
                 # Every candidate setting (shortlist, sizes, graph, hops) costs its own LLM measurements, so the
