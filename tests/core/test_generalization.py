@@ -166,7 +166,7 @@ def test_within_stats_is_chosen_on_the_tune_split():
 def test_every_entity_first_search_value_is_a_valid_field():
     from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
     from causal_assets.core.retrievers.kinds import KINDS
-    from causal_assets.core.tuning.search import nested
+    from causal_assets.core.tuning.points import nested
 
     index = _toy_index()
     space, start = KINDS["entity_first"].space, KINDS["entity_first"].start

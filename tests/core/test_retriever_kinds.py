@@ -22,7 +22,10 @@ def test_every_field_takes_one_of_its_documented_values():
         assert all(k.start[p] in k.space[p] for p in k.start), k.name
 
 
-def test_each_kind_is_tuned_after_what_it_is_built_on():
+def test_every_tuning_strategy_exists_and_each_kind_is_tuned_after_what_it_is_built_on():
+    from causal_assets.core.tuning.search import STRATEGIES
+
+    assert {KINDS[n].tuning for n in TUNABLE} <= set(STRATEGIES)
     order = list(TUNABLE)
     # the causal shortlist and the combinations' defaults (`TuningSpec`) are tuned before them
     for name, built_on in (("causal", "learned"), ("fusion", "learned"), ("pairwise", "fusion"),
