@@ -14,20 +14,13 @@ import sys
 
 from causal_assets.core.errors import ConfigError
 from causal_assets.core.paths import DEFAULT_CORPUS, QUESTION_CORPUS
+from causal_assets.core.retrievers.kinds import RETRIEVERS, cli_help
 from causal_assets.exit_codes import EXIT_INTERRUPTED
 from causal_assets.settings import Settings
 
-# `search --method` choices. Kept here rather than imported, so that `--help` imports nothing heavy (a test checks
-# they equal causal_assets.core.retrievers.factory.RETRIEVERS).
-METHODS = ("bm25", "tfidf", "dense", "hybrid", "rrf", "cascade", "entity_first", "causal", "learned", "fusion",
-           "pairwise", "query_likelihood", "cross_encoder")
-METHOD_HELP = ("bm25 (default) | tfidf | dense (MiniLM) | hybrid (BM25 + dense) | rrf (reciprocal rank fusion) | "
-               "cascade (sparse -> dense -> graph) | entity_first (entity coverage) | causal (LLM-scored "
-               "contribution) | learned (the tuned causal-relevance model) | fusion (weighted RRF of retrievers named "
-               "in --params) | pairwise (the best top-2 pair of a base retriever named in --params) | query_likelihood (a "
-               "base retriever named in --params, its top reranked by the local solver's likelihood of the query) | "
-               "cross_encoder (a base retriever named in --params, its top reranked by a fitted cross-encoder: "
-               "model_path, e.g. tuned_reranker's)")
+# `search --method` choices: every retriever kind (the table is pure data, so `--help` imports nothing heavy).
+METHODS = RETRIEVERS
+METHOD_HELP = cli_help()
 
 
 class _Parser(argparse.ArgumentParser):

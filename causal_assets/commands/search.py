@@ -10,13 +10,10 @@ from causal_assets.core import needs
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import METHODS, CorpusIndex
 from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
+from causal_assets.core.retrievers.kinds import kind, may_need
 from causal_assets.core.storage import safe_name
 
 SNIPPET_CHARS = 110
-# What each method needs besides the chunks and the sparse index.
-COMBINATIONS = {"fusion", "pairwise", "query_likelihood", "cross_encoder"}  # over other retrievers named in --params
-NEEDS_DENSE = {"dense", "hybrid", "rrf", "cascade", "causal", "learned", "entity_first", *COMBINATIONS}
-NEEDS_GRAPH = {"cascade", "entity_first", "causal", "learned", *COMBINATIONS}  # combinations: any member
 
 
 def snippet(text: str, chunk_id: str, title: str, width: int = SNIPPET_CHARS) -> str:
@@ -50,13 +47,15 @@ def search(args) -> int:
     if args.method in METHODS and params:   # these search the index as it is: a setting would be silently ignored
         raise ValueError(f"--method {args.method} takes no --params (given: {', '.join(sorted(params))})")
 
-    if args.method == "learned" and "model_path" not in params:
+    if kind(args.method).tuning == "fit" and "model_path" not in params:
         # the tuned models live beside the tuned configurations, which do not name a path the user could guess
         fitted = sorted(args.settings.reports.glob("tuned/*/models/learned-*.joblib"), key=lambda p: -p.stat().st_mtime)
         raise ValueError("--method learned needs --params '{\"model_path\": \"<file>\"}' (a model fitted by "
                          "tuned_retriever_configs" + (f"; newest here: {fitted[0]}" if fitted else
                                                       ": none under " + str(args.settings.reports / "tuned")) + ")")
-    wanted = needs.required(dense=args.method in NEEDS_DENSE, graph=args.method in NEEDS_GRAPH)
+    # what the method needs besides the chunks and the sparse index (a combination: whatever a member may)
+    need = may_need(args.method)
+    wanted = needs.required(dense="embeddings" in need, graph="neighbors" in need)
     if needs.missing(args.base_path, args.corpus, wanted):
         # Building runs Dagster, whose import alone takes seconds: only imported when something is missing.
         pass_to_runs(args)
@@ -64,7 +63,7 @@ def search(args) -> int:
 
         ensure_built(args.base_path, args.corpus, wanted, no_build=args.no_build,
                      why=f"search --method {args.method}", verbose=args.verbose)
-    index = CorpusIndex.load(args.base_path, args.corpus, dense=args.method in NEEDS_DENSE,
+    index = CorpusIndex.load(args.base_path, args.corpus, dense="embeddings" in need,
                              ann_config=AnnConfig(min_chunks=args.settings.ann_min_chunks))
     if args.method in METHODS:
         hits = index.search(query, k=args.k, method=args.method, one_shot=True)  # this process answers one query
@@ -74,8 +73,7 @@ def search(args) -> int:
         from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
         from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
 
-        graph = load_graph(args.base_path, args.corpus, index.fingerprint) if args.method in {"causal", "learned", *COMBINATIONS} \
-            else None
+        graph = load_graph(args.base_path, args.corpus, index.fingerprint) if "graph" in need else None
         scorer = None
         if uses_scorer(args.method, params, False):   # a causal run keeps its lexical default here
             # the packaged local solver, in-process and through the call cache (the assets use the `llm` resource's)
@@ -91,7 +89,7 @@ def search(args) -> int:
         except TypeError as e:   # a keyword the retriever does not take: name it, without the traceback
             raise ValueError(f"--params for --method {args.method}: {e}") from None
         hits = retriever.retrieve_many([query], args.k)[0]
-    if args.method in ("bm25", "tfidf"):
+    if kind(args.method).family == "lexical":
         hits = [h for h in hits if h.score > 0]  # a zero score is no match, not a result
         if not hits:
             terms = index.terms(query)
@@ -106,7 +104,7 @@ def search(args) -> int:
                 f"(try --method dense for more)")
     elif len(hits) < args.k:
         why = (f"entity_first ranks the corpus's shortlist of {len(hits)} (--params '{{\"shortlist\": {args.k}}}' "
-               f"for more)" if args.method == "entity_first" else f"{args.method} returned no more")
+               f"for more)" if "within" in need else f"{args.method} returned no more")
         say(f"only {len(hits)} result(s): {why}")
     if args.json:
         print(json.dumps([h.__dict__ for h in hits], indent=2))

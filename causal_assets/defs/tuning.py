@@ -23,7 +23,7 @@ from causal_assets.core.errors import CorpusError
 from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.index.dense import model_reference
 from causal_assets.core.retrievers.cross_encoder import member_dir, member_dirs
-from causal_assets.core.retrievers.factory import SCORING
+from causal_assets.core.retrievers.kinds import KINDS
 from causal_assets.core.storage import asset_path, read_parquet
 from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.stored.models import fit_into
@@ -301,11 +301,11 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     resolved = tuning.resolved_retrievers(list(spec.retrievers), bench.within is not None)
     # loaded before tuning (not when the learned model asks), so what they hold is part of the inputs' version
     extras = {name: extra_source(name) for name in tuning.learned_extra if name != spec.name} \
-        if "learned" in resolved else {}
+        if tuning.trains_model(resolved) else {}
     # The causal retriever is tuned with the LLM's answer likelihood wherever the LLM can score prompts, else
     # with the lexical fallback (named in the log and the metadata); query_likelihood, and the learned model's
     # question-likelihood feature where the registry offers it, only where it can.
-    scoring = set(SCORING) & set(resolved) or ("learned" in resolved and tuning.learned_question_likelihood)
+    scoring = tuning.may_score(resolved)
     scorer = llm.scorer if scoring and llm.scores_prompts() else None
     inputs = inputs_version({
         # the reranker is fitted after the tuning and never read by it (tuned_reranker)
@@ -356,8 +356,8 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         "mc_labels": "used" if mc_labels is not None else "absent",
         "encoder": f"tuned ({index.embedder.model_name})" if encoder is not None else index.embedder.model_name,
         **({"learned_extra": MetadataValue.json(learned_extra)} if learned_extra else {}),
-        **({"causal_answer_model": chosen["causal"]["params"].get("answer_model", "")}
-           if "causal" in chosen else {}),
+        **{f"{n}_answer_model": b["params"].get("answer_model", "") for n, b in chosen.items()
+           if KINDS[n].scores == "answer_model"},
         "config": MetadataValue.md("```yaml\n" + stored.path.read_text() + "```"),
     }
     # the configuration's version is the data version: the evaluation shows stale when a tuning produced another

@@ -45,9 +45,9 @@ def run_main(monkeypatch, capsys, *args: str, env: dict | None = None) -> tuple[
 
 
 def test_method_choices_are_every_retriever_and_all_are_in_the_help():
-    from causal_assets.core.retrievers.factory import RETRIEVERS
+    from causal_assets.core.retrievers.kinds import KINDS
 
-    assert tuple(METHODS) == tuple(RETRIEVERS)
+    assert tuple(METHODS) == tuple(KINDS)
     search = build_parser()._subparsers._group_actions[0].choices["search"]
     help_text = search.format_help()
     assert all(m in help_text for m in METHODS), help_text

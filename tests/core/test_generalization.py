@@ -165,15 +165,15 @@ def test_within_stats_is_chosen_on_the_tune_split():
 
 def test_every_entity_first_search_value_is_a_valid_field():
     from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
-    from causal_assets.core.tuning.search import nested
-    from causal_assets.core.tuning.spec import DEFAULT_POINTS, DEFAULT_SPACES
+    from causal_assets.core.retrievers.kinds import KINDS
+    from causal_assets.core.tuning.points import nested
 
     index = _toy_index()
-    space = DEFAULT_SPACES["entity_first"]
-    assert set(DEFAULT_POINTS["entity_first"]) == set(space)
+    space, start = KINDS["entity_first"].space, KINDS["entity_first"].start
+    assert set(start) == set(space)
     for key, values in space.items():
         for v in values:
-            EntityFirstRetriever(index, **nested({**DEFAULT_POINTS["entity_first"], key: v}))
+            EntityFirstRetriever(index, **nested({**start, key: v}))
     with pytest.raises(ValueError, match="title_match"):
         EntityFirstRetriever(index, title_match={"alais": 0.9})
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from causal_assets.core.evaluation.failures import BUCKET_RULES
 from causal_assets.core.evaluation.significance import BASELINES, compare_to_baseline, format_comparison
+from causal_assets.core.retrievers.kinds import KINDS
 
 HEADLINE = [("ndcg", 10), ("mrr", 10), ("map", 10), ("recall", 2), ("recall", 5), ("recall", 10), ("hit_rate", 1),
             ("hit_rate", 5), ("precision", 2), ("recall", 100)]
@@ -19,10 +20,8 @@ HEADLINE = [("ndcg", 10), ("mrr", 10), ("map", 10), ("recall", 2), ("recall", 5)
 SATURATING = ("recall", "hit_rate")
 FAILURE_EXAMPLES = 3
 
-# Retriever families: one line style and marker per family, one colour per retriever; tuned variants dashed.
-FAMILIES = {"bm25": "lexical", "tfidf": "lexical", "dense": "dense", "hybrid": "fusion", "rrf": "fusion",
-            "cascade": "graph", "entity_first": "graph", "pairwise": "graph", "fusion": "fusion", "causal": "causal",
-            "query_likelihood": "causal", "learned": "learned"}
+# Retriever families (`kinds.Kind.family`): one line style and marker per family, one colour per retriever; tuned
+# variants dashed.
 FAMILY_STYLE = {"lexical": ("-", "o"), "dense": ("-", "s"), "fusion": ("-.", "D"), "graph": (":", "^"),
                 "causal": ("-", "P"), "learned": ("-", "*"), "other": ("-", "x")}
 
@@ -37,7 +36,8 @@ def _plot_retriever(ax, k, values, retriever: str, i: int, colours) -> None:
 
 
 def family(retriever: str) -> str:
-    return FAMILIES.get(retriever.removesuffix("_tuned"), "other")
+    k = KINDS.get(retriever.removesuffix("_tuned"))
+    return k.family if k is not None else "other"
 
 
 def headline_columns(n_candidates: int | None) -> list[tuple[str, int]]:

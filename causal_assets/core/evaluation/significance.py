@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")
+from causal_assets.core.retrievers.kinds import BASELINES
 N_BOOTSTRAP = 2000
 N_PERMUTATIONS = 10000
 ALPHA = 0.05

@@ -27,12 +27,12 @@ from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.labeling.pools import PoolParams
 from causal_assets.core.llm.scoring import Scorer
 from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
+from causal_assets.core.retrievers.kinds import FIRST_STAGE, KINDS
 from causal_assets.core.stored.tuned import TunedConfig
 
 FAILURE_K = 10
 LABEL_KS = (1, 2, 3, 5, 10, 20, 100)
 DEFAULT_WEIGHT, DEFAULT_WITHIN_STATS = 0.5, "corpus"
-WITHIN_STATS_BASELINES = ("bm25", "hybrid", "rrf")   # the configured retrievers the BM25 statistics apply to
 
 
 @dataclass(frozen=True)
@@ -68,9 +68,9 @@ def plan_evaluation(configured: dict[str, dict[str, Any]], tuned: TunedConfig | 
         notes.append(f"tuned config `{tuned.version}` was tuned on another index of `{corpus}`: not evaluated "
                      f"(re-materialize tuned_retriever_configs)")
         tuned = None
-    chosen = tuned.params("hybrid") if tuned is not None and "hybrid" in tuned.retrievers else {}
+    chosen = tuned.params(FIRST_STAGE) if tuned is not None and FIRST_STAGE in tuned.retrievers else {}
     source = (f"chosen by tuned_retriever_configs on `{tuned.content['tune_split']}` ({tuned.content['metric']} "
-              f"{tuned.retrievers['hybrid']['value']:.4f} there)") if chosen else ""
+              f"{tuned.retrievers[FIRST_STAGE]['value']:.4f} there)") if chosen else ""
     missing = "no tuned hybrid for this index" if tune_split else \
         "this benchmark has no tune split, and eval splits are never tuned on"
 
@@ -88,8 +88,9 @@ def plan_evaluation(configured: dict[str, dict[str, Any]], tuned: TunedConfig | 
                                       f"rrf)", note_default=False))
 
     def baseline(name: str, params: dict[str, Any]) -> dict[str, Any]:
-        params = {"weight": weight, **params} if name == "hybrid" else dict(params)
-        if name in WITHIN_STATS_BASELINES and within_stats != DEFAULT_WITHIN_STATS:
+        takes = KINDS[name].takes_tuned if name in KINDS else ()   # the tuned first stage's choices it takes
+        params = {"weight": weight, **params} if "weight" in takes else dict(params)
+        if "within_stats" in takes and within_stats != DEFAULT_WITHIN_STATS:
             params = {"within_stats": within_stats, **params}
         return params
 
@@ -155,7 +156,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
     tuned = plan.tuned
     # The graph frames feed the learned model's graph feature and the causal chains. A tuned retriever gets them
     # only if it was tuned with them (a model trained without the graph feature must not see it switched on).
-    graph = artifacts.graph if any(r.kind in ("learned", "causal") for r in plan.runs) else None
+    graph = artifacts.graph if any("graph" in KINDS[r.kind].needs for r in plan.runs if r.kind in KINDS) else None
     tuned_graph = graph if tuned is not None and tuned.content.get("graph") else None
     tuned_on = set(artifacts.benchmark(spec, tuned.content["tune_split"]).queries) if tuned is not None else set()
 
@@ -213,7 +214,8 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                                         llm_client() if uses_llm and llm_client else None,
                                         tuned_graph if run.tuned else graph,
                                         scorer() if scores and scorer else None)
-            rr = run_benchmark(retriever, run_bench, depth, run.label, progress=log if run.kind == "causal" else None)
+            rr = run_benchmark(retriever, run_bench, depth, run.label,
+                               progress=log if KINDS[run.kind].progress else None)
             seconds[f"{split}/{run.label}"] = round(rr.seconds, 2)
             if judged:
                 metrics.append(score_run(bench, rr).assign(split=split, truth="qrels"))

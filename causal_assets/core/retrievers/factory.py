@@ -1,6 +1,7 @@
-"""Build any configured retriever by name over a loaded corpus index."""
+"""Build any configured retriever by name over a loaded corpus index: one builder per kind (`kinds.KINDS`)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pandas as pd
@@ -17,80 +18,119 @@ from causal_assets.core.retrievers.entity_first.llm_entities import LLMEntityExt
 from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
 from causal_assets.core.retrievers.fusion import FusionRetriever, PairwiseTop2
 from causal_assets.core.retrievers.learned.retriever import CausalRelevanceModel, LearnedRetriever
+from causal_assets.core.retrievers.kinds import SHORTLISTS, kind
 from causal_assets.core.retrievers.query_likelihood import QueryLikelihoodReranker
 from causal_assets.core.retrievers.similarity import HybridRetriever, RRFRetriever, SimilarityRetriever
-
-BASELINES = ("bm25", "tfidf", "dense", "hybrid", "rrf")
-RETRIEVERS = (*BASELINES, "cascade", "entity_first", "causal", "learned", "fusion", "pairwise", "query_likelihood",
-              "cross_encoder")
-SHORTLISTS = ("hybrid", "cascade", "bm25", "learned")
-# Retrievers built over other retrievers named in their params (`members` or `base`).
-COMBINATIONS = ("fusion", "pairwise", "query_likelihood", "cross_encoder")
-# Retrievers that may measure with the LLM's log-probability scorer (`uses_scorer`): the Dagster layer starts the
-# `llm` resource's scorer only for a plan that holds one of them.
-SCORING = ("causal", "query_likelihood")
 
 Neighbors = Callable[[str], list[tuple[str, str, float]]]
 Graph = tuple[pd.DataFrame, pd.DataFrame]
 
 
+@dataclass(frozen=True)
+class BuildContext:
+    """What a builder may hand its retriever besides the index and its params (`build_retriever`)."""
+    neighbors: Neighbors | None = None
+    llm_client: Any = None
+    graph: Graph | None = None
+    scorer: Scorer | None = None
+
+    def build(self, name: str, index: CorpusIndex, params: dict[str, Any] | None) -> Retriever:
+        return build_retriever(name, index, params, self.neighbors, self.llm_client, self.graph, self.scorer)
+
+
 def build_retriever(name: str, index: CorpusIndex, params: dict[str, Any] | None = None,
                     neighbors: Neighbors | None = None, llm_client=None, graph: Graph | None = None,
                     scorer: Scorer | None = None) -> Retriever:
-    """`params`: the retriever's own settings (hybrid: weight; cascade: a RetrievalConfig dict; entity_first:
-    EntityFirstRetriever keyword arguments, plus `llm_entities: true` for the LLM-backed query entity extractor;
-    learned: `model_path` (or a fitted `model`) and optional `depth`; causal: see `build_causal`; fusion:
-    `members` {name: params}, `c`, `weights` {name: weight}, `depth` (weighted RRF of the members' rankings);
-    pairwise: `base` {name: params}, `pool`, `coverage_weight`, `link_weight`, `use_ranks` (top-2 as a pair);
-    query_likelihood: `base` {name: params}, `depth`, `weight`, `prompt`, `max_doc_chars` (the base's top reranked
-    by the language model's likelihood of the query); cross_encoder: `base` {name: params}, `model_path` (a fitted
-    cross-encoder, e.g. from tuned_reranker), `weight`, `depth`, `max_length` (the base's top reranked by it).
-    `neighbors`: the entity graph's chunk neighbourhood, for graph stages. `graph`: the (graph_nodes,
-    graph_edges) frames, for the causal chains and the learned model's graph feature. `llm_client`: an
-    LLMClient, needed only by LLM-backed options; `scorer`: a log-probability `Scorer`, needed by the causal
-    retriever's `answer_model: likelihood` and by query_likelihood."""
-    params = dict(params or {})
-    if name in ("bm25", "tfidf", "dense"):
-        return SimilarityRetriever(index, name, **params)   # params: within_stats (bm25 inside `within`)
-    if name == "hybrid":
-        return HybridRetriever(index, **params)
-    if name == "rrf":
-        return RRFRetriever(index, **params)
-    if name == "cascade":
-        # the embedding stage embeds with the index's own model unless the params name one (then it must match)
-        embedding = {"embedding_model": index.embedder.model_name, **params.get("embedding", {})}
-        return CascadeRetriever(index, RetrievalConfig.model_validate({**params, "embedding": embedding}),
-                                neighbors)
-    if name == "entity_first":
-        if params.pop("llm_entities", False):
-            if llm_client is None:
-                raise ValueError("entity_first with llm_entities: true needs an LLM client")
-            params["entity_extractor"] = LLMEntityExtractor(llm_client)
-        return EntityFirstRetriever(index, **params)
-    if name == "learned":
-        return build_learned(index, params, graph, scorer)
-    if name == "causal":
-        return build_causal(index, params, neighbors, llm_client, graph, scorer)
-    if name == "fusion":
-        members = params.pop("members", None) or {}
-        if not isinstance(members, dict) or not members:
-            raise ValueError("fusion needs members: {retriever name: its params}")
-        built = [(m, build_retriever(m, index, p, neighbors, llm_client, graph, scorer)) for m, p in members.items()]
-        return FusionRetriever(index, built, **params)
-    if name == "cross_encoder":
-        b, p = _one_base(name, params)
-        if not params.get("model_path"):
-            raise ValueError("cross_encoder needs model_path (a fitted cross-encoder, e.g. from tuned_reranker)")
-        base = build_retriever(b, index, p, neighbors, llm_client, graph, scorer)
-        return CrossEncoderReranker(index, base, params.pop("model_path"), **params)
-    if name in ("pairwise", "query_likelihood"):
-        b, p = _one_base(name, params)
-        if name == "query_likelihood" and scorer is None:
-            raise ValueError("query_likelihood needs a log-probability scorer (the `llm` resource's)")
-        base = build_retriever(b, index, p, neighbors, llm_client, graph, scorer)
-        return PairwiseTop2(index, base, **params) if name == "pairwise" else \
-            QueryLikelihoodReranker(index, base, scorer, **params)
-    raise ValueError(f"unknown retriever {name!r}; known: {', '.join(RETRIEVERS)}")
+    """The `name` retriever (a kind of `kinds.KINDS`, whose builder this calls) over `index`. `params`: the
+    retriever's own settings (each builder below says which). `neighbors`: the entity graph's chunk neighbourhood,
+    for graph stages. `graph`: the (graph_nodes, graph_edges) frames, for the causal chains and the learned model's
+    graph feature. `llm_client`: an LLMClient, needed only by LLM-backed options; `scorer`: a log-probability
+    `Scorer`, needed by the causal retriever's `answer_model: likelihood` and by query_likelihood."""
+    return kind(name).builder_function()(index, dict(params or {}), BuildContext(neighbors, llm_client, graph, scorer))
+
+
+def build_bm25(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    """The index's own search; params: within_stats (BM25 statistics inside `within`)."""
+    return SimilarityRetriever(index, "bm25", **params)
+
+
+def build_tfidf(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    return SimilarityRetriever(index, "tfidf", **params)
+
+
+def build_dense(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    return SimilarityRetriever(index, "dense", **params)
+
+
+def build_hybrid(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    """params: weight (the dense share), within_stats."""
+    return HybridRetriever(index, **params)
+
+
+def build_rrf(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    return RRFRetriever(index, **params)
+
+
+def build_cascade(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    """params: a RetrievalConfig dict. The embedding stage embeds with the index's own model unless the params name
+    one (then it must match)."""
+    embedding = {"embedding_model": index.embedder.model_name, **params.get("embedding", {})}
+    return CascadeRetriever(index, RetrievalConfig.model_validate({**params, "embedding": embedding}),
+                            context.neighbors)
+
+
+def build_entity_first(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    """params: EntityFirstRetriever keyword arguments, plus `llm_entities: true` for the LLM-backed query entity
+    extractor."""
+    if params.pop("llm_entities", False):
+        if context.llm_client is None:
+            raise ValueError("entity_first with llm_entities: true needs an LLM client")
+        params["entity_extractor"] = LLMEntityExtractor(context.llm_client)
+    return EntityFirstRetriever(index, **params)
+
+
+def build_learned_kind(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    """params: `model_path` (or a fitted `model`) and optional `depth` (`build_learned`)."""
+    return build_learned(index, params, context.graph, context.scorer)
+
+
+def build_causal_kind(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    """params: see `build_causal`."""
+    return build_causal(index, params, context.neighbors, context.llm_client, context.graph, context.scorer)
+
+
+def build_fusion(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    """params: `members` {name: params}, `c`, `weights` {name: weight}, `depth` (weighted RRF of the members'
+    rankings)."""
+    members = params.pop("members", None) or {}
+    if not isinstance(members, dict) or not members:
+        raise ValueError("fusion needs members: {retriever name: its params}")
+    return FusionRetriever(index, [(m, context.build(m, index, p)) for m, p in members.items()], **params)
+
+
+def build_cross_encoder(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    """params: `base` {name: params}, `model_path` (a fitted cross-encoder, e.g. from tuned_reranker), `weight`,
+    `depth`, `max_length` (the base's top reranked by it)."""
+    b, p = _one_base("cross_encoder", params)
+    if not params.get("model_path"):
+        raise ValueError("cross_encoder needs model_path (a fitted cross-encoder, e.g. from tuned_reranker)")
+    base = context.build(b, index, p)
+    return CrossEncoderReranker(index, base, params.pop("model_path"), **params)
+
+
+def build_pairwise(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    """params: `base` {name: params}, `pool`, `coverage_weight`, `link_weight`, `use_ranks` (top-2 as a pair)."""
+    b, p = _one_base("pairwise", params)
+    return PairwiseTop2(index, context.build(b, index, p), **params)
+
+
+def build_query_likelihood(index: CorpusIndex, params: dict[str, Any], context: BuildContext) -> Retriever:
+    """params: `base` {name: params}, `depth`, `weight`, `prompt`, `max_doc_chars` (the base's top reranked by the
+    language model's likelihood of the query)."""
+    b, p = _one_base("query_likelihood", params)
+    if context.scorer is None:
+        raise ValueError("query_likelihood needs a log-probability scorer (the `llm` resource's)")
+    return QueryLikelihoodReranker(index, context.build(b, index, p), context.scorer, **params)
 
 
 def _one_base(name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -135,18 +175,17 @@ def causal_answer_model(params: dict[str, Any], scorer_configured: bool) -> str:
     return params.get("answer_model") or ("likelihood" if scorer_configured else "lexical")
 
 
-def uses_scorer(kind: str, params: dict[str, Any], scorer_configured: bool) -> bool:
-    """Whether a `kind` retriever with `params` measures with the log-probability scorer: query_likelihood always,
-    causal where its answer model is the likelihood (`causal_answer_model`), a learned model that reads the
-    question-likelihood feature, and a retriever built over one of these (members, base, the causal shortlist)."""
-    if kind == "query_likelihood" or (kind == "causal" and causal_answer_model(params, scorer_configured) == "likelihood"):
+def uses_scorer(name: str, params: dict[str, Any], scorer_configured: bool) -> bool:
+    """Whether a `name` retriever with `params` measures with the log-probability scorer (its kind's `scores`):
+    always, where its answer model is the likelihood (`causal_answer_model`), where its learned model reads the
+    question-likelihood feature, or where what it is built over does (members, base, the causal shortlist)."""
+    k = kind(name)
+    if k.scores == "always" or (k.scores == "answer_model"
+                                and causal_answer_model(params, scorer_configured) == "likelihood"):
         return True
-    if kind == "learned":
+    if k.scores == "feature":
         return learned_uses_scorer(params)
-    inner = {**(params.get("members") or {}), **(params.get("base") or {})}
-    if kind == "causal" and params.get("shortlist") == "learned":
-        inner["learned"] = params.get("shortlist_params") or {}
-    return any(uses_scorer(k, p or {}, scorer_configured) for k, p in inner.items() if isinstance(p, dict))
+    return any(uses_scorer(n, p or {}, scorer_configured) for n, p in k.inner(params).items() if isinstance(p, dict))
 
 
 def build_causal(index: CorpusIndex, params: dict[str, Any], neighbors: Neighbors | None = None, llm_client=None,
@@ -180,13 +219,7 @@ def build_causal(index: CorpusIndex, params: dict[str, Any], neighbors: Neighbor
         raise ValueError(f"causal: unknown answer_model {model_kind!r} (lexical | llm | likelihood)")
     if kind not in SHORTLISTS:
         raise ValueError(f"causal: unknown shortlist {kind!r}; known: {', '.join(SHORTLISTS)}")
-    if kind == "bm25":
-        shortlist = None  # CausalRetriever's own: BM25 hits with a positive score
-    elif kind == "cascade":
-        shortlist = build_retriever("cascade", index, shortlist_params, neighbors)
-    else:
-        first = build_retriever(kind, index, shortlist_params, neighbors, llm_client, graph, scorer)
-
-        def shortlist(query, n, within):
-            return first.retrieve_many([query], n, [list(within)] if within is not None else None)[0]
+    # bm25: CausalRetriever's own shortlist (BM25 hits with a positive score); another: that retriever's top
+    shortlist = None if kind == "bm25" else \
+        build_retriever(kind, index, shortlist_params, neighbors, llm_client, graph, scorer)
     return CausalRetriever(index, answer_model, graph, shortlist, CausalRetrievalOptions(**params))

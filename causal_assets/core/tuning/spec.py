@@ -1,88 +1,16 @@
-"""What a benchmark's `tuning:` section may say, and the search spaces it overrides: the retrievers that can be
-tuned, each one's space of parameters and its starting point. Pure data and validation, so the benchmark registry
-can check a `tuning:` section without loading the search."""
+"""What a benchmark's `tuning:` section may say (the search spaces it overrides are the retriever kinds' own,
+`retrievers.kinds`). Pure data and validation, so the benchmark registry can check a `tuning:` section without
+loading the search."""
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-TUNABLE = ("hybrid", "rrf", "cascade", "entity_first", "learned", "fusion", "pairwise", "query_likelihood", "causal")
-# entity_first ranks a fixed candidate set per question (HotpotQA's own paragraphs); it needs `within`.
-NEEDS_WITHIN = ("entity_first",)
-ORDER = {name: i for i, name in enumerate(TUNABLE)}   # hybrid first (learned uses its weight), causal last
-ROBUST_DEFAULT = "learned"   # TuningSpec.robust_default (its measurement: docs, "Choosing a retriever on few questions")
+from causal_assets.core.retrievers.kinds import KINDS, SCORING, TUNABLE
 
-# Search spaces: parameter (dotted path into the retriever's params) -> values. The first value is not special:
-# the search starts from the retriever's defaults (`DEFAULT_POINTS`).
-DEFAULT_SPACES: dict[str, dict[str, list[Any]]] = {
-    "cascade": {
-        "tfidf.initial_k": [50, 100, 200, 400],
-        "embedding.similarity_top_k": [10, 20, 50, 100],
-        "embedding.similarity_cutoff": [None, 0.2, 0.4, 0.6],
-        "graph.max_hops": [0, 1, 2],
-        "graph.min_edge_weight": [0.1, 0.3, 0.6],
-        "graph.score_decay_factor": [0.5, 0.8],
-    },
-    "rrf": {"c": [5, 10, 20, 40, 60, 100], "within_stats": ["corpus", "candidates"]},
-    # Every heuristic of the entity-first retriever (retrievers/entity_first/retriever.py): none is hand-set on an evaluation split.
-    "entity_first": {
-        "dense_weight": [0.3, 0.5, 0.7],
-        "within_stats": ["corpus", "candidates"],
-        "title_weight": [0.0, 1.0, 2.0, 3.0],
-        "title_match": [{}, {"entity": 0.6, "words": 0.3}, {"entity": 1.0, "words": 0.7},
-                        {"lowercase": 1.0, "nested": 1.0}],
-        "strong_title": [0.3, 0.5, 0.7],
-        "bridge": [True, False],
-        "bridge_weight": [0.0, 0.3, 0.6],
-        "max_repairs": [0, 1, 3],
-    },
-    # RRF of the other tuned retrievers (`fusion_members`, each at its tuned params): the constant and the weight of
-    # the learned model's ranking (the others weigh 1).
-    "fusion": {"c": [1, 2, 5, 10, 20, 60], "weights.learned": [0.5, 1.0, 1.5, 2.0]},
-    # The top 2 re-selected as a pair over a tuned base (`pairwise_base`); 0/0 weights are the base itself.
-    "pairwise": {"pool": [3, 4, 5], "coverage_weight": [0.0, 0.5, 1.0, 2.0], "link_weight": [0.0, 0.5, 1.0],
-                 "use_ranks": [False, True]},
-    # The top `depth` of a tuned base (`query_likelihood_base`) reranked by the solver's likelihood of the query;
-    # weight 0 is the base itself. A benchmark may fix its `prompt` here (a one-value space).
-    "query_likelihood": {"weight": [0.0, 0.25, 0.5, 0.75, 1.0], "depth": [10, 20]},
-    "causal": {
-        "shortlist": ["hybrid", "learned"],
-        "shortlist_size": [5, 8, 10],
-        "graph_candidates": [0, 3],
-        "weights": [
-            {"information_contribution": 0.35, "counterfactual_impact": 0.4, "causal_chain_strength": 0.25},
-            {"information_contribution": 1.0, "counterfactual_impact": 0.0, "causal_chain_strength": 0.0},
-            {"information_contribution": 0.0, "counterfactual_impact": 1.0, "causal_chain_strength": 0.0},
-            {"information_contribution": 0.0, "counterfactual_impact": 0.0, "causal_chain_strength": 1.0},
-            {"information_contribution": 0.5, "counterfactual_impact": 0.5, "causal_chain_strength": 0.0},
-            {"information_contribution": 0.2, "counterfactual_impact": 0.2, "causal_chain_strength": 0.6},
-            # pairs of measures, and each beside the shortlist's own order (`shortlist_prior`: how much of the
-            # ranking the tuning leaves to the retriever that proposed the candidates; alone = that order)
-            *[dict(zip(("information_contribution", "counterfactual_impact", "causal_chain_strength",
-                        "shortlist_prior"), w))
-              for w in ((0.5, 0.0, 0.5, 0.0), (0.0, 0.5, 0.5, 0.0), (0.4, 0.4, 0.2, 0.0), (0.0, 0.0, 0.0, 1.0),
-                        (0.5, 0.0, 0.0, 0.5), (0.0, 0.5, 0.0, 0.5), (0.25, 0.25, 0.0, 0.5), (0.2, 0.2, 0.0, 0.6),
-                        (0.0, 0.0, 0.5, 0.5), (0.2, 0.2, 0.2, 0.4), (0.1, 0.1, 0.0, 0.8))],
-        ],
-        "max_hops": [2, 4],
-        "hop_decay": [0.5, 0.8],
-        "min_relevance": [0.0, 0.1],
-    },
-}
-DEFAULT_POINTS: dict[str, dict[str, Any]] = {
-    "fusion": {"c": 60, "weights.learned": 1.0},
-    "pairwise": {"pool": 4, "coverage_weight": 0.0, "link_weight": 0.0, "use_ranks": False},
-    "query_likelihood": {"weight": 0.0, "depth": 20},
-    "cascade": {"tfidf.initial_k": 100, "embedding.similarity_top_k": 20, "embedding.similarity_cutoff": 0.6,
-                "graph.max_hops": 2, "graph.min_edge_weight": 0.3, "graph.score_decay_factor": 0.8},
-    "rrf": {"c": 60, "within_stats": "corpus"},
-    "entity_first": {"dense_weight": 0.5, "within_stats": "corpus", "title_weight": 2.0, "title_match": {},
-                     "strong_title": 0.5, "bridge": True, "bridge_weight": 0.3, "max_repairs": 3},
-    "causal": {"shortlist": "hybrid", "shortlist_size": 8, "graph_candidates": 3,
-               "weights": DEFAULT_SPACES["causal"]["weights"][0], "max_hops": 4, "hop_decay": 0.8,
-               "min_relevance": 0.1},
-}
+ORDER = {name: i for i, name in enumerate(TUNABLE)}   # the table's order: each after what it may be built on
+ROBUST_DEFAULT = "learned"   # TuningSpec.robust_default (its measurement: docs, "Choosing a retriever on few questions")
 
 
 class EncoderSpec(BaseModel):
@@ -151,7 +79,7 @@ class TuningSpec(BaseModel):
     learned_targets: list[str] = Field(default_factory=lambda: ["qrels", "delta_p"])  # delta_p only with MC labels
     min_mc_questions: int = Field(10, ge=2)      # delta_p is tried only with this many labelled train questions
     max_queries: dict[str, int] = Field(default_factory=lambda: {"causal": 150})  # per retriever, seeded sample
-    spaces: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)       # overrides DEFAULT_SPACES entries
+    spaces: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)       # overrides a kind's `space` entries
     fusion_members: list[str] = Field(default_factory=lambda: ["learned", "entity_first"])  # fused at their tuned params
     # learned: the tune splits of these other benchmarks (their own indexes) join the training rows; the CV folds and
     # the figure stay on this benchmark's own tune split, the extra questions are in every training fold.
@@ -184,8 +112,18 @@ class TuningSpec(BaseModel):
         unknown = [n for n in names if n not in TUNABLE]
         if unknown:
             raise ValueError(f"tuning: cannot tune {unknown}; tunable: {', '.join(TUNABLE)}")
-        names = [n for n in dict.fromkeys(names) if has_within or n not in NEEDS_WITHIN]
+        names = [n for n in dict.fromkeys(names) if has_within or "within" not in KINDS[n].needs]
         return sorted(names, key=ORDER.__getitem__)
+
+    def may_score(self, resolved: list[str]) -> bool:
+        """Whether tuning `resolved` may measure with the LLM's log-probability scorer: a kind that scores by its own
+        choice (`kinds.SCORING`), or a learned model offered the question-likelihood feature."""
+        return bool(set(SCORING) & set(resolved)) or (self.learned_question_likelihood and self.trains_model(resolved))
+
+    @staticmethod
+    def trains_model(resolved: list[str]) -> bool:
+        """Whether a kind of `resolved` fits a model on the tune split (its `learned_*` settings apply)."""
+        return any(KINDS[n].tuning == "fit" for n in resolved)
 
     def fold_seeds(self) -> list[int]:
         """The seeds of the `cv_repeats` fold splits: seed, seed + 1, ..."""
@@ -193,5 +131,5 @@ class TuningSpec(BaseModel):
 
     def space(self, name: str, has_within: bool = True) -> dict[str, list[Any]]:
         """The search space of a retriever; `within_stats` only where queries rank their own candidate sets."""
-        space = {**DEFAULT_SPACES.get(name, {}), **self.spaces.get(name, {})}
+        space = {**KINDS[name].space, **self.spaces.get(name, {})}
         return space if has_within else {k: v for k, v in space.items() if k != "within_stats"}

@@ -244,9 +244,13 @@ class CausalRetriever:
             def cascade(query, n, within):
                 return list(shortlist.retrieve(query, max_documents=n, within=within).documents)
             return cascade
+        if hasattr(shortlist, "retrieve_many"):   # any other retriever: its top n
+            def top(query, n, within):
+                return shortlist.retrieve_many([query], n, [list(within)] if within is not None else None)[0]
+            return top
         if callable(shortlist):
             return shortlist
-        raise TypeError("shortlist must be None, a CascadeRetriever or a callable (query, n, within) -> [Hit]")
+        raise TypeError("shortlist must be None, a retriever or a callable (query, n, within) -> [Hit]")
 
     def _prepare_graph(self, nodes: pd.DataFrame, edges: pd.DataFrame) -> None:
         M = to_networkx(nodes, edges)
