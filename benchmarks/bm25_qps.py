@@ -20,7 +20,7 @@ import numpy as np
 import Stemmer
 from common import PARQUET, Figure, quick_base, run_script
 
-from causal_assets.core.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
 from causal_assets.core.corpus.beir import load_beir_queries
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.search import CorpusIndex

@@ -25,9 +25,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT_DIR, PARQUET, Figure, machine, write_result  # noqa: E402
 
-from causal_assets.core.benchmarks import Benchmark, load_benchmark, load_benchmark_registry  # noqa: E402
-from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query, warm_up  # noqa: E402
-from causal_assets.core.evaluation.significance import randomization_p  # noqa: E402
+from causal_assets.core.registry.benchmarks import Benchmark, load_benchmark, load_benchmark_registry  # noqa: E402
+from causal_assets.core.measures.metrics import evaluate, evaluate_per_query, warm_up  # noqa: E402
+from causal_assets.core.measures.significance import randomization_p  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
 from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer  # noqa: E402
 from causal_assets.core.evaluation.runner import run_benchmark  # noqa: E402
@@ -35,7 +35,7 @@ from causal_assets.core.graph.store import load_chunk_neighbors, load_graph  # n
 from causal_assets.core.index.search import CorpusIndex  # noqa: E402
 from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
 from causal_assets.core.tuning.search import tune  # noqa: E402
-from causal_assets.core.tuning.spec import DEFAULT_SPACES, TuningSpec  # noqa: E402
+from causal_assets.core.registry.tuning import DEFAULT_SPACES, TuningSpec  # noqa: E402
 from causal_assets.core.stored.tuned import index_fingerprint, load_tuned  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 

@@ -248,11 +248,11 @@ def quick_base(corpora: dict[str, int], dense: bool = True) -> Path:
     import tempfile
 
     from causal_assets.core.corpus.chunk import chunks_to_frame
-    from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
+    from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry
     from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
     from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
     from causal_assets.core.index.provenance import FINGERPRINT, compute_fingerprint
-    from causal_assets.core.storage import asset_path, write_parquet_atomic
+    from causal_assets.core.foundation.storage import asset_path, write_parquet_atomic
     from causal_assets.settings import Settings
 
     settings = Settings.from_env()

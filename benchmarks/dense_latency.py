@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 from common import PARQUET, Figure, add_common_options, quick_base, latency_ms, load_average, machine, write_result
 
-from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.corpus.chunk import chunks_to_frame
-from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
+from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry
 from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k, recall_at_k
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import Embedder, EmbeddingCache

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 from common import PARQUET, Figure, add_common_options, load_average, machine, write_result
 
-from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.corpus.chunk import chunks_to_frame
-from causal_assets.core.corpus.registry import load_corpus, load_corpus_registry
-from causal_assets.core.evaluation.metrics import evaluate
+from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry
+from causal_assets.core.measures.metrics import evaluate
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.build import build_sparse, chunk_texts
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache

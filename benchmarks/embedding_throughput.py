@@ -20,7 +20,7 @@ from common import PARQUET, Figure, quick_base, run_script
 
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 
 TARGET_RATIO = 0.90
 

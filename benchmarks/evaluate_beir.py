@@ -23,10 +23,10 @@ sys.path.insert(0, str(ROOT))
 
 from common import quick_tmp  # noqa: E402
 
-from causal_assets.core.benchmarks import Benchmark  # noqa: E402
+from causal_assets.core.registry.benchmarks import Benchmark  # noqa: E402
 from causal_assets.core.corpus.beir import load_beir_corpus, load_beir_qrels, load_beir_queries  # noqa: E402
 from causal_assets.core.corpus.chunk import chunks_to_frame  # noqa: E402
-from causal_assets.core.evaluation.metrics import evaluate  # noqa: E402
+from causal_assets.core.measures.metrics import evaluate  # noqa: E402
 from causal_assets.core.evaluation.runner import run_benchmark  # noqa: E402
 from causal_assets.core.index.build import build_index  # noqa: E402
 from causal_assets.core.index.dense import DEFAULT_MODEL, EmbeddingCache  # noqa: E402

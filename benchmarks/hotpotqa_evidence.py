@@ -21,10 +21,10 @@ sys.path.insert(0, str(ROOT))
 
 from common import quick_tmp  # noqa: E402
 
-from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
+from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
 from causal_assets.core.corpus.chunk import chunks_to_frame  # noqa: E402
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa  # noqa: E402
-from causal_assets.core.evaluation.metrics import evaluate  # noqa: E402
+from causal_assets.core.measures.metrics import evaluate  # noqa: E402
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark  # noqa: E402
 from causal_assets.core.index.build import build_index  # noqa: E402
 from causal_assets.core.index.dense import DEFAULT_MODEL, EmbeddingCache  # noqa: E402

@@ -23,11 +23,11 @@ import pandas as pd
 from common import Figure, add_common_options, machine, write_result
 
 from causal_assets.core.corpus.chunk import chunks_to_frame
-from causal_assets.core.corpus.registry import CorpusSpec, load_corpus
+from causal_assets.core.registry.corpora import CorpusSpec, load_corpus
 from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
 from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, compute_fingerprint
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
-from causal_assets.core.storage import asset_path, write_parquet_atomic
+from causal_assets.core.foundation.storage import asset_path, write_parquet_atomic
 from causal_assets.settings import Settings
 
 SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)

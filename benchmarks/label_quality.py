@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common import busy_loops  # noqa: E402
-from causal_assets.core.benchmarks import hash_half  # noqa: E402
+from causal_assets.core.registry.benchmarks import hash_half  # noqa: E402
 from causal_assets.core.corpus.multihop import read_multihop  # noqa: E402
 from causal_assets.core.labeling.quality import expected_precision_at, label_quality_rows, summarize  # noqa: E402
 from causal_assets.core.labeling.runner import LabelingParams, estimate, label_question  # noqa: E402
@@ -36,7 +36,7 @@ from causal_assets.core.labeling.solver import LikelihoodSolver  # noqa: E402
 from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
 from causal_assets.core.llm.models import LOCAL_MODELS, local_scorer  # noqa: E402
-from causal_assets.core.schemas import ranking_effect  # noqa: E402
+from causal_assets.core.foundation.schemas import ranking_effect  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
 SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)

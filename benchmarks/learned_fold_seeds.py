@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PARQUET, load_average, machine, write_json  # noqa: E402
 
 from causal_assets.core.stored.artifacts import CorpusArtifacts  # noqa: E402
-from causal_assets.core.benchmarks import load_benchmark_registry  # noqa: E402
-from causal_assets.core.errors import CorpusError  # noqa: E402
+from causal_assets.core.registry.benchmarks import load_benchmark_registry  # noqa: E402
+from causal_assets.core.foundation.errors import CorpusError  # noqa: E402
 from causal_assets.core.index.ann import AnnConfig  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
 from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer  # noqa: E402
 from causal_assets.core.tuning.search import tune  # noqa: E402
-from causal_assets.core.tuning.spec import TuningSpec  # noqa: E402
+from causal_assets.core.registry.tuning import TuningSpec  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
 SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from common import Figure, repeat_wall_cpu, run_script
 
-from causal_assets.core.evaluation.metrics import DEFAULT_KS, evaluate
+from causal_assets.core.measures.metrics import DEFAULT_KS, evaluate
 
 TARGET_S = 1.0
 COLLECTION = 1_000_000

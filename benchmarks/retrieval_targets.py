@@ -20,10 +20,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT_DIR, PARQUET, ROOT, machine  # noqa: E402
 
-from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
-from causal_assets.core.evaluation.metrics import evaluate_per_query  # noqa: E402
-from causal_assets.core.evaluation.significance import bootstrap_ci  # noqa: E402
-from causal_assets.core.storage import asset_path, read_parquet  # noqa: E402
+from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
+from causal_assets.core.measures.metrics import evaluate_per_query  # noqa: E402
+from causal_assets.core.measures.significance import bootstrap_ci  # noqa: E402
+from causal_assets.core.foundation.storage import asset_path, read_parquet  # noqa: E402
 from causal_assets.core.stored.tuned import load_tuned  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 

@@ -25,14 +25,14 @@ from common import (OUT_DIR, PARQUET, Figure, add_common_options, current_rss_mi
                     quick_base, time_queries, write_result)
 from synthetic_corpus import SourceChunks, SourceTerms, make_corpus, make_terms
 
-from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k, recall_at_k
 from causal_assets.core.index.build import sparse_frames, tokenize_chunks
 from causal_assets.core.index.sparse import build_bm25, build_tfidf
 from causal_assets.core.index.dense import Embedder
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
-from causal_assets.core.storage import write_parquet_atomic
+from causal_assets.core.foundation.storage import write_parquet_atomic
 from causal_assets.settings import Settings
 
 SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)

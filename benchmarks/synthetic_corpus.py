@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.storage import read_parquet
+from causal_assets.core.foundation.storage import read_parquet
 
 NOISE = 0.3
 NEIGHBOURS = 10

@@ -22,15 +22,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT_DIR, PARQUET, Figure, machine, write_result  # noqa: E402
 
-from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
-from causal_assets.core.evaluation.metrics import evaluate, warm_up  # noqa: E402
+from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
+from causal_assets.core.measures.metrics import evaluate, warm_up  # noqa: E402
 from causal_assets.core.evaluation.runner import run_benchmark  # noqa: E402
 from causal_assets.core.graph.store import load_chunk_neighbors, load_graph  # noqa: E402
 from causal_assets.core.index.search import CorpusIndex  # noqa: E402
 from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
-from causal_assets.core.storage import asset_path, read_parquet  # noqa: E402
+from causal_assets.core.foundation.storage import asset_path, read_parquet  # noqa: E402
 from causal_assets.core.tuning.search import tune  # noqa: E402
-from causal_assets.core.tuning.spec import TuningSpec  # noqa: E402
+from causal_assets.core.registry.tuning import TuningSpec  # noqa: E402
 from causal_assets.core.stored.tuned import index_fingerprint, save_tuned  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 

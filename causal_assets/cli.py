@@ -12,9 +12,9 @@ import importlib
 import os
 import sys
 
-from causal_assets.core.errors import ConfigError
-from causal_assets.core.paths import DEFAULT_CORPUS, QUESTION_CORPUS
-from causal_assets.core.retrievers.kinds import RETRIEVERS, cli_help
+from causal_assets.core.foundation.errors import ConfigError
+from causal_assets.core.foundation.paths import DEFAULT_CORPUS, QUESTION_CORPUS
+from causal_assets.core.registry.retrievers import RETRIEVERS, cli_help
 from causal_assets.exit_codes import EXIT_INTERRUPTED
 from causal_assets.settings import Settings
 

@@ -12,7 +12,7 @@ import importlib
 
 from dagster import ExecutorDefinition, Field, Selector, in_process_executor, multi_or_in_process_executor
 
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.settings import EXECUTORS, Settings
 
 EXECUTOR_ENV = "CAUSAL_ASSETS_EXECUTOR"

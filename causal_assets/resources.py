@@ -10,21 +10,21 @@ from dagster import (ConfigurableIOManagerFactory, ConfigurableResource, EnvVar,
 from pydantic import PrivateAttr
 from upath import UPath
 
-from causal_assets.core.benchmarks import BenchmarkSpec, load_benchmark_registry
-from causal_assets.core import orphan_guard
-from causal_assets.core.catalog import DuckDBCatalog
-from causal_assets.core.errors import CatalogError
-from causal_assets.core.schemas import column_docs
+from causal_assets.core.registry.benchmarks import BenchmarkSpec, load_benchmark_registry
+from causal_assets.core.foundation import orphan_guard
+from causal_assets.core.outputs.catalog import DuckDBCatalog
+from causal_assets.core.foundation.errors import CatalogError
+from causal_assets.core.foundation.schemas import column_docs
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import CallBudget, LLMClient
 from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer
 from causal_assets.core.llm.cores import free_cores
 from causal_assets.core.llm.scoring import EndpointScorer, Scorer, ScoreRequest, ScoringUnsupported
 from causal_assets.core.llm.server import LocalLlamaServer
-from causal_assets.core.corpus.registry import CorpusSpec, available_corpora, load_corpus_registry
+from causal_assets.core.registry.corpora import CorpusSpec, available_corpora, load_corpus_registry
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.dense import DEFAULT_BACKEND
-from causal_assets.core.storage import check_within, read_parquet, write_parquet_atomic
+from causal_assets.core.foundation.storage import check_within, read_parquet, write_parquet_atomic
 from causal_assets.retries import only_infrastructure_retried
 from causal_assets.settings import Settings
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from dagster import Backoff, DagsterError, Failure, RetryPolicy, RetryRequested
 
-from causal_assets.core.errors import CausalAssetsError
+from causal_assets.core.foundation.errors import CausalAssetsError
 from causal_assets.core.llm.errors import LLMInfrastructureError
 
 # The LLM client already retries single calls; the step retry covers an endpoint down for longer than that.

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Callable, Mapping
 from urllib.parse import urlparse
 
-from causal_assets.core.errors import ConfigError
-from causal_assets.core.urls import has_credentials, without_credentials
-from causal_assets.core.paths import DEFAULT_SHARED_DATA, PROJECT_ROOT, REGISTRY_DIR
+from causal_assets.core.foundation.errors import ConfigError
+from causal_assets.core.foundation.urls import has_credentials, without_credentials
+from causal_assets.core.foundation.paths import DEFAULT_SHARED_DATA, PROJECT_ROOT, REGISTRY_DIR
 
 DATA_DIR = PROJECT_ROOT / "data"
 # Where steps may run (causal_assets.execution builds each).

@@ -145,8 +145,8 @@ def _dagster_home(tmp_path_factory):
 def mark_built(base: Path, corpus: str) -> None:
     """Empty files where a corpus's index and graph go: enough for the query inbox's "is it built?" check, which
     looks only at which files exist (a search run would need the real ones)."""
-    from causal_assets.core import needs
-    from causal_assets.core.storage import asset_path
+    from causal_assets.core.stored import needs
+    from causal_assets.core.foundation.storage import asset_path
 
     for asset in needs.required(dense=True, graph=True):
         path = Path(str(asset_path(base, asset, corpus)))

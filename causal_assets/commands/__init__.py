@@ -9,7 +9,7 @@ import os
 import sys
 import warnings
 
-from causal_assets.core.errors import CausalAssetsError
+from causal_assets.core.foundation.errors import CausalAssetsError
 from causal_assets.settings import NO_CATALOG
 
 MODULES = {"search": "search", "ask": "ask", "build": "build", "catalog": "data", "sql": "data",

@@ -5,14 +5,14 @@ import json
 import time
 
 from causal_assets.commands import say
-from causal_assets.core import needs
+from causal_assets.core.stored import needs
 from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
 from causal_assets.commands.search import snippet
-from causal_assets.core.corpus.registry import require_available
+from causal_assets.core.registry.corpora import require_available
 from causal_assets.core.local_search import inbox
 from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
-from causal_assets.core.progress import duration
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.foundation.progress import duration
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.defs.partitions import query_partitions
 from causal_assets.exit_codes import EXIT_POOL_BLOCKED
 from causal_assets.run_health import LLM_POOL, blocked_message, wait_for_slot

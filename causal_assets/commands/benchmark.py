@@ -16,15 +16,15 @@ import pandas as pd
 
 from causal_assets.commands import say
 from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
-from causal_assets.core import needs
+from causal_assets.core.stored import needs
 from causal_assets.exit_codes import EXIT_POOL_BLOCKED
-from causal_assets.core.benchmarks import BenchmarkSpec, load_benchmark, load_benchmark_registry
-from causal_assets.core.checks import labels_decided_problem
-from causal_assets.core.corpus.registry import require_available
-from causal_assets.core.errors import CausalAssetsError
+from causal_assets.core.registry.benchmarks import BenchmarkSpec, load_benchmark, load_benchmark_registry
+from causal_assets.core.outputs.checks import labels_decided_problem
+from causal_assets.core.registry.corpora import require_available
+from causal_assets.core.foundation.errors import CausalAssetsError
 from causal_assets.core.labeling.sizing import estimate_labels, history_rate
-from causal_assets.core.progress import duration
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.foundation.progress import duration
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.run_health import LLM_POOL, wait_for_slot
 
 JOB = "labels_and_evaluation_job"

@@ -24,14 +24,14 @@ import sqlalchemy.exc
 from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance
 
 from causal_assets.commands import say
-from causal_assets.core import needs
-from causal_assets.core import progress
-from causal_assets.core.corpus.registry import require_available
+from causal_assets.core.stored import needs
+from causal_assets.core.foundation import progress
+from causal_assets.core.registry.corpora import require_available
 from causal_assets.core.local_search import inbox
-from causal_assets.core.errors import CausalAssetsError, first_line
+from causal_assets.core.foundation.errors import CausalAssetsError, first_line
 from causal_assets.core.llm.server import stop_all
-from causal_assets.core.progress import duration
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.foundation.progress import duration
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.dagster_private import instance_without_compute_logs, interrupt_captured
 from causal_assets.exit_codes import EXIT_INTERRUPTED, EXIT_POOL_BLOCKED
 from causal_assets.run_health import blocked_message, pool_holders, reap_dead_runs

@@ -7,13 +7,13 @@ from pathlib import Path
 import duckdb
 
 from causal_assets.commands import say
-from causal_assets.core.benchmarks import load_benchmark_registry
-from causal_assets.core.catalog import READONLY_PROTOCOL, DuckDBCatalog, check_analysis_sql
-from causal_assets.core.checks import labels_decided_problem
-from causal_assets.core.errors import CausalAssetsError
-from causal_assets.core.export import DatasetCard, agreement_with_seeds, labels_solver, pick_estimator
-from causal_assets.core.export import export_labels as export
-from causal_assets.core.storage import asset_path, read_parquet, safe_name
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.outputs.catalog import READONLY_PROTOCOL, DuckDBCatalog, check_analysis_sql
+from causal_assets.core.outputs.checks import labels_decided_problem
+from causal_assets.core.foundation.errors import CausalAssetsError
+from causal_assets.core.outputs.export import DatasetCard, agreement_with_seeds, labels_solver, pick_estimator
+from causal_assets.core.outputs.export import export_labels as export
+from causal_assets.core.foundation.storage import asset_path, read_parquet, safe_name
 
 
 def catalog_path(args) -> str:

@@ -6,12 +6,12 @@ import re
 import sys
 
 from causal_assets.commands import pass_to_runs, say
-from causal_assets.core import needs
+from causal_assets.core.stored import needs
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import METHODS, CorpusIndex
 from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
-from causal_assets.core.retrievers.kinds import kind, may_need
-from causal_assets.core.storage import safe_name
+from causal_assets.core.registry.retrievers import kind, may_need
+from causal_assets.core.foundation.storage import safe_name
 
 SNIPPET_CHARS = 110
 

@@ -15,16 +15,16 @@ from dagster import (AssetDep, AssetSelection, Component, ComponentLoadContext, 
                      load_assets_from_modules, scaffold_component, scaffold_with, with_resources)
 from pydantic import Field
 
-from causal_assets.core.benchmarks import load_benchmark_registry
-from causal_assets.core.corpus.registry import load_corpus_registry
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.corpora import load_corpus_registry
+from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.defs import corpus, evaluation, export, graph, labels, tuning
 from causal_assets.resources import (LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage)
 
 # The stage modules a benchmark runs, one partition each; the scale-out shards and the query search stay with the
 # causal_assets code location.
 STAGES = (corpus, graph, labels, tuning, evaluation, export)
-# A corpus registry needs its `default` entry (core/corpus/registry.py); this one is never a partition here.
+# A corpus registry needs its `default` entry (core/registry/corpora.py); this one is never a partition here.
 PLACEHOLDER_DEFAULT = {"name": "default", "loader": "python_package", "package": "networkx"}
 
 

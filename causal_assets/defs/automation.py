@@ -15,7 +15,7 @@ from dagster import (AssetSelection, AutomationConditionSensorDefinition, Defaul
                      DefaultSensorStatus, RunRequest, ScheduleEvaluationContext, SensorEvaluationContext,
                      SensorResult, schedule, sensor)
 
-from causal_assets.core.corpus.fingerprint import MISSING, source_fingerprint
+from causal_assets.core.registry.fingerprint import MISSING, source_fingerprint
 from causal_assets.defs.partitions import benchmark_partitions, corpus_partitions
 from causal_assets.defs.shared import EVALUATION_GROUP, EXPORT_GROUP, LABELS_GROUP, SCALE_OUT_GROUP, TUNING_GROUP
 from causal_assets.resources import CorpusRegistry

@@ -3,7 +3,7 @@ written. Blocking checks stop downstream steps of the run when a table would poi
 posting pointing at a missing chunk, a pool with unknown documents); the others are reported in the UI."""
 from dagster import AssetCheckResult, AssetCheckSpec
 
-from causal_assets.core.checks import CheckOutcome
+from causal_assets.core.outputs.checks import CheckOutcome
 
 
 def spec(asset: str, name: str, description: str, blocking: bool = True) -> AssetCheckSpec:

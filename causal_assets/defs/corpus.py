@@ -7,10 +7,10 @@ import time
 import pandas as pd
 from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, asset, multi_asset
 
-from causal_assets.core.checks import blank_chunks, check_chunks, check_embeddings, check_sparse
+from causal_assets.core.outputs.checks import blank_chunks, check_chunks, check_embeddings, check_sparse
 from causal_assets.core.corpus.chunk import chunks_to_frame
-from causal_assets.core.corpus.registry import load_corpus
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.registry.corpora import load_corpus
+from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
 from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, compute_fingerprint
 from causal_assets.core.index.dense import EmbeddingCache, embed_incremental
@@ -25,7 +25,7 @@ GROUP = CORPUS_GROUP
 def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) -> None:
     """The whole lineage's expected duration, logged by its first step (the labels are most of it: README command 1
     took 65 min on a loaded 2-core machine, with no word of it up front). Never fails the step."""
-    from causal_assets.core import needs
+    from causal_assets.core.stored import needs
     from causal_assets.core.labeling.sizing import estimate_labels, history_rate, lineage_estimate
     from causal_assets.resources import BenchmarkRegistry, Storage
 

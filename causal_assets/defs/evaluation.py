@@ -6,13 +6,13 @@ from dagster import (AssetDep, AssetExecutionContext, AssetKey, AssetOut, AssetR
                      MetadataValue, Output, TableColumn, TableRecord, TableSchema, multi_asset)
 
 from causal_assets.core.stored.artifacts import CorpusArtifacts
-from causal_assets.core.checks import check_answers, check_metrics, check_ranked_results
-from causal_assets.core.evaluation.metrics import warm_up
+from causal_assets.core.outputs.checks import check_answers, check_metrics, check_ranked_results
+from causal_assets.core.measures.metrics import warm_up
 from causal_assets.core.evaluation.report import headline_table, write_report
-from causal_assets.core.evaluation.metrics import parse_metric
+from causal_assets.core.measures.metrics import parse_metric
 from causal_assets.core.evaluation.suite import evaluate_plan, plan_evaluation
 from causal_assets.core.retrievers.factory import uses_scorer
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.core.stored.tuned import index_fingerprint, load_tuned
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions

@@ -1,6 +1,6 @@
 """The Monte Carlo labels as a dataset other tools can read: BEIR files, TREC qrels, Parquet and a Hugging Face
 `datasets` dataset with a dataset card, under `data/datasets/<benchmark>/` (beside the reports). The logic is
-`core/export.py`; this module only gathers its inputs (labels, pools, solver and budgets of the labelling run)."""
+`core/outputs/export.py`; this module only gathers its inputs (labels, pools, solver and budgets of the labelling run)."""
 
 import importlib.util
 
@@ -8,9 +8,9 @@ import pandas as pd
 from dagster import (AssetExecutionContext, AssetKey, AssetRecordsFilter, Config, Failure, MaterializeResult,
                      MetadataValue, asset)
 
-from causal_assets.core.checks import labels_decided_problem
+from causal_assets.core.outputs.checks import labels_decided_problem
 
-from causal_assets.core.export import DatasetCard, agreement_with_seeds, export_labels, labels_solver, pick_estimator
+from causal_assets.core.outputs.export import DatasetCard, agreement_with_seeds, export_labels, labels_solver, pick_estimator
 from causal_assets.defs.partitions import benchmark_partitions
 from causal_assets.defs.shared import EXPORT_GROUP
 from causal_assets.resources import BenchmarkRegistry, Storage

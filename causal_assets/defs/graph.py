@@ -7,7 +7,7 @@ import pandas as pd
 from dagster import (AutomationCondition, AssetExecutionContext, AssetOut, MetadataValue, Output, asset,
                      multi_asset)
 
-from causal_assets.core.checks import check_graph
+from causal_assets.core.outputs.checks import check_graph
 from causal_assets.core.graph.build import build_graph
 from causal_assets.core.graph.store import graph_stats, to_networkx
 from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, recorded_fingerprint

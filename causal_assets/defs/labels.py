@@ -15,7 +15,7 @@ from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Config, Fa
                      asset, multi_asset)
 
 from causal_assets.core.stored.artifacts import CorpusArtifacts
-from causal_assets.core.checks import (check_labels, check_labels_decided, check_pools, check_trials_from_ok_calls,
+from causal_assets.core.outputs.checks import (check_labels, check_labels_decided, check_pools, check_trials_from_ok_calls,
                                       labels_decided_problem)
 from causal_assets.core.labeling.pools import PoolParams, build_pools
 from causal_assets.core.labeling.quality import label_quality_rows, per_question_from_tables, quality_table, summarize

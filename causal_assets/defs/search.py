@@ -13,20 +13,20 @@ import pandas as pd
 from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Config, DefaultSensorStatus,
                      MetadataValue, Output, RunRequest, SensorEvaluationContext, SensorResult, asset, sensor)
 
-from causal_assets.core.checks import check_ranked_results
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.outputs.checks import check_ranked_results
+from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
 from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, require_current
 from causal_assets.core.index.search import CHUNKS, CorpusIndex
-from causal_assets.core import needs
+from causal_assets.core.stored import needs
 from causal_assets.core.local_search import inbox
 from causal_assets.core.local_search.context import GraphContextBuilder
 from causal_assets.core.local_search.entity_vectors import embed_entities
 from causal_assets.core.local_search.search import LocalSearch, save_outputs
-from causal_assets.core.paths import display_path
+from causal_assets.core.foundation.paths import display_path
 from causal_assets.core.retrievers.factory import build_retriever
-from causal_assets.core.storage import asset_path, read_parquet
-from causal_assets.core.paths import QUESTION_CORPUS
+from causal_assets.core.foundation.storage import asset_path, read_parquet
+from causal_assets.core.foundation.paths import QUESTION_CORPUS
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import query_partitions
 from causal_assets.defs.shared import SEARCH_GROUP

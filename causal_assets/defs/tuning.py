@@ -18,13 +18,13 @@ import pandas as pd
 from dagster import (AssetDep, AssetExecutionContext, AssetOut, AutomationCondition, BetaWarning,
                      Config, DataVersion, Failure, MetadataValue, Output, asset, multi_asset)
 
-from causal_assets.core.checks import check_tuning_trials
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.outputs.checks import check_tuning_trials
+from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.index.dense import model_reference
 from causal_assets.core.retrievers.cross_encoder import member_dir, member_dirs
-from causal_assets.core.retrievers.kinds import KINDS
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.registry.retrievers import KINDS
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.stored.models import fit_into
 from causal_assets.core.stored.reuse import reuse_or_fit
@@ -37,7 +37,7 @@ from causal_assets.core.tuning.records import (EMBEDDING_COLUMNS, ENCODER, ENCOD
                                                reranker_record, tuned_embeddings_path, unfitted)
 from causal_assets.core.tuning.reranker import TUNE_SPLIT, reranker_versions, tune_reranker
 from causal_assets.core.tuning.search import sample_queries, tune
-from causal_assets.core.tuning.spec import TuningSpec
+from causal_assets.core.registry.tuning import TuningSpec
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
 from causal_assets.defs.shared import TUNING_GROUP, eager_tolerating_missing

@@ -45,7 +45,7 @@ def run_main(monkeypatch, capsys, *args: str, env: dict | None = None) -> tuple[
 
 
 def test_method_choices_are_every_retriever_and_all_are_in_the_help():
-    from causal_assets.core.retrievers.kinds import KINDS
+    from causal_assets.core.registry.retrievers import KINDS
 
     assert tuple(METHODS) == tuple(KINDS)
     search = build_parser()._subparsers._group_actions[0].choices["search"]
@@ -101,7 +101,7 @@ def test_no_build_refuses_naming_the_command(tmp_path):
 def _tiny_index(base: Path) -> None:
     from causal_assets.core.index.build import build_sparse, sparse_frames
     from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, compute_fingerprint
-    from causal_assets.core.storage import asset_path, write_parquet_atomic
+    from causal_assets.core.foundation.storage import asset_path, write_parquet_atomic
 
     texts = ["networkx.shortest_path\n@nx._dispatchable\ndef shortest_path(G, source, target):\n"
              "    Compute shortest paths in the graph between two nodes.",
@@ -180,7 +180,7 @@ def test_search_builds_a_missing_index_under_its_base_path(tmp_path):
 def test_the_configured_catalog_keeps_its_views_over_the_configured_base_path(tmp_path, monkeypatch, capsys):
     """`--base-path X catalog` re-pointed the configured catalog's views at X; it now needs --catalog-path."""
     from causal_assets.cli import main
-    from causal_assets.core.catalog import DuckDBCatalog
+    from causal_assets.core.outputs.catalog import DuckDBCatalog
 
     _tiny_index(tmp_path / "pq")
     _tiny_index(tmp_path / "configured")
@@ -217,7 +217,7 @@ def _failure_line_of(fail, retries: int = 0) -> str:
 def test_the_failure_line_is_the_steps_cause():
     """Not Dagster's wrappers: "DagsterExecutionStepExecutionError: Error occurred while executing op ..." (a
     build's duplicate chunk ids), nor "Exceeded max_retries of 2" (an LLM step whose endpoint was down)."""
-    from causal_assets.core.errors import CorpusError
+    from causal_assets.core.foundation.errors import CorpusError
 
     def duplicate_ids():
         raise CorpusError("corpus 'clash': duplicate chunk ids, e.g. 'utils.parse'")
@@ -225,7 +225,7 @@ def test_the_failure_line_is_the_steps_cause():
     def endpoint_down():
         raise ConnectionError("LLM endpoint http://127.0.0.1:9/v1 refused the connection")
 
-    assert _failure_line_of(duplicate_ids) == ("step the_step failed: causal_assets.core.errors.CorpusError: corpus "
+    assert _failure_line_of(duplicate_ids) == ("step the_step failed: causal_assets.core.foundation.errors.CorpusError: corpus "
                                                "'clash': duplicate chunk ids, e.g. 'utils.parse'")
     assert _failure_line_of(endpoint_down, retries=1) == ("step the_step failed: ConnectionError: LLM "
                                                           "endpoint http://127.0.0.1:9/v1 refused the connection")

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from causal_assets.core.checks import check_answers, check_metrics
+from causal_assets.core.outputs.checks import check_answers, check_metrics
 from causal_assets.core.evaluation.answers import (ANSWER_COLUMNS, GOLD, LABELS, RANDOM, answer_metrics,
                                                    build_questions, label_rankings, measure_answers, planned_calls,
                                                    reference_rankings)
@@ -168,7 +168,7 @@ def test_off_or_skipped_without_answers_or_without_a_scoring_llm(tmp_path, answe
     benchmark whose questions carry no answers at all."""
     import yaml
 
-    from causal_assets.core.benchmarks import Benchmark, load_benchmark_registry
+    from causal_assets.core.registry.benchmarks import Benchmark, load_benchmark_registry
     from causal_assets.core.evaluation.suite import answer_utility
 
     path = tmp_path / "benchmarks.yaml"

@@ -9,8 +9,8 @@ import sys
 
 import pandas as pd
 
-from causal_assets.core.catalog import DuckDBCatalog
-from causal_assets.core.storage import asset_path, write_parquet_atomic
+from causal_assets.core.outputs.catalog import DuckDBCatalog
+from causal_assets.core.foundation.storage import asset_path, write_parquet_atomic
 
 
 def make_data(root):

@@ -6,8 +6,8 @@ import duckdb
 import pandas as pd
 import pytest
 
-from causal_assets.core.catalog import DuckDBCatalog, check_analysis_sql, quote_ident, view_source
-from causal_assets.core.storage import write_parquet_atomic
+from causal_assets.core.outputs.catalog import DuckDBCatalog, check_analysis_sql, quote_ident, view_source
+from causal_assets.core.foundation.storage import write_parquet_atomic
 
 INJECTION = 'y" as select 2; drop view corpus_chunks; --'
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.corpus.multihop import read_multihop
 from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel
 from causal_assets.core.retrievers.causal.documents import ContextDoc
@@ -17,7 +17,7 @@ from causal_assets.core.retrievers.causal.likelihood_model import LikelihoodAnsw
 from causal_assets.core.retrievers.causal.retriever import CausalRetriever
 from causal_assets.core.retrievers.factory import build_causal
 from causal_assets.core.tuning.search import tune
-from causal_assets.core.tuning.spec import TuningSpec
+from causal_assets.core.registry.tuning import TuningSpec
 from tests.conftest import HOTPOT, require
 from tests.core.test_causal_retriever import (BUG_QUERY, CART, DOCS, SHOP, TIMEOUT_QUERY, _cart_ts, _retriever,
                                               _write)

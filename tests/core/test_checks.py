@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from causal_assets.core.checks import (check_chunks, check_embeddings, check_graph, check_labels, check_metrics,
+from causal_assets.core.outputs.checks import (check_chunks, check_embeddings, check_graph, check_labels, check_metrics,
                                        check_pools, check_ranked_results, check_sparse, check_trials_from_ok_calls)
 from causal_assets.core.corpus.beir import load_beir_corpus
 from causal_assets.core.corpus.chunk import chunks_to_frame
@@ -96,7 +96,7 @@ def test_graph_pools_metrics_and_rankings(tables):
 
 
 def test_tuning_trials_check():
-    from causal_assets.core.checks import check_tuning_trials
+    from causal_assets.core.outputs.checks import check_tuning_trials
 
     trials = pd.DataFrame({"split": ["train", "train"], "value": [0.7, 0.74]})
     assert check_tuning_trials(trials, ["test"]).passed

@@ -12,16 +12,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.python_package import load_python_package
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.core.labeling.runner import LabelingParams, label_question
-from causal_assets.core.labeling.sandbox import bwrap_available
+from causal_assets.core.sandbox.bubblewrap import bwrap_available
 from causal_assets.core.labeling.solver import BlindSolver
 from causal_assets.core.labeling.validators import extract_expression, validate
 from causal_assets.core.llm import CallCache, LLMClient
-from causal_assets.core.mining import mine_examples
+from causal_assets.core.corpus.mining import mine_examples
 from tests.core.test_llm import chat_completion
 
 needs_bwrap = pytest.mark.skipif(not bwrap_available() and not os.environ.get("CI"),

@@ -14,7 +14,7 @@ from causal_assets.core.index.dense import (BACKENDS, DEFAULT_MODEL, Embedder, E
                                             embed_incremental)
 from causal_assets.core.index.exact import Int8Scan
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.progress import ProgressLog, duration
+from causal_assets.core.foundation.progress import ProgressLog, duration
 
 
 class FakeEmbedder(Embedder):
@@ -91,7 +91,7 @@ def test_backend_choice():
 
 def test_corpus_index_embeds_queries_with_the_backend_of_its_vectors(tmp_path):
     from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint
-    from causal_assets.core.storage import asset_path, write_parquet_atomic
+    from causal_assets.core.foundation.storage import asset_path, write_parquet_atomic
 
     chunks = pd.DataFrame({"chunk_idx": [0, 1], "chunk_id": ["a", "b"], "title": "", "kind": "x", "text": ["x", "y"],
                            "content_hash": ["h1", "h2"]})

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from causal_assets.core.evaluation.metrics import named_metric
+from causal_assets.core.measures.metrics import named_metric
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.dense import Embedder, load_model
 from causal_assets.core.retrievers.similarity import HybridRetriever
@@ -15,7 +15,7 @@ from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.tuning import encoder
 from causal_assets.core.tuning.encoder import (encoder_version, held_out_split, means, paired_gain, training_pairs,
                                                tune_encoder)
-from causal_assets.core.tuning.spec import EncoderSpec, TuningSpec
+from causal_assets.core.registry.tuning import EncoderSpec, TuningSpec
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
 
 pytestmark = pytest.mark.usefixtures("torch_on_free_cores")

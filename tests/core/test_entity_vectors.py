@@ -7,7 +7,7 @@ import pytest
 
 from causal_assets.core.index.dense import EmbeddingCache
 from causal_assets.core.local_search.entity_vectors import embed_entities, entity_nodes
-from causal_assets.core.progress import Progress, duration
+from causal_assets.core.foundation.progress import Progress, duration
 from tests.core.test_causal_search import hash_embed
 
 

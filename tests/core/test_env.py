@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.settings import VARIABLES, SecretVar, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,8 +179,8 @@ def test_settings_import_nothing_heavy():
 
 
 def test_registries_expand_shared_data_given_as_an_argument(tmp_path):
-    from causal_assets.core.benchmarks import load_benchmark_registry
-    from causal_assets.core.corpus.registry import available_corpora, load_corpus_registry
+    from causal_assets.core.registry.benchmarks import load_benchmark_registry
+    from causal_assets.core.registry.corpora import available_corpora, load_corpus_registry
 
     corpora, benchmarks = tmp_path / "corpora.yaml", tmp_path / "benchmarks.yaml"
     corpora.write_text("corpora:\n  - {name: default, loader: python_package, package: networkx}\n"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from causal_assets.core.evaluation.metrics import evaluate
+from causal_assets.core.measures.metrics import evaluate
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.retrievers.factory import build_retriever
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index

@@ -11,8 +11,8 @@ import pytest
 import ranx
 
 from causal_assets.core.corpus.beir import load_beir_qrels
-from causal_assets.core.evaluation.metrics import evaluate
-from causal_assets.core.export import (DatasetCard, agreement_with_seeds, build_tables, export_labels,
+from causal_assets.core.measures.metrics import evaluate
+from causal_assets.core.outputs.export import (DatasetCard, agreement_with_seeds, build_tables, export_labels,
                                        relevance_grade)
 
 

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from causal_assets.core.benchmarks import BenchmarkSpec, load_benchmark
+from causal_assets.core.registry.benchmarks import BenchmarkSpec, load_benchmark
 from causal_assets.core.corpus.chunk import Chunk, chunks_to_frame
 from causal_assets.core.corpus.multihop import CorpusWarning
-from causal_assets.core.corpus.registry import CorpusSpec, load_corpus
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.registry.corpora import CorpusSpec, load_corpus
+from causal_assets.core.foundation.errors import CorpusError
 from tests.conftest import HOTPOT, SHARED, require
 
 MUSIQUE = SHARED / "musique" / "musique_ans_dev_40.jsonl"
@@ -83,8 +83,8 @@ def test_a_record_without_context_is_skipped_counted_and_warned(tmp_path):
 
 
 def test_registered_multihop_benchmarks():
-    from causal_assets.core.benchmarks import load_benchmark_registry
-    from causal_assets.core.corpus.registry import load_corpus_registry
+    from causal_assets.core.registry.benchmarks import load_benchmark_registry
+    from causal_assets.core.registry.corpora import load_corpus_registry
 
     benches, corpora = load_benchmark_registry(), load_corpus_registry()
     for name in ("musique", "2wiki"):
@@ -141,9 +141,9 @@ def test_within_stats_both_ways():
 
 
 def test_within_stats_is_chosen_on_the_tune_split():
-    from causal_assets.core.benchmarks import Benchmark
+    from causal_assets.core.registry.benchmarks import Benchmark
     from causal_assets.core.tuning.search import tune
-    from causal_assets.core.tuning.spec import TuningSpec
+    from causal_assets.core.registry.tuning import TuningSpec
 
     index = _toy_index(lean=0)   # dense prefers a: only candidate statistics put b first, at a low dense weight
     bench = Benchmark("toy", "train", {"q1": "paris river", "q2": "river paris"},
@@ -165,7 +165,7 @@ def test_within_stats_is_chosen_on_the_tune_split():
 
 def test_every_entity_first_search_value_is_a_valid_field():
     from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
-    from causal_assets.core.retrievers.kinds import KINDS
+    from causal_assets.core.registry.retrievers import KINDS
     from causal_assets.core.tuning.points import nested
 
     index = _toy_index()
@@ -197,12 +197,12 @@ def test_overfitting_gauge_rows():
 # -- title-less corpus through the learned model ------------------------------------------------------------------
 
 def test_a_corpus_without_titles_through_the_learned_model_and_the_causal_retriever():
-    from causal_assets.core.benchmarks import Benchmark
+    from causal_assets.core.registry.benchmarks import Benchmark
     from causal_assets.core.corpus.beir import load_beir_corpus, load_beir_qrels, load_beir_queries
     from causal_assets.core.index.build import build_index
     from causal_assets.core.retrievers.factory import build_retriever
     from causal_assets.core.tuning.search import tune
-    from causal_assets.core.tuning.spec import TuningSpec
+    from causal_assets.core.registry.tuning import TuningSpec
 
     folder = require(COSQA)
     queries = load_beir_queries(folder)
@@ -226,10 +226,10 @@ def test_a_corpus_without_titles_through_the_learned_model_and_the_causal_retrie
 
 
 def test_fusion_of_tuned_retrievers_is_tuned_stored_and_rebuilt(tmp_path):
-    from causal_assets.core.benchmarks import Benchmark
+    from causal_assets.core.registry.benchmarks import Benchmark
     from causal_assets.core.retrievers.factory import build_retriever
     from causal_assets.core.tuning.search import tune
-    from causal_assets.core.tuning.spec import TuningSpec
+    from causal_assets.core.registry.tuning import TuningSpec
     from causal_assets.core.stored.tuned import load_tuned, save_tuned
 
     index = _toy_index(lean=0)
@@ -255,9 +255,9 @@ def test_fusion_of_tuned_retrievers_is_tuned_stored_and_rebuilt(tmp_path):
 
 
 def test_learned_trains_on_other_benchmarks_tune_splits_but_is_scored_on_its_own():
-    from causal_assets.core.benchmarks import Benchmark
+    from causal_assets.core.registry.benchmarks import Benchmark
     from causal_assets.core.tuning.search import tune
-    from causal_assets.core.tuning.spec import TuningSpec
+    from causal_assets.core.registry.tuning import TuningSpec
 
     index = _toy_index(lean=0)
     within = {"q1": ["a", "b"], "q2": ["a", "b"], "q3": ["a", "b"]}

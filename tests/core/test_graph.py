@@ -14,7 +14,7 @@ from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.python_package import load_python_package
 from causal_assets.core.graph.build import build_graph
 from causal_assets.core.graph.code_graph import build_code_graph, resolve_relative
-from causal_assets.core.checks import check_graph
+from causal_assets.core.outputs.checks import check_graph
 from causal_assets.core.graph.store import (CODE_KINDS, EDGE_COLUMNS, NODE_COLUMNS, chunk_neighbors, graph_stats,
                                            to_networkx)
 from causal_assets.core.graph.text_graph import build_text_graph

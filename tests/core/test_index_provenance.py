@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from causal_assets.core.corpus.chunk import Chunk, chunks_to_frame
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.index.build import build_sparse, sparse_frames
 from causal_assets.core.index.provenance import chunks_fingerprint
 from causal_assets.core.index.search import CHUNKS, EMBEDDINGS, POSTINGS, VOCABULARY, CorpusIndex
-from causal_assets.core.storage import asset_path, write_parquet_atomic
+from causal_assets.core.foundation.storage import asset_path, write_parquet_atomic
 
 
 def _chunks(texts):
@@ -83,7 +83,7 @@ def test_an_index_built_from_older_chunks_is_refused_and_counted_as_missing(tmp_
     score the new ids with the old texts' statistics, and 2 older vectors would break dense search over 3 chunks;
     loading refuses them, naming what to rebuild, and `needs.missing` (what build, search and ask rebuild) lists
     them."""
-    from causal_assets.core import needs
+    from causal_assets.core.stored import needs
     from causal_assets.core.graph.store import load_chunk_neighbors, load_graph
     from causal_assets.core.index.provenance import StaleIndexError
 
@@ -123,7 +123,7 @@ def test_an_index_built_from_older_chunks_is_refused_and_counted_as_missing(tmp_
 
 def test_index_parts_that_record_no_chunks_are_rebuilt_not_trusted(tmp_path):
     """Parts written before the index recorded its chunks could be of any chunks: rebuilt, never served."""
-    from causal_assets.core import needs
+    from causal_assets.core.stored import needs
     from causal_assets.core.index.provenance import FINGERPRINT, StaleIndexError
 
     chunks = _stored_chunks(["dijkstra shortest path", "minimum spanning tree kruskal"])
@@ -139,7 +139,7 @@ def test_index_parts_that_record_no_chunks_are_rebuilt_not_trusted(tmp_path):
 def test_a_chunk_table_that_records_no_fingerprint_is_made_again_with_its_parts(tmp_path):
     """corpus_chunks written before it recorded its fingerprint: every load would compute it from the whole table;
     `build` chunks the source again (parts that record the same chunks stay)."""
-    from causal_assets.core import needs
+    from causal_assets.core.stored import needs
 
     chunks = _chunks(["dijkstra shortest path", "minimum spanning tree kruskal"])   # no fingerprint column
     write_parquet_atomic(chunks, asset_path(tmp_path, CHUNKS, "c"))

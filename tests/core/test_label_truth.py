@@ -5,7 +5,7 @@ import math
 
 import pandas as pd
 
-from causal_assets.core.evaluation.metrics import evaluate
+from causal_assets.core.measures.metrics import evaluate
 from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.labeling.quality import (auc, expected_precision_at, label_quality_rows,
                                                 per_question_from_tables, summarize)

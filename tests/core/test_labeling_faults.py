@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from causal_assets.core.benchmarks import load_benchmark_registry
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.core.labeling.runner import LabelingParams, label_question
 from causal_assets.core.labeling.solver import BlindSolver
 from causal_assets.core.llm.cache import CallCache

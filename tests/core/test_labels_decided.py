@@ -10,8 +10,8 @@ import math
 import pandas as pd
 import pytest
 
-from causal_assets.core.export import DatasetCard, export_labels
-from causal_assets.core.storage import write_parquet_atomic
+from causal_assets.core.outputs.export import DatasetCard, export_labels
+from causal_assets.core.foundation.storage import write_parquet_atomic
 from tests.cli.test_cli_ux import run_main
 
 DOCS = [f"page{i}.md#0" for i in range(4)]
@@ -45,7 +45,7 @@ def pools() -> pd.DataFrame:
 
 
 def test_decided_labels_pass():
-    from causal_assets.core.checks import check_labels_decided, labels_decided_problem
+    from causal_assets.core.outputs.checks import check_labels_decided, labels_decided_problem
 
     check = check_labels_decided(labels("decided"))
     assert check.passed and check.metadata["uncertain_share"] == 0.0
@@ -58,7 +58,7 @@ def test_decided_labels_pass():
     ("all_uncertain_finite", r"all 8 labels are UNCERTAIN: the labels decide nothing"),
 ])
 def test_labels_that_decide_nothing_fail(kind, why):
-    from causal_assets.core.checks import check_labels_decided, labels_decided_problem
+    from causal_assets.core.outputs.checks import check_labels_decided, labels_decided_problem
 
     check = check_labels_decided(labels(kind))
     assert not check.passed

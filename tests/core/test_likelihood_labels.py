@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from causal_assets.core.corpus.multihop import read_multihop
-from causal_assets.core.checks import check_labels
+from causal_assets.core.outputs.checks import check_labels
 from causal_assets.core.labeling.design import balanced_design
 from causal_assets.core.labeling.estimators import YES, AdaptiveLabeler, regression
 from causal_assets.core.labeling.runner import LabelingParams, label_question, label_table

@@ -7,14 +7,14 @@ import os
 
 import pytest
 
-from causal_assets.core.benchmarks import BenchmarkSpec, load_benchmark
+from causal_assets.core.registry.benchmarks import BenchmarkSpec, load_benchmark
 from causal_assets.core.corpus.beir import load_beir_corpus, load_beir_qrels, load_beir_queries
 from causal_assets.core.corpus.chunk import chunks_to_frame, frame_to_chunks
 from causal_assets.core.corpus.folder import load_folder, split_with_overlap
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.python_package import load_python_package, package_root
-from causal_assets.core.corpus.registry import load_corpus_registry
-from causal_assets.core.errors import ConfigError, CorpusError
+from causal_assets.core.registry.corpora import load_corpus_registry
+from causal_assets.core.foundation.errors import ConfigError, CorpusError
 from tests.conftest import HOTPOT, SCIFACT, require
 
 

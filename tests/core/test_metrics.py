@@ -3,7 +3,7 @@ import pytest
 import pytrec_eval
 import ranx
 
-from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query
+from causal_assets.core.measures.metrics import evaluate, evaluate_per_query
 
 KS = (1, 3, 5, 10, 100)
 # our (metric, k) -> trec_eval measure name

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from causal_assets.core.corpus.multihop import join_sentences, read_multihop
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.foundation.errors import CorpusError
 from tests.conftest import HOTPOT, SHARED, require
 
 MUSIQUE = SHARED / "musique" / "musique_ans_dev_40.jsonl"

@@ -18,7 +18,7 @@ PARENT = textwrap.dedent("""
 
     def step(out, guard):
         if guard:
-            from causal_assets.core import orphan_guard
+            from causal_assets.core.foundation import orphan_guard
             assert orphan_guard.install()
         while True:  # a step that keeps writing
             Path(out).write_text(str(time.time()))
@@ -65,6 +65,6 @@ def test_step_process_exits_when_its_run_worker_is_killed(tmp_path):
 
 
 def test_guard_is_a_no_op_in_the_main_process():
-    from causal_assets.core import orphan_guard
+    from causal_assets.core.foundation import orphan_guard
 
     assert orphan_guard.install() is False

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.folder import load_folder
 from causal_assets.core.index.build import build_index
@@ -16,7 +16,7 @@ from causal_assets.core.llm.errors import LLMInfrastructureError
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.retrievers.query_likelihood import QueryLikelihoodReranker
 from causal_assets.core.tuning.search import tune
-from causal_assets.core.tuning.spec import TuningSpec
+from causal_assets.core.registry.tuning import TuningSpec
 
 pytestmark = pytest.mark.llm
 

@@ -12,7 +12,7 @@ from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
 from causal_assets.core.retrievers.learned.features import FEATURES, QUESTION_LIKELIHOOD, FeatureExtractor
 from causal_assets.core.retrievers.learned.retriever import CausalRelevanceModel, attach_target, candidate_table, fit_model
 from causal_assets.core.tuning.search import tune
-from causal_assets.core.tuning.spec import TuningSpec
+from causal_assets.core.registry.tuning import TuningSpec
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
 
 pytestmark = pytest.mark.llm

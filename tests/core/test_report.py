@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query
+from causal_assets.core.measures.metrics import evaluate, evaluate_per_query
 from causal_assets.core.evaluation.report import FAMILY_STYLE, family, headline_columns, headline_table, write_report
-from causal_assets.core.evaluation.significance import bootstrap_ci, compare_to_baseline, randomization_p
+from causal_assets.core.measures.significance import bootstrap_ci, compare_to_baseline, randomization_p
+from causal_assets.core.registry.retrievers import BASELINES
 
 
 def synthetic(n_queries=40, n_cand=10, seed=0):
@@ -28,7 +29,7 @@ def test_significance_finds_a_real_gain_and_not_a_null_one():
     qrels, runs = synthetic()
     pq = pd.concat([evaluate_per_query(qrels, r, ks=(10,)).assign(retriever=n) for n, r in runs.items()])
     pq = pq[(pq.metric == "ndcg") & (pq.k == 10)]
-    table = compare_to_baseline(pq).set_index("retriever")
+    table = compare_to_baseline(pq, BASELINES).set_index("retriever")
     assert table.loc["learned", "baseline"] == "bm25" or table.loc["learned", "baseline"] == "dense"
     assert table.loc["learned", "significant"] and table.loc["learned", "delta_low"] > 0
     assert table.loc["learned", "n"] == 40 and table.loc["learned", "ci_low"] < table.loc["learned", "mean"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from causal_assets.core.evaluation.metrics import named_metric_per_query
+from causal_assets.core.measures.metrics import named_metric_per_query
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.evaluation.suite import plan_evaluation
 from causal_assets.core.index.dense import Embedder, model_dir
@@ -21,7 +21,7 @@ from causal_assets.core.retrievers.similarity import HybridRetriever, zscore
 from causal_assets.core.tuning import reranker
 from causal_assets.core.tuning.encoder import held_out_split
 from causal_assets.core.tuning.reranker import TUNE_SPLIT, reranker_versions, training_groups, tune_reranker
-from causal_assets.core.tuning.spec import RerankerSpec, TuningSpec
+from causal_assets.core.registry.tuning import RerankerSpec, TuningSpec
 from causal_assets.core.stored.tuned import TunedConfig, index_fingerprint, save_tuned
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
 

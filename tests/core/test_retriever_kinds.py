@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from causal_assets.core.retrievers.kinds import (COMBINATIONS, INGREDIENTS, KINDS, NEEDS, SCORES, TUNABLE, TUNINGS,
+from causal_assets.core.registry.retrievers import (COMBINATIONS, INGREDIENTS, KINDS, NEEDS, SCORES, TUNABLE, TUNINGS,
                                                  ingredients, kind, may_need)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from causal_assets.core.labeling.sandbox import SandboxResult, bwrap_available, check_examples, run_doctest, run_pytest
+from causal_assets.core.sandbox.bubblewrap import SandboxResult, bwrap_available, check_examples, run_doctest, run_pytest
 from causal_assets.core.labeling.validators import SandboxError, code_example
 
 CODE = "def add(a, b):\n    return a + b\n"

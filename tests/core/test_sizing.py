@@ -6,7 +6,7 @@ import pandas as pd
 
 from causal_assets.core.labeling.sizing import (MIN_HISTORY_CALLS, SECONDS_PER_TOKEN_2_CORES, estimate_labels,
                                                 evaluated_tokens, history_rate, lineage_estimate)
-from causal_assets.core.storage import write_parquet_atomic
+from causal_assets.core.foundation.storage import write_parquet_atomic
 
 
 def calls(n: int, latency: float, tokens: int, cached: bool = False) -> pd.DataFrame:

@@ -10,8 +10,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from causal_assets.core.catalog import DuckDBCatalog, view_source
-from causal_assets.core.storage import asset_path, read_parquet, write_parquet_atomic
+from causal_assets.core.outputs.catalog import DuckDBCatalog, view_source
+from causal_assets.core.foundation.storage import asset_path, read_parquet, write_parquet_atomic
 
 
 def test_atomic_write_keeps_old_file_when_a_write_fails(tmp_path, monkeypatch):
@@ -69,7 +69,7 @@ def test_a_killed_writers_temp_file_is_swept_by_the_next_write_never_a_live_ones
     """A writer SIGKILLed mid-write leaves `.p.parquet.<...>.tmp` behind. Temp names carry the writer's host and
     pid: the next write of the file removes those of dead writers on this host, and keeps a live writer's (here or
     on another host)."""
-    from causal_assets.core.storage import HOST
+    from causal_assets.core.foundation.storage import HOST
 
     path = asset_path(tmp_path, "t", "p")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -91,7 +91,7 @@ def test_a_killed_writers_temp_file_is_swept_by_the_next_write_never_a_live_ones
 
 def test_a_damaged_parquet_file_is_one_error_naming_it(tmp_path):
     """pyarrow read through a file handle named no file: "Could not open Parquet input source '<Buffer>'"."""
-    from causal_assets.core.errors import ParquetReadError
+    from causal_assets.core.foundation.errors import ParquetReadError
 
     path = asset_path(tmp_path, "t", "p")
     write_parquet_atomic(pd.DataFrame({"a": range(100)}), path)

@@ -10,7 +10,7 @@ import pytest
 
 from causal_assets.core.stored.models import fit_into
 from causal_assets.core.stored.reuse import reuse_or_fit
-from causal_assets.core.storage import write_parquet_atomic
+from causal_assets.core.foundation.storage import write_parquet_atomic
 
 COLUMNS = ["benchmark", "version", "model"]
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.tuning.context import given_model
 from causal_assets.core.tuning.points import coordinate_search, flat, nested, sample_queries
 from causal_assets.core.tuning.search import TuningResult, tune
 from causal_assets.core.tuning.selection import repeated_folds
 from causal_assets.core.tuning.strategies.learned import labels_of
-from causal_assets.core.tuning.spec import TuningSpec
+from causal_assets.core.registry.tuning import TuningSpec
 from causal_assets.core.stored import tuned as store
 from causal_assets.core.index.dense import Embedder
 from causal_assets.core.stored.tuned import (benchmark_digest, code_version, content_hash, frame_digest, index_digest,
@@ -202,7 +202,7 @@ def test_repeated_cv_averages_every_fold_dependent_figure_over_the_splits(tmp_pa
     every retriever's nested figure are the means of what each split alone gives (20 HotpotQA questions, where the
     splits disagree); the first split is the single-split tuning's. Fusion searches a 2 x 2 grid: what is averaged is
     the same whatever its points."""
-    from causal_assets.core.benchmarks import _gold_by_question
+    from causal_assets.core.registry.benchmarks import _gold_by_question
     from causal_assets.core.corpus.chunk import chunks_to_frame
     from causal_assets.core.corpus.hotpotqa import load_hotpotqa
     from causal_assets.core.index.build import build_index

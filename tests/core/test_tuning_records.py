@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from causal_assets.core.storage import write_parquet_atomic
+from causal_assets.core.foundation.storage import write_parquet_atomic
 from causal_assets.core.tuning.records import (ENCODER_COLUMNS, RERANKER_COLUMNS, kept_encoder, kept_tuning,
                                                reranker_intact, unfitted)
 

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.tuning.selection import (FoldChoices, best_without, choose, compare_nested, fold_groups,
                                                 held_folds, mean_per_query, nested_scores, paired_margin,
                                                 repeated_folds)
-from causal_assets.core.tuning.spec import TUNABLE, TuningSpec
+from causal_assets.core.registry.tuning import TUNABLE, TuningSpec
 
 
 def selected(best):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.corpus.chunk import Chunk, chunks_to_frame
 from causal_assets.core.index.build import build_index
 from causal_assets.core.index.search import CorpusIndex

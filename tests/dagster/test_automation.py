@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 from dagster import (AutomationConditionSensorDefinition, DagsterInstance, DefaultSensorStatus, build_schedule_context,
                      build_sensor_context)
 
-from causal_assets.core.corpus.fingerprint import source_fingerprint
-from causal_assets.core.corpus.registry import CorpusSpec
+from causal_assets.core.registry.fingerprint import source_fingerprint
+from causal_assets.core.registry.corpora import CorpusSpec
 from causal_assets.defs.automation import corpus_change_sensor, nightly_labels_and_evaluation
 from causal_assets.defs.partitions import benchmark_partitions
 from causal_assets.resources import CorpusRegistry

@@ -11,7 +11,7 @@ import pytest
 from dagster import DagsterInstance, DynamicPartitionsDefinition, asset, materialize
 
 from causal_assets.cli import main
-from causal_assets.core.storage import asset_path
+from causal_assets.core.foundation.storage import asset_path
 from causal_assets.defs.corpus import corpus_chunks, sparse_postings_and_vocabulary
 from causal_assets.defs.search import query_partitions, retrieval_results
 

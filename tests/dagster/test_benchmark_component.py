@@ -15,7 +15,7 @@ import pytest
 import yaml
 from dagster import DagsterInstance, load_from_defs_folder, materialize
 
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.foundation.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "own-documents"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-from causal_assets.core.catalog import DuckDBCatalog
+from causal_assets.core.outputs.catalog import DuckDBCatalog
 import pandas as pd
 import pytest
 import yaml
@@ -170,7 +170,7 @@ def test_chunks_rematerialized_alone_leave_an_index_that_is_refused_until_rebuil
     with the old texts' scores, and dense search died with "could not broadcast input array from shape (2,) into
     shape (3,)"; `build` said the index was there. Now the stale parts are refused on load and listed as missing,
     and materializing them again serves the new file."""
-    from causal_assets.core import needs
+    from causal_assets.core.stored import needs
     from causal_assets.core.index.provenance import FINGERPRINT, StaleIndexError
     from causal_assets.resources import CorpusRegistry, ParquetIOManagerFactory, Storage
 

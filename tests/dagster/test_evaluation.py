@@ -7,7 +7,7 @@ import duckdb
 import pytest
 import yaml
 
-from causal_assets.core.catalog import DuckDBCatalog
+from causal_assets.core.outputs.catalog import DuckDBCatalog
 import pandas as pd
 from dagster import materialize
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, Field, execute_job, job, op, reconstructable
 
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.execution import executor_from_env, local_executor
 
 SLEEP_S = 2.5

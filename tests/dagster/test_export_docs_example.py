@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from dagster import materialize
 
-from causal_assets.core.export import DatasetCard, export_labels
+from causal_assets.core.outputs.export import DatasetCard, export_labels
 from causal_assets.defs.corpus import corpus_chunks, sparse_postings_and_vocabulary
 from tests.dagster.procs import ROOT
 
@@ -33,7 +33,7 @@ def test_the_docs_ranx_example_runs(resources, tmp_path, capsys):
                            "label": ["YES" if s else "NO" for s in supporting],
                            "delta_p": [0.4 if s else -0.1 for s in supporting], "estimator": "adaptive"})
     # The example's questions are real: use the benchmark's question texts so BM25 has something to match.
-    from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
+    from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
     spec = load_benchmark_registry(Path(resources["benchmark_registry"].path))["hotpotqa"]
     bench = load_benchmark(spec, "dev")
     pools["question"] = pools["question_id"].map(bench.queries)

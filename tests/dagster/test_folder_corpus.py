@@ -10,9 +10,9 @@ import pytest
 import yaml
 from dagster import DagsterInstance, build_sensor_context, materialize
 
-from causal_assets.core.corpus.fingerprint import source_fingerprint
+from causal_assets.core.registry.fingerprint import source_fingerprint
 from causal_assets.core.corpus.folder import load_folder
-from causal_assets.core.corpus.registry import CorpusSpec
+from causal_assets.core.registry.corpora import CorpusSpec
 
 
 def _remove_deep(root: Path) -> None:

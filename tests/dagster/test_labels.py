@@ -6,7 +6,7 @@ from pathlib import Path
 
 import duckdb
 
-from causal_assets.core.catalog import DuckDBCatalog
+from causal_assets.core.outputs.catalog import DuckDBCatalog
 import pandas as pd
 import pytest
 import yaml

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from dagster import materialize
 
-from causal_assets.core.storage import write_parquet_atomic
+from causal_assets.core.foundation.storage import write_parquet_atomic
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.evaluation import evaluation_tables
 from causal_assets.resources import LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage

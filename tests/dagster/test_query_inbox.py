@@ -11,7 +11,7 @@ import pytest
 from dagster import DagsterInstance, build_sensor_context
 
 from causal_assets.cli import main
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.core.local_search import inbox
 from causal_assets.core.local_search.search import LocalSearch
 from causal_assets.defs import search

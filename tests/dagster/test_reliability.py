@@ -20,11 +20,11 @@ import pytest
 import yaml
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, materialize
 
-from causal_assets.core.catalog import DuckDBCatalog
+from causal_assets.core.outputs.catalog import DuckDBCatalog
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.cores import free_cores
 from causal_assets.core.llm.server import LocalLlamaServer
-from causal_assets.core.storage import read_parquet
+from causal_assets.core.foundation.storage import read_parquet
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.graph import graph_nodes_and_edges
 from causal_assets.defs.labels import candidate_pools, mc_labels, mc_trials

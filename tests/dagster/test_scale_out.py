@@ -11,7 +11,7 @@ from dagster import materialize
 
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
-from causal_assets.core.storage import read_parquet
+from causal_assets.core.foundation.storage import read_parquet
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings
 from causal_assets.defs.scale_out import shard_cache_name, shard_of
 from tests.conftest import SCIFACT, make_beir_subset, require

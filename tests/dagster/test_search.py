@@ -47,7 +47,7 @@ def test_causal_search_for_a_submitted_query(resources, tmp_path):
     mat = [e.materialization for e in result.get_asset_materialization_events()
            if e.materialization.asset_key.path[-1] == "causal_search"][0]
     assert mat.metadata["report"].value.startswith("#")
-    from causal_assets.core.catalog import DuckDBCatalog
+    from causal_assets.core.outputs.catalog import DuckDBCatalog
 
     with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         assert con.execute("select count(*) from causal_search_runs").fetchone()[0] == 1
@@ -81,7 +81,7 @@ def test_a_question_typed_as_partition_key_is_adopted(tmp_path):
     assert record["query"] == "Who wrote Killing Pablo?" and record["corpus"] == "hotpotqa"
     assert inbox.load(tmp_path, "Who wrote Killing Pablo?", "hotpotqa")["query_id"] == record["query_id"]  # stable
     import pytest
-    from causal_assets.core.errors import ConfigError
+    from causal_assets.core.foundation.errors import ConfigError
 
     with pytest.raises(ConfigError, match="no submitted query with id"):
         inbox.load(tmp_path, "0123abcd_1700000000", "hotpotqa")

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from dagster import materialize
 
-from causal_assets.core.catalog import DuckDBCatalog
+from causal_assets.core.outputs.catalog import DuckDBCatalog
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.defs.corpus import corpus_chunks, sparse_postings_and_vocabulary
 from causal_assets.resources import ParquetIOManagerFactory, Storage
 

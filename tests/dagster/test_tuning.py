@@ -10,14 +10,14 @@ from pathlib import Path
 
 import duckdb
 
-from causal_assets.core.catalog import DuckDBCatalog
+from causal_assets.core.outputs.catalog import DuckDBCatalog
 import pandas as pd
 import pytest
 import yaml
 from dagster import (AssetKey, AssetMaterialization, AssetSelection, DagsterInstance, evaluate_automation_conditions,
                      materialize)
 
-from causal_assets.core.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
 from causal_assets.core.index.dense import Embedder, resolve_model_reference
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.cross_encoder import member_dirs
@@ -25,7 +25,7 @@ from causal_assets.core.retrievers.learned.retriever import grid_for
 from causal_assets.core.stored.tuned import content_hash, index_fingerprint, load_tuned, save_tuned
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
 from causal_assets.defs.evaluation import evaluation_tables
-from causal_assets.core.storage import asset_path
+from causal_assets.core.foundation.storage import asset_path
 from causal_assets.core.stored.reuse import reuse_or_fit
 from causal_assets.core.tuning.records import ENCODER_COLUMNS, adopted_reranker, kept_encoder
 from causal_assets.defs.tuning import tuned_encoder, tuned_reranker, tuned_retriever_configs

@@ -13,7 +13,7 @@ import tomllib
 import pytest
 import yaml
 
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.execution import EXECUTOR_CONFIG_ENV, EXECUTOR_ENV, executor_from_env
 from tests.dagster.procs import ROOT
 

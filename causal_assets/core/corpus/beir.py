@@ -7,7 +7,7 @@ from typing import Iterator
 
 from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.fields import id_field, parse_json, text_field, text_value
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.foundation.errors import CorpusError
 
 
 def _jsonl(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict]]:

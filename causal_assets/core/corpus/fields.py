@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.foundation.errors import CorpusError
 
 
 def parse_json(where: str, line: str):

@@ -21,8 +21,8 @@ from pydantic import NonNegativeInt, PositiveInt
 
 from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.python_package import chunk_python_source
-from causal_assets.core.errors import CorpusError
-from causal_assets.core.paths import display_path
+from causal_assets.core.foundation.errors import CorpusError
+from causal_assets.core.foundation.paths import display_path
 
 log = logging.getLogger(__name__)
 

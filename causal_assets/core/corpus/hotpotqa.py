@@ -10,7 +10,7 @@ from pathlib import Path
 
 from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.fields import id_field, parse_json, split_field, text_field, text_value
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.foundation.errors import CorpusError
 
 
 @dataclass(frozen=True)

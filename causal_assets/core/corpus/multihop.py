@@ -22,7 +22,7 @@ from pathlib import Path
 from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.fields import id_field, split_field, text_field, text_value
 from causal_assets.core.corpus.hotpotqa import _records
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.foundation.errors import CorpusError
 
 
 class CorpusWarning(UserWarning):

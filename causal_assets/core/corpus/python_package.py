@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from causal_assets.core.corpus.chunk import Chunk
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.foundation.errors import CorpusError
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from causal_assets.core.corpus.fields import id_field, parse_json, split_field, text_value
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.foundation.errors import CorpusError
 
 FIELDS = ("id", "question", "answer", "gold", "split", "metadata")
 REQUIRED = ("id", "question")

@@ -32,7 +32,7 @@ import pandas as pd
 from causal_assets.core.labeling.solver import answer_continuations, solver_prompt
 from causal_assets.core.llm.errors import LLMError
 from causal_assets.core.llm.scoring import ScoreRequest, Scorer
-from causal_assets.core.schemas import ranking_effect
+from causal_assets.core.foundation.schemas import ranking_effect
 
 GOLD, LABELS, RANDOM = "@gold", "@labels", "@random"
 REFERENCES = (GOLD, LABELS, RANDOM)

@@ -17,7 +17,7 @@ from typing import Callable
 
 import pandas as pd
 
-from .metrics import Qrels, Run, is_relevant, ranked
+from causal_assets.core.measures.metrics import Qrels, Run, is_relevant, ranked
 
 VOCAB_MIN_OVERLAP = 0.5  # the best-matching gold doc must contain at least half the query terms
 SPECIFICITY_MAX_TERMS = 1  # a query with at most this many distinct terms is too vague

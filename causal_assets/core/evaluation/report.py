@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from causal_assets.core.evaluation.failures import BUCKET_RULES
-from causal_assets.core.evaluation.significance import BASELINES, compare_to_baseline, format_comparison
-from causal_assets.core.retrievers.kinds import KINDS
+from causal_assets.core.measures.significance import compare_to_baseline, format_comparison
+from causal_assets.core.registry.retrievers import BASELINES
+from causal_assets.core.registry.retrievers import KINDS
 
 HEADLINE = [("ndcg", 10), ("mrr", 10), ("map", 10), ("recall", 2), ("recall", 5), ("recall", 10), ("hit_rate", 1),
             ("hit_rate", 5), ("precision", 2), ("recall", 100)]
@@ -217,7 +218,7 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
                   f"baselines ({', '.join(BASELINES)}) on the same queries; p: Fisher's paired randomization test "
                   "(ranx, 10,000 permutations); * p < 0.05.", ""]
         for split, group in per_query.groupby("split", sort=False):
-            table = format_comparison(compare_to_baseline(group), metric_name)
+            table = format_comparison(compare_to_baseline(group, BASELINES), metric_name)
             lines += [f"### `{split}`", "", table.to_markdown(index=False), ""]
     if "truth" in metrics and (metrics["truth"] == "mc_labels").any():
         lines += ["## Against the Monte Carlo labels (documents that measurably helped the solver)", "",
@@ -351,7 +352,7 @@ def small_sample_caveat(per_query: pd.DataFrame | None, n_queries: dict[str, int
         if per_query is not None and len(per_query):
             group = per_query[per_query["split"] == split]
             if len(group):
-                table = compare_to_baseline(group)
+                table = compare_to_baseline(group, BASELINES)
                 widths = ((table["ci_high"] - table["ci_low"]) / 2).tolist()
                 flat = bool(((table["ci_high"] - table["ci_low"]) <= 1e-12).any())
         miss_bound = 1 - (1 - CONFIDENCE) ** (1 / n)

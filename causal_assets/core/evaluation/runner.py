@@ -7,9 +7,9 @@ from typing import Callable
 
 import pandas as pd
 
-from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.evaluation.metrics import Run, evaluate
-from causal_assets.core.progress import Progress
+from causal_assets.core.registry.benchmarks import Benchmark
+from causal_assets.core.measures.metrics import Run, evaluate
+from causal_assets.core.foundation.progress import Progress
 from causal_assets.core.retrievers.base import Retriever
 
 RUN_DEPTH = 100  # results kept per query: enough for Recall@100

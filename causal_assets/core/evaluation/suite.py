@@ -14,20 +14,20 @@ from typing import Any, Callable
 import pandas as pd
 
 from causal_assets.core.stored.artifacts import CorpusArtifacts
-from causal_assets.core.benchmarks import Benchmark, BenchmarkSpec
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.registry.benchmarks import Benchmark, BenchmarkSpec
+from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.evaluation.answers import (ANSWER_COLUMNS, REFERENCES, AnswerParams, answer_metrics,
                                                    answer_questions, build_questions, label_rankings,
                                                    measure_answers, planned_calls)
 from causal_assets.core.evaluation.failures import classify_failures
-from causal_assets.core.evaluation.metrics import evaluate, evaluate_per_query
+from causal_assets.core.measures.metrics import evaluate, evaluate_per_query
 from causal_assets.core.evaluation.report import overfitting_gauge
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.labeling.pools import PoolParams
 from causal_assets.core.llm.scoring import Scorer
 from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
-from causal_assets.core.retrievers.kinds import FIRST_STAGE, KINDS
+from causal_assets.core.registry.retrievers import FIRST_STAGE, KINDS
 from causal_assets.core.stored.tuned import TunedConfig
 
 FAILURE_K = 10

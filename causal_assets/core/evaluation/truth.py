@@ -11,8 +11,8 @@ import math
 
 import pandas as pd
 
-from causal_assets.core.evaluation.metrics import Qrels
-from causal_assets.core.schemas import ranking_effect
+from causal_assets.core.measures.metrics import Qrels
+from causal_assets.core.foundation.schemas import ranking_effect
 
 
 def label_qrels(labels: pd.DataFrame | None, question_ids=None) -> Qrels:

@@ -18,7 +18,7 @@ import networkx as nx
 import pandas as pd
 
 from causal_assets.core.index.provenance import FINGERPRINT, require_current
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 
 NODE_COLUMNS = ["corpus", "node_id", "node_type", "name", "chunk_id", "description", "rank", "community",
                 "attributes"]

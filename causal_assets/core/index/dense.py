@@ -20,9 +20,9 @@ import pandas as pd
 from upath import UPath
 
 from causal_assets.core.index.onnx_backend import MODEL_FILES, model_hash, onnx_encoder
-from causal_assets.core.paths import PROJECT_ROOT
-from causal_assets.core.progress import ProgressLog, chain
-from causal_assets.core.storage import LOCAL_PROTOCOLS, read_parquet, write_parquet_atomic
+from causal_assets.core.foundation.paths import PROJECT_ROOT
+from causal_assets.core.foundation.progress import ProgressLog, chain
+from causal_assets.core.foundation.storage import LOCAL_PROTOCOLS, read_parquet, write_parquet_atomic
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import hashlib
 import pandas as pd
 from upath import UPath
 
-from causal_assets.core.errors import CorpusError
-from causal_assets.core.storage import asset_path, parquet_column_values, read_parquet
+from causal_assets.core.foundation.errors import CorpusError
+from causal_assets.core.foundation.storage import asset_path, parquet_column_values, read_parquet
 
 FINGERPRINT = "chunks_fingerprint"
 # What the parts read from a chunk: its id and position, its text and title (through `content_hash`), its kind,

@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 from upath import UPath
 
-from causal_assets.core.errors import CorpusError
+from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k
 from causal_assets.core.index.dense import DEFAULT_BACKEND, DEFAULT_MODEL, Embedder, resolve_model_reference
 from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, require_current
 from causal_assets.core.index.exact import INT8_SCAN_MIN, Int8Scan, single_thread_blas, top_positions
 from causal_assets.core.index.sparse import SparseIndex
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.core.text.analyzer import analyze
 
 METHODS = ("bm25", "tfidf", "dense")

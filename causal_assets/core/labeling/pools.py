@@ -14,7 +14,7 @@ from typing import Callable
 
 import pandas as pd
 
-from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.index.search import CorpusIndex
 
 POOL_COLUMNS = ["benchmark", "question_id", "question", "answer", "aliases", "doc_id", "origin", "position",

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from causal_assets.core.labeling.validators import contains_answer
-from causal_assets.core.schemas import ranking_effect
+from causal_assets.core.foundation.schemas import ranking_effect
 
 __all__ = ["label_quality_rows", "summarize", "expected_precision_at", "auc", "per_question_from_tables",
            "quality_table"]

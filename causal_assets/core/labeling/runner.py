@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.benchmarks import DEFAULT_BUDGET, budget_problem
+from causal_assets.core.registry.benchmarks import DEFAULT_BUDGET, budget_problem
 from causal_assets.core.labeling.design import balanced_design, bernoulli_design
 from causal_assets.core.labeling.estimators import AdaptiveLabeler, LabelingResult, naive, regression
 from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver, answer_continuations

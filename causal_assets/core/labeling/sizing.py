@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from causal_assets.core.needs import build_seconds
-from causal_assets.core.progress import duration
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.stored.needs import build_seconds
+from causal_assets.core.foundation.progress import duration
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 
 CHARS_PER_TOKEN = 4.0
 QUESTION_TOKENS = 40            # the question, the answer and the prompt's own words

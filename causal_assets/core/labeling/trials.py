@@ -13,9 +13,9 @@ from typing import Callable
 
 import pandas as pd
 
-from causal_assets.core import progress
+from causal_assets.core.foundation import progress
 from causal_assets.core.labeling.runner import LabelingParams, label_question
-from causal_assets.core.progress import duration
+from causal_assets.core.foundation.progress import duration
 from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver
 from causal_assets.core.llm.client import LLMClient
 from causal_assets.core.llm.scoring import Scorer

@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from causal_assets.core.errors import CausalAssetsError, ConfigError
-from causal_assets.core.labeling.sandbox import check_examples
+from causal_assets.core.foundation.errors import CausalAssetsError, ConfigError
+from causal_assets.core.sandbox.bubblewrap import check_examples
 from causal_assets.core.text.answers import f1_precision_recall, normalize_answer
 
 __all__ = [

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from causal_assets.core.urls import has_credentials, without_credentials
+from causal_assets.core.foundation.urls import has_credentials, without_credentials
 
 from .cache import CallCache, CachedCall, make_key
 from .errors import BudgetExceeded, LLMError, LLMInfrastructureError, LLMRequestError, ResponseTooLarge

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 
-from causal_assets.core.urls import MASK as REDACTED
-from causal_assets.core.urls import without_credentials
+from causal_assets.core.foundation.urls import MASK as REDACTED
+from causal_assets.core.foundation.urls import without_credentials
 
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s'\",}]+")
 _SK = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")

@@ -15,7 +15,7 @@ import pandas as pd
 from causal_assets.core.corpus.chunk import content_hash
 from causal_assets.core.graph.store import CODE_KINDS
 from causal_assets.core.index.dense import CACHE_BLOCK, encode_resumable
-from causal_assets.core.progress import Progress
+from causal_assets.core.foundation.progress import Progress
 
 TEXT_ENTITY = "entity"
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from causal_assets.core.errors import ConfigError, naming_file
-from causal_assets.core.paths import QUESTION_CORPUS, display_path
+from causal_assets.core.foundation.errors import ConfigError, naming_file
+from causal_assets.core.foundation.paths import QUESTION_CORPUS, display_path
 
 MAX_QUERY_CHARS = 2000
 # An inbox file holds a question and an optional `corpus:` line: 16 KiB is far more than that needs.

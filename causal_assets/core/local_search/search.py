@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from causal_assets.core.errors import naming_file
+from causal_assets.core.foundation.errors import naming_file
 from causal_assets.core.graph.store import CODE_KINDS
 from causal_assets.core.llm.errors import LLMInfrastructureError
 from causal_assets.core.local_search.context import (DEFAULT_K, DEFAULT_MAX_TOKENS, DEFAULT_S, DEFAULT_SHARES,

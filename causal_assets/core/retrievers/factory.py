@@ -18,7 +18,7 @@ from causal_assets.core.retrievers.entity_first.llm_entities import LLMEntityExt
 from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
 from causal_assets.core.retrievers.fusion import FusionRetriever, PairwiseTop2
 from causal_assets.core.retrievers.learned.retriever import CausalRelevanceModel, LearnedRetriever
-from causal_assets.core.retrievers.kinds import SHORTLISTS, kind
+from causal_assets.core.registry.retrievers import SHORTLISTS, kind
 from causal_assets.core.retrievers.query_likelihood import QueryLikelihoodReranker
 from causal_assets.core.retrievers.similarity import HybridRetriever, RRFRetriever, SimilarityRetriever
 

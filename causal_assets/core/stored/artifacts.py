@@ -12,7 +12,7 @@ from typing import Callable
 
 import pandas as pd
 
-from causal_assets.core.benchmarks import Benchmark, BenchmarkSpec, load_benchmark
+from causal_assets.core.registry.benchmarks import Benchmark, BenchmarkSpec, load_benchmark
 from causal_assets.core.graph.store import chunk_neighbors, load_graph
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import CorpusIndex

@@ -8,7 +8,7 @@ from typing import Callable, TypeVar
 
 import pandas as pd
 
-from causal_assets.core.storage import read_parquet
+from causal_assets.core.foundation.storage import read_parquet
 
 T = TypeVar("T")
 

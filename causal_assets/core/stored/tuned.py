@@ -25,8 +25,8 @@ import joblib
 import pandas as pd
 import yaml
 
-from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.errors import naming_file
+from causal_assets.core.registry.benchmarks import Benchmark
+from causal_assets.core.foundation.errors import naming_file
 from causal_assets.core.index.search import CorpusIndex
 
 def index_fingerprint(index: CorpusIndex) -> dict[str, Any]:

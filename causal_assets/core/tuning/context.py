@@ -11,16 +11,16 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.evaluation.metrics import named_metric_per_query, parse_metric
+from causal_assets.core.registry.benchmarks import Benchmark
+from causal_assets.core.measures.metrics import named_metric_per_query, parse_metric
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions
 from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
-from causal_assets.core.retrievers.kinds import KINDS
+from causal_assets.core.registry.retrievers import KINDS
 from causal_assets.core.tuning.points import coordinate_search, flat, nested, point_key, sample_queries
 from causal_assets.core.tuning.selection import FoldChoices, mean_per_query, nested_scores, repeated_folds
-from causal_assets.core.tuning.spec import TuningSpec
+from causal_assets.core.registry.tuning import TuningSpec
 
 # Per point, the metric per query on each fold split (the same figure on every split unless a learned member ranks
 # with that split's out-of-fold models), or None: the point is not available in this run.

@@ -21,14 +21,14 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel
 
-from causal_assets.core.benchmarks import Benchmark, restrict
-from causal_assets.core.evaluation.metrics import named_metric_per_query
+from causal_assets.core.registry.benchmarks import Benchmark, restrict
+from causal_assets.core.measures.metrics import named_metric_per_query
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import Embedder, model_dir, torch_threads
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.similarity import HybridRetriever
-from causal_assets.core.tuning.spec import EncoderSpec
+from causal_assets.core.registry.tuning import EncoderSpec
 
 SCALE = 20.0         # logit scale of the in-batch softmax (sentence-transformers' MultipleNegativesRankingLoss)
 HARD_NEGATIVES = 20  # a query's hard negative is drawn from its BM25 top-20 that is not judged relevant

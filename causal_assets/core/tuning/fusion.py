@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.evaluation.metrics import named_metric_per_query
+from causal_assets.core.registry.benchmarks import Benchmark
+from causal_assets.core.measures.metrics import named_metric_per_query
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.similarity import candidate_scores, fusion_weight_grid, zscore
 

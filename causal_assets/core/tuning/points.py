@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from causal_assets.core.benchmarks import Benchmark, restrict
+from causal_assets.core.registry.benchmarks import Benchmark, restrict
 
 
 def nested(params: dict[str, Any]) -> dict[str, Any]:

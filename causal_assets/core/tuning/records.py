@@ -13,11 +13,11 @@ from causal_assets.core.index.dense import resolve_model_reference
 from causal_assets.core.index.provenance import FINGERPRINT, recorded_fingerprint
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.cross_encoder import member_dirs
-from causal_assets.core.storage import asset_path, read_parquet
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.core.stored.tuned import TunedConfig, intact_tuned
 from causal_assets.core.tuning.encoder import BACKEND, EncoderResult
 from causal_assets.core.tuning.reranker import RerankerResult
-from causal_assets.core.tuning.spec import EncoderSpec, RerankerSpec
+from causal_assets.core.registry.tuning import EncoderSpec, RerankerSpec
 
 TUNED = "tuned_retriever_configs"
 ENCODER, TUNED_EMBEDDINGS = "tuned_encoder", "tuned_embeddings"

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from causal_assets.core.benchmarks import Benchmark, restrict
+from causal_assets.core.registry.benchmarks import Benchmark, restrict
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.dense import model_dir, torch_threads
 from causal_assets.core.index.search import CorpusIndex
@@ -30,7 +30,7 @@ from causal_assets.core.retrievers.similarity import HybridRetriever
 from causal_assets.core.tuning import encoder
 from causal_assets.core.tuning.encoder import (figures_by_setting, fit_and_held_out, fit_version, hybrid_figures, means,
                                                paired_gain, train_in_batches)
-from causal_assets.core.tuning.spec import RerankerSpec
+from causal_assets.core.registry.tuning import RerankerSpec
 
 
 @dataclass

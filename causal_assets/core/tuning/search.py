@@ -9,13 +9,13 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.retrievers.kinds import KINDS
+from causal_assets.core.registry.retrievers import KINDS
 from causal_assets.core.tuning.context import TuningContext, cached_query_vectors
 from causal_assets.core.tuning.points import sample_queries  # noqa: F401 (the Dagster layer samples with it)
 from causal_assets.core.tuning.selection import compare_nested
-from causal_assets.core.tuning.spec import ORDER, TuningSpec
+from causal_assets.core.registry.tuning import ORDER, TuningSpec
 from causal_assets.core.tuning.strategies.causal import causal
 from causal_assets.core.tuning.strategies.combination import combination
 from causal_assets.core.tuning.strategies.coordinate import coordinate

@@ -8,10 +8,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.retrievers.kinds import ingredients
+from causal_assets.core.registry.benchmarks import Benchmark
+from causal_assets.core.registry.retrievers import ingredients
 from causal_assets.core.retrievers.learned.retriever import query_folds
-from causal_assets.core.tuning.spec import ORDER, TuningSpec
+from causal_assets.core.registry.tuning import ORDER, TuningSpec
 
 
 def fold_groups(spec: TuningSpec, bench: Benchmark) -> dict[str, dict[str, float]] | None:

@@ -24,11 +24,11 @@ from scipy.sparse.csgraph import connected_components
 from threadpoolctl import threadpool_limits
 from upath import UPath
 
-from causal_assets.core.evaluation.metrics import Qrels, named_metric_per_query
+from causal_assets.core.measures.metrics import Qrels, named_metric_per_query
 from causal_assets.core.index.search import CorpusIndex, Hit
 from causal_assets.core.llm.scoring import Scorer
 from causal_assets.core.retrievers.learned.features import FEATURES, QUESTION_LIKELIHOOD, FeatureExtractor
-from causal_assets.core.schemas import ranking_effect
+from causal_assets.core.foundation.schemas import ranking_effect
 
 TARGETS = ("qrels", "delta_p")
 # Hyperparameter candidates, chosen among by grouped CV. The first suits tens of thousands of rows (SciFact

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from causal_assets.core.benchmarks import Benchmark, restrict
-from causal_assets.core.evaluation.metrics import named_metric_per_query
+from causal_assets.core.registry.benchmarks import Benchmark, restrict
+from causal_assets.core.measures.metrics import named_metric_per_query
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.retrievers.factory import causal_answer_model
 from causal_assets.core.tuning.context import Measure, TuningContext, given_model, trained_here

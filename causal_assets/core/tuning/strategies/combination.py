@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from causal_assets.core.retrievers.kinds import KINDS
+from causal_assets.core.registry.retrievers import KINDS
 from causal_assets.core.tuning.context import TuningContext
 from causal_assets.core.tuning.selection import mean_per_query
 from causal_assets.core.tuning.strategies.coordinate import search_space

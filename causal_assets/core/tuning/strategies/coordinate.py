@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from causal_assets.core.benchmarks import Benchmark
-from causal_assets.core.retrievers.kinds import KINDS
+from causal_assets.core.registry.benchmarks import Benchmark
+from causal_assets.core.registry.retrievers import KINDS
 from causal_assets.core.tuning.context import TuningContext
 
 

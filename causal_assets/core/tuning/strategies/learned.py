@@ -9,15 +9,15 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.benchmarks import Benchmark
+from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.retrievers.kinds import FIRST_STAGE
+from causal_assets.core.registry.retrievers import FIRST_STAGE
 from causal_assets.core.retrievers.learned.features import QUESTION_LIKELIHOOD, FeatureExtractor
 from causal_assets.core.retrievers.learned.retriever import (LearnedRetriever, attach_target, candidate_table,
                                                               cross_validate, fit_model, grid_for)
 from causal_assets.core.tuning.context import TuningContext
 from causal_assets.core.tuning.selection import mean_per_query
-from causal_assets.core.tuning.spec import TuningSpec
+from causal_assets.core.registry.tuning import TuningSpec
 
 
 def learned(ctx: TuningContext, name: str) -> None:

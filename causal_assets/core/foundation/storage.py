@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from upath import UPath
 
-from causal_assets.core.errors import ParquetReadError, first_line, naming_file
+from causal_assets.core.foundation.errors import ParquetReadError, first_line, naming_file
 
 
 def safe_name(name: str, what: str = "partition") -> str:

@@ -10,7 +10,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from causal_assets.core.errors import ConfigError
+from causal_assets.core.foundation.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -39,7 +39,7 @@ _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # The whole environment of the sandboxed processes (bwrap --clearenv): the grader's HOME is its own directory
 # (`grader_home`), the answer's /tmp; the launcher gives the answer process its environment explicitly.
 SANDBOX_ENV = {"PATH": _SAFE_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
-_LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
+_LAUNCHER = Path(__file__).with_name("_launcher.py")
 _MAX_VERDICT = 4 << 20
 _READY = b"R"  # the launcher's READY: its first byte on the verdict pipe, written before the answer starts
 

@@ -20,13 +20,13 @@ from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
 from causal_assets.core.corpus.questions import QuestionFile, load_questions
-from causal_assets.core.corpus.registry import CorpusSpec, load_corpus, load_corpus_registry, resolve_registry_path
-from causal_assets.core.errors import ConfigError, CorpusError
-from causal_assets.core.evaluation.metrics import Qrels
-from causal_assets.core.mining import mine_examples, mine_questions
-from causal_assets.core.paths import DEFAULT_SHARED_DATA, REGISTRY_DIR
-from causal_assets.core.tuning.spec import TuningSpec
-from causal_assets.core.yaml_registry import load_entries
+from causal_assets.core.registry.corpora import CorpusSpec, load_corpus, load_corpus_registry, resolve_registry_path
+from causal_assets.core.foundation.errors import ConfigError, CorpusError
+from causal_assets.core.measures.metrics import Qrels
+from causal_assets.core.corpus.mining import mine_examples, mine_questions
+from causal_assets.core.foundation.paths import DEFAULT_SHARED_DATA, REGISTRY_DIR
+from causal_assets.core.registry.tuning import TuningSpec
+from causal_assets.core.foundation.yaml_registry import load_entries
 
 
 # ------------------------------------------------------------------------------------------ the smallest budget
@@ -192,7 +192,7 @@ class BenchmarkSpec(BaseModel):
         "bm25": {}, "tfidf": {}, "dense": {}, "hybrid": {}, "rrf": {}, "cascade": {}})
     pooling: dict[str, Any] = Field(default_factory=dict)
     monte_carlo: dict[str, Any] = Field(default_factory=dict)
-    # tuned_retriever_configs: which retrievers to tune, the metric, search-space overrides (core/tuning/spec.py).
+    # tuned_retriever_configs: which retrievers to tune, the metric, search-space overrides (core/registry/tuning.py).
     tuning: dict[str, Any] = Field(default_factory=dict)
     # the evaluation's answer utility: ks, max_questions, enabled (AnswersSpec)
     answers: dict[str, Any] = Field(default_factory=dict)

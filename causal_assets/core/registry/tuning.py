@@ -1,5 +1,5 @@
 """What a benchmark's `tuning:` section may say (the search spaces it overrides are the retriever kinds' own,
-`retrievers.kinds`). Pure data and validation, so the benchmark registry can check a `tuning:` section without
+`registry.retrievers`). Pure data and validation, so the benchmark registry can check a `tuning:` section without
 loading the search."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from causal_assets.core.retrievers.kinds import KINDS, SCORING, TUNABLE
+from causal_assets.core.registry.retrievers import KINDS, SCORING, TUNABLE
 
 ORDER = {name: i for i, name in enumerate(TUNABLE)}   # the table's order: each after what it may be built on
 ROBUST_DEFAULT = "learned"   # TuningSpec.robust_default (its measurement: docs, "Choosing a retriever on few questions")

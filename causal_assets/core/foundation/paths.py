@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
+PACKAGE_DIR = Path(__file__).resolve().parents[2]
 PROJECT_ROOT = PACKAGE_DIR.parent
 REGISTRY_DIR = PACKAGE_DIR / "registry"
 # Real benchmark data lives outside the repository (never copied in): ../shared/data beside the checkout by default.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from causal_assets.core.corpus.folder import walk_files
 from causal_assets.core.corpus.python_package import iter_python_files, package_root
-from causal_assets.core.corpus.registry import CorpusSpec
+from causal_assets.core.registry.corpora import CorpusSpec
 
 MISSING = "missing"  # the fingerprint of a source that does not exist
 

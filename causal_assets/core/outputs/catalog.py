@@ -5,7 +5,7 @@ short-lived connections; views over `<asset>/*.parquet` globs see new data witho
 each view's comment tells an unchanged view without a write. A user holding the file open defers a refresh, never
 fails a run; any other failure is a `CatalogError` naming the file. Local Parquet is named relative to the catalog's
 directory, so a moved `data/` reads its own files; fsspec base paths work through `register_filesystem`. Views carry
-column comments (`core/schemas.py`) and the shared id names (`chunk_id`, `query_id`). See docs/sql.md.
+column comments (`core/foundation/schemas.py`) and the shared id names (`chunk_id`, `query_id`). See docs/sql.md.
 """
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from fsspec.spec import AbstractFileSystem
 from fsspec.utils import stringify_path
 from upath import UPath
 
-from causal_assets.core.errors import CatalogError, first_line
-from causal_assets.core.schemas import ID_ALIASES, column_docs
-from causal_assets.core.storage import LOCAL_PROTOCOLS
+from causal_assets.core.foundation.errors import CatalogError, first_line
+from causal_assets.core.foundation.schemas import ID_ALIASES, column_docs
+from causal_assets.core.foundation.storage import LOCAL_PROTOCOLS
 
 log = logging.getLogger(__name__)
 

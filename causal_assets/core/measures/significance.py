@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from causal_assets.core.retrievers.kinds import BASELINES
 N_BOOTSTRAP = 2000
 N_PERMUTATIONS = 10000
 ALPHA = 0.05
@@ -43,12 +42,12 @@ def warm_up() -> None:
     randomization_p(np.array([0.1, 0.5, 0.3]), np.array([0.2, 0.6, 0.3]), n=10)
 
 
-def best_baseline(means: dict[str, float], baselines=BASELINES) -> str | None:
+def best_baseline(means: dict[str, float], baselines: tuple[str, ...]) -> str | None:
     candidates = {r: v for r, v in means.items() if r in baselines and v == v}
     return max(candidates, key=candidates.get) if candidates else None
 
 
-def compare_to_baseline(per_query: pd.DataFrame, baselines=BASELINES, fill: float | None = 0.0) -> pd.DataFrame:
+def compare_to_baseline(per_query: pd.DataFrame, baselines: tuple[str, ...], fill: float | None = 0.0) -> pd.DataFrame:
     """`per_query`: columns retriever, query_id, value (one metric, one split). One row per retriever: n, mean,
     its 95% interval, the best of `baselines`, the difference to it with its 95% interval, p and whether p < 0.05.
     `fill`: the value of a query a retriever has no row for (0: a ranking metric of a query it missed); None leaves

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from causal_assets.core.index.provenance import (recorded_fingerprint, stale, stored_chunks_fingerprint,
                                                  stored_fingerprints)
-from causal_assets.core.errors import ParquetReadError
-from causal_assets.core.storage import asset_path
+from causal_assets.core.foundation.errors import ParquetReadError
+from causal_assets.core.foundation.storage import asset_path
 
 # Assets materialized together (a multi-asset's outputs) are listed together.
 CHUNKS = ("corpus_chunks",)

@@ -16,9 +16,9 @@ from causal_assets.core.corpus.folder import load_folder
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
 from causal_assets.core.corpus.python_package import load_python_package
-from causal_assets.core.errors import ConfigError, CorpusError
-from causal_assets.core.paths import DEFAULT_CORPUS, DEFAULT_SHARED_DATA, REGISTRY_DIR, expand
-from causal_assets.core.yaml_registry import load_entries, short_repr
+from causal_assets.core.foundation.errors import ConfigError, CorpusError
+from causal_assets.core.foundation.paths import DEFAULT_CORPUS, DEFAULT_SHARED_DATA, REGISTRY_DIR, expand
+from causal_assets.core.foundation.yaml_registry import load_entries, short_repr
 
 DEFAULT_REGISTRY = REGISTRY_DIR / "corpora.yaml"
 
