@@ -46,6 +46,7 @@ NOT_QUICK = {
     "tuned_retrievers": "tunes on a materialized benchmark index with its graph (a multi-hop benchmark's assets)",
     "causal_gate": "reads tuned_retrievers' store and scores with the LLM on a materialized multi-hop benchmark",
     "learned_fold_seeds": "tunes the learned model on materialized multi-hop benchmarks, scoring through the LLM",
+    "binding_parity": "compares another llama.cpp binding, installed in a venv of its own, with the shipped one",
 }
 LIBRARIES = {"common", "synthetic_corpus"}   # imported by the scripts, not run
 
