@@ -4,7 +4,7 @@
     /other/venv/bin/python benchmarks/binding_parity.py --binding cyllama --out cand.json
     python benchmarks/binding_parity.py --compare ref.json cand.json
 
-Monte Carlo trials as the labels make them (`scoring_determinism.trial_requests`: random subsets of HotpotQA
+Monte Carlo trials as the labels make them (`trial_requests`: random subsets of HotpotQA
 paragraphs, the gold answer and the question span), scored in prefix order. llama-cpp-python scores through the
 product's `LlamaCppScorer`; a candidate through the same algorithm over its own API (prompt and span tokenized
 apart, the previous prompt's KV cache reused in whole 128-token blocks, logits only for the rows that predict a
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import sys
 import time
 from pathlib import Path
@@ -26,10 +27,30 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_average  # noqa: E402
-from scoring_determinism import SETTINGS, trial_requests  # noqa: E402
 
+from causal_assets.core.corpus.multihop import read_multihop  # noqa: E402
+from causal_assets.core.labeling.solver import answer_continuations, question_span, solver_prompt  # noqa: E402
 from causal_assets.core.llm.models import DEFAULT_SOLVER, local_model_path  # noqa: E402
 from causal_assets.core.llm.scoring import REUSE_BLOCK, LlamaCppScorer, ScoreRequest  # noqa: E402
+from causal_assets.settings import Settings  # noqa: E402
+
+SETTINGS = Settings.from_env()   # the variables the code location reads (causal_assets/settings.py)
+DOC_CHARS = 400                  # HotpotQA's `pooling.max_doc_chars` in the registry
+
+
+def trial_requests(n_questions: int, n_subsets: int, seed: int = 0) -> list[ScoreRequest]:
+    """Monte Carlo trials as the labels make them: random subsets of each HotpotQA question's paragraphs, the gold
+    answer as continuation."""
+    path = SETTINGS.shared_data / "hotpotqa" / "hotpot_dev_distractor_200.jsonl"
+    rng = random.Random(seed)
+    requests = []
+    for q in read_multihop(path).questions[:n_questions]:
+        docs = [(p.title, p.text[:DOC_CHARS]) for p in q.paragraphs]
+        for _ in range(n_subsets):
+            subset = [d for d in docs if rng.random() < 0.5] or docs[:1]
+            requests.append(ScoreRequest(solver_prompt(q.question, subset, "answer_f1"),
+                                         answer_continuations(q.answer), question_span(q.question, subset)))
+    return requests
 
 
 def _log_softmax_at(row: np.ndarray, token: int) -> float:

@@ -35,7 +35,8 @@ from causal_assets.core.graph.store import load_chunk_neighbors, load_graph  # n
 from causal_assets.core.index.search import CorpusIndex  # noqa: E402
 from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
 from causal_assets.core.tuning.search import tune  # noqa: E402
-from causal_assets.core.registry.tuning import DEFAULT_SPACES, TuningSpec  # noqa: E402
+from causal_assets.core.registry.retrievers import KINDS  # noqa: E402
+from causal_assets.core.registry.tuning import TuningSpec  # noqa: E402
 from causal_assets.core.stored.tuned import index_fingerprint, load_tuned  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
@@ -79,7 +80,7 @@ def public(row: dict) -> dict:
 
 def tune_causal(index, train, lexical: dict, neighbors, graph, scorer, args) -> dict[str, tuple[dict, dict]]:
     """The causal retriever tuned on the train split by the product's tuner with the likelihood model: its weights
-    (the product's grid, `DEFAULT_SPACES["causal"]["weights"]`, which includes the shortlist's own order as a prior:
+    (the product's grid, `KINDS["causal"].space["weights"]`, which includes the shortlist's own order as a prior:
     its train figure alone says what the measures add) and min_relevance searched, its candidates (shortlist,
     sizes, chain options) those the lexical tuning chose, the diversity filter off (a ranking for MAP keeps every
     candidate; the filter's context sets would double the prompts). The tuner searches the same space with the
@@ -88,8 +89,8 @@ def tune_causal(index, train, lexical: dict, neighbors, graph, scorer, args) -> 
              if k not in ("weights", "min_relevance", "shortlist_params", "answer_model")}
     listed = {"causal": {**fixed, "answer_model": "likelihood", "diversity_threshold": 0.0,
                          "answer_model_params": {"max_doc_chars": args.max_doc_chars}}}
-    space = {k: [lexical[k]] for k in DEFAULT_SPACES["causal"] if k in lexical and k not in ("weights", "min_relevance")}
-    space.update(weights=DEFAULT_SPACES["causal"]["weights"],
+    space = {k: [lexical[k]] for k in KINDS["causal"].space if k in lexical and k not in ("weights", "min_relevance")}
+    space.update(weights=KINDS["causal"].space["weights"],
                  min_relevance=sorted({0.0, float(lexical.get("min_relevance", 0.1))}))
     # learned is tuned again (cross-validated, as the product's tuning does) so that a learned shortlist ranks each
     # train query by the fold model that never saw it; the test rows use the stored model fitted on all of train

@@ -30,7 +30,8 @@ from causal_assets.core.measures.metrics import evaluate  # noqa: E402
 from causal_assets.core.evaluation.runner import run_benchmark  # noqa: E402
 from causal_assets.core.index.build import build_index  # noqa: E402
 from causal_assets.core.index.dense import DEFAULT_MODEL, EmbeddingCache  # noqa: E402
-from causal_assets.core.retrievers.factory import RETRIEVERS, build_retriever  # noqa: E402
+from causal_assets.core.registry.retrievers import RETRIEVERS  # noqa: E402
+from causal_assets.core.retrievers.factory import build_retriever  # noqa: E402
 from causal_assets.core.tuning.fusion import best_weight, sweep_fusion_weight  # noqa: E402
 from causal_assets.settings import Settings  # noqa: E402
 
