@@ -88,6 +88,7 @@ def test_a_registered_corpus_without_its_source_says_so(tmp_path, monkeypatch, c
             and "does not exist" in line and "set CAUSAL_ASSETS_SHARED_DATA" in line), line
 
 
+@pytest.mark.slow
 def test_no_build_refuses_naming_the_command(tmp_path):
     out = run_cli("--base-path", str(tmp_path / "pq"), "search", "drummer", "--corpus", "default", "--no-build")
     assert out.returncode == 2
@@ -145,6 +146,7 @@ def test_snippet_drops_what_the_other_columns_show():
     assert len(long) == 20 and long.endswith("…")
 
 
+@pytest.mark.slow
 def test_build_finishes_a_multi_asset_a_kill_left_half_written_under_its_base_path(tmp_path):
     """`build` in a fresh process, as a user runs it: a corpus whose sparse index lost one of its two files (a run
     killed between the multi-asset's writes) is built again whole, under --base-path, instead of failing on a subset
@@ -164,6 +166,7 @@ def test_build_finishes_a_multi_asset_a_kill_left_half_written_under_its_base_pa
     assert not configured_catalog.exists()
 
 
+@pytest.mark.slow
 def test_search_builds_a_missing_index_under_its_base_path(tmp_path):
     """`--base-path X search` on a corpus whose index is not built under X builds it under X, rather than failing
     with "this process's code location writes to ..., not X: run the command in a new process"."""

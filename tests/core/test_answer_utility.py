@@ -70,6 +70,7 @@ class Spy:
         return self.scorer.score_many(requests)
 
 
+@pytest.mark.slow
 def test_a_retriever_ranking_the_answer_first_gains_more_than_distractors_and_a_rerun_is_free(scorer):
     spy = Spy(scorer)
     run = measure_answers(questions(), DOCS.get, spy, "answer_f1", KS)

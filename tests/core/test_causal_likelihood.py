@@ -43,6 +43,7 @@ def test_the_question_and_its_answer_get_likelier_with_the_supporting_paragraphs
     assert math.isclose(sum(dist.values()), 1.0) and all(0 <= p <= 1 for p in dist.values())
 
 
+@pytest.mark.slow
 def test_counterfactual_is_the_share_of_the_answer_probability_a_document_carries(scorer, tmp_path):
     docs = _retriever(_write(tmp_path, DOCS), "docs", LikelihoodAnswerModel(scorer), diversity_threshold=0.0)
     res = docs.retrieve(TIMEOUT_QUERY)

@@ -56,6 +56,7 @@ def test_the_encoder_version_changes_with_what_decides_the_fit(monkeypatch):
     assert encoder_version(index, bench, spec, 0) != version
 
 
+@pytest.mark.slow
 def test_tune_encoder_fits_on_the_rest_and_decides_on_the_held_out_queries(tmp_path):
     index, bench = tiny_index(), tiny_benchmark()
     spec = EncoderSpec(held_out=0.25, batch_size=6, epochs=2, lr=5e-5)   # the 6 fit pairs: one step an epoch

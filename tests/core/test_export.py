@@ -58,6 +58,7 @@ def test_relevance_grade_is_the_one_mapping():
         relevance_grade({"label": "YES", "delta_p": 0.5, "outcome": "bleu"})
 
 
+@pytest.mark.slow
 def test_export_round_trip_with_datasets_ranx_and_beir(tmp_path):
     labels, pools = make_labels(), make_pools()
     card = DatasetCard(benchmark="hotpotqa", split="dev", solver="smollm2-135m-instruct",

@@ -70,6 +70,7 @@ WORKER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_killed_labelling_resumes_without_losing_or_repaying_a_call(tmp_path):
     cache_path = tmp_path / "calls.db"
     with FakeOpenAI(delay_s=0.15) as server:

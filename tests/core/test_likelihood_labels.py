@@ -60,6 +60,7 @@ def test_known_answer_gets_likelier_with_its_paragraph(tmp_path, scorer, hotpot_
     assert not with_gold.cached and with_gold.prompt_tokens > 100
 
 
+@pytest.mark.slow
 def test_prefix_reuse_gives_the_same_log_probabilities_bit_for_bit(scorer, hotpot_question):
     """Scoring with the KV cache of a previous prompt reused equals scoring from scratch, to the last bit: the
     reuse is in whole blocks and the batches are aligned to them, so no token's batch depends on the request
@@ -205,6 +206,7 @@ def test_endpoint_without_prompt_logprobs_raises_the_documented_error(tmp_path):
             scorer.score_many([ScoreRequest("Question: x\nAnswer:", (" y",))])
 
 
+@pytest.mark.slow
 def test_rerun_is_served_entirely_from_the_cache(tmp_path, scorer, hotpot_question):
     q = hotpot_question
     pool = [(f"{q.question_id}/{i}", p.title, p.text[:60]) for i, p in enumerate(q.paragraphs[:6])]

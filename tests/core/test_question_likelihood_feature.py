@@ -25,6 +25,7 @@ def _table(extractor, ids):
     return candidate_table(extractor, queries, extractor.index.embedder.encode_queries(list(queries.values())))
 
 
+@pytest.mark.slow
 def test_the_question_is_likelier_after_the_paragraph_that_answers_it(scorer):
     index = tiny_index()
     extractor = FeatureExtractor(index, depth=12, question_likelihood=True, scorer=scorer)

@@ -86,6 +86,7 @@ def test_the_factory_builds_the_cross_encoder_over_a_named_base(untrained, tmp_p
         CrossEncoderReranker(index, built.base, untrained, 0.5, 1)
 
 
+@pytest.mark.slow
 def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_queries(tmp_path):
     index, bench = tiny_index(), tiny_benchmark()
     # lr 5e-4: six steps at the default 5e-5 leave the loss at chance (~ln 3), where whether it falls by the last
@@ -154,6 +155,7 @@ def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_
         load_cross_encoder(tmp_path)
 
 
+@pytest.mark.slow
 def test_an_adopted_reranker_is_fitted_again_on_the_whole_tune_split(tmp_path):
     index, bench = tiny_index(), tiny_benchmark()
     # adopted whatever the figures; batches of 4: two steps an epoch (the path, not the quality)

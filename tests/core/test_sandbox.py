@@ -317,6 +317,7 @@ def test_the_answer_cannot_read_the_tests():
     assert not ex.passed and ex.error is None
 
 
+@pytest.mark.slow
 def test_a_double_forked_setsid_child_does_not_outlive_the_timeout():
     marker = f"sandbox-{uuid.uuid4().hex}"
     r = _run(f"""

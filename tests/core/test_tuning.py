@@ -197,6 +197,7 @@ def test_a_learned_shortlist_model_given_by_the_caller_is_used_not_replaced():
 
 
 
+@pytest.mark.slow
 def test_repeated_cv_averages_every_fold_dependent_figure_over_the_splits(tmp_path):
     """cv_repeats draws the folds with seeds seed, seed + 1, ...: the learned model's cv value of each point and
     every retriever's nested figure are the means of what each split alone gives (20 HotpotQA questions, where the

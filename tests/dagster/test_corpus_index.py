@@ -71,6 +71,7 @@ def test_definitions_load_with_a_corpus_that_has_no_benchmark(tmp_path):
     assert "mydocs" in partitions_line
 
 
+@pytest.mark.slow
 def test_scifact_index_incremental_and_searchable(resources, scifact_small):
     instance = DagsterInstance.ephemeral()
     first = _materialize(resources, "scifact", instance)
@@ -119,6 +120,7 @@ def test_default_code_corpus_and_hotpotqa_partitions(resources):
     assert index.split_identifiers is True
 
 
+@pytest.mark.slow
 def test_run_succeeds_while_a_user_holds_the_catalog(resources):
     catalog = resources["storage"].catalog_path
     duckdb.connect(catalog).close()  # the file exists, as after any earlier run

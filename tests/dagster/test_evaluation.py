@@ -28,6 +28,7 @@ def _materialize_eval(resources, partition):
     return result
 
 
+@pytest.mark.slow
 def test_evaluation_report_scifact_subset(resources):
     result = _materialize_eval(resources, "scifact")
     base = resources["storage"].base_path

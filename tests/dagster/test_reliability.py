@@ -238,6 +238,7 @@ def test_llm_server_stopped_mid_run_then_back(registry, index_root, llama, tmp_p
           f"{timeline['back_at']:.1f}s; {len(errors)} errored calls journalled; trials {len(trials)}")
 
 
+@pytest.mark.slow
 def test_two_runs_write_partitions_of_the_same_assets_concurrently(registry, tmp_path):
     resources = make_resources(registry, tmp_path)
     env = project_env(resources, tmp_path / "dagster_home")

@@ -110,6 +110,7 @@ def test_a_corrupt_input_the_io_manager_loads_fails_at_once_naming_the_file(tmp_
 
 @pytest.mark.llm
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stopped"])
+@pytest.mark.slow
 def test_a_dead_or_hung_local_server_is_started_again_for_the_next_attempt(tmp_path, sig):
     """The `llm` resource of a run (set up once, as in `ask`'s in-process run) whose local server is killed, or
     stopped: the call fails within seconds as `local_server_died`, naming the server's log, with nothing cached as

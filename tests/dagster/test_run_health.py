@@ -111,6 +111,7 @@ def test_a_sigkilled_run_without_a_pool_slot_is_failed_too(home, tmp_path):
         assert reap_dead_runs(instance) == []
 
 
+@pytest.mark.slow
 def test_a_run_killed_while_its_step_waited_for_the_pool_gives_its_place_back(home, tmp_path):
     """A queued step of a dead run kept its place: the slot freed from the dead holder was then assigned to it and
     never given back (every later `ask` waited on an empty list of holders)."""
@@ -170,6 +171,7 @@ def test_ask_gives_up_on_a_blocked_pool_with_a_clear_message(home, tmp_path):
         kill_group(holder, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_ask_frees_the_slot_of_a_killed_run_and_goes_on(home, tmp_path):
     require(HOTPOT)  # asks about hotpotqa
     holder = start_holder(home, tmp_path)
@@ -205,6 +207,7 @@ WAITER = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("how", ["deadline", "sigterm"])
+@pytest.mark.slow
 def test_the_in_run_wait_for_a_slot_is_bounded(home, tmp_path, how):
     """The race the pre-check cannot close: another run takes the slot after `ask` looked. Dagster then waits for
     ever inside execute_in_process and only records SIGTERM; the watchdog ends the wait."""

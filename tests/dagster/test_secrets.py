@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dagster import DagsterInstance, materialize
 
 from causal_assets.defs.corpus import corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary
@@ -15,6 +17,7 @@ from tests.core.test_llm import FakeOpenAI
 SECRET = "sk-live-NeverLogThis0123456789abcdef"
 
 
+@pytest.mark.slow
 def test_api_key_stays_out_of_logs_metadata_and_parquet(resources, tmp_path, monkeypatch):
     monkeypatch.setenv("CAUSAL_ASSETS_LLM_API_KEY", SECRET)
     monkeypatch.setenv("CAUSAL_ASSETS_LLM_MODEL", "fake-model")

@@ -75,6 +75,7 @@ def _events(result, asset):
             if e.materialization.asset_key.path[-1] == asset]
 
 
+@pytest.mark.slow
 def test_tuning_on_train_only_versioned_and_evaluated(resources, scifact_index, monkeypatch):
     # The learned model's CV on 2 folds (the path, not the estimate): each of the five tunings below fits 15 models
     # instead of 36.
@@ -195,6 +196,7 @@ def _tuning_run_config(retrievers: list[str]) -> dict:
     return {"ops": {"tuned_retriever_configs": {"config": {"retrievers": retrievers}}}}
 
 
+@pytest.mark.slow
 def test_evaluation_reads_the_tuned_version_its_upstream_materialization_recorded(resources, scifact_index,
                                                                                   monkeypatch):
     """Two tunings of one benchmark: the evaluation of the first run evaluates the first version even though the

@@ -35,6 +35,7 @@ def dg_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("executor", ["multiprocess", "k8s"])
+@pytest.mark.slow
 def test_dg_check_defs(tmp_path, executor):
     t0 = time.monotonic()
     extra = {"CAUSAL_ASSETS_EXECUTOR": executor}
@@ -47,6 +48,7 @@ def test_dg_check_defs(tmp_path, executor):
     print(f"\ndg check defs ({executor}): {time.monotonic() - t0:.1f}s")
 
 
+@pytest.mark.slow
 def test_dg_list_defs_json(tmp_path):
     done = subprocess.run([DG, "list", "defs", "--json"], cwd=ROOT, env=dg_env(tmp_path), capture_output=True,
                           text=True, timeout=300, stdin=subprocess.DEVNULL)

@@ -28,6 +28,7 @@ print(json.dumps({"executor": ex.name, "ops": ops}))
 """
 
 
+@pytest.mark.slow
 def test_definitions_load_with_the_k8s_executor_and_its_config():
     env = {**os.environ, EXECUTOR_ENV: "k8s", EXECUTOR_CONFIG_ENV: str(K8S / "executor.yaml")}
     done = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
