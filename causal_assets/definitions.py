@@ -16,7 +16,6 @@ reap_at_load(_home)
 cancel_on_interrupt(_home)
 
 
-
 class _OneLocationName(logging.Filter):
     """`dagster ... -m causal_assets.definitions` names the location after the module, the project names it
     `causal_assets` ([tool.dg.project]): Dagster warns of the mismatch on every load, for the app-managed
@@ -27,4 +26,23 @@ class _OneLocationName(logging.Filter):
 
 
 logging.getLogger("dagster.components.core.component_tree").addFilter(_OneLocationName())
-defs = load_from_defs_folder(path_within_project=Path(__file__).parent)
+
+
+def _load() -> object:
+    """From a checkout (or an editable install) the `dg` project's defs folder; from an installed wheel, which has
+    no project file beside the package to name the project, the same `defs` package loaded as a module."""
+    here = Path(__file__).resolve().parent
+    project = here.parent / "pyproject.toml"
+    if project.is_file() and "[tool.dg" in project.read_text(encoding="utf-8"):
+        return load_from_defs_folder(path_within_project=here)
+    import warnings
+
+    import causal_assets.defs as defs_root
+    from dagster.components import load_defs
+
+    with warnings.catch_warnings():   # deprecated in favour of load_from_defs_folder, which needs the project file
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return load_defs(defs_root, project_root=here.parent)
+
+
+defs = _load()

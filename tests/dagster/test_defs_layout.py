@@ -1,10 +1,17 @@
 """The Dagster layer stays thin: the stage modules of defs/ share names only through its shared modules (never one
 stage importing another), Dagster's private modules are used in one module only, and the commands never import
-the command line that dispatches to them. Read from the source with `ast`, nothing imported."""
+the command line that dispatches to them (read from the source with `ast`); and the code location loads from an
+installed copy of the package as well as from the checkout."""
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "causal_assets"
 DEFS = PACKAGE / "defs"
@@ -43,3 +50,22 @@ def test_the_commands_never_import_the_command_line():
     found = [f"commands/{path.name}:{line}" for path in (PACKAGE / "commands").glob("*.py")
              for name, line in imported(path) if name == "causal_assets.cli" or name.startswith("causal_assets.cli.")]
     assert not found, "the exit codes are in causal_assets/exit_codes.py:\n" + "\n".join(found)
+
+
+@pytest.mark.slow
+def test_the_code_location_loads_from_an_installed_copy_without_the_project_file(tmp_path):
+    """A wheel puts the package in site-packages with no `pyproject.toml` beside it, which `load_from_defs_folder`
+    needs to find the project: the same assets load from the `defs` package then."""
+    shutil.copytree(PACKAGE, tmp_path / "site" / "causal_assets",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "DAGSTER_HOME": str(tmp_path / "home"),
+           "CAUSAL_ASSETS_MODELS_DIR": str(PACKAGE.parent / "data" / "models")}
+    (tmp_path / "home").mkdir()
+    code = ("import causal_assets.definitions as d; "
+            "print(d.__file__); print(len(list(d.defs.resolve_asset_graph().get_all_asset_keys())))")
+    out = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    where, count = out.stdout.split()[-2:]
+    from causal_assets.definitions import defs
+    assert where.startswith(str(tmp_path)) and int(count) == len(list(defs.resolve_asset_graph().get_all_asset_keys()))
