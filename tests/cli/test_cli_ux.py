@@ -20,11 +20,13 @@ HEAVY = ("dagster", "torch", "sklearn", "sentence_transformers", "openai", "llam
 
 
 def run_cli(*args: str, env: dict | None = None, probe: bool = False) -> subprocess.CompletedProcess:
-    """Run the CLI in a fresh interpreter; with `probe`, also print which heavy modules it imported."""
-    code = ("import sys, json\nfrom causal_assets.cli import main\ntry:\n    rc = main(sys.argv[1:])\n"
-            "except SystemExit as e:\n    rc = e.code\n"
-            + (f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)), file=sys.stderr)\n" if probe else "")
-            + "sys.exit(rc)\n")
+    """Run the CLI in a fresh interpreter as the `causal-assets` command runs (`cli.entry_point`: exit handlers,
+    then no interpreter teardown, where native threads can abort the process); with `probe`, also print which
+    heavy modules it imported."""
+    code = ("import atexit, sys, json\n"
+            + (f"atexit.register(lambda: print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)), "
+               "file=sys.stderr))\n" if probe else "")
+            + "from causal_assets.cli import entry_point\nentry_point()\n")
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=full_env, capture_output=True,
                           text=True, timeout=300)
