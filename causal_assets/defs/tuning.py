@@ -20,7 +20,9 @@ from dagster import (AssetDep, AssetExecutionContext, AssetOut, AutomationCondit
 
 from causal_assets.core.outputs.checks import check_tuning_trials
 from causal_assets.core.foundation.errors import CorpusError
+from causal_assets.core.evaluation.answers import AnswerJudge, document_cut
 from causal_assets.core.evaluation.truth import label_qrels
+from causal_assets.core.labeling.pools import PoolParams
 from causal_assets.core.index.dense import model_reference
 from causal_assets.core.retrievers.cross_encoder import member_dir, member_dirs
 from causal_assets.core.registry.retrievers import KINDS
@@ -307,6 +309,15 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     # question-likelihood feature where the registry offers it, only where it can.
     scoring = tuning.may_score(resolved)
     scorer = llm.scorer if scoring and llm.scores_prompts() else None
+    # The answer gain is a third truth to select by where the registry measures answers and the LLM scores prompts
+    # (core/tuning/truths.py); the judge's model is loaded only when the tuning runs.
+    answers = spec.answer_settings
+    answered = [q for q in bench.query_ids() if str(bench.answers.get(q) or "").strip()]
+    judged_by_answers = answers.enabled and bool(answered) and llm.scores_prompts()
+    if tuning.select_by == "answers" and not judged_by_answers:
+        raise CorpusError(f"benchmark {spec.name!r}: tuning.select_by answers needs `answers: {{enabled: true}}` "
+                          f"(now {answers.enabled}), train questions with an answer ({len(answered)} of "
+                          f"{len(bench.query_ids())}) and an LLM that scores prompts; nothing tuned")
     inputs = inputs_version({
         # the reranker is fitted after the tuning and never read by it (tuned_reranker)
         "benchmark": spec.model_dump(exclude={"path", "tuning"}), "tuning": tuning.model_dump(exclude={"reranker"}),
@@ -315,16 +326,23 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         "learned_extra": {name: source_digest(*x) if x else None for name, x in extras.items()},
         # the scoring model by name: a server that changes what a name serves needs `retune: true`
         "llm": {"base_url": llm.base_url, "model": llm.model, "solver": llm.solver,
-                "scoring_mode": llm.scoring_mode} if scorer is not None else None,
+                "scoring_mode": llm.scoring_mode} if scorer is not None or judged_by_answers else None,
+        "answers": answers.model_dump() if judged_by_answers else None,
         "code": code_version()})
     def fit():
+        judge = AnswerJudge(bench.queries, bench.answers, bench.aliases,
+                            document_cut(index, int(spec.pool_settings.get("max_doc_chars")
+                                                    or PoolParams.max_doc_chars)),
+                            llm.scorer(spec.monte_carlo.get("solver")), spec.validator) \
+            if judged_by_answers else None
         result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, mc_labels,
                       forbidden=tuple(spec.eval_splits), log=context.log.info, extra_sources=extras.get,
-                      scorer=scorer)
+                      scorer=scorer, judge=judge, answer_questions=answers.max_questions)
         content = {"benchmark": spec.name, "corpus": spec.corpus, "tune_split": spec.tune_split,
                    "metric": tuning.metric, "index": index_fingerprint(index), "graph": graph is not None,
                    "selected": result.selected, "selection_note": result.selection_note,
-                   "retrievers": result.best}
+                   "retrievers": result.best,
+                   **({"truths": result.truths.content()} if result.truths is not None else {})}
         stored = save_tuned(tuned_root, spec.name, content, result.models)
         trials = result.trials.assign(benchmark=spec.name, split=bench.split, config_version=stored.version,
                                       inputs_version=inputs)
@@ -348,6 +366,9 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         "config_path": MetadataValue.path(str(stored.path)),
         "selected": stored.selected or "", "tune_split": bench.split, "tune_queries": len(bench.query_ids()),
         "selection_note": str(stored.content.get("selection_note") or ""),
+        # each truth's choice on the tune split (core/tuning/truths.py); `select_by` picks the selected one
+        "selected_by": MetadataValue.json((stored.content.get("truths") or {}).get("selected_by") or {}),
+        "select_by": tuning.select_by,
         "metric": tuning.metric, "best_by_retriever": MetadataValue.json(best),
         "selection_by_retriever": MetadataValue.json(selection),
         # a combination is selectable only beyond one standard error of what it is built on (core.tuning.search)

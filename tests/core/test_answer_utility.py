@@ -161,7 +161,7 @@ def test_checks_accept_nats_for_answers_and_keep_ranking_metrics_in_the_unit_ran
     ({}, False, True, None),                                       # SciFact: no answers, no word, no LLM asked
     ({"enabled": True}, False, True, "not measured: no evaluated question has an answer"),
     ({"enabled": False}, True, True, "off (`answers: {enabled: true}`"),
-    ({}, True, True, "off (`answers: {enabled: true}`"),             # off unless asked for
+    ({}, True, False, "not measured: the configured LLM returns no prompt log-probabilities"),   # on by default
     ({"enabled": True}, True, False, "not measured: the configured LLM returns no prompt log-probabilities"),
 ])
 def test_off_or_skipped_without_answers_or_without_a_scoring_llm(tmp_path, answers, with_answers, scores, note):

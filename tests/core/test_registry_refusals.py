@@ -291,11 +291,11 @@ def test_registry_typos_are_refused(tmp_path, section, value, message):
 
 
 def test_answers_section_defaults_and_accepted_keys(tmp_path):
-    """`answers:` (the evaluation's answer utility): off unless `enabled: true`,
-    k = 1, 3, 5 on 20 questions; the section as given stays a plain dict."""
+    """`answers:` (the evaluation's answer utility): on unless `enabled: false`, k = 1, 3 on 10 questions; the
+    section as given stays a plain dict."""
     spec = load_benchmark_registry(_registry(tmp_path))["hotmini"]
-    assert spec.answers == {} and spec.answer_settings.ks == [1, 3, 5]
-    assert spec.answer_settings.max_questions == 20 and spec.answer_settings.enabled is False
+    assert spec.answers == {} and spec.answer_settings.ks == [1, 3]
+    assert spec.answer_settings.max_questions == 10 and spec.answer_settings.enabled is True
     given = {"ks": [2, 5], "max_questions": 8, "enabled": False}
     spec = load_benchmark_registry(_registry(tmp_path, answers=given))["hotmini"]
     assert spec.answers == given and spec.answer_settings.ks == [2, 5] and spec.answer_settings.enabled is False

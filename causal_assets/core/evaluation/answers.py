@@ -33,11 +33,13 @@ from causal_assets.core.labeling.solver import answer_continuations, solver_prom
 from causal_assets.core.llm.errors import LLMError
 from causal_assets.core.llm.scoring import ScoreRequest, Scorer
 from causal_assets.core.foundation.schemas import ranking_effect
+from causal_assets.core.registry.benchmarks import AnswersSpec
 
 GOLD, LABELS, RANDOM = "@gold", "@labels", "@random"
 REFERENCES = (GOLD, LABELS, RANDOM)
-DEFAULT_KS = (1, 3, 5)
-DEFAULT_MAX_QUESTIONS = 20
+# the registry's defaults (`answers:`), chosen there
+DEFAULT_KS = tuple(AnswersSpec.model_fields["ks"].default)
+DEFAULT_MAX_QUESTIONS = AnswersSpec.model_fields["max_questions"].default
 TRUTH = "answers"
 METRIC = "answer_gain"
 ANSWER_COLUMNS = ["benchmark", "split", "retriever", "k", "query_id", "loglik", "loglik_no_context", "answer_gain",
@@ -156,6 +158,62 @@ def measure_answers(questions: Sequence[AnswerQuestion], doc: Callable[[str], tu
         raise first_error
     frame = pd.DataFrame(rows, columns=ANSWER_COLUMNS[2:]).astype({"k": "int64", "n_docs": "int64"})
     return AnswerRun(frame, prompts, scored, errors, time.perf_counter() - t0)
+
+
+class AnswerJudge:
+    """The answer gain at k of any ranking of one benchmark's questions, for choosing among retrievers by what helps
+    the solver (the tuner's selection by answers). The prompt, document cut and scorer are the evaluation's; the
+    no-context prompt is scored once per question, and rankings that agree on their top k cost one scoring (the
+    call cache). A failed scoring is an infrastructure failure and is raised, never a gain of 0."""
+
+    def __init__(self, queries: dict[str, str], answers: dict[str, str], aliases: dict[str, list[str]],
+                 doc: Callable[[str], tuple[str, str]], scorer: Scorer, validator: str):
+        self.queries, self.answers, self.aliases = queries, answers, aliases
+        self.doc, self.scorer, self.validator = doc, scorer, validator
+        self._without: dict[str, float] = {}
+        self.prompts = self.scored = 0
+
+    def answered(self, qids: Sequence[str]) -> list[str]:
+        """Of `qids`, the questions with an answer to score, in their order."""
+        return [q for q in qids if q in self.queries and str(self.answers.get(q) or "").strip()]
+
+    def gains(self, rankings: dict[str, Sequence[str]], k: int) -> dict[str, float]:
+        """{question: answer gain of its ranking's top k} for the ranked questions with an answer."""
+        qids = self.answered(list(rankings))
+        requests, slots = [], []   # slots: (question, whether the request is its no-context prompt)
+        for q in qids:
+            continuations = answer_continuations(self.answers[q], self.aliases.get(q, ()))
+            if q not in self._without:
+                requests.append(ScoreRequest(solver_prompt(self.queries[q], [], self.validator), continuations))
+                slots.append((q, True))
+            shown = [self.doc(d) for d in list(rankings[q])[:k]]
+            requests.append(ScoreRequest(solver_prompt(self.queries[q], shown, self.validator), continuations))
+            slots.append((q, False))
+        with_context: dict[str, float] = {}
+        for (q, without), r in zip(slots, self.scorer.score_many(requests)):
+            if isinstance(r, BaseException):
+                raise r
+            self.prompts += 1
+            self.scored += not r.cached
+            (self._without if without else with_context)[q] = float(r.best)
+        return {q: with_context[q] - self._without[q] for q in qids}
+
+
+def run_rankings(run: dict[str, dict[str, float]]) -> dict[str, list[str]]:
+    """A run's ({question: {doc: score}}) rankings, best first (ties by document id, as the metrics break them)."""
+    return {q: [d for d, _ in sorted(scores.items(), key=lambda x: (-x[1], x[0]))] for q, scores in run.items()}
+
+
+def document_cut(index, max_doc_chars: int) -> Callable[[str], tuple[str, str]]:
+    """A chunk of `index` as the candidate pools cut it for the solver: its title, then the first `max_doc_chars`
+    characters of its text."""
+    chunks, position = index.chunks, index.position
+
+    def doc(chunk_id: str) -> tuple[str, str]:
+        row = chunks.iloc[position[chunk_id]]
+        return str(row["title"]), str(row["text"])[:max_doc_chars]
+
+    return doc
 
 
 def answer_questions(queries: dict[str, str], answers: dict[str, str], judged: Sequence[str],

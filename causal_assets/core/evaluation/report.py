@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 
 from causal_assets.core.evaluation.failures import BUCKET_RULES
-from causal_assets.core.measures.significance import compare_to_baseline, format_comparison
+from causal_assets.core.measures.significance import (bootstrap_ci, compare_to_baseline, format_comparison,
+                                                     randomization_p)
 from causal_assets.core.registry.retrievers import BASELINES
 from causal_assets.core.registry.retrievers import KINDS
 
@@ -185,7 +186,8 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
                  out_dir: Path, per_query: pd.DataFrame | None = None, queries: dict[str, dict[str, str]] | None = None,
                  n_candidates: int | None = None, labels: pd.DataFrame | None = None,
                  primary: tuple[str, int] = ("ndcg", 10), sections: list[str] | None = None,
-                 answers: pd.DataFrame | None = None, answer_notes: list[str] | None = None) -> tuple[str, Path]:
+                 answers: pd.DataFrame | None = None, answer_notes: list[str] | None = None,
+                 selection: list[str] | None = None) -> tuple[str, Path]:
     """Write `<out_dir>/<benchmark>.md` and its plots; returns (markdown with inline images, path).
 
     per_query: split, retriever, query_id, value of the `primary` metric (for intervals and significance);
@@ -193,7 +195,7 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
     pool such as HotpotQA's 10 paragraphs), None for the whole corpus; labels: `mc_labels` for their summary;
     sections: extra Markdown lines placed after the headline table (e.g. the overfitting gauge); answers: the
     `evaluation_answers` rows and answer_notes what the answer utility says of itself (its cost, or why it was
-    skipped) for the "Answer utility" section."""
+    skipped) for the "Answer utility" section; selection: the lines of `truth_selection_section`, after it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     queries = queries or {}
     n_queries = {s: len(q) for s, q in queries.items()} or None
@@ -237,6 +239,8 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
         plain, embedded = answer_section(benchmark, answers, answer_notes or [], out_dir)
         lines += plain
         inline += embedded
+    lines += selection or []
+    inline += selection or []
     fail = ["## Failure buckets (queries with no relevant document in the top 10)", ""]
     if len(failures):
         counts = failures.pivot_table(index=["split", "retriever"], columns="bucket", values="query_id",
@@ -403,3 +407,75 @@ def quality_png(summaries: dict[str, dict], title: str) -> bytes:
     ax.legend(fontsize=8)
     ax.set_title(title)
     return _png(fig)
+
+
+TRUTH_TEXT = {"qrels": "the judgements (the tuner's nested figure)", "mc_labels": "the Monte Carlo labels",
+              "answers": "the answer gain"}
+
+
+def truth_selection_section(truths: dict | None, metrics: pd.DataFrame, answers: pd.DataFrame | None,
+                            primary: tuple[str, int]) -> list[str]:
+    """"Which truth selects the retriever that helps": the retriever each truth selected on the tune split
+    (`tuned.content["truths"]`, core/tuning/truths.py), scored on each eval split under all three truths, and the
+    answer gain of the answers' choice against the judgements' choice, paired on the same questions."""
+    if not truths or not truths.get("selected_by"):
+        return []
+    chosen = {t: n for t, n in truths["selected_by"].items() if n}
+    metric, k = primary
+    lines = ["## Which truth selects the retriever that helps", "",
+             f"Each truth chose among the tuned retrievers on the tune split (qrels: the tuner's nested {metric}@{k}; "
+             f"mc_labels: {metric}@{k} against the YES labels; answers: the mean answer gain at "
+             f"k={truths.get('answer_k')}, out of fold for fitted models; questions: "
+             + ", ".join(f"{t} {n}" for t, n in (truths.get("questions") or {}).items()) + "). Below, each choice "
+             "is scored on the eval splits under all three truths.", ""]
+    if "answers" not in chosen:
+        lines += ["- answers: not measured on the tune split (it needs `answers: {enabled: true}`, an LLM that "
+                  "scores prompts and train questions with an answer)", ""]
+    for split in metrics["split"].drop_duplicates():
+        rows = []
+        for truth, name in chosen.items():
+            label = f"{name}_tuned"
+            row = {"truth": truth, "selects": f"`{label}`",
+                   "tune-split figure": f"{truths['figures'].get(name, {}).get(truth, float('nan')):.4f}"}
+            for t in ("qrels", "mc_labels"):
+                hit = metrics[(metrics.split == split) & (metrics.truth == t) & (metrics.retriever == label)
+                              & (metrics.metric == metric) & (metrics.k == k)]
+                row[f"{t} {metric}@{k}"] = f"{hit['value'].iloc[0]:.4f}" if len(hit) else "-"
+            if answers is not None and len(answers):
+                own = answers[(answers.split == split) & (answers.retriever == label)]
+                for kk, g in own.groupby("k", sort=True):
+                    row[f"answer gain @{kk}"] = f"{g['answer_gain'].mean():+.3f}"
+            rows.append(row)
+        if not any(r.get(f"qrels {metric}@{k}", "-") != "-" or r.get(f"mc_labels {metric}@{k}", "-") != "-"
+                   for r in rows):
+            continue   # the tuned retrievers are not scored on this split (it holds the tune split)
+        lines += [f"### `{split}`", "", pd.DataFrame(rows).fillna("-").to_markdown(index=False), ""]
+        lines += _paired_choice(answers, split, chosen)
+    return lines
+
+
+def _paired_choice(answers: pd.DataFrame | None, split: str, chosen: dict[str, str]) -> list[str]:
+    """The answers' choice against the judgements' choice on answer gain, per k, paired on the same questions."""
+    by_answers, by_qrels = chosen.get("answers"), chosen.get("qrels")
+    if answers is None or not len(answers) or not by_answers or not by_qrels:
+        return []
+    if by_answers == by_qrels:
+        return [f"- The answer gain and the judgements select the same retriever (`{by_qrels}_tuned`): nothing to "
+                f"compare.", ""]
+    out = []
+    here = answers[answers.split == split]
+    for kk, g in here.groupby("k", sort=True):
+        wide = g.pivot_table(index="query_id", columns="retriever", values="answer_gain", aggfunc="first")
+        a, q = f"{by_answers}_tuned", f"{by_qrels}_tuned"
+        if a not in wide or q not in wide:
+            continue
+        both = wide[[a, q]].dropna()
+        diff = both[a].to_numpy() - both[q].to_numpy()
+        lo, hi = bootstrap_ci(diff)
+        p = randomization_p(both[q].to_numpy(), both[a].to_numpy())
+        verdict = ("helps the solver more" if diff.mean() > 0 else "helps the solver less") if p < 0.05 else \
+            "is not distinguishable from it"
+        out.append(f"- k={kk}: the answers' choice `{a}` against the judgements' choice `{q}`: answer gain Δ "
+                   f"{diff.mean():+.3f} nats [{lo:+.3f}, {hi:+.3f}] on {len(diff)} questions, p = {p:.4f} "
+                   f"(paired randomization): it {verdict} at p < 0.05.")
+    return out + [""] if out else []

@@ -17,11 +17,11 @@ from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.registry.benchmarks import Benchmark, BenchmarkSpec
 from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.evaluation.answers import (ANSWER_COLUMNS, REFERENCES, AnswerParams, answer_metrics,
-                                                   answer_questions, build_questions, label_rankings,
-                                                   measure_answers, planned_calls)
+                                                   answer_questions, build_questions, document_cut,
+                                                   label_rankings, measure_answers, planned_calls)
 from causal_assets.core.evaluation.failures import classify_failures
 from causal_assets.core.measures.metrics import evaluate, evaluate_per_query
-from causal_assets.core.evaluation.report import overfitting_gauge
+from causal_assets.core.evaluation.report import overfitting_gauge, truth_selection_section
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.labeling.pools import PoolParams
@@ -128,6 +128,7 @@ class EvaluationResult:
     # the answer utility: benchmark, split, retriever, k, query_id, loglik, loglik_no_context, answer_gain, n_docs
     answers: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ANSWER_COLUMNS))
     answer_notes: list[str] = field(default_factory=list)   # its cost, or why it was not measured
+    selection: list[str] = field(default_factory=list)      # the report's "which truth selects" lines
 
 
 def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: EvaluationPlan,
@@ -269,7 +270,9 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
         qrels=finish(judgements, ["benchmark", "split", "query_id", "chunk_id", "relevance"]),
         per_query=pd.concat(per_query, ignore_index=True) if per_query else None,
         judged=judged_by_split, notes=notes, sections=sections, seconds=seconds, n_candidates=n_candidates,
-        answers=answers, answer_notes=answer_notes)
+        answers=answers, answer_notes=answer_notes,
+        selection=truth_selection_section(tuned.content.get("truths") if tuned is not None else None, metrics_df,
+                                          answers, primary))
 
 
 def answer_utility(spec: BenchmarkSpec, artifacts: CorpusArtifacts,
@@ -278,8 +281,8 @@ def answer_utility(spec: BenchmarkSpec, artifacts: CorpusArtifacts,
                    ) -> tuple[pd.DataFrame, list[str]]:
     """The answer utility of every evaluated run (`core/evaluation/answers.py`) on each eval split: its rows
     (ANSWER_COLUMNS) and the report's notes on it. `splits`: (split, benchmark, evaluated question ids, its runs).
-    Off (the default), or with no evaluated question that has an answer: no rows (and no word where the
-    benchmark's questions carry no answers at all)."""
+    Off, or with no evaluated question that has an answer: no rows (and no word unless `answers.enabled` was
+    asked for by name: a benchmark whose questions carry no answers says nothing of them)."""
     empty = pd.DataFrame(columns=ANSWER_COLUMNS).astype({"k": "int64", "n_docs": "int64", "loglik": float,
                                                          "loglik_no_context": float, "answer_gain": float})
     settings = spec.answer_settings
@@ -288,21 +291,16 @@ def answer_utility(spec: BenchmarkSpec, artifacts: CorpusArtifacts,
     if not settings.enabled:
         return empty, (["off (`answers: {enabled: true}` in the benchmark registry measures it)"]
                        if any(todo.values()) else [])
-    if not any(todo.values()):
-        return empty, ["not measured: no evaluated question has an answer to score"]
+    if not any(todo.values()):   # a word only where the registry asked for it by name
+        return empty, (["not measured: no evaluated question has an answer to score"]
+                       if spec.answers.get("enabled") else [])
     scorer = answer_scorer()
     if scorer is None:
         return empty, ["not measured: the configured LLM returns no prompt log-probabilities (a local model, or an "
                        "endpoint with `prompt_logprobs` or `echo`, measures it)"]
     params = AnswerParams(tuple(settings.ks), settings.max_questions,
                           int(spec.pool_settings.get("max_doc_chars") or PoolParams.max_doc_chars))
-    chunks, position = artifacts.index.chunks, artifacts.index.position
-
-    def doc(chunk_id: str) -> tuple[str, str]:
-        """As the candidate pools cut it for the solver."""
-        row = chunks.iloc[position[chunk_id]]
-        return str(row["title"]), str(row["text"])[: params.max_doc_chars]
-
+    doc, position = document_cut(artifacts.index, params.max_doc_chars), artifacts.index.position
     by_label = label_rankings(mc_labels)
     planned = []   # (split, questions, planned calls): every split's cost is logged before the first call
     for split, bench, _, runs in splits:

@@ -116,13 +116,14 @@ class MonteCarloSpec(BaseModel):
 
 class AnswersSpec(BaseModel):
     """`answers:` of a benchmark: the evaluation's answer utility (`core/evaluation/answers.py`), the solver's
-    log-likelihood of the gold answer given each retriever's top k. Off unless `enabled: true`: its cost (about
-    questions x (retrievers + 3) x k scorings) is not yet bounded to what the default lineage can afford."""
+    log-likelihood of the gold answer given each retriever's top k, and the answer gain as a truth the tuner
+    selects by (`core/tuning/truths.py`). On wherever questions have answers and the LLM scores prompts; its cost,
+    about questions x (retrievers + 3) x k scorings per eval split, is bounded by `max_questions` and `ks`."""
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    ks: list[Annotated[int, Field(ge=1, strict=True)]] = Field(default=[1, 3, 5], min_length=1)
-    max_questions: int = Field(default=20, ge=1, strict=True)   # per eval split
-    enabled: bool = False
+    ks: list[Annotated[int, Field(ge=1, strict=True)]] = Field(default=[1, 3], min_length=1)
+    max_questions: int = Field(default=10, ge=1, strict=True)   # per eval split, and on the tune split
+    enabled: bool = True
 
 
 def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any]) -> dict[str, Any]:

@@ -95,6 +95,11 @@ class TuningSpec(BaseModel):
     # choice. Chosen on the shipped benchmarks' small train samples (docs: "Choosing a retriever on few
     # questions"); null: the best nested figure, however small its margin.
     robust_default: str | None = ROBUST_DEFAULT
+    # Which truth picks the selected retriever among the tuned ones: the judgements (the nested figure above), the
+    # Monte Carlo labels, or the answer gain at `answer_k` (the solver's answer given the top k; needs a scorer and
+    # train questions with answers). Every truth's choice is recorded and evaluated either way.
+    select_by: Literal["qrels", "mc_labels", "answers"] = "qrels"
+    answer_k: int = Field(3, ge=1)
     encoder: EncoderSpec | None = None           # fine-tune the dense encoder first (tuned_encoder asset)
     reranker: RerankerSpec | None = None         # a cross-encoder over the selected retriever (tuned_reranker asset)
     seed: int = 0

@@ -97,6 +97,7 @@ class TuningContext:
         self.scored_queries: set[str] = set()
         self.nested_of: dict[str, dict[str, float]] = {}   # retriever -> nested score per train query
         self._runs: dict[str, dict[str, float]] = {}   # (retriever, params, queries) key -> metric per query
+        self._ranked: dict[str, dict[str, dict[str, float]]] = {}   # the same key and depth -> its run
         self._built: dict[str, Any] = {}
         # the learned model's CV folds (`cross_validate`), once per fold split, for every retriever's nested figure
         self.splits = repeated_folds(spec, bench)
@@ -177,20 +178,34 @@ class TuningContext:
     def run_point(self, name: str, params: dict[str, Any], sub: Benchmark, split: int = 0) -> dict[str, float]:
         """The metric per query of `name` at `params` on `sub`'s queries, with the learned member of fold split
         `split`, run once."""
-        combination = KINDS[name].combination
-        by_split = combination and '"@learned"' in point_key(params)
-        key = point_key({"retriever": name, "params": params, "queries": sub.query_ids(),
-                         "split": split if by_split else 0})
+        key = self._key(name, params, sub, split)
         if key not in self._runs:
-            # The learned member ranks each train query with the fold model that never saw it, so the train
-            # figure of a combination is as out-of-sample as learned's own (cross-validated) one.
-            built_params = with_models(params, self.out_of_fold[split] if self.out_of_fold is not None else None) \
-                if combination else params
-            retriever = build_retriever(name, self.index, built_params, self.neighbors, None, self.graph,
-                                        self.scorer_for(name, params))
-            rr = run_benchmark(retriever, sub, self.k, name)
-            self._runs[key] = named_metric_per_query(sub.qrels, rr.run, self.spec.metric)
+            self._runs[key] = named_metric_per_query(sub.qrels, self.ranked(name, params, sub, split),
+                                                     self.spec.metric)
         return self._runs[key]
+
+    def ranked(self, name: str, params: dict[str, Any], sub: Benchmark, split: int = 0,
+               depth: int | None = None) -> dict[str, dict[str, float]]:
+        """The run ({query: {doc: score}}) of `name` at `params` on `sub`'s queries to `depth` (default: the
+        metric's k), out of sample: the learned kind ranks each query with the fold model of split `split` that never
+        saw it, and so does a combination's learned member. Run once per point and depth."""
+        depth = depth or self.k
+        key = self._key(name, params, sub, split) + f"@{depth}"
+        if key not in self._ranked:
+            if trained_here(name) and self.out_of_fold is not None and not given_model(params):
+                retriever = self.out_of_fold[split]
+            else:
+                built_params = with_models(params, self.out_of_fold[split] if self.out_of_fold is not None
+                                           else None) if KINDS[name].combination else params
+                retriever = build_retriever(name, self.index, built_params, self.neighbors, None, self.graph,
+                                            self.scorer_for(name, params))
+            self._ranked[key] = run_benchmark(retriever, sub, depth, name).run
+        return self._ranked[key]
+
+    def _key(self, name: str, params: dict[str, Any], sub: Benchmark, split: int) -> str:
+        by_split = (KINDS[name].combination and '"@learned"' in point_key(params)) or trained_here(name)
+        return point_key({"retriever": name, "params": params, "queries": sub.query_ids(),
+                          "split": split if by_split else 0})
 
     def measure_runs(self, name: str, sub: Benchmark) -> Measure:
         """Points measured by `run_point` on every fold split."""

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from causal_assets.core.evaluation.answers import AnswerJudge
 from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.registry.retrievers import KINDS
@@ -21,6 +22,7 @@ from causal_assets.core.tuning.strategies.combination import combination
 from causal_assets.core.tuning.strategies.coordinate import coordinate
 from causal_assets.core.tuning.strategies.learned import learned
 from causal_assets.core.tuning.strategies.sweep import sweep
+from causal_assets.core.tuning.truths import TruthSelection, apply_selection, select_by_truths
 
 STRATEGIES: dict[str, Callable[[TuningContext, str], Any]] = {
     "sweep": sweep, "fit": learned, "coordinate": coordinate, "combination": combination, "causal": causal}
@@ -35,6 +37,7 @@ class TuningResult:
     query_ids: list[str] = field(default_factory=list)     # every query the tuner scored
     selection_note: str = ""                               # how far the selection can be trusted (`compare_nested`)
     nested: dict[str, dict[str, float]] = field(default_factory=dict)   # retriever -> nested figure per train query
+    truths: TruthSelection | None = None                   # which retriever each truth selects (`tuning.truths`)
 
     @property
     def selected(self) -> str | None:
@@ -55,7 +58,8 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
          neighbors=None, graph=None, mc_labels: pd.DataFrame | None = None, forbidden: tuple[str, ...] = (),
          log: Callable[[str], None] = lambda m: None,
          extra_sources: Callable[[str], tuple | None] | None = None,
-         scorer: Callable[[], Any] | None = None) -> TuningResult:
+         scorer: Callable[[], Any] | None = None, judge: AnswerJudge | None = None,
+         answer_questions: int = 20) -> TuningResult:
     """Search every retriever of `spec.resolved_retrievers(listed)` on `bench`, each by its kind's strategy in the
     table's order (each after what it is built on), then select one.
 
@@ -65,7 +69,9 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     Benchmark, graph) of another benchmark named in `spec.learned_extra`, or None when it is not available.
     `scorer()`: the LLM's log-probability scorer; the causal retriever is then tuned with `answer_model: likelihood`
     unless its params name another (`causal_answer_model`), and without one with the lexical fallback. Its
-    measurements go through the call cache, so every trial after the first re-reads them."""
+    measurements go through the call cache, so every trial after the first re-reads them. `judge`: the answer gain's
+    scorer for the selection by truth (`truths.select_by_truths`, at most `answer_questions` train questions);
+    without it only the judgements and the labels select."""
     if bench.split in forbidden:
         raise ValueError(f"refusing to tune on split {bench.split!r}: it is an evaluation split")
     ctx = TuningContext(index, bench, spec, listed, neighbors, graph, mc_labels, log, extra_sources, scorer)
@@ -83,5 +89,8 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
         for n, b in ctx.best.items():
             if "selection_margin" in b:
                 log(f"{n}: {b['selection_margin']}")
+    truths = select_by_truths(ctx, judge, spec.answer_k, answer_questions, log) if ctx.best else None
+    if truths is not None:
+        note = " ".join(x for x in (note, apply_selection(ctx, truths, spec.select_by)) if x)
     trials = pd.DataFrame(ctx.rows, columns=TRIAL_COLUMNS)
-    return TuningResult(trials, ctx.best, ctx.models, sorted(ctx.scored_queries), note, ctx.nested_of)
+    return TuningResult(trials, ctx.best, ctx.models, sorted(ctx.scored_queries), note, ctx.nested_of, truths)
