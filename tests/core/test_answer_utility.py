@@ -122,7 +122,7 @@ def answer_rows() -> pd.DataFrame:
         for retriever, shift in (("bm25", 2.0), ("dense", 1.0), ("@gold", 3.0), ("@random", 0.0)):
             for k in (1, 3):
                 g = shift + rng.normal(0, 0.5)
-                rows.append(("toy", "test", retriever, k, f"q{q}", base + g, base, g, k))
+                rows.append(("toy", "test", retriever, k, f"q{q}", base + g, base, g, k, math.nan, math.nan))
     return pd.DataFrame(rows, columns=ANSWER_COLUMNS)
 
 
@@ -153,6 +153,19 @@ def test_checks_accept_nats_for_answers_and_keep_ranking_metrics_in_the_unit_ran
     assert not check_metrics(pd.concat([ranking.assign(value=1.5), metrics])).passed
     assert not check_metrics(pd.concat([ranking, metrics.assign(value=float("inf"))])).passed
     assert check_answers(rows).passed and check_answers(rows.iloc[:0]).passed
+    assert "answer_score" not in set(metrics["metric"])   # no generating solver: no verdict metrics
+    judged = rows.assign(answer_score=(rows["answer_gain"] > 1).astype(float) * 0.8,
+                         answer_passed=(rows["answer_gain"] > 1).astype(float))
+    verdicts = answer_metrics(judged)
+    assert set(verdicts["metric"]) == {"answer_gain", "answer_score", "answer_passed"}
+    passed = verdicts[(verdicts.metric == "answer_passed") & (verdicts.retriever == "@gold")]
+    assert passed["value"].between(0, 1).all() and check_metrics(verdicts).passed
+    assert not check_metrics(verdicts.assign(value=verdicts["value"] + 2)).passed   # verdicts stay in [0, 1]
+    assert check_answers(judged).passed and not check_answers(judged.assign(answer_passed=2.0)).passed
+    table = answer_table(judged)
+    assert "answers passed" in table and "answers passed" not in answer_table(rows)
+    gold_at_1 = judged[(judged.retriever == "@gold") & (judged.k == 1)]["answer_passed"].mean()
+    assert table[(table.retriever == "@gold") & (table.k == 1)]["answers passed"].iloc[0] == f"{gold_at_1:.2f}"
     assert not check_answers(rows.assign(answer_gain=float("nan"))).passed
     assert not check_answers(rows.assign(n_docs=rows["k"] + 1)).passed
 
@@ -189,3 +202,26 @@ def test_off_or_skipped_without_answers_or_without_a_scoring_llm(tmp_path, answe
     assert rows.empty and list(rows.columns) == ANSWER_COLUMNS
     assert (notes == []) if note is None else (len(notes) == 1 and notes[0].startswith(note)), notes
     assert len(asked) == (1 if not scores else 0)
+
+
+@pytest.mark.slow
+def test_a_generating_solver_s_answers_are_judged_per_prompt(scorer, tmp_path):
+    """Where the solver generates (`answers.verdicts`), each distinct prompt's greedy answer (the packaged local
+    server, the same Gemma-3-270M) is validated: the planted retriever's top 1 holds the answer and passes, the
+    distractors and no context do not; a failed generation would leave NaN, never a failed answer."""
+    from causal_assets.core.labeling.solver import BlindSolver
+    from causal_assets.core.llm.client import LLMClient
+    from causal_assets.core.llm.server import LocalLlamaServer
+
+    with LocalLlamaServer(n_threads=1, n_ctx=2048, log_path=tmp_path / "server.log", startup_timeout_s=90) as srv, \
+            LLMClient(srv.base_url, srv.alias, cache=CallCache(tmp_path / "chat.sqlite"), timeout_s=60,
+                      max_retries=1) as client:
+        run = measure_answers(questions(), DOCS.get, scorer, "answer_containment", (1,),
+                              solver=BlindSolver(client, "answer_containment"))
+    rows = run.rows.set_index(["retriever", "query_id"])
+    assert not run.errors and rows["answer_passed"].notna().all()
+    for q in QUERIES:
+        assert rows.loc[("planted", q), "answer_passed"] == 1.0, rows.loc["planted"]
+        assert rows.loc[("distractors", q), "answer_passed"] == 0.0, rows.loc["distractors"]
+    assert set(answer_metrics(run.rows.assign(split="test"))["metric"]) == {"answer_gain", "answer_score",
+                                                                            "answer_passed"}

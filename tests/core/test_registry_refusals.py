@@ -277,7 +277,7 @@ def _registry(tmp_path, **extra):
     ("monte_carlo", {"split": "test"}, r"monte_carlo.split 'test' is not one of splits \['dev'\]"),
     ("pooling", {"sise": 8}, r"pooling\.sise: unknown key; known keys: size"),
     ("pooling", {"size": 0}, r"pooling\.size: Input should be greater than or equal to 1"),
-    ("answers", {"kz": [1, 3]}, r"answers\.kz: unknown key; known keys: ks, max_questions, enabled"),
+    ("answers", {"kz": [1, 3]}, r"answers\.kz: unknown key; known keys: ks, max_questions, enabled, verdicts"),
     ("answers", {"ks": [1, 0]}, r"answers\.ks\.1: Input should be greater than or equal to 1"),
     ("answers", {"ks": [-3]}, r"answers\.ks\.0: Input should be greater than or equal to 1"),
     ("answers", {"ks": []}, r"answers\.ks: List should have at least 1 item"),

@@ -25,11 +25,12 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Container, Sequence
+from typing import Any, Callable, Container, Sequence
 
 import pandas as pd
 
 from causal_assets.core.labeling.solver import answer_continuations, solver_prompt
+from causal_assets.core.labeling.validators import validate
 from causal_assets.core.llm.errors import LLMError
 from causal_assets.core.llm.scoring import ScoreRequest, Scorer
 from causal_assets.core.foundation.schemas import ranking_effect
@@ -43,7 +44,10 @@ DEFAULT_MAX_QUESTIONS = AnswersSpec.model_fields["max_questions"].default
 TRUTH = "answers"
 METRIC = "answer_gain"
 ANSWER_COLUMNS = ["benchmark", "split", "retriever", "k", "query_id", "loglik", "loglik_no_context", "answer_gain",
-                  "n_docs"]
+                  "n_docs", "answer_score", "answer_passed"]
+# Where the solver generates (`answers.verdicts`): the validator's verdict on its greedy answer given the top k,
+# as evaluation_metrics rows of truth `answers` too (NaN in the table where it does not generate).
+VERDICT_METRICS = ("answer_score", "answer_passed")
 
 
 def is_reference(retriever: str) -> bool:
@@ -73,6 +77,7 @@ class AnswerQuestion:
     text: str
     continuations: tuple[str, ...]           # `answer_continuations` of its answer and aliases
     rankings: dict[str, list[str]]           # retriever or reference -> doc ids, best first
+    golds: tuple[str, ...] = ()              # the answer and its aliases, for the validator's verdict
 
 
 @dataclass
@@ -117,10 +122,13 @@ def reference_rankings(query_id: str, relevant: dict[str, float], candidates: Se
 
 
 def measure_answers(questions: Sequence[AnswerQuestion], doc: Callable[[str], tuple[str, str]], scorer: Scorer,
-                    validator: str, ks: Sequence[int], log: Callable[[str], None] = lambda m: None) -> AnswerRun:
+                    validator: str, ks: Sequence[int], log: Callable[[str], None] = lambda m: None,
+                    solver: Any = None) -> AnswerRun:
     """The answer gain of every ranking of every question at every k (module docstring). `doc(id)`: the
     document's (title, text) as the solver sees it. One `score_many` batch per question; a failed scoring leaves
-    its rows out (and is listed in `errors`); when every scoring fails, the first failure is raised."""
+    its rows out (and is listed in `errors`); when every scoring fails, the first failure is raised. `solver`: a
+    generating solver (`labeling.solver.BlindSolver`): each distinct prompt's greedy answer is also validated
+    (`answer_score`, `answer_passed`; a failed generation leaves them NaN and is listed in `errors`)."""
     t0 = time.perf_counter()
     rows, errors = [], []
     prompts = scored = ok = 0
@@ -128,12 +136,18 @@ def measure_answers(questions: Sequence[AnswerQuestion], doc: Callable[[str], tu
     for n, q in enumerate(questions, 1):
         baseline = solver_prompt(q.text, [], validator)
         index: dict[str, int] = {baseline: 0}
+        contexts: list[list[tuple[str, str]]] = [[]]   # per distinct prompt, the documents it shows
         planned = []   # (ranking, k, prompt index, documents shown)
         for name, ranking in q.rankings.items():
             for k in ks:
-                shown = ranking[:k]
-                prompt = solver_prompt(q.text, [doc(d) for d in shown], validator) if shown else baseline
-                planned.append((name, k, index.setdefault(prompt, len(index)), len(shown)))
+                shown = [doc(d) for d in ranking[:k]]
+                prompt = solver_prompt(q.text, shown, validator) if shown else baseline
+                if prompt not in index:
+                    index[prompt] = len(index)
+                    contexts.append(shown)
+                planned.append((name, k, index[prompt], len(shown)))
+        verdicts = verdicts_of(solver, q, contexts, validator, errors) if solver is not None else \
+            [(math.nan, math.nan)] * len(contexts)
         results = scorer.score_many([ScoreRequest(p, q.continuations) for p in index])
         prompts += len(results)
         values: list[float | None] = []
@@ -150,13 +164,15 @@ def measure_answers(questions: Sequence[AnswerQuestion], doc: Callable[[str], tu
             continue
         for name, k, i, n_docs in planned:
             if values[i] is not None:
-                rows.append((name, k, q.query_id, values[i], values[0], values[i] - values[0], n_docs))
+                rows.append((name, k, q.query_id, values[i], values[0], values[i] - values[0], n_docs,
+                             *verdicts[i]))
         if n % 10 == 0 or n == len(questions):
             log(f"answer utility: {n}/{len(questions)} questions, {prompts} prompts ({scored} scored, the rest "
                 f"cached) in {time.perf_counter() - t0:.0f}s")
     if first_error is not None and ok == 0:
         raise first_error
-    frame = pd.DataFrame(rows, columns=ANSWER_COLUMNS[2:]).astype({"k": "int64", "n_docs": "int64"})
+    frame = pd.DataFrame(rows, columns=ANSWER_COLUMNS[2:]).astype({"k": "int64", "n_docs": "int64",
+                                                                    "answer_score": float, "answer_passed": float})
     return AnswerRun(frame, prompts, scored, errors, time.perf_counter() - t0)
 
 
@@ -216,6 +232,21 @@ def document_cut(index, max_doc_chars: int) -> Callable[[str], tuple[str, str]]:
     return doc
 
 
+def verdicts_of(solver: Any, q: AnswerQuestion, contexts: list[list[tuple[str, str]]], validator: str,
+                errors: list[str]) -> list[tuple[float, float]]:
+    """(validator score, passed as 1.0 / 0.0) of the solver's greedy answer given each context; NaN where the
+    generation failed (an infrastructure failure, listed in `errors`, never a failed answer)."""
+    out = []
+    for r in solver.attempt_many(q.text, contexts):
+        if isinstance(r, BaseException):
+            errors.append(f"{q.query_id}: answer generation: {type(r).__name__}: {str(r)[:200]}")
+            out.append((math.nan, math.nan))
+        else:
+            v = validate(validator, r.text, list(q.golds))
+            out.append((float(v.score), float(v.passed)))
+    return out
+
+
 def answer_questions(queries: dict[str, str], answers: dict[str, str], judged: Sequence[str],
                      limit: int) -> list[str]:
     """The questions answer utility is measured on: the judged ones with an answer, in their order, at most
@@ -245,14 +276,21 @@ def build_questions(qids: Sequence[str], queries: dict[str, str], answers: dict[
         rankings.update(reference_rankings(q, qrels.get(q, {}), candidates, labels.get(q), seed))
         if known is not None:
             rankings = {name: [d for d in docs if d in known] for name, docs in rankings.items()}
-        out.append(AnswerQuestion(q, queries[q], answer_continuations(answers[q], aliases.get(q, ())), rankings))
+        out.append(AnswerQuestion(q, queries[q], answer_continuations(answers[q], aliases.get(q, ())), rankings,
+                                  (str(answers[q]), *[str(a) for a in aliases.get(q, ())])))
     return out
 
 
 def answer_metrics(rows: pd.DataFrame) -> pd.DataFrame:
-    """`evaluation_metrics` rows of the answers: the mean gain per (split, retriever, k), truth `answers`."""
+    """`evaluation_metrics` rows of the answers, truth `answers`: the mean gain per (split, retriever, k), and
+    where the solver generated, the mean validator score and pass rate of its answers."""
+    columns = ["split", "truth", "retriever", "metric", "k", "value"]
     if not len(rows):
-        return pd.DataFrame(columns=["split", "truth", "retriever", "metric", "k", "value"])
-    means = rows.groupby(["split", "retriever", "k"], sort=False)["answer_gain"].mean().reset_index()
-    return means.rename(columns={"answer_gain": "value"}).assign(truth=TRUTH, metric=METRIC)[
-        ["split", "truth", "retriever", "metric", "k", "value"]]
+        return pd.DataFrame(columns=columns)
+    frames = []
+    for metric in (METRIC, *VERDICT_METRICS):
+        if metric not in rows or rows[metric].isna().all():
+            continue
+        means = rows.dropna(subset=[metric]).groupby(["split", "retriever", "k"], sort=False)[metric].mean()
+        frames.append(means.reset_index().rename(columns={metric: "value"}).assign(truth=TRUTH, metric=metric))
+    return pd.concat(frames, ignore_index=True)[columns]

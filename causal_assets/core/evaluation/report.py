@@ -261,9 +261,12 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
 def answer_table(group: pd.DataFrame) -> pd.DataFrame:
     """One split's answer gains (`evaluation_answers` rows) as the report prints them: per retriever and k the mean
     gain with its 95% bootstrap interval, and the paired difference to the best retriever at that k (references
-    `@...` excluded) with its interval and Fisher's randomization p, on the questions both have."""
+    `@...` excluded) with its interval and Fisher's randomization p, on the questions both have; where the solver
+    generated, the share of its answers the validator passed."""
     out = []
+    judged = "answer_passed" in group and group["answer_passed"].notna().any()
     for k, at_k in group.groupby("k", sort=True):
+        passed = at_k.groupby("retriever", sort=False)["answer_passed"].mean() if judged else None
         per_query = at_k.rename(columns={"answer_gain": "value"})[["retriever", "query_id", "value"]]
         own = [r for r in per_query["retriever"].drop_duplicates() if not str(r).startswith("@")]
         table = compare_to_baseline(per_query, baselines=own, fill=None)
@@ -277,6 +280,7 @@ def answer_table(group: pd.DataFrame) -> pd.DataFrame:
                 "Δ vs best": f"{delta:+.3f}" if has_delta else "(best)" if r["retriever"] == r["baseline"] else "",
                 "Δ 95% interval": f"[{r['delta_low']:+.3f}, {r['delta_high']:+.3f}]" if has_delta else "",
                 "p (randomization)": (f"{r['p']:.4f}" + (" *" if r["significant"] else "")) if has_delta else "",
+                **({"answers passed": f"{passed[r['retriever']]:.2f}"} if judged else {}),
             })
     return pd.DataFrame(out)
 

@@ -25,6 +25,7 @@ from causal_assets.core.evaluation.report import overfitting_gauge, truth_select
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.evaluation.truth import label_qrels
 from causal_assets.core.labeling.pools import PoolParams
+from causal_assets.core.labeling.solver import BlindSolver
 from causal_assets.core.llm.scoring import Scorer
 from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
 from causal_assets.core.registry.retrievers import FIRST_STAGE, KINDS
@@ -247,7 +248,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
         every_run = pd.concat(runs, ignore_index=True)
         answers, answer_notes = answer_utility(
             spec, artifacts, [(split, bench, judged, every_run[every_run["split"] == split])
-                              for split, bench, judged in answer_inputs], mc_labels, answer_scorer, log)
+                              for split, bench, judged in answer_inputs], mc_labels, answer_scorer, log, llm_client)
         if len(answers):
             metrics.append(answer_metrics(answers))
     metrics_df = finish(metrics, ["benchmark", "split", "truth", "retriever", "metric", "k", "value"])
@@ -277,14 +278,16 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
 
 def answer_utility(spec: BenchmarkSpec, artifacts: CorpusArtifacts,
                    splits: list[tuple[str, Benchmark, list[str], pd.DataFrame]], mc_labels: pd.DataFrame | None,
-                   answer_scorer: Callable[[], Scorer | None], log: Callable[[str], None] = lambda m: None
-                   ) -> tuple[pd.DataFrame, list[str]]:
+                   answer_scorer: Callable[[], Scorer | None], log: Callable[[str], None] = lambda m: None,
+                   llm_client: Callable[[], Any] | None = None) -> tuple[pd.DataFrame, list[str]]:
     """The answer utility of every evaluated run (`core/evaluation/answers.py`) on each eval split: its rows
     (ANSWER_COLUMNS) and the report's notes on it. `splits`: (split, benchmark, evaluated question ids, its runs).
-    Off, or with no evaluated question that has an answer: no rows (and no word unless `answers.enabled` was
+    `llm_client()`: the chat endpoint whose greedy answers are validated where `answers.verdicts` asks (asked for
+    only then). Off, or with no evaluated question that has an answer: no rows (and no word unless `answers.enabled` was
     asked for by name: a benchmark whose questions carry no answers says nothing of them)."""
     empty = pd.DataFrame(columns=ANSWER_COLUMNS).astype({"k": "int64", "n_docs": "int64", "loglik": float,
-                                                         "loglik_no_context": float, "answer_gain": float})
+                                                         "loglik_no_context": float, "answer_gain": float,
+                                                         "answer_score": float, "answer_passed": float})
     settings = spec.answer_settings
     todo = {split: answer_questions(bench.queries, bench.answers, judged, settings.max_questions)
             for split, bench, judged, _ in splits}
@@ -316,13 +319,17 @@ def answer_utility(spec: BenchmarkSpec, artifacts: CorpusArtifacts,
             f"score calls at most (identical prompts once, cached ones free), by `{scorer.model_id}`")
         planned.append((split, questions, calls))
     frames, notes = [], []
+    solver = BlindSolver(llm_client(), spec.validator) \
+        if planned and llm_client is not None and settings.generates(spec.monte_carlo.get("outcome")) else None
     for split, questions, calls in planned:
-        run = measure_answers(questions, doc, scorer, spec.validator, params.ks, log)
+        run = measure_answers(questions, doc, scorer, spec.validator, params.ks, log, solver)
         frames.append(run.rows.assign(benchmark=spec.name, split=split)[ANSWER_COLUMNS])
         notes.append(f"`{split}`: {len(questions)} questions with an answer (at most `answers.max_questions` "
                      f"{params.max_questions}), k in {list(params.ks)}, documents cut to {params.max_doc_chars} "
                      f"characters; {run.prompts} distinct prompts of at most {calls}, {run.scored} scored by "
                      f"`{scorer.model_id}` (the rest from the call cache) in {run.seconds:.0f} s"
+                     + (f"; each prompt's greedy answer judged by `{spec.validator}` (answer_score, answer_passed)"
+                        if solver is not None else "")
                      + (f"; {len(run.errors)} scorings failed and are left out (first: {run.errors[0]})"
                         if run.errors else ""))
     return (pd.concat(frames, ignore_index=True) if frames else empty), notes

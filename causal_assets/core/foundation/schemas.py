@@ -62,10 +62,11 @@ COMMON = {
     "ci_low": "Lower end of the effect's confidence interval.",
     "ci_high": "Upper end of the effect's confidence interval.",
     "origin": "Why the document is in the candidate pool: seed (gold), seed_neighbor (its graph neighbour), top_candidate (the retrievers' top hits), hard_negative (top hits that are not gold), random.",
-    "metric": "Metric name (ndcg, map, mrr, recall, precision, hit_rate; answer_gain for truth answers).",
+    "metric": "Metric name (ndcg, map, mrr, recall, precision, hit_rate; answer_gain, answer_score and "
+              "answer_passed for truth answers).",
     "k": "Cut-off of the metric (metric@k).",
-    "value": "Metric value: in [0, 1] for the ranking metrics; for answer_gain the mean gain over questions in nats "
-             "(either sign).",
+    "value": "Metric value: in [0, 1] for the ranking metrics and the answers' verdicts; for answer_gain the mean "
+             "gain over questions in nats (either sign).",
     "truth": "What the metric is measured against: qrels (the benchmark's judgements), mc_labels, or answers (the "
              "solver's log-likelihood of the gold answer given the top k: evaluation_answers).",
     "bucket": "Failure bucket: vocabulary_mismatch, specificity_gap, distractor_overlap or other.",
@@ -104,7 +105,11 @@ PER_ASSET = {
                   "top k documents, cut as the labels cut them, in the labels' prompt.",
         "loglik_no_context": "The same with no document (one per question, shared by its rows).",
         "answer_gain": "loglik - loglik_no_context, in nats: how much likelier the top k make the right answer.",
-        "n_docs": "Documents actually shown (fewer than k where the ranking is shorter)."},
+        "n_docs": "Documents actually shown (fewer than k where the ranking is shorter).",
+        "answer_score": "Where the solver generates (answers.verdicts): the validator's score of its greedy answer "
+                        "given the top k (token F1 for answer_f1, 1 or 0 for the others); NaN where it does not.",
+        "answer_passed": "Where the solver generates: 1 when the validator accepts its greedy answer given the top "
+                         "k, else 0; NaN where it does not."},
     "mc_labels": {"average_effect": "Effect of including the document averaged over the random subsets of the others "
                                     "(no interaction context): the effect size labelled documents are ranked by.",
                   "outcome": "What a trial measured: qa_likelihood, likelihood or success.",

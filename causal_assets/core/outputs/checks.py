@@ -127,10 +127,11 @@ def check_pools(pools: pd.DataFrame, chunk_ids: Iterable[str]) -> CheckOutcome:
 
 
 def check_metrics(metrics: pd.DataFrame) -> CheckOutcome:
-    """Every metric value is finite; the ranking metrics (Recall, P, MRR, nDCG, MAP, hit rate) are in [0, 1], the
-    answer gains (truth `answers`) are nats, of either sign."""
+    """Every metric value is finite; the ranking metrics (Recall, P, MRR, nDCG, MAP, hit rate) and the answers'
+    verdicts (answer_score, answer_passed) are in [0, 1], the answer gains (metric `answer_gain`) are nats, of
+    either sign."""
     values = metrics["value"].to_numpy(np.float64)
-    ranking = (metrics["truth"] != "answers").to_numpy() if "truth" in metrics else np.ones(len(values), bool)
+    ranking = (metrics["metric"] != "answer_gain").to_numpy() if "metric" in metrics else np.ones(len(values), bool)
     return CheckOutcome.of(
         rows=len(metrics), ok_has_rows=len(metrics) > 0, bad_non_finite=_non_finite(values),
         answer_rows=int((~ranking).sum()),
@@ -150,7 +151,9 @@ def check_answers(answers: pd.DataFrame) -> CheckOutcome:
         rows=len(answers), bad_non_finite=_non_finite(np.concatenate([with_ctx, without, gain])),
         bad_positive_loglik=int(((with_ctx > 1e-3) | (without > 1e-3)).sum()),
         bad_gain_not_difference=int((np.abs(gain - (with_ctx - without)) > 1e-6).sum()),
-        bad_more_docs_than_k=int((answers["n_docs"] > answers["k"]).sum()))
+        bad_more_docs_than_k=int((answers["n_docs"] > answers["k"]).sum()),
+        bad_verdict_out_of_unit_range=sum(int(((answers[c] < 0) | (answers[c] > 1)).sum())
+                                          for c in ("answer_score", "answer_passed") if c in answers))
 
 
 def check_ranked_results(runs: pd.DataFrame, group: list[str], doc: str = "doc_id") -> CheckOutcome:

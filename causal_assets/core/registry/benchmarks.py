@@ -124,6 +124,12 @@ class AnswersSpec(BaseModel):
     ks: list[Annotated[int, Field(ge=1, strict=True)]] = Field(default=[1, 3], min_length=1)
     max_questions: int = Field(default=10, ge=1, strict=True)   # per eval split, and on the tune split
     enabled: bool = True
+    # The validator's verdict on the solver's greedy answer given the top k (one generation per distinct prompt,
+    # through the chat endpoint); None: where the labels' solver generates (`monte_carlo.outcome` success or both).
+    verdicts: bool | None = None
+
+    def generates(self, outcome: str | None) -> bool:
+        return self.verdicts if self.verdicts is not None else outcome in ("success", "both")
 
 
 def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any]) -> dict[str, Any]:
