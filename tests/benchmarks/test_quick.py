@@ -47,6 +47,7 @@ NOT_QUICK = {
     "causal_gate": "reads tuned_retrievers' store and scores with the LLM on a materialized multi-hop benchmark",
     "learned_fold_seeds": "tunes the learned model on materialized multi-hop benchmarks, scoring through the LLM",
     "binding_parity": "compares another llama.cpp binding, installed in a venv of its own, with the shipped one",
+    "answer_utility": "reads a benchmark's evaluated answer utility and tuned configuration (an hour of LLM scoring)",
 }
 LIBRARIES = {"common", "synthetic_corpus"}   # imported by the scripts, not run
 
