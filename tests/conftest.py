@@ -110,7 +110,10 @@ def small_registry(tmp_path, scifact_small) -> Path:
          "splits": ["train", "test"], "eval_splits": ["test"], "tune_split": "train"},
         {"name": "hotpotqa", "loader": "hotpotqa", "corpus": "hotpotqa", "path": str(hotpot_small),
          "splits": ["dev", "train", "test"], "eval_splits": ["dev"], "tune_split": "train", "validator": "answer_f1",
-         "retrievers": {"bm25": {}, "dense": {}, "hybrid": {}, "cascade": {}, "entity_first": {"k": 2}}},
+         "retrievers": {"bm25": {}, "dense": {}, "hybrid": {}, "cascade": {}, "entity_first": {"k": 2}},
+         # the answer utility (on by default) has its own tests, which switch it on here (test_evaluation.py);
+         # elsewhere every evaluation and tuning of this benchmark would load and run the solver for it
+         "answers": {"enabled": False}},
     ]}
     (tmp_path / "benchmarks.yaml").write_text(yaml.safe_dump(benchmarks))
     return path

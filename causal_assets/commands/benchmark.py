@@ -164,6 +164,10 @@ def _tune_summary(args, spec: BenchmarkSpec, result) -> None:
           f"`{meta.get('selected')}` (configuration {meta.get('config_version')})")
     if meta.get("selection_note"):
         print(f"  {meta['selection_note']}")
+    chosen = {t: n for t, n in (meta.get("selected_by") or {}).items() if n}
+    if len(chosen) > 1:   # the judgements' choice and at least one other truth's
+        print("  each truth's choice on the tune split: " + ", ".join(f"{t} `{n}`" for t, n in chosen.items())
+              + f" (selected by {meta.get('select_by', 'qrels')})")
 
 
 def _evaluation_summary(args, spec: BenchmarkSpec, result) -> None:
@@ -176,6 +180,12 @@ def _evaluation_summary(args, spec: BenchmarkSpec, result) -> None:
         against = "the gold documents" if truth == "qrels" else "the Monte Carlo labels"
         print(f"{metric} on `{split}` against {against}: "
               + ", ".join(f"{r} {v:.3f}" for r, v in zip(top["retriever"], top["value"])))
+    gains = metrics[metrics["metric"] == "answer_gain"]
+    for split, group in gains.groupby("split", sort=False):
+        k = int(group["k"].max())
+        top = group[group["k"] == k].sort_values("value", ascending=False).head(SHOWN_RETRIEVERS)
+        print(f"answer gain at k={k} on `{split}` (nats the top {k} add to the solver's log-likelihood of the "
+              f"answer): " + ", ".join(f"{r} {v:+.2f}" for r, v in zip(top["retriever"], top["value"])))
     report = args.settings.reports / f"{spec.name}.md"
     print(f"report: {report}")
 

@@ -80,11 +80,14 @@ def test_evaluate_and_tune_run_through_dagster_and_print_what_they_found(own):
     assert "evaluating 6 configured retrievers" in done.stderr and "evaluated in" in done.stderr
     assert "ndcg@10 on `test` against the gold documents: " in done.stdout
     assert f"report: {own['CAUSAL_ASSETS_REPORTS']}/brindle.md" in done.stdout
+    # the questions have answers: the answer utility is measured (on by default) and summarized
+    assert "answer gain at k=3 on `test` (nats the top 3 add to the solver's log-likelihood" in done.stdout
     assert [r.status.value for r in runs(own)] == ["SUCCESS", "SUCCESS"]   # the build, then the evaluation
     done = run_cli("tune", "brindle", env=own)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "tuned on 5 train questions by ndcg@10: selected `" in done.stdout
     assert "robust default" in done.stdout                          # how far the selection can be trusted
+    assert "each truth's choice on the tune split: qrels `" in done.stdout and "answers `" in done.stdout
     assert len(runs(own)) == 3
 
 

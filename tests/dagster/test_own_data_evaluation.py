@@ -47,7 +47,9 @@ def make_resources(tmp_path: Path, benchmarks: list[dict]) -> dict:
 
 
 RETRIEVERS = {"bm25": {}, "dense": {}, "hybrid": {}}
-GOLD = {"name": BENCH, "loader": "questions", "corpus": CORPUS, "path": "questions.jsonl", "retrievers": RETRIEVERS}
+# the answer utility (on by default) is tested on its own (tests/cli/test_benchmark_commands.py runs it on this folder)
+GOLD = {"name": BENCH, "loader": "questions", "corpus": CORPUS, "path": "questions.jsonl", "retrievers": RETRIEVERS,
+        "answers": {"enabled": False}}
 
 
 def evaluate(resources, partition: str, corpus: str):
@@ -68,8 +70,7 @@ def test_gold_questions_of_a_folder_are_evaluated_with_a_small_sample_caveat_and
     result = evaluate(resources, BENCH, CORPUS)
     assert result.success
     metrics = pd.read_parquet(tmp_path / "parquet" / "evaluation_metrics" / f"{BENCH}.parquet")
-    # the questions have answers: the answer utility is measured too (on by default)
-    assert set(metrics["truth"]) == {"qrels", "answers"} and set(metrics["split"]) == {"test"}
+    assert set(metrics["truth"]) == {"qrels"} and set(metrics["split"]) == {"test"}
     assert metrics["value"].notna().all()
     queries = pd.read_parquet(tmp_path / "parquet" / "evaluation_queries" / f"{BENCH}.parquet")
     assert set(queries["query_id"]) == {"port", "single_file", "keep", "exclude"}   # the `test` hash half
@@ -105,7 +106,7 @@ def test_questions_without_gold_are_evaluated_against_the_labels_only(tmp_path):
     result = evaluate(resources, NOGOLD, CORPUS)
     assert result.success
     metrics = pd.read_parquet(tmp_path / "parquet" / "evaluation_metrics" / f"{NOGOLD}.parquet")
-    assert set(metrics["truth"]) == {"mc_labels", "answers"} and metrics["value"].notna().all()
+    assert set(metrics["truth"]) == {"mc_labels"} and metrics["value"].notna().all()
     ndcg = metrics[(metrics.metric == "ndcg") & (metrics.k == 10)].set_index("retriever")["value"]
     assert (ndcg > 0.5).all(), ndcg
     report = report_of(result)
