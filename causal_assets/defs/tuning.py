@@ -20,9 +20,8 @@ from dagster import (AssetDep, AssetExecutionContext, AssetOut, AutomationCondit
 
 from causal_assets.core.outputs.checks import check_tuning_trials
 from causal_assets.core.foundation.errors import CorpusError
-from causal_assets.core.evaluation.answers import AnswerJudge, document_cut
+from causal_assets.core.evaluation.answers import AnswerJudge, answer_questions, doc_chars, document_cut
 from causal_assets.core.evaluation.truth import label_qrels
-from causal_assets.core.labeling.pools import PoolParams
 from causal_assets.core.index.dense import model_reference
 from causal_assets.core.retrievers.cross_encoder import member_dir, member_dirs
 from causal_assets.core.registry.retrievers import KINDS
@@ -312,7 +311,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     # The answer gain is a third truth to select by where the registry measures answers and the LLM scores prompts
     # (core/tuning/truths.py); the judge's model is loaded only when the tuning runs.
     answers = spec.answer_settings
-    answered = [q for q in bench.query_ids() if str(bench.answers.get(q) or "").strip()]
+    answered = answer_questions(bench.queries, bench.answers, bench.query_ids(), len(bench.queries))
     judged_by_answers = answers.enabled and bool(answered) and llm.scores_prompts()
     if tuning.select_by == "answers" and not judged_by_answers:
         raise CorpusError(f"benchmark {spec.name!r}: tuning.select_by answers needs `answers: {{enabled: true}}` "
@@ -331,8 +330,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         "code": code_version()})
     def fit():
         judge = AnswerJudge(bench.queries, bench.answers, bench.aliases,
-                            document_cut(index, int(spec.pool_settings.get("max_doc_chars")
-                                                    or PoolParams.max_doc_chars)),
+                            document_cut(index, doc_chars(spec)),
                             llm.scorer(spec.monte_carlo.get("solver")), spec.validator) \
             if judged_by_answers else None
         result = tune(index, bench, tuning, spec.retrievers, artifacts.neighbors, graph, mc_labels,

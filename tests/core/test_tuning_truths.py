@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from causal_assets.core.evaluation.answers import AnswerJudge, run_rankings
+from causal_assets.core.evaluation.answers import AnswerJudge
+from causal_assets.core.measures.metrics import ranked
 from causal_assets.core.registry.tuning import TuningSpec
 from causal_assets.core.tuning.search import tune
 from tests.core.tiny_corpus import PARAGRAPHS, QUESTIONS, tiny_benchmark, tiny_index
@@ -63,6 +64,6 @@ def test_the_answer_gain_selects_with_the_real_solver_and_scores_no_context_once
     assert all(g > 0 for g in gold.values()), gold
     # each question's no-context prompt once across every ranking scored; a repeat is served by the cache
     asked = judge.prompts
-    again = judge.gains(run_rankings({q: {d: 1.0} for q, d in ((q, next(iter(tiny_benchmark().qrels[q])))
-                                                               for q in list(bench.queries)[:5])}), 1)
+    again = judge.gains({q: ranked({d: 1.0}) for q, d in ((q, next(iter(tiny_benchmark().qrels[q])))
+                                                             for q in list(bench.queries)[:5])}, 1)
     assert judge.prompts == asked + 5 and again == gold

@@ -29,12 +29,13 @@ from typing import Any, Callable, Container, Sequence
 
 import pandas as pd
 
+from causal_assets.core.labeling.pools import PoolParams
 from causal_assets.core.labeling.solver import answer_continuations, solver_prompt
 from causal_assets.core.labeling.validators import validate
 from causal_assets.core.llm.errors import LLMError
 from causal_assets.core.llm.scoring import ScoreRequest, Scorer
 from causal_assets.core.foundation.schemas import ranking_effect
-from causal_assets.core.registry.benchmarks import AnswersSpec
+from causal_assets.core.registry.benchmarks import AnswersSpec, BenchmarkSpec
 
 GOLD, LABELS, RANDOM = "@gold", "@labels", "@random"
 REFERENCES = (GOLD, LABELS, RANDOM)
@@ -191,7 +192,7 @@ class AnswerJudge:
 
     def answered(self, qids: Sequence[str]) -> list[str]:
         """Of `qids`, the questions with an answer to score, in their order."""
-        return [q for q in qids if q in self.queries and str(self.answers.get(q) or "").strip()]
+        return answer_questions(self.queries, self.answers, qids, len(qids))
 
     def gains(self, rankings: dict[str, Sequence[str]], k: int) -> dict[str, float]:
         """{question: answer gain of its ranking's top k} for the ranked questions with an answer."""
@@ -215,9 +216,10 @@ class AnswerJudge:
         return {q: with_context[q] - self._without[q] for q in qids}
 
 
-def run_rankings(run: dict[str, dict[str, float]]) -> dict[str, list[str]]:
-    """A run's ({question: {doc: score}}) rankings, best first (ties by document id, as the metrics break them)."""
-    return {q: [d for d, _ in sorted(scores.items(), key=lambda x: (-x[1], x[0]))] for q, scores in run.items()}
+def doc_chars(spec: BenchmarkSpec) -> int:
+    """The labels' document cut of `spec` (`pooling.max_doc_chars`, else the pools' default): the answer utility
+    shows each document as the solver saw it in the labels."""
+    return int(spec.pool_settings.get("max_doc_chars") or PoolParams.max_doc_chars)
 
 
 def document_cut(index, max_doc_chars: int) -> Callable[[str], tuple[str, str]]:

@@ -17,14 +17,14 @@ from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.registry.benchmarks import Benchmark, BenchmarkSpec
 from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.evaluation.answers import (ANSWER_COLUMNS, REFERENCES, AnswerParams, answer_metrics,
-                                                   answer_questions, build_questions, document_cut,
-                                                   label_rankings, measure_answers, planned_calls)
+                                                   answer_questions, build_questions, doc_chars,
+                                                   document_cut, label_rankings, measure_answers,
+                                                   planned_calls)
 from causal_assets.core.evaluation.failures import classify_failures
 from causal_assets.core.measures.metrics import evaluate, evaluate_per_query
 from causal_assets.core.evaluation.report import overfitting_gauge, truth_selection_section
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
 from causal_assets.core.evaluation.truth import label_qrels
-from causal_assets.core.labeling.pools import PoolParams
 from causal_assets.core.labeling.solver import BlindSolver
 from causal_assets.core.llm.scoring import Scorer
 from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
@@ -301,8 +301,7 @@ def answer_utility(spec: BenchmarkSpec, artifacts: CorpusArtifacts,
     if scorer is None:
         return empty, ["not measured: the configured LLM returns no prompt log-probabilities (a local model, or an "
                        "endpoint with `prompt_logprobs` or `echo`, measures it)"]
-    params = AnswerParams(tuple(settings.ks), settings.max_questions,
-                          int(spec.pool_settings.get("max_doc_chars") or PoolParams.max_doc_chars))
+    params = AnswerParams(tuple(settings.ks), settings.max_questions, doc_chars(spec))
     doc, position = document_cut(artifacts.index, params.max_doc_chars), artifacts.index.position
     by_label = label_rankings(mc_labels)
     planned = []   # (split, questions, planned calls): every split's cost is logged before the first call

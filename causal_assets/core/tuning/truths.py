@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from causal_assets.core.evaluation.answers import AnswerJudge, run_rankings
+from causal_assets.core.evaluation.answers import AnswerJudge
 from causal_assets.core.evaluation.truth import label_qrels
-from causal_assets.core.measures.metrics import named_metric_per_query
+from causal_assets.core.measures.metrics import named_metric_per_query, ranked
 from causal_assets.core.registry.benchmarks import restrict
 from causal_assets.core.registry.tuning import ORDER
 from causal_assets.core.tuning.context import TuningContext
@@ -28,8 +28,6 @@ class TruthSelection:
     figures: dict[str, dict[str, float]]             # retriever -> truth -> its train figure
     questions: dict[str, int] = field(default_factory=dict)   # truth -> train questions its figures are on
     answer_k: int = 3
-    seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
     def content(self) -> dict[str, Any]:
         return {"selected_by": self.selected_by, "figures": self.figures, "questions": self.questions,
@@ -54,7 +52,7 @@ def select_by_truths(ctx: TuningContext, judge: AnswerJudge | None, answer_k: in
                  "mc_labels": len(labelled), "answers": len(answered)}
     wanted = set(labelled) | set(answered)
     if not names or not wanted:
-        return TruthSelection(selected, figures, questions, answer_k, time.perf_counter() - t0)
+        return TruthSelection(selected, figures, questions, answer_k)
     sub = restrict(ctx.bench, [q for q in judged if q in wanted])
     for n in names:
         run = ctx.ranked(n, ctx.best[n]["params"], sub, 0, depth=max(ctx.k, answer_k))
@@ -62,18 +60,17 @@ def select_by_truths(ctx: TuningContext, judge: AnswerJudge | None, answer_k: in
             per = named_metric_per_query(labelled, {q: run.get(q, {}) for q in labelled}, ctx.spec.metric)
             figures[n]["mc_labels"] = float(np.mean(list(per.values())))
         if answered:
-            gains = judge.gains(run_rankings({q: run.get(q, {}) for q in answered}), answer_k)
+            gains = judge.gains({q: ranked(run.get(q, {})) for q in answered}, answer_k)
             figures[n]["answers"] = float(np.mean(list(gains.values())))
     for truth in ("mc_labels", "answers"):
         measured = [n for n in names if truth in figures[n]]
         if measured:
             selected[truth] = max(measured, key=lambda n: (figures[n][truth], -ORDER[n]))
-    seconds = time.perf_counter() - t0
     log("selection by truth on the tune split: " + "; ".join(
         f"{truth} ({questions[truth]} questions) -> {selected[truth]}" for truth in TRUTHS if selected[truth])
         + (f"; answer gain at k={answer_k}: {judge.prompts} prompts, {judge.scored} scored" if judge else "")
-        + f" in {seconds:.0f}s")
-    return TruthSelection(selected, figures, questions, answer_k, seconds)
+        + f" in {time.perf_counter() - t0:.0f}s")
+    return TruthSelection(selected, figures, questions, answer_k)
 
 
 def apply_selection(ctx: TuningContext, choice: TruthSelection, truth: str) -> str | None:
