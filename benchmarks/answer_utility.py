@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT_DIR, PARQUET, ROOT, machine, write_json  # noqa: E402
 
 from causal_assets.core.foundation.storage import asset_path, read_parquet  # noqa: E402
-from causal_assets.core.measures.significance import bootstrap_ci, randomization_p  # noqa: E402
+from causal_assets.core.evaluation.answers import paired_gain  # noqa: E402
+from causal_assets.core.measures.significance import bootstrap_ci  # noqa: E402
 from causal_assets.core.stored.tuned import load_tuned  # noqa: E402
 
 
@@ -35,14 +36,11 @@ def gains(answers, retriever: str, k: int) -> dict:
 
 def paired(answers, a: str, b: str, k: int) -> dict:
     """`a` against `b` on answer gain at k, on the questions both have."""
-    at = answers[answers["k"] == k].pivot_table(index="query_id", columns="retriever", values="answer_gain")
-    if a not in at or b not in at:
+    d = paired_gain(answers, a, b, k)
+    if d is None:
         return {"questions": 0}
-    both = at[[a, b]].dropna()
-    diff = both[a].to_numpy() - both[b].to_numpy()
-    lo, hi = bootstrap_ci(diff)
-    return {"delta": round(float(diff.mean()), 3), "ci95": [round(lo, 3), round(hi, 3)],
-            "p": round(randomization_p(both[b].to_numpy(), both[a].to_numpy()), 4), "questions": len(diff)}
+    return {"delta": round(d["delta"], 3), "ci95": [round(d["low"], 3), round(d["high"], 3)],
+            "p": round(d["p"], 4), "questions": d["questions"]}
 
 
 def main() -> None:

@@ -225,3 +225,24 @@ def test_a_generating_solver_s_answers_are_judged_per_prompt(scorer, tmp_path):
         assert rows.loc[("distractors", q), "answer_passed"] == 0.0, rows.loc["distractors"]
     assert set(answer_metrics(run.rows.assign(split="test"))["metric"]) == {"answer_gain", "answer_score",
                                                                             "answer_passed"}
+
+
+def test_the_truths_choices_are_scored_and_the_answers_choice_paired_with_the_judgements():
+    from causal_assets.core.evaluation.answers import paired_gain
+    from causal_assets.core.evaluation.report import truth_selection_section
+
+    rows = answer_rows().replace({"retriever": {"bm25": "bm25_tuned", "dense": "dense_tuned"}})
+    d = paired_gain(rows, "bm25_tuned", "dense_tuned", 1)
+    wide = rows[rows.k == 1].pivot_table(index="query_id", columns="retriever", values="answer_gain")
+    assert d["questions"] == 12 and math.isclose(d["delta"], (wide["bm25_tuned"] - wide["dense_tuned"]).mean())
+    assert d["low"] <= d["delta"] <= d["high"] and 0 <= d["p"] <= 1
+    assert paired_gain(rows, "bm25_tuned", "missing", 1) is None
+    metrics = pd.DataFrame({"split": "test", "truth": "qrels", "retriever": ["bm25_tuned", "dense_tuned"],
+                            "metric": "ndcg", "k": 10, "value": [0.6, 0.7]})
+    truths = {"selected_by": {"qrels": "dense", "mc_labels": None, "answers": "bm25"}, "answer_k": 1,
+              "figures": {"dense": {"qrels": 0.7, "answers": 1.0}, "bm25": {"qrels": 0.6, "answers": 2.0}},
+              "questions": {"qrels": 12, "mc_labels": 0, "answers": 12}}
+    lines = truth_selection_section(truths, metrics, rows, ("ndcg", 10))
+    text = "\n".join(lines)
+    assert "| answers | `bm25_tuned`  |" in text and "| qrels   | `dense_tuned` |" in text
+    assert f"answer gain Δ {d['delta']:+.3f} nats" in text and "it helps the solver more" in text

@@ -35,6 +35,7 @@ from causal_assets.core.labeling.validators import validate
 from causal_assets.core.llm.errors import LLMError
 from causal_assets.core.llm.scoring import ScoreRequest, Scorer
 from causal_assets.core.foundation.schemas import ranking_effect
+from causal_assets.core.measures.significance import bootstrap_ci, randomization_p
 from causal_assets.core.registry.benchmarks import AnswersSpec, BenchmarkSpec
 
 GOLD, LABELS, RANDOM = "@gold", "@labels", "@random"
@@ -281,6 +282,21 @@ def build_questions(qids: Sequence[str], queries: dict[str, str], answers: dict[
         out.append(AnswerQuestion(q, queries[q], answer_continuations(answers[q], aliases.get(q, ())), rankings,
                                   (str(answers[q]), *[str(a) for a in aliases.get(q, ())])))
     return out
+
+
+def paired_gain(rows: pd.DataFrame, a: str, b: str, k: int) -> dict[str, float] | None:
+    """Retriever `a` against `b` on answer gain at `k` (`evaluation_answers` rows of one split), on the questions
+    both have: the mean difference, its 95% bootstrap interval, Fisher's paired randomization p and the number of
+    questions; None where either has no row at that k."""
+    wide = rows[rows["k"] == k].pivot_table(index="query_id", columns="retriever", values="answer_gain",
+                                            aggfunc="first")
+    if a not in wide or b not in wide:
+        return None
+    both = wide[[a, b]].dropna()
+    diff = both[a].to_numpy() - both[b].to_numpy()
+    lo, hi = bootstrap_ci(diff)
+    return {"delta": float(diff.mean()), "low": lo, "high": hi,
+            "p": randomization_p(both[b].to_numpy(), both[a].to_numpy()), "questions": len(diff)}
 
 
 def answer_metrics(rows: pd.DataFrame) -> pd.DataFrame:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 
 from causal_assets.core.evaluation.failures import BUCKET_RULES
-from causal_assets.core.measures.significance import (bootstrap_ci, compare_to_baseline, format_comparison,
-                                                     randomization_p)
+from causal_assets.core.evaluation.answers import paired_gain
+from causal_assets.core.measures.significance import compare_to_baseline, format_comparison
 from causal_assets.core.registry.retrievers import BASELINES
 from causal_assets.core.registry.retrievers import KINDS
 
@@ -468,18 +468,14 @@ def _paired_choice(answers: pd.DataFrame | None, split: str, chosen: dict[str, s
                 f"compare.", ""]
     out = []
     here = answers[answers.split == split]
-    for kk, g in here.groupby("k", sort=True):
-        wide = g.pivot_table(index="query_id", columns="retriever", values="answer_gain", aggfunc="first")
-        a, q = f"{by_answers}_tuned", f"{by_qrels}_tuned"
-        if a not in wide or q not in wide:
+    a, q = f"{by_answers}_tuned", f"{by_qrels}_tuned"
+    for kk in sorted(here["k"].unique()):
+        d = paired_gain(here, a, q, kk)
+        if d is None:
             continue
-        both = wide[[a, q]].dropna()
-        diff = both[a].to_numpy() - both[q].to_numpy()
-        lo, hi = bootstrap_ci(diff)
-        p = randomization_p(both[q].to_numpy(), both[a].to_numpy())
-        verdict = ("helps the solver more" if diff.mean() > 0 else "helps the solver less") if p < 0.05 else \
+        verdict = ("helps the solver more" if d["delta"] > 0 else "helps the solver less") if d["p"] < 0.05 else \
             "is not distinguishable from it"
         out.append(f"- k={kk}: the answers' choice `{a}` against the judgements' choice `{q}`: answer gain Δ "
-                   f"{diff.mean():+.3f} nats [{lo:+.3f}, {hi:+.3f}] on {len(diff)} questions, p = {p:.4f} "
-                   f"(paired randomization): it {verdict} at p < 0.05.")
+                   f"{d['delta']:+.3f} nats [{d['low']:+.3f}, {d['high']:+.3f}] on {d['questions']} questions, "
+                   f"p = {d['p']:.4f} (paired randomization): it {verdict} at p < 0.05.")
     return out + [""] if out else []
