@@ -1,11 +1,13 @@
 """Label quality of the Monte Carlo labels against gold supporting paragraphs (HotpotQA, 2Wiki, MuSiQue).
 
-    .venv/bin/python benchmarks/label_quality.py --dataset hotpotqa [--questions 200] [--solver gemma3-270m]
-        [--outcome likelihood] [--estimator adaptive] [--budget 32] [--max-doc-chars 0] [--threads 0] [--busy N]
+    .venv/bin/python benchmarks/label_quality.py --dataset hotpotqa [--split train] [--questions 200]
+        [--solver gemma3-270m] [--outcome likelihood] [--estimator adaptive] [--budget 32] [--max-doc-chars 0]
+        [--no-stop-when-decided] [--threads 0] [--busy N]
     .venv/bin/python benchmarks/label_quality.py --quick --out /tmp/label_quality.json   # a smoke run
 
 Each question's own paragraphs are its pool; the labelling is the product's (`label_question`, local solver,
-through the call cache). Reported against the gold paragraphs: YES precision / recall / F1 and the UNCERTAIN
+through the call cache), with the dataset's registry settings unless flags say otherwise (HotpotQA: 24 trials,
+400-character paragraphs, the regression estimator on the qa_likelihood outcome). Reported against the gold paragraphs: YES precision / recall / F1 and the UNCERTAIN
 share; the ranking by average effect (top-2 precision, R-precision, per-question ROC AUC); the same for the
 baseline "the paragraph contains the answer string"; and the cost (calls, tokens evaluated of requested, seconds
 per question, load, cache hits). The trials are kept in the JSON, so estimators can be compared offline with
@@ -19,6 +21,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common import busy_loops  # noqa: E402
-from causal_assets.core.registry.benchmarks import hash_half  # noqa: E402
+from causal_assets.core.registry.benchmarks import hash_half, load_benchmark_registry  # noqa: E402
 from causal_assets.core.corpus.multihop import read_multihop  # noqa: E402
 from causal_assets.core.labeling.quality import expected_precision_at, label_quality_rows, summarize  # noqa: E402
-from causal_assets.core.labeling.runner import LabelingParams, estimate, label_question  # noqa: E402
+from causal_assets.core.labeling.design import balanced_stages  # noqa: E402
+from causal_assets.core.labeling.runner import LabelingParams, estimate, label_question, question_rng  # noqa: E402
 from causal_assets.core.labeling.solver import LikelihoodSolver  # noqa: E402
 from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
@@ -84,21 +88,24 @@ def main() -> None:
     ap.add_argument("--split", choices=["all", "train", "test"], default="all",
                     help="hash half of the question ids (the benchmarks' train/test split)")
     ap.add_argument("--solver", choices=sorted(LOCAL_MODELS), default="gemma3-270m")
-    ap.add_argument("--estimator", default="adaptive")
-    ap.add_argument("--outcome", default="likelihood", choices=["likelihood", "qa_likelihood"])
-    ap.add_argument("--budget", type=int, default=32)
+    ap.add_argument("--estimator", default=None, help="default: the registry entry's, else the product's")
+    ap.add_argument("--outcome", default=None, choices=["likelihood", "qa_likelihood"])
+    ap.add_argument("--budget", type=int, default=None)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--threshold-nats", type=float, default=LabelingParams.threshold_nats)
-    ap.add_argument("--question-weight", type=float, default=LabelingParams.question_weight,
+    ap.add_argument("--no-stop-when-decided", dest="stop_when_decided", action="store_false", default=None,
+                    help="regression: run every trial of the budget, even where the first block decided every label")
+    ap.add_argument("--threshold-nats", type=float, default=None)
+    ap.add_argument("--question-weight", type=float, default=None,
                     help="weight of the question's own log-likelihood in the qa_likelihood outcome")
-    ap.add_argument("--max-doc-chars", type=int, default=0, help="cut each paragraph (0 = whole paragraph)")
+    ap.add_argument("--max-doc-chars", type=int, default=None,
+                    help="cut each paragraph (0 = whole paragraph; default: the registry's pooling.max_doc_chars)")
     ap.add_argument("--threads", type=int, default=0,
                     help="llama.cpp threads (0 = the cores other processes leave free, re-measured per batch)")
     ap.add_argument("--busy", type=int, default=0,
                     help="run beside N CPU-bound loops (seconds per question on a loaded machine)")
     ap.add_argument("--cache", type=Path, default=ROOT / "data" / "benchmarks" / "label_quality_calls.sqlite")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--alpha", type=float, default=LabelingParams.alpha, help="1 - confidence of the label intervals")
+    ap.add_argument("--alpha", type=float, default=None, help="1 - confidence of the label intervals")
     ap.add_argument("--reanalyze", type=Path, nargs="+", default=None,
                     help="re-estimate labels from previous JSONs' trials (no LLM; per_question entries are merged)")
     ap.add_argument("--max-trials", type=int, default=0,
@@ -111,9 +118,15 @@ def main() -> None:
         args.questions, args.budget, args.max_doc_chars = 1, 16, 150
         args.cache = out.with_name(out.stem + "_calls.sqlite")
         out.parent.mkdir(parents=True, exist_ok=True)
-    cfg = LabelingParams(estimator=args.estimator, outcome=args.outcome, budget=args.budget, batch=args.batch,
-                         threshold_nats=args.threshold_nats, alpha=args.alpha,
-                         question_weight=args.question_weight)
+    # the dataset's registry entry (its labelling settings), then the flags given
+    spec = load_benchmark_registry(shared_data=SETTINGS.shared_data).get(args.dataset)
+    registry = {k: v for k, v in (spec.monte_carlo if spec else {}).items() if k in LabelingParams.__dataclass_fields__}
+    if args.max_doc_chars is None:
+        args.max_doc_chars = int(spec.pool_settings.get("max_doc_chars") or 0) if spec else 0
+    flags = {"estimator": args.estimator, "outcome": args.outcome, "budget": args.budget,
+             "stop_when_decided": args.stop_when_decided, "threshold_nats": args.threshold_nats,
+             "alpha": args.alpha, "question_weight": args.question_weight}
+    cfg = LabelingParams(**{**registry, **{k: v for k, v in flags.items() if v is not None}, "batch": args.batch})
 
     data = read_multihop(SETTINGS.shared_data / DATASETS[args.dataset])
     questions = [q for q in data.questions if args.split == "all" or hash_half(q.question_id) == args.split]
@@ -140,6 +153,23 @@ def ranked_effects(result) -> list[float]:
     return [float(v) for v in ranking_effect(table)]
 
 
+def trials_run(question_id: str, trials: list[dict], doc_ids: list[str], cfg: LabelingParams) -> list[dict]:
+    """Of a question's recorded trials of the whole balanced design, those the labeller runs when it stops after the
+    first block where every label is decided (`LabelingParams.stop_when_decided`): the first block's own rows, or
+    all of them."""
+    design, stage = balanced_stages(len(doc_ids), cfg.budget, question_rng(question_id, cfg.seed))
+    first = Counter(tuple(np.flatnonzero(row).tolist()) for row in design[stage == 0])
+    position = {d: i for i, d in enumerate(doc_ids)}
+    block = []
+    for t in trials:
+        row = tuple(sorted(position[d] for d in t["subset"]))
+        if first[row] > 0:
+            first[row] -= 1
+            block.append(t)
+    decided = all(e.label != "UNCERTAIN" for e in estimate(block, doc_ids, cfg).docs)
+    return block if decided and len(block) < len(trials) else trials
+
+
 def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
     scorer = None if prior else local_scorer(args.solver, CallCache(args.cache), SETTINGS.models_dir,
                                          n_threads=args.threads or None)
@@ -152,11 +182,13 @@ def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
         if prior:
             old = prior["per_question"][q.question_id]
             trials = old["trials"][: args.max_trials or None]
+            if cfg.estimator == "regression" and cfg.stop_when_decided and not args.max_trials:
+                trials = trials_run(q.question_id, trials, doc_ids, cfg)
             result = estimate(trials, doc_ids, cfg)
             calls = {k: old.get(k) for k in ("calls", "paid", "seconds", "errors", "tokens_evaluated",
                                              "tokens_requested")}
-            if args.max_trials and old.get("calls"):
-                calls["calls"] = min(old["calls"], args.max_trials)
+            if old.get("calls"):
+                calls["calls"] = min(old["calls"], len(trials))
         else:
             ev0, rq0 = scorer.tokens_evaluated, scorer.tokens_requested
             o = label_question(q.question_id, q.question, q.answer, pool, LikelihoodSolver(scorer, "answer_f1"), cfg,

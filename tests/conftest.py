@@ -33,7 +33,7 @@ def pytest_configure(config) -> None:
 # models: in the fast lane, not in the unit lane.
 NOT_UNIT = {"test_sandbox.py", "test_code_benchmark.py", "test_llm.py", "test_llm_endpoint.py", "test_cores.py",
             "test_labeling_faults.py", "test_orphan_guard.py", "test_search_startup.py", "test_reranker_tuning.py",
-            "test_encoder_tuning.py"}
+            "test_encoder_tuning.py", "test_labels_early_stop.py"}
 
 
 @pytest.hookimpl(tryfirst=True)   # before `-m` deselects by markers

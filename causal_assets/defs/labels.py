@@ -110,7 +110,8 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     threads = {"llama_threads": ", ".join(f"{n} from {t:g} s" for t, n in history)} if history else {}
     yield Output(trials_df, output_name="mc_trials", metadata={**threads,
         "questions": n_questions, "trials": len(trials_df), "estimator": cfg.estimator, "outcome": cfg.outcome,
-        "budget_per_question": cfg.budget, "wall_seconds": round(seconds, 1),
+        "budget_per_question": cfg.budget, "trials_per_question": round(len(trials_df) / max(1, n_questions), 2),
+        "wall_seconds": round(seconds, 1),
         "seconds_per_question": round(seconds / max(1, n_questions), 2),
         "mean_loglik": float(trials_df["loglik"].mean()) if trials_df["loglik"].notna().any() else None,
         "success_rate": float(trials_df["success"].dropna().mean()) if trials_df["success"].notna().any() else None,

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import hadamard
 
-__all__ = ["bernoulli_design", "balanced_design", "leave_one_out_design", "balanced_columns", "mixed_design"]
+__all__ = ["bernoulli_design", "balanced_design", "balanced_stages", "leave_one_out_design", "balanced_columns",
+           "mixed_design"]
 
 
 def _rng(rng) -> np.random.Generator:
@@ -50,10 +51,19 @@ def balanced_design(n_docs: int, n_trials: int, rng=None) -> np.ndarray:
     The Hadamard order is the smallest power of two > ``n_docs`` (so there are enough balanced orthogonal
     columns). Complete blocks are independently randomised (column choice, sign flips, row order);
     remaining rows use :func:`balanced_columns`."""
+    return balanced_stages(n_docs, n_trials, rng)[0]
+
+
+def balanced_stages(n_docs: int, n_trials: int, rng=None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`balanced_design`'s rows (the same rows for the same ``rng``) and each row's block: 0 for the first
+    whole Hadamard block, 1, 2, ... for the blocks after it and the balanced rest.
+
+    Block 0 alone is an orthogonal design of every main effect, so a labeller can fit after it and run the rest
+    only where a label is still undecided; where it runs them all, it has exactly the rows it always had."""
     rng = _rng(rng)
     n_docs, n_trials = int(n_docs), int(n_trials)
     if n_docs == 0 or n_trials == 0:
-        return np.zeros((n_trials, n_docs), dtype=bool)
+        return np.zeros((n_trials, n_docs), dtype=bool), np.zeros(n_trials, dtype=int)
     order = 1 << int(np.ceil(np.log2(n_docs + 1)))
     order = max(order, 2)
     blocks = [_hadamard_block(n_docs, order, rng) for _ in range(n_trials // order)]
@@ -61,7 +71,11 @@ def balanced_design(n_docs: int, n_trials: int, rng=None) -> np.ndarray:
     if rest:
         blocks.append(balanced_columns(n_docs, rest, rng))
     out = np.vstack(blocks)
-    return out[rng.permutation(n_trials)] if len(blocks) > 1 else out
+    stage = np.concatenate([np.full(len(b), i) for i, b in enumerate(blocks)])
+    if len(blocks) > 1:
+        perm = rng.permutation(n_trials)
+        return out[perm], stage[perm]
+    return out, stage
 
 
 def leave_one_out_design(n_docs: int) -> np.ndarray:

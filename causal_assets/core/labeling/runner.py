@@ -5,8 +5,9 @@ forcing: graded, one prompt evaluation per trial), ``success`` (greedy answer va
 (labels from the likelihood, the classic ΔP from the pass/fail trials reported beside them).
 
 Estimators: ``adaptive`` (balanced first batch, then trials only where a document's interval still straddles the
-threshold, labels from the joint regression), ``regression`` (a fixed balanced design of ``budget`` trials, then
-the joint regression with interactions) and ``naive`` (the classic protocol: Bernoulli(0.5) subsets, ΔP = mean outcome in -
+threshold, labels from the joint regression), ``regression`` (a balanced design of ``budget`` trials, then
+the joint regression with interactions; with ``stop_when_decided``, its first orthogonal block is run alone and the
+rest only where a label is still UNCERTAIN after it) and ``naive`` (the classic protocol: Bernoulli(0.5) subsets, ΔP = mean outcome in -
 out). Infrastructure failures (timeouts, 429/5xx, malformed output) are journalled as errored calls and never
 become trials; after ``max_consecutive_errors`` failed batches the step fails, and a re-run resumes for free from
 the call cache (the subsets are seeded by question id, so the same calls are asked again).
@@ -22,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from causal_assets.core.registry.benchmarks import DEFAULT_BUDGET, budget_problem
-from causal_assets.core.labeling.design import balanced_design, bernoulli_design
-from causal_assets.core.labeling.estimators import AdaptiveLabeler, LabelingResult, naive, regression
+from causal_assets.core.labeling.design import balanced_stages, bernoulli_design
+from causal_assets.core.labeling.estimators import UNCERTAIN, AdaptiveLabeler, LabelingResult, naive, regression
 from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver, answer_continuations
 from causal_assets.core.labeling.validators import validate
 from causal_assets.core.llm.errors import BudgetExceeded, LLMInfrastructureError
@@ -51,6 +52,9 @@ class LabelingParams:
     batch: int = 8
     alpha: float = 0.2             # 80% intervals
     seed: int = 0
+    # regression: run the design's first orthogonal block (16 trials for 8-15 documents), and the rest of the
+    # budget only where a label is still UNCERTAIN after it. Chosen on HotpotQA's train half (docs/decisions.md).
+    stop_when_decided: bool = True
     max_consecutive_errors: int = 3
 
     def __post_init__(self):
@@ -135,14 +139,21 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
     threshold = config.label_threshold
     labeler = AdaptiveLabeler(len(pool), threshold, config.budget, config.batch, rng=rng, doc_ids=doc_ids) \
         if config.estimator == "adaptive" else None
+    later = np.zeros((0, len(pool)), dtype=bool)   # the regression's rows after its first block, where needed
     if config.estimator == "regression":
-        pending = balanced_design(len(pool), config.budget, rng)
+        pending, stage = balanced_stages(len(pool), config.budget, rng)
+        if config.stop_when_decided:
+            pending, later = pending[stage == 0], pending[stage != 0]
     elif config.estimator == "naive":
         pending = bernoulli_design(len(pool), config.budget, 0.5, rng)
     kw = {"aliases": aliases or ()} if validator == "fqn_match" else {}
     continuations = answer_continuations(gold, aliases or ()) if scorer is not None else ()
     errors_in_a_row = 0
     while True:
+        if labeler is None and not len(pending) and len(later):
+            if any(e.label == UNCERTAIN for e in estimate(out.trials, doc_ids, config).docs):
+                pending = later
+            later = later[:0]
         subsets = labeler.next_subsets() if labeler else pending
         pending = np.zeros((0, len(pool)), dtype=bool)
         if len(subsets) == 0:

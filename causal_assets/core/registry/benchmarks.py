@@ -112,6 +112,7 @@ class MonteCarloSpec(BaseModel):
     solver: Literal["gemma3-270m", "smollm2-135m"] | None = None   # a packaged local model (core/llm/models.py)
     threshold_nats: float | None = Field(default=None, ge=0)      # nats of log-likelihood
     question_weight: float | None = Field(default=None, ge=0)
+    stop_when_decided: bool | None = None   # regression: the rest of the budget only where a label is undecided
 
 
 class AnswersSpec(BaseModel):
