@@ -36,15 +36,26 @@ NOT_UNIT = {"test_sandbox.py", "test_code_benchmark.py", "test_llm.py", "test_ll
             "test_encoder_tuning.py", "test_labels_early_stop.py"}
 
 
-@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by markers
+@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by markers, and before xdist reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
-    """The unit lane (`-m unit`): tests/core's pure-logic tests, none slow, none with a real model or process."""
+    """The unit lane (`-m unit`): tests/core's pure-logic tests, none slow, none with a real model or process.
+
+    Under xdist (`-n auto --dist loadgroup`, the README's test command) each file's tests run on one worker, in
+    order, so a module's fixtures are built once; tests/e2e is one group, in order, because its tests drive the
+    commands on the checkout's own `data/` (the README walkthrough fills it, the tutorial and the screenshots read
+    it). The longest groups are handed out first."""
     for item in items:
         path = Path(str(item.fspath))
+        if not item.get_closest_marker("xdist_group"):
+            group = "e2e" if path.parent.name == "e2e" else str(path.relative_to(Path(__file__).parent))
+            item.add_marker(pytest.mark.xdist_group(group))
         if (path.parent.name == "core" and path.parent.parent.name == "tests" and path.name not in NOT_UNIT
                 and not any(item.get_closest_marker(m) for m in ("slow", "llm"))
                 and "scorer" not in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.unit)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        first = {"e2e": 0, "deploy": 1}
+        items.sort(key=lambda item: first.get(Path(str(item.fspath)).parent.name, 2))
 
 
 def in_ci() -> bool:
