@@ -35,7 +35,8 @@ from causal_assets.core.registry.benchmarks import hash_half, load_benchmark_reg
 from causal_assets.core.corpus.multihop import read_multihop  # noqa: E402
 from causal_assets.core.labeling.quality import expected_precision_at, label_quality_rows, summarize  # noqa: E402
 from causal_assets.core.labeling.design import balanced_stages  # noqa: E402
-from causal_assets.core.labeling.runner import LabelingParams, estimate, label_question, question_rng  # noqa: E402
+from causal_assets.core.labeling.runner import (LabelingParams, decided, estimate, label_question,  # noqa: E402
+                                                question_rng)
 from causal_assets.core.labeling.solver import LikelihoodSolver  # noqa: E402
 from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
@@ -166,8 +167,7 @@ def trials_run(question_id: str, trials: list[dict], doc_ids: list[str], cfg: La
         if first[row] > 0:
             first[row] -= 1
             block.append(t)
-    decided = all(e.label != "UNCERTAIN" for e in estimate(block, doc_ids, cfg).docs)
-    return block if decided and len(block) < len(trials) else trials
+    return block if len(block) < len(trials) and decided(block, doc_ids, cfg) else trials
 
 
 def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:

@@ -151,7 +151,7 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
     errors_in_a_row = 0
     while True:
         if labeler is None and not len(pending) and len(later):
-            if any(e.label == UNCERTAIN for e in estimate(out.trials, doc_ids, config).docs):
+            if not decided(out.trials, doc_ids, config):
                 pending = later
             later = later[:0]
         subsets = labeler.next_subsets() if labeler else pending
@@ -247,6 +247,11 @@ def estimate(trials: list[dict], doc_ids: list[str], config: LabelingParams, est
     # online labeler's last batch, which also prefers documents it had already found).
     return regression(x, y, threshold, config.alpha, interactions=True, max_candidates=4, interaction_z=1.5,
                       interaction_z_or=2.5, doc_ids=doc_ids)
+
+
+def decided(trials: list[dict], doc_ids: list[str], config: LabelingParams) -> bool:
+    """Whether the labels of these trials leave nothing UNCERTAIN: where the regression's first block stops."""
+    return not any(e.label == UNCERTAIN for e in estimate(trials, doc_ids, config).docs)
 
 
 LABEL_COLUMNS = ["question_id", "doc_id", "label", "effect", "ci_low", "ci_high", "average_effect", "outcome",
