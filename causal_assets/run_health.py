@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
@@ -236,12 +237,14 @@ def cancel_on_interrupt(instance: DagsterInstance | None, poll_s: float = 0.1) -
         return bool(ready) and any(b in (signal.SIGINT, signal.SIGTERM) for b in os.read(wake_r, 64))
 
     interrupted: set[str] = set()
+    interrupted_at: list[float] = []
 
     def watch() -> None:
         while True:
             try:
                 if not (signalled() or interrupt_captured()):
                     continue
+                interrupted_at.append(time.time())
                 for run in _runs_of_this_process(instance):
                     interrupted.add(run.run_id)
                     if run.status == DagsterRunStatus.STARTED:
@@ -251,15 +254,20 @@ def cancel_on_interrupt(instance: DagsterInstance | None, poll_s: float = 0.1) -
                 time.sleep(1.0)
 
     def finish() -> None:
-        """At exit: an interrupted run whose end Dagster wrote before it was marked CANCELING (a step still queued
-        for its pool ends at once) ends CANCELED all the same."""
-        for run_id in sorted(interrupted):
-            try:
-                run = instance.get_run_by_id(run_id)
-                if run is not None and run.status in (DagsterRunStatus.CANCELING, DagsterRunStatus.FAILURE):
-                    instance.report_run_canceled(run, message="Interrupted (Ctrl-C or SIGTERM)")
-            except Exception:
-                pass
+        """At exit: an interrupted run whose end Dagster wrote before the watcher saw it in progress (a step still
+        queued for its pool ends at once) ends CANCELED all the same: this process's runs that ended FAILURE after
+        the first interrupt are found again, not only those the watcher caught."""
+        if not interrupted_at:
+            return
+        try:
+            since = datetime.fromtimestamp(interrupted_at[0] - 1.0, tz=timezone.utc)
+            for record in instance.get_run_records(filters=RunsFilter(
+                    statuses=[DagsterRunStatus.CANCELING, DagsterRunStatus.FAILURE], updated_after=since)):
+                if record.dagster_run.run_id in interrupted or worker_pid(instance, record.dagster_run.run_id)[0] \
+                        == os.getpid():
+                    instance.report_run_canceled(record.dagster_run, message="Interrupted (Ctrl-C or SIGTERM)")
+        except Exception:            # storage gone at exit: nothing to mark
+            pass
 
     atexit.register(finish)
     threading.Thread(target=watch, name="causal-assets-interrupt-watch", daemon=True).start()
