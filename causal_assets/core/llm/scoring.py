@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -236,6 +237,9 @@ class LlamaCppScorer(_CachedScorer):
         self.thread_history: list[tuple[float, int]] = [(0.0, self.n_threads)]  # (seconds since start, threads)
         self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=self.n_threads,
                           n_threads_batch=self.n_threads, n_batch=n_batch, logits_all=False, verbose=False)
+        # freed while the interpreter is whole: Llama.__del__ at shutdown finds llama_cpp's globals gone and prints
+        # a TypeError traceback on stderr
+        weakref.finalize(self, self._llm.close)
         # in every key: other weights under the same name, or another llama.cpp, give other log-probabilities
         self.weights_sha256 = file_sha256(self.model_path, cache)
         self.binding = binding_version()

@@ -5,6 +5,7 @@ local server counts. Fallback: the MiniLM WordPiece tokenizer shipped in the `gt
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -39,6 +40,7 @@ def _llama_counter() -> Callable[[str], int] | None:
         import llama_cpp  # optional heavy dependency: the GGUF vocabulary, only when tokens are counted
         with _stderr_silenced():  # llama.cpp prints context warnings from C even with verbose=False
             vocab = llama_cpp.Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
+        atexit.register(vocab.close)   # before shutdown clears llama_cpp's globals, which Llama.__del__ needs
     except Exception as e:  # noqa: BLE001 - any failure means "use the fallback"
         log.info("GGUF vocabulary unavailable (%s); falling back to the MiniLM tokenizer", e)
         return None
