@@ -168,14 +168,15 @@ def test_environment_is_scrubbed(monkeypatch):
     assert "s3cr3t" not in r.stdout_tail + r.stderr_tail
 
 
-def test_temp_dir_is_removed_afterwards():
+def test_temp_dir_is_removed_afterwards(tmp_path, monkeypatch):
     import tempfile
 
-    before = set(Path(tempfile.gettempdir()).glob("causal_sandbox_*"))
+    # a temp dir of its own: other test processes' sandboxes come and go in the shared one
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     r = run_pytest("import os\ndef where():\n    return os.getcwd()\n",
                    "from solution import where\n\ndef test_where():\n    assert where() == '/tmp/work'\n")
     assert r.passed, r.stdout_tail
-    assert set(Path(tempfile.gettempdir()).glob("causal_sandbox_*")) <= before
+    assert list(tmp_path.glob("causal_sandbox_*")) == []
 
 
 def test_runs_in_separate_process():
