@@ -40,7 +40,7 @@ NOT_UNIT = {"test_sandbox.py", "test_code_benchmark.py", "test_llm.py", "test_ll
 def pytest_collection_modifyitems(config, items) -> None:
     """The unit lane (`-m unit`): tests/core's pure-logic tests, none slow, none with a real model or process.
 
-    Under xdist (`-n auto --dist loadgroup`, the parallel lane of the README) each file's tests run on one worker, in
+    Under xdist (`-n auto --dist loadgroup`, the README's test command) each file's tests run on one worker, in
     order, so a module's fixtures are built once; tests/e2e is one group, in order, because its tests drive the
     commands on the checkout's own `data/` (the README walkthrough fills it, the tutorial and the screenshots read
     it). The longest groups are handed out first."""
