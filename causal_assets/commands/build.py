@@ -21,7 +21,7 @@ import time
 import uuid
 
 import sqlalchemy.exc
-from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance
+from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance, DagsterRunStatus
 
 from causal_assets.commands import say
 from causal_assets.core.stored import needs
@@ -122,8 +122,9 @@ class Supervisor:
         while True:
             try:
                 signalled = self._signalled()
-                if self.run_id and (signalled or interrupt_captured()):
-                    self.cancel()
+                run_id = self.run_id   # read once: the main thread clears it when the run ends
+                if run_id and (signalled or interrupt_captured()):
+                    self.cancel(run_id)
                 if self.run_id and self.pool and time.monotonic() >= self._next_pool_check:
                     self._next_pool_check = time.monotonic() + 1.0
                     self._check_pool()
@@ -131,18 +132,38 @@ class Supervisor:
                 say(f"supervisor: {e}")
                 return
 
-    def cancel(self) -> None:
+    def cancel(self, run_id: str) -> None:
         try:
-            run_id = self.run_id
-            pids = stop_all()
-            run = self.instance.get_run_by_id(run_id)
-            if run is not None and not run.is_finished:
-                self.instance.report_run_canceled(run, "Interrupted (Ctrl-C or SIGTERM) in causal-assets")
-            self.instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+            try:
+                pids = stop_all()
+            except Exception as e:  # noqa: BLE001 - the run is still to be marked, and the user told
+                pids = []
+                say(f"could not stop the local LLM server: {e}")
             server = f"; stopped the local LLM server (pid {', '.join(map(str, pids))})" if pids else ""
-            say(f"interrupted{server}; run {run_id} marked CANCELED")
+            say(f"interrupted{server}; run {run_id} {self.mark_canceled(run_id)}")
         finally:
             os._exit(EXIT_INTERRUPTED)  # the main thread is inside Dagster's step execution
+
+    def mark_canceled(self, run_id: str, within_s: float = 3.0) -> str:
+        """Mark the interrupted run CANCELED and free its pool slots; says what became of it. The interrupt may have
+        ended the run first (Dagster then records FAILURE, which becomes CANCELED here too). A storage error is
+        tried again for `within_s` and then named: the process ends right after, so it must not pass silently."""
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                run = self.instance.get_run_by_id(run_id)
+                if run is None:
+                    return "had not started"
+                if run.status == DagsterRunStatus.SUCCESS:
+                    return "had already succeeded"
+                if run.status != DagsterRunStatus.CANCELED:
+                    self.instance.report_run_canceled(run, "Interrupted (Ctrl-C or SIGTERM) in causal-assets")
+                self.instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+                return "marked CANCELED"
+            except Exception as e:  # noqa: BLE001 - storage errors of any backend
+                if time.monotonic() >= deadline:
+                    return f"could not be marked CANCELED ({type(e).__name__}: {first_line(e)})"
+                time.sleep(0.25)
 
     def _check_pool(self) -> None:
         storage = self.instance.event_log_storage
