@@ -236,17 +236,16 @@ def cancel_on_interrupt(instance: DagsterInstance | None, poll_s: float = 0.1) -
         ready, _, _ = select.select([wake_r], [], [], poll_s)
         return bool(ready) and any(b in (signal.SIGINT, signal.SIGTERM) for b in os.read(wake_r, 64))
 
-    interrupted: set[str] = set()
-    interrupted_at: list[float] = []
+    first_interrupt: list[float] = []   # the time of the first interrupt, once there was one
 
     def watch() -> None:
         while True:
             try:
                 if not (signalled() or interrupt_captured()):
                     continue
-                interrupted_at.append(time.time())
+                if not first_interrupt:
+                    first_interrupt.append(time.time())
                 for run in _runs_of_this_process(instance):
-                    interrupted.add(run.run_id)
                     if run.status == DagsterRunStatus.STARTED:
                         instance.report_run_canceling(run, message="Interrupted (Ctrl-C or SIGTERM)")
                 time.sleep(1.0)      # one marking per interrupt is enough
@@ -256,15 +255,14 @@ def cancel_on_interrupt(instance: DagsterInstance | None, poll_s: float = 0.1) -
     def finish() -> None:
         """At exit: an interrupted run whose end Dagster wrote before the watcher saw it in progress (a step still
         queued for its pool ends at once) ends CANCELED all the same: this process's runs that ended FAILURE after
-        the first interrupt are found again, not only those the watcher caught."""
-        if not interrupted_at:
+        the first interrupt (those the watcher marked CANCELING among them) are found by their worker's pid."""
+        if not first_interrupt:
             return
         try:
-            since = datetime.fromtimestamp(interrupted_at[0] - 1.0, tz=timezone.utc)
+            since = datetime.fromtimestamp(first_interrupt[0] - 1.0, tz=timezone.utc)
             for record in instance.get_run_records(filters=RunsFilter(
                     statuses=[DagsterRunStatus.CANCELING, DagsterRunStatus.FAILURE], updated_after=since)):
-                if record.dagster_run.run_id in interrupted or worker_pid(instance, record.dagster_run.run_id)[0] \
-                        == os.getpid():
+                if worker_pid(instance, record.dagster_run.run_id)[0] == os.getpid():
                     instance.report_run_canceled(record.dagster_run, message="Interrupted (Ctrl-C or SIGTERM)")
         except Exception:            # storage gone at exit: nothing to mark
             pass
