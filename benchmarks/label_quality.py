@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/label_quality.py --dataset hotpotqa [--split train] [--questions 200]
         [--solver gemma3-270m] [--outcome likelihood] [--estimator adaptive] [--budget 32] [--max-doc-chars 0]
-        [--no-stop-when-decided] [--threads 0] [--busy N]
+        [--no-stop-when-decided] [--document-encoding separate] [--threads 0] [--busy N]
+    .venv/bin/python benchmarks/label_quality.py --compare BASE.json OTHER.json   # paired, no LLM
     .venv/bin/python benchmarks/label_quality.py --quick --out /tmp/label_quality.json   # a smoke run
 
 Each question's own paragraphs are its pool; the labelling is the product's (`label_question`, local solver,
@@ -33,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 from common import busy_loops  # noqa: E402
 from causal_assets.core.registry.benchmarks import hash_half, load_benchmark_registry  # noqa: E402
 from causal_assets.core.corpus.multihop import read_multihop  # noqa: E402
-from causal_assets.core.labeling.quality import expected_precision_at, label_quality_rows, summarize  # noqa: E402
+from causal_assets.core.labeling.quality import (auc, expected_precision_at, label_quality_rows,  # noqa: E402
+                                                summarize)
 from causal_assets.core.labeling.design import balanced_stages  # noqa: E402
 from causal_assets.core.labeling.runner import (LabelingParams, decided, estimate, label_question,  # noqa: E402
                                                 question_rng)
@@ -79,6 +81,41 @@ def top2_interval(per_q: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
             "questions": len(v)}
 
 
+def paired_comparison(base: dict, other: dict, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Two runs' labels on the same questions (``--compare BASE OTHER``): each one's top-2 precision and mean
+    per-question AUC, and 95% bootstrap intervals (over questions) of OTHER minus BASE, paired by question."""
+    common = [q for q in base["per_question"] if q in other["per_question"]]
+    if not common:
+        raise SystemExit("--compare: the two runs share no question")
+    per = []
+    for run in (base, other):
+        rows = label_quality_rows([run["per_question"][q] for q in common])
+        by_q: dict[str, list[dict]] = {}
+        for r in rows:
+            by_q.setdefault(r["question_id"], []).append(r)
+        values = {}
+        for qid, items in by_q.items():
+            items = sorted(items, key=lambda r: r["position"])
+            gold, scores = [r["gold"] for r in items], [r["effect"] for r in items]
+            if any(gold) and not all(gold):
+                values[qid] = (expected_precision_at(scores, gold, 2), auc(scores, gold))
+        per.append(values)
+    qids = [q for q in per[0] if q in per[1]]
+    a, b = np.array([per[0][q] for q in qids]), np.array([per[1][q] for q in qids])
+    idx = np.random.default_rng(seed).integers(0, len(qids), (n_boot, len(qids)))
+    diff = (b - a)[idx].mean(axis=1)
+    q = lambda v: [float(np.quantile(v, 0.025)), float(np.quantile(v, 0.975))]  # noqa: E731
+    out = {"questions": len(qids)}
+    for j, name in enumerate(("top2_precision", "auc")):
+        out[name] = {"base": float(a[:, j].mean()), "other": float(b[:, j].mean()),
+                     "difference": float((b - a)[:, j].mean()), "difference_interval_95": q(diff[:, j]),
+                     "base_interval_95": q(a[idx, j].mean(axis=1)), "other_interval_95": q(b[idx, j].mean(axis=1))}
+    for name, run in (("base", base), ("other", other)):
+        out[f"{name}_seconds_per_question"] = run.get("seconds_per_question_paid")
+        out[f"{name}_config"] = run.get("config")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a smoke run: 1 question, budget 16, 150-character "
@@ -95,6 +132,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--no-stop-when-decided", dest="stop_when_decided", action="store_false", default=None,
                     help="regression: run every trial of the budget, even where the first block decided every label")
+    ap.add_argument("--document-encoding", choices=["auto", "joint", "separate"], default=None,
+                    help="documents read together, or each encoded on its own (default: the registry's, else "
+                         "LabelingParams')")
     ap.add_argument("--threshold-nats", type=float, default=None)
     ap.add_argument("--question-weight", type=float, default=None,
                     help="weight of the question's own log-likelihood in the qa_likelihood outcome")
@@ -107,12 +147,21 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=ROOT / "data" / "benchmarks" / "label_quality_calls.sqlite")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--alpha", type=float, default=None, help="1 - confidence of the label intervals")
+    ap.add_argument("--compare", type=Path, nargs=2, default=None, metavar=("BASE", "OTHER"),
+                    help="two runs' JSONs: top-2 and AUC of each, and their paired difference (no LLM)")
     ap.add_argument("--reanalyze", type=Path, nargs="+", default=None,
                     help="re-estimate labels from previous JSONs' trials (no LLM; per_question entries are merged)")
     ap.add_argument("--max-trials", type=int, default=0,
                     help="with --reanalyze: use only each question's first N recorded trials (what a smaller "
                          "budget would have given, up to the design's balance)")
     args = ap.parse_args()
+    if args.compare:
+        result = paired_comparison(*(json.loads(p.read_text()) for p in args.compare))
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1))
+        print(json.dumps(result, indent=1))
+        return
     out = args.out or ROOT / "data" / "benchmarks" / (f"label_quality_{args.dataset}_{args.solver}"
                                                       f"{'_quick' if args.quick else ''}.json")
     if args.quick:
@@ -126,7 +175,8 @@ def main() -> None:
         args.max_doc_chars = int(spec.pool_settings.get("max_doc_chars") or 0) if spec else 0
     flags = {"estimator": args.estimator, "outcome": args.outcome, "budget": args.budget,
              "stop_when_decided": args.stop_when_decided, "threshold_nats": args.threshold_nats,
-             "alpha": args.alpha, "question_weight": args.question_weight}
+             "alpha": args.alpha, "question_weight": args.question_weight,
+             "document_encoding": args.document_encoding}
     cfg = LabelingParams(**{**registry, **{k: v for k, v in flags.items() if v is not None}, "batch": args.batch})
 
     data = read_multihop(SETTINGS.shared_data / DATASETS[args.dataset])
@@ -191,7 +241,8 @@ def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
                 calls["calls"] = min(old["calls"], len(trials))
         else:
             ev0, rq0 = scorer.tokens_evaluated, scorer.tokens_requested
-            o = label_question(q.question_id, q.question, q.answer, pool, LikelihoodSolver(scorer, "answer_f1"), cfg,
+            solver = LikelihoodSolver(scorer, "answer_f1", cfg.separate_documents(scorer))
+            o = label_question(q.question_id, q.question, q.answer, pool, solver, cfg,
                                aliases=list(q.aliases))
             trials = [{"subset": t["subset"], "loglik": t["loglik"], "loglik_question": t["loglik_question"]}
                       for t in o.trials]
@@ -222,6 +273,7 @@ def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
     result = {"dataset": args.dataset, "quick": args.quick, "questions": len(per_q), "split": args.split,
               "solver": args.solver,
               "config": cfg.__dict__, "max_doc_chars": args.max_doc_chars, "summary": summary,
+              "document_encoding": ("separate" if cfg.separate_documents(scorer) else "joint") if scorer else None,
               "summary_by_half": by_half, "summary_by_type": by_type,
               "top2_interval_95": top2_interval(per_q),
               "calls_per_question": float(np.mean([p["calls"] for p in per_q])),

@@ -77,7 +77,8 @@ def _labelling_plan(args, spec: BenchmarkSpec) -> tuple[int, str]:
     endpoint = args.settings.llm_base_url
     estimate = estimate_labels(n, spec.budget, spec.pool_size, int(spec.pooling.get("max_doc_chars") or 600),
                                history=history_rate(args.base_path, [spec.name, *_other_benchmarks(args)])
-                               if not endpoint else None)
+                               if not endpoint else None,
+                               separate=spec.monte_carlo.get("document_encoding") != "joint")
     solver = (f"the endpoint {endpoint}" if endpoint else
               f"the local solver {spec.monte_carlo.get('solver') or args.settings.solver or 'gemma3-270m'} "
               f"in-process")

@@ -37,7 +37,8 @@ def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) ->
             questions = spec.label_limit or 20
             labels = estimate_labels(questions, spec.budget, spec.pool_size,
                                      int(spec.pooling.get("max_doc_chars") or 600),
-                                     history=history_rate(Storage().base, list(benchmarks)))
+                                     history=history_rate(Storage().base, list(benchmarks)),
+                                     separate=spec.monte_carlo.get("document_encoding") != "joint")
         code = bool(frame["kind"].isin(needs.CODE_KINDS).mean() > 0.5)
         _, line = lineage_estimate(len(frame), code, labels)
         context.log.info(f"default_lineage_job for {context.partition_key!r}: {line}")

@@ -116,6 +116,7 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
         "mean_loglik": float(trials_df["loglik"].mean()) if trials_df["loglik"].notna().any() else None,
         "success_rate": float(trials_df["success"].dropna().mean()) if trials_df["success"].notna().any() else None,
         "stopped": stopped or "complete",
+        **({"document_encoding": run.document_encoding} if run.document_encoding else {}),
         "solver": str(trials_df["solver"].iloc[0]) if len(trials_df) else ""})
     yield Output(calls_df, output_name="solver_calls", metadata={
         "calls": len(calls_df), "errors": int((calls_df["status"] == "error").sum()),

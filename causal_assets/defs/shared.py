@@ -45,13 +45,15 @@ class MonteCarloConfig(Config):
     threshold: float | None = None
     threshold_nats: float | None = None
     question_weight: float | None = None
+    document_encoding: str | None = None   # auto | joint | separate (default: the benchmark's, else auto)
 
 
 def mc_config(spec_mc: dict, config: MonteCarloConfig) -> LabelingParams:
     base = {k: v for k, v in spec_mc.items() if k in LabelingParams.__dataclass_fields__}
     overrides = {k: v for k, v in {"estimator": config.estimator, "outcome": config.outcome, "budget": config.budget,
                                    "threshold": config.threshold, "threshold_nats": config.threshold_nats,
-                                   "question_weight": config.question_weight}.items()
+                                   "question_weight": config.question_weight,
+                                   "document_encoding": config.document_encoding}.items()
                  if v is not None}
     return LabelingParams(**{**base, **overrides})
 

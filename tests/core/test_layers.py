@@ -50,8 +50,10 @@ HEAVY = frozenset({"torch", "sentence_transformers", "transformers", "onnx", "on
                    # the openai SDK (~0.7 s): only a step that calls an endpoint needs it (core/llm/transport.py)
                    "openai"})
 # Our own modules that exist to hold a heavy dependency: the numba BM25 batch kernel (numba + the cached kernel load
-# in ~0.7 s, which a one-query `causal-assets search` skips), and the openai SDK with the client's HTTP transport.
-HEAVY_OWN = frozenset({"causal_assets.core.index.postings_kernel", "causal_assets.core.llm.transport"})
+# in ~0.7 s, which a one-query `causal-assets search` skips), the openai SDK with the client's HTTP transport, and
+# llama_cpp's low-level API for separately encoded documents (loaded by the first such request).
+HEAVY_OWN = frozenset({"causal_assets.core.index.postings_kernel", "causal_assets.core.llm.transport",
+                       "causal_assets.core.llm.separate"})
 # Run inside the sandbox as a script, never imported: its worker and grader processes each import only their side.
 STANDALONE = frozenset({"sandbox._launcher"})
 NEVER = ("dagster", "causal_assets.defs", "causal_assets.resources", "causal_assets.definitions", "causal_assets.cli",

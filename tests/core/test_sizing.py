@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from causal_assets.core.labeling.sizing import (MIN_HISTORY_CALLS, SECONDS_PER_TOKEN_2_CORES, estimate_labels,
+from causal_assets.core.labeling.sizing import (MIN_HISTORY_CALLS, SECONDS_PER_TOKEN_2_CORES,
+                                                SECONDS_PER_TOKEN_SEPARATE_2_CORES, estimate_labels,
                                                 evaluated_tokens, history_rate, lineage_estimate)
 from causal_assets.core.foundation.storage import write_parquet_atomic
 
@@ -29,12 +30,14 @@ def test_calls_are_the_budget_and_the_rate_is_this_machines_own(tmp_path):
 
 
 def test_without_history_the_quiet_rate_is_scaled_by_the_load():
-    quiet = estimate_labels(12, 16, 8, 400, load=0.5, cores=2)
-    busy = estimate_labels(12, 16, 8, 400, load=6.0, cores=2)
+    quiet = estimate_labels(12, 16, 8, 400, load=0.5, cores=2, separate=False)
+    busy = estimate_labels(12, 16, 8, 400, load=6.0, cores=2, separate=False)
     assert quiet.seconds == 12 * 16 * evaluated_tokens(8, 400) * SECONDS_PER_TOKEN_2_CORES
     assert busy.seconds == 3 * quiet.seconds and "at the load 6.0 now" in busy.source
-    # the default lineage's 12 questions on 2 idle cores: within the measured 131-250 s of its labelling step
+    # the default lineage's 12 questions on 2 idle cores, documents read jointly: within the measured 131-250 s
     assert 120 <= quiet.seconds <= 260
+    separate = estimate_labels(12, 16, 8, 400, load=0.5, cores=2)   # the in-process default
+    assert separate.seconds == 12 * 16 * evaluated_tokens(8, 400) * SECONDS_PER_TOKEN_SEPARATE_2_CORES
     # a hosted endpoint: calls x its latency
     assert estimate_labels(10, 16, 8, 600, seconds_per_call=0.5).seconds == 80
 

@@ -31,6 +31,7 @@ from causal_assets.core.llm.errors import BudgetExceeded, LLMInfrastructureError
 
 OUTCOMES = ("likelihood", "qa_likelihood", "success", "both")
 ESTIMATORS = ("adaptive", "regression", "naive")
+DOCUMENT_ENCODINGS = ("auto", "joint", "separate")
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,17 @@ class LabelingParams:
     # budget only where a label is still UNCERTAIN after it. Chosen on HotpotQA's train half (docs/decisions.md).
     stop_when_decided: bool = True
     max_consecutive_errors: int = 3
+    # scoring outcomes: "joint" (the solver reads the documents together, as a generating solver does),
+    # "separate" (each document encoded once per question on its own, and only the question and the answer read
+    # them all: core/llm/separate.py; in-process llama.cpp only) or "auto" (separate where the scorer can)
+    document_encoding: str = "auto"
 
     def __post_init__(self):
         if self.outcome not in OUTCOMES:
             raise ValueError(f"monte_carlo.outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+        if self.document_encoding not in DOCUMENT_ENCODINGS:
+            raise ValueError(f"monte_carlo.document_encoding must be one of {DOCUMENT_ENCODINGS}, "
+                             f"got {self.document_encoding!r}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"monte_carlo.estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         # The registry refuses these when it loads; run config overrides (MonteCarloConfig) come through here,
@@ -75,6 +83,15 @@ class LabelingParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"monte_carlo.{name} must be a whole number of at least 1, got {value!r}")
+
+    def separate_documents(self, scorer) -> bool:
+        """Whether likelihood trials encode the documents separately with this scorer (``document_encoding``);
+        ValueError, before any call, for ``separate`` with a scorer that reads whole prompts only."""
+        can = bool(getattr(scorer, "encodes_separately", False))
+        if self.document_encoding == "separate" and not can:
+            raise ValueError("monte_carlo.document_encoding: separate needs the in-process llama.cpp scorer (a "
+                             f"local solver model); {type(scorer).__name__} scores whole prompts only")
+        return can and self.document_encoding != "joint"
 
     def check_budget(self, pool_size: int) -> None:
         """ValueError when this budget cannot decide a label of a `pool_size`-document pool (`labeling.budget`)."""

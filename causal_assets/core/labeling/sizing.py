@@ -26,6 +26,10 @@ TOKENS_RATIO = 1.25
 # Seconds per evaluated prompt token, Gemma-3-270M in-process on 2 idle cores: the default lineage's 192 labelling
 # calls in 131 s at ~546 evaluated tokens each (docs/sizing.md).
 SECONDS_PER_TOKEN_2_CORES = 0.00125
+# The same with the documents encoded separately (`document_encoding`, the in-process default): a call evaluates the
+# question and the answer, each document once per question. HotpotQA's 91 train questions: 1,925 calls of 535 prompt
+# tokens in 673 s (benchmarks/label_quality.py --split train, load 0.2-2.0).
+SECONDS_PER_TOKEN_SEPARATE_2_CORES = 0.00065
 MIN_HISTORY_CALLS = 20          # fewer uncached calls than this say little about the rate
 
 
@@ -71,9 +75,11 @@ def history_rate(base, benchmarks: list[str]) -> tuple[float, int] | None:
 
 def estimate_labels(questions: int, budget: int, pool_size: int, max_doc_chars: int,
                     history: tuple[float, int] | None = None, load: float | None = None,
-                    cores: int | None = None, seconds_per_call: float | None = None) -> LabelEstimate:
+                    cores: int | None = None, seconds_per_call: float | None = None,
+                    separate: bool = True) -> LabelEstimate:
     """Seconds to label `questions` questions (module docstring). `seconds_per_call`: a hosted endpoint's measured
-    latency, which replaces the per-token rate."""
+    latency, which replaces the per-token rate; `separate`: the documents encoded separately (the rate without
+    history)."""
     calls = questions * budget
     if seconds_per_call is not None:
         return LabelEstimate(questions, calls, calls * seconds_per_call, f"{seconds_per_call:.2f} s per call")
@@ -85,7 +91,8 @@ def estimate_labels(questions: int, budget: int, pool_size: int, max_doc_chars: 
     load = os.getloadavg()[0] if load is None else load
     cores = cores or os.cpu_count() or 1
     slowdown = max(1.0, load / cores) * max(1.0, 2 / cores)   # the rate is for 2 free cores
-    return LabelEstimate(questions, calls, calls * tokens * SECONDS_PER_TOKEN_2_CORES * slowdown,
+    rate = SECONDS_PER_TOKEN_SEPARATE_2_CORES if separate else SECONDS_PER_TOKEN_2_CORES
+    return LabelEstimate(questions, calls, calls * tokens * rate * slowdown,
                          f"the rate measured on 2 idle cores, at the load {load:.1f} now")
 
 

@@ -48,6 +48,24 @@ def question_span(question: str, docs: Sequence[tuple[str, str]]) -> tuple[int, 
     return start, start + 1 + len(question)
 
 
+def document_cuts(docs: Sequence[tuple[str, str]]) -> tuple[int, ...] | None:
+    """Offsets that cut :func:`solver_prompt` into its beginning, each document (from the space after its
+    ``[i]``), each ``\n\n[i]`` between two documents, and the question with the answer cue: the pieces a
+    separately-encoding scorer encodes each on its own (``ScoreRequest.pieces``). None without documents."""
+    if not docs:
+        return None
+    cuts, at = [], len(f"{SYSTEM}\n\nContext documents:\n")
+    for i, (title, text) in enumerate(docs, 1):
+        if i > 1:
+            cuts.append(at)
+            at += len("\n\n")
+        at += len(f"[{i}]")
+        cuts.append(at)
+        at += len(f" {title}\n{text}")
+    cuts.append(at)
+    return tuple(cuts)
+
+
 def solver_messages(question: str, docs: Sequence[tuple[str, str]], validator: str) -> list[dict]:
     """The generating solver's chat conversation."""
     return [{"role": "system", "content": SYSTEM},
@@ -99,11 +117,15 @@ class LikelihoodSolver:
 
     scorer: Scorer
     validator: str
+    # the documents encoded each on its own (``monte_carlo.documents: separate``), not jointly: see
+    # core/llm/separate.py
+    separate_documents: bool = False
 
     def score_many(self, question: str, continuations: tuple[str, ...], subsets: list[list[tuple[str, str]]],
                    with_question: bool = False) -> list[ScoreResult | LLMError]:
         """One scoring request per subset: the answer's log-probability after :func:`solver_prompt`, and with
         ``with_question`` the question's own (``span_logprob``) read off the same prompt evaluation."""
         requests = [ScoreRequest(solver_prompt(question, docs, self.validator), continuations,
-                                 question_span(question, docs) if with_question else None) for docs in subsets]
+                                 question_span(question, docs) if with_question else None,
+                                 document_cuts(docs) if self.separate_documents else None) for docs in subsets]
         return self.scorer.score_many(requests)   # scored in sorted order: subsets sharing a prefix share the KV cache

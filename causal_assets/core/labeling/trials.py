@@ -32,6 +32,7 @@ class TrialRun:
     calls: pd.DataFrame    # CALL_COLUMNS + benchmark
     stopped: str           # "" when every question was labelled, else why the run stopped (the LLM budget)
     seconds: float
+    document_encoding: str = ""   # how the likelihood trials read their documents: joint | separate ("": none)
 
     @property
     def questions(self) -> int:
@@ -50,7 +51,8 @@ def run_trials(pools: pd.DataFrame, cfg: LabelingParams, benchmark: str, validat
     if cfg.scores and scorer is None:
         raise ValueError(f"outcome {cfg.outcome!r} scores likelihoods: a scorer is needed")
     solver = BlindSolver(client, validator) if cfg.generates else None
-    likelihood = LikelihoodSolver(scorer, validator) if cfg.scores else None
+    separate = cfg.separate_documents(scorer) if cfg.scores else False
+    likelihood = LikelihoodSolver(scorer, validator, separate) if cfg.scores else None
     trials, calls, stopped = [], [], ""
     t0 = time.perf_counter()
     wanted = set(question_ids) if question_ids is not None else None
@@ -80,4 +82,5 @@ def run_trials(pools: pd.DataFrame, cfg: LabelingParams, benchmark: str, validat
     trials_df[["loglik", "loglik_question"]] = trials_df[["loglik", "loglik_question"]].astype(float)
     trials_df["success"] = trials_df["success"].astype("boolean")
     calls_df = pd.DataFrame(calls, columns=CALL_COLUMNS).assign(benchmark=benchmark)
-    return TrialRun(trials_df, calls_df, stopped, time.perf_counter() - t0)
+    return TrialRun(trials_df, calls_df, stopped, time.perf_counter() - t0,
+                    ("separate" if separate else "joint") if cfg.scores else "")

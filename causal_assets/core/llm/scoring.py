@@ -28,6 +28,7 @@ from .cache import CallCache, file_sha256, make_key
 from .client import LLMClient, MalformedResponse
 from .cores import CoreMeter
 from .errors import LLMError
+from .logits import log_softmax_at
 
 __all__ = ["ScoreRequest", "ScoreResult", "Scorer", "LlamaCppScorer", "EndpointScorer", "ScoringUnsupported",
            "prefix_order"]
@@ -44,12 +45,23 @@ class ScoreRequest:
     # characters [start, end) of the prompt whose own log-probability is returned too (the question, for the
     # qa_likelihood outcome): read off the same prompt evaluation, so it costs no second request
     span: tuple[int, int] | None = None
+    # character offsets that cut the prompt into a prefix, pieces encoded each on its own after the prefix (the
+    # documents, separately encoded) and a suffix that attends to all of them (the question and the answer cue);
+    # only the in-process backend honours them (``encodes_separately``). None: the whole prompt jointly.
+    pieces: tuple[int, ...] | None = None
 
     def __post_init__(self):
         if self.span is not None:
             a, b = self.span
             if not 0 < a < b <= len(self.prompt):
                 raise ValueError(f"span {self.span} is not a non-empty part of the prompt after its first character")
+        if self.pieces is not None:
+            cuts = self.pieces
+            if len(cuts) < 2 or cuts[0] <= 0 or cuts[-1] >= len(self.prompt) or \
+                    any(b <= a for a, b in zip(cuts, cuts[1:])):
+                raise ValueError(f"pieces {cuts} are not increasing offsets strictly inside the prompt")
+            if self.span is not None and self.span[0] <= cuts[-1]:
+                raise ValueError(f"span {self.span} must start after the last piece (offset {cuts[-1]})")
 
 
 @dataclass(frozen=True)
@@ -91,11 +103,6 @@ def prefix_order(prompts: Sequence[str]) -> list[int]:
     return sorted(range(len(prompts)), key=lambda i: prompts[i])
 
 
-def _log_softmax_at(logits: np.ndarray, token: int) -> float:
-    m = float(logits.max())
-    return float(logits[token] - m - math.log(float(np.exp(logits - m).sum())))
-
-
 class _CachedScorer:
     """The cache/journal around a backend's ``_score_one``; ``model_id`` names the weights, not the backend, so a
     local file and an endpoint serving the same model still get separate keys (their numerics differ)."""
@@ -105,6 +112,7 @@ class _CachedScorer:
     cache: CallCache | None
     # an endpoint's values belong to it (as LLMClient's keys); None (in-process) keeps the keys as they always were
     cache_endpoint: str | None = None
+    encodes_separately = False   # honours ScoreRequest.pieces
 
     def key_params(self) -> dict:
         """What besides the request decides its values: the backend (and, in-process, the weights and the binding)."""
@@ -114,6 +122,8 @@ class _CachedScorer:
         payload = {"prompt": req.prompt, "continuations": list(req.continuations)}
         if req.span is not None:
             payload["span"] = list(req.span)
+        if req.pieces is not None:
+            payload["pieces"] = list(req.pieces)
         return make_key(self.model_id, "score", payload, self.key_params(), endpoint=self.cache_endpoint)
 
     def score_many(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult | LLMError]:
@@ -136,7 +146,8 @@ class _CachedScorer:
             req = requests[i]
             request_record = {"kind": "score", "model": self.model_id, "prompt": req.prompt,
                               "continuations": list(req.continuations), "backend": self.backend,
-                              **({"span": list(req.span)} if req.span else {})}
+                              **({"span": list(req.span)} if req.span else {}),
+                              **({"pieces": list(req.pieces)} if req.pieces else {})}
             t0 = time.monotonic()
             try:
                 lps, ntok, ptok, evaluated, span_lp, span_n = self._score_one(req)
@@ -219,6 +230,7 @@ class LlamaCppScorer(_CachedScorer):
     Greedy completions (``complete``) use llama-cpp-python's own generation, whose reuse is free-form."""
 
     backend = "llama.cpp-inprocess"
+    encodes_separately = True
 
     def __init__(self, model_path: str | os.PathLike, model_id: str, cache: CallCache | None = None,
                  n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
@@ -245,6 +257,8 @@ class LlamaCppScorer(_CachedScorer):
         self.binding = binding_version()
         self._n_vocab = self._llm.n_vocab()
         self._lock = threading.Lock()
+        self._n_ctx = n_ctx
+        self._separate = None   # the SeparateEncoder, made by the first request with pieces
         self.tokens_evaluated = 0
         self.tokens_requested = 0
 
@@ -258,6 +272,8 @@ class LlamaCppScorer(_CachedScorer):
         if n != self.n_threads:
             with self._lock:
                 self._llm._ctx.set_n_threads(n, n)
+                if self._separate is not None:
+                    self._separate.set_threads(n)
                 self.n_threads = n
             self.thread_history.append((round(time.monotonic() - self._t0, 1), n))
 
@@ -271,6 +287,8 @@ class LlamaCppScorer(_CachedScorer):
         return self._llm.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
 
     def _score_one(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int, float | None, int]:
+        if req.pieces is not None:
+            return self._score_separately(req)
         with self._lock:
             if req.span is None:
                 prompt, span_rows = self.tokenize(req.prompt, bos=True), []
@@ -334,11 +352,45 @@ class LlamaCppScorer(_CachedScorer):
                     ptr = llm._ctx.get_logits_ith(i)
                     row = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
                                                 shape=(self._n_vocab,))
-                    logits_at[pos] = _log_softmax_at(row, tokens[pos + 1])
+                    logits_at[pos] = log_softmax_at(row, tokens[pos + 1])
         evaluated = len(tokens) - 1 - common
         self.tokens_evaluated += evaluated
         self.tokens_requested += len(tokens) - 1
         return float(sum(logits_at[p] for p in target_rows)), evaluated, logits_at
+
+    def _score_separately(self, req: ScoreRequest) -> tuple[list[float], list[int], int, int, float | None, int]:
+        """The request with its pieces encoded each on its own (:mod:`.separate`): each piece, the prefix and the
+        suffix tokenized on their own, so a piece has the same tokens in every prompt that holds it."""
+        cuts = req.pieces
+        with self._lock:
+            if self._separate is None:
+                from .separate import SeparateEncoder
+                self._separate = SeparateEncoder(self._llm._model, self._n_ctx, self.n_threads)
+                weakref.finalize(self, self._separate.close)
+            prefix = self.tokenize(req.prompt[:cuts[0]], bos=True)
+            pieces = [self.tokenize(req.prompt[a:b], bos=False) for a, b in zip(cuts, cuts[1:])]
+            head = []
+            if req.span is None:
+                suffix, rows = self.tokenize(req.prompt[cuts[-1]:], bos=False), []
+            else:
+                a, b = req.span
+                head = self.tokenize(req.prompt[cuts[-1]:a], bos=False)
+                span = self.tokenize(req.prompt[a:b], bos=False)
+                suffix = head + span + self.tokenize(req.prompt[b:], bos=False)
+                rows = list(range(len(head) - 1, len(head) + len(span) - 1))
+            targets = [self.tokenize(c, bos=False) for c in req.continuations]
+            if not all(targets) or not suffix or not all(pieces) or (req.span is not None and not head):
+                raise ValueError(f"a piece, the suffix, the text before the span or a continuation has no tokens "
+                                 f"(pieces {cuts}, continuations {req.continuations!r})")
+            try:
+                lps, evaluated, at = self._separate.score(prefix, pieces, suffix, targets, rows)
+            except ValueError as exc:
+                raise LLMError(str(exc)) from exc
+            n_prompt = len(prefix) + sum(map(len, pieces)) + len(suffix)
+            self.tokens_evaluated += evaluated
+            self.tokens_requested += n_prompt + sum(len(t) for t in targets) - len(targets)
+            span_lp = float(sum(at.values())) if rows else None
+            return lps, [len(t) for t in targets], n_prompt, evaluated, span_lp, len(rows)
 
     def forget_prefix(self) -> None:
         """Empty the KV cache: the next request is evaluated from scratch (what a fresh scorer would give)."""
@@ -347,6 +399,8 @@ class LlamaCppScorer(_CachedScorer):
             self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
 
     def close(self) -> None:
+        if self._separate is not None:
+            self._separate.close()
         self._llm.close()
 
 

@@ -113,6 +113,7 @@ class MonteCarloSpec(BaseModel):
     threshold_nats: float | None = Field(default=None, ge=0)      # nats of log-likelihood
     question_weight: float | None = Field(default=None, ge=0)
     stop_when_decided: bool | None = None   # regression: the rest of the budget only where a label is undecided
+    document_encoding: Literal["auto", "joint", "separate"] | None = None   # scoring outcomes (LabelingParams)
 
 
 class AnswersSpec(BaseModel):
