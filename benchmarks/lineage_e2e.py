@@ -65,8 +65,8 @@ def solver_summary(base: Path, mc_step_s: float | None) -> dict:
            "cache_hits": int(ok["cached"].sum()), "cache_hit_rate": float(ok["cached"].mean()) if len(ok) else None,
            "median_uncached_latency_s": float(ok.loc[~ok["cached"], "latency_s"].median())
            if (~ok["cached"]).any() else None,
-           "prompt_tokens": int(ok["prompt_tokens"].fillna(0).sum()),
-           "completion_tokens": int(ok["completion_tokens"].fillna(0).sum())}
+           "prompt_tokens": int(pd.to_numeric(ok["prompt_tokens"], errors="coerce").fillna(0).sum()),
+           "completion_tokens": int(pd.to_numeric(ok["completion_tokens"], errors="coerce").fillna(0).sum())}
     if mc_step_s is not None and questions:
         out["mc_step_s_per_question"] = round(mc_step_s / questions, 2)
     return out

@@ -14,6 +14,7 @@ from causal_assets.core.labeling.solver import (LikelihoodSolver, answer_continu
 from causal_assets.core.labeling.trials import run_trials
 from causal_assets.core.llm import separate
 from causal_assets.core.llm.logits import log_softmax_at
+from causal_assets.core.llm.models import local_scorer
 from causal_assets.core.llm.scoring import EndpointScorer, ScoreRequest
 from causal_assets.core.llm.client import LLMClient
 from tests.conftest import HOTPOT, require
@@ -162,3 +163,18 @@ def test_the_answer_is_likelier_with_its_paragraphs_read_separately(scorer, ques
     distractors = [(p.title, p.text[:200]) for p in q.paragraphs if not p.supporting][:3]
     with_gold, without = with_cache(scorer, None).score_many(_requests(q, [distractors + gold, distractors]))
     assert with_gold.best > without.best + 1.0, (q.answer, with_gold.best, without.best)
+
+
+@pytest.mark.llm
+def test_loading_the_model_and_encoding_separately_write_nothing_on_stderr(models_dir, question, capfd):
+    """llama.cpp's notes on its caches (the binding lets its warnings through even when not verbose) are not for a
+    user who runs `label`: a new scorer and a new separate context print nothing."""
+    capfd.readouterr()
+    s = local_scorer("gemma3-270m", None, models_dir)
+    try:
+        s.score_many(_requests(question, [[(p.title, p.text[:80]) for p in question.paragraphs][:2]]))
+        assert s._separate is not None
+    finally:
+        s.close()
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")

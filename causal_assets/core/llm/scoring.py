@@ -238,6 +238,7 @@ class LlamaCppScorer(_CachedScorer):
         if not 0 <= reuse_block <= n_batch:
             raise ValueError(f"reuse_block must be 0 (off) or at most n_batch={n_batch}, got {reuse_block}")
         from llama_cpp import Llama  # optional heavy dependency: loaded only when a local model scores
+        from llama_cpp._utils import suppress_stdout_stderr
 
         self.model_path = Path(model_path)
         self.model_id = model_id
@@ -247,8 +248,11 @@ class LlamaCppScorer(_CachedScorer):
         self.n_threads = n_threads or self._meter.free()
         self._t0 = time.monotonic()
         self.thread_history: list[tuple[float, int]] = [(0.0, self.n_threads)]  # (seconds since start, threads)
-        self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=self.n_threads,
-                          n_threads_batch=self.n_threads, n_batch=n_batch, logits_all=False, verbose=False)
+        # verbose=False still lets llama.cpp's warning about its SWA cache through (the binding maps the library's
+        # log levels one off), a line on stderr a user cannot act on
+        with suppress_stdout_stderr(disable=False):
+            self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=self.n_threads,
+                              n_threads_batch=self.n_threads, n_batch=n_batch, logits_all=False, verbose=False)
         # freed while the interpreter is whole: Llama.__del__ at shutdown finds llama_cpp's globals gone and prints
         # a TypeError traceback on stderr
         weakref.finalize(self, self._llm.close)
