@@ -278,9 +278,11 @@ def test_the_failure_line_of_a_failed_write_or_read_is_its_cause():
 
 
 def test_a_reader_that_goes_away_stops_search_quietly(tmp_path):
-    """`causal-assets search ... | head -1`: the pipe closes before the results are written; no traceback."""
+    """`causal-assets search ... | head -1`: the pipe closes before the results are written; no traceback. Run
+    through the command's own entry point, as the installed script does: `main` alone leaves the process to Python's
+    teardown, where a native thread still alive aborts it (exit 134) on a busy machine."""
     _tiny_index(tmp_path / "pq")
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from causal_assets.cli import main; sys.exit(main())",
+    proc = subprocess.Popen([sys.executable, "-c", "from causal_assets.cli import entry_point; entry_point()",
                              "--base-path", str(tmp_path / "pq"), "search", "shortest path", "-k", "2"],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
