@@ -17,7 +17,7 @@ from causal_assets.core.foundation.errors import CatalogError
 from causal_assets.core.foundation.schemas import column_docs
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import CallBudget, LLMClient
-from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer
+from causal_assets.core.llm.models import DEFAULT_SOLVER, SOLVER_CONTEXT_TOKENS, local_scorer
 from causal_assets.core.llm.cores import free_cores
 from causal_assets.core.llm.scoring import EndpointScorer, Scorer, ScoreRequest, ScoringUnsupported
 from causal_assets.core.llm.server import LocalLlamaServer
@@ -132,7 +132,7 @@ class LLM(ConfigurableResource):
     max_calls_per_run: int | None = None
     max_tokens_per_run: int | None = None
     n_threads: int = 0                  # llama.cpp threads; 0 = the cores other processes leave free
-    n_ctx: int = 4096                   # local models only
+    n_ctx: int = SOLVER_CONTEXT_TOKENS  # local models only
     # Monte Carlo likelihood trials: with no base_url, a packaged local model scores in-process (`gemma3-270m`
     # or `smollm2-135m`; a benchmark's `monte_carlo.solver` overrides it); with a base_url, the endpoint's
     # prompt log-probabilities (vLLM `prompt_logprobs` or `echo` + `logprobs`; `scoring_mode` picks one).

@@ -22,6 +22,7 @@ from causal_assets.core.registry.benchmarks import BenchmarkSpec, load_benchmark
 from causal_assets.core.outputs.checks import labels_decided_problem
 from causal_assets.core.registry.corpora import require_available
 from causal_assets.core.foundation.errors import CausalAssetsError
+from causal_assets.core.labeling.pools import pool_params
 from causal_assets.core.labeling.sizing import estimate_labels, history_rate
 from causal_assets.core.foundation.progress import duration
 from causal_assets.core.foundation.storage import asset_path, read_parquet
@@ -75,7 +76,7 @@ def _labelling_plan(args, spec: BenchmarkSpec) -> tuple[int, str]:
                                 "likelihood of the answer: add answers to label them")
     n = min(len(labelable), spec.label_limit or len(labelable))
     endpoint = args.settings.llm_base_url
-    estimate = estimate_labels(n, spec.budget, spec.pool_size, int(spec.pooling.get("max_doc_chars") or 600),
+    estimate = estimate_labels(n, spec.budget, spec.pool_size, pool_params(spec.pool_settings).doc_chars,
                                history=history_rate(args.base_path, [spec.name, *_other_benchmarks(args)])
                                if not endpoint else None,
                                separate=spec.monte_carlo.get("document_encoding") != "joint")
@@ -146,7 +147,10 @@ def _label_summary(args, spec: BenchmarkSpec) -> None:
         q = q[(q["source"] == "labels") & (q["estimator"] == main["estimator"].iloc[0])] if len(q) else q
         figures = {m: v for m, v in zip(q["metric"], q["value"]) if m in ("precision", "recall", "top2_precision")}
         if figures:
-            print("  against the gold documents: " + ", ".join(f"{m} {v:.2f}" for m, v in figures.items()))
+            bench = load_benchmark(spec, spec.label_split, _chunks(args, spec))
+            files = len(set(main["question_id"].astype(str)) & bench.file_level)
+            grain = f" ({files} question(s) without evidence judged by file: a file's best chunk)" if files else ""
+            print("  against the gold documents: " + ", ".join(f"{m} {v:.2f}" for m, v in figures.items()) + grain)
     dataset = args.settings.reports.parent / "datasets" / f"retrieval_dataset_{spec.name}.yaml"
     print(f"  table mc_labels (`causal-assets sql \"select * from mc_labels where benchmark = '{spec.name}'\"`); "
           f"dataset {dataset}; `causal-assets export-labels {spec.name}` writes BEIR/TREC/Parquet files")

@@ -17,7 +17,7 @@ from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Config, Fa
 from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.outputs.checks import (check_labels, check_labels_decided, check_pools, check_trials_from_ok_calls,
                                       labels_decided_problem)
-from causal_assets.core.labeling.pools import PoolParams, build_pools
+from causal_assets.core.labeling.pools import build_pools, pool_params
 from causal_assets.core.labeling.quality import label_quality_rows, per_question_from_tables, quality_table, summarize
 from causal_assets.core.evaluation.report import quality_png
 from causal_assets.core.labeling.runner import label_table
@@ -52,12 +52,16 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
     limit = config.max_questions or spec.label_limit
     # questions with an answer to score (a questions file's question without one is evaluated only)
     qids = bench.labelable_ids()[:limit]
-    pool_cfg = PoolParams(**{**spec.pool_settings, **({"size": config.size} if config.size else {})})
+    pool_cfg = pool_params(spec.pool_settings, size=config.size)
     warn_if_llm_pool_is_held(context)
     pools = build_pools(artifacts.index, bench, qids, pool_cfg, artifacts.neighbors)
     pools["aliases"] = pools["aliases"].map(json.dumps)
     yield Output(pools, metadata={
         "questions": len(qids), "split": split, "pool_size": pool_cfg.size,
+        # what the solver reads of each document: whole where it fits, else the lines that best match the question
+        "doc_chars": pool_cfg.doc_chars,
+        "documents_whole": int((pools["kept_end"] - pools["kept_start"] == pools["doc_chars"]).sum()),
+        "documents_shortened": int((pools["kept_end"] - pools["kept_start"] < pools["doc_chars"]).sum()),
         "by_origin": MetadataValue.json(pools["origin"].value_counts().to_dict()),
         "seed_recall": float(pools.groupby("question_id")["origin"].apply(lambda o: (o == "seed").any()).mean()),
     })
@@ -187,8 +191,8 @@ def label_quality(context: AssetExecutionContext, config: MonteCarloConfig, stor
                       metadata={"questions": 0, "note": "no gold documents to compare the labels with"})
     frames, summaries = [], {}
     for estimator in sorted(mc_labels["estimator"].unique()) if len(mc_labels) else []:
-        summary = summarize(label_quality_rows(per_question_from_tables(mc_labels, candidate_pools, bench.qrels,
-                                                                        estimator)))
+        summary = summarize(label_quality_rows(per_question_from_tables(
+            mc_labels, candidate_pools, bench.qrels, estimator, bench.file_level, bench.file_of)))
         summaries[estimator] = summary
         frames.append(quality_table(summary).assign(estimator=estimator))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["source", "metric", "value",
@@ -200,8 +204,11 @@ def label_quality(context: AssetExecutionContext, config: MonteCarloConfig, stor
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(png)
     main = summaries.get(cfg.estimator, {})
+    judged = set(mc_labels["question_id"].astype(str)) & set(bench.qrels)
     return Output(table, metadata={
         "questions": int(main.get("questions", 0)),
+        # the grain of the gold the labels are held to (`registry.gold`): files are judged by their best chunk
+        "questions_at_file_level": len(judged & bench.file_level),
         "yes_f1": float(main.get("labels", {}).get("f1", float("nan"))),
         "containment_f1": float(main.get("containment", {}).get("f1", float("nan"))),
         "top2_precision": float(main.get("ranking", {}).get("top2_precision", float("nan"))),

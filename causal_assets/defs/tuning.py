@@ -234,10 +234,19 @@ class TuningConfig(Config):
     retune: bool = False
 
 
-def tune_benchmark(spec, bench, mc_labels: pd.DataFrame | None):
-    """The tune split's questions with their truth: the gold documents, or where the split has none (a questions
-    file without gold) the Monte Carlo labels' YES documents; a split with neither stops, naming the command that
-    makes labels."""
+def tune_benchmark(spec, bench, mc_labels: pd.DataFrame | None, log=lambda m: None):
+    """The tune split's questions with their truth: the gold documents; for a question whose gold is files without
+    evidence (`registry.gold`: judged at file level, where a retriever that finds the page scores full marks
+    whatever chunk it shows) the Monte Carlo labels' YES documents instead; and where the split has no gold (a
+    questions file without it) the labels alone. A split with neither stops, naming the command that makes
+    labels."""
+    files = [q for q in bench.query_ids() if q in bench.file_level]
+    if files:
+        by_labels = label_qrels(mc_labels, files)
+        qrels = {q: r for q, r in bench.qrels.items() if q not in bench.file_level} | by_labels
+        log(f"{spec.name}: {len(files)} train question(s) have gold files without evidence: tuned against their "
+            f"YES labels ({len(by_labels)} with one), never their files (a file-level truth rewards naming the page)")
+        bench = replace(bench, qrels=qrels, file_level=frozenset())
     if any(any(v > 0 for v in judged.values()) for judged in bench.qrels.values()):
         return bench
     by_labels = label_qrels(mc_labels, bench.queries)
@@ -274,7 +283,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN, encoder)
     labels_path = asset_path(storage.base, "mc_labels", spec.name)
     mc_labels = read_parquet(labels_path) if labels_path.exists() else None
-    bench = tune_benchmark(spec, artifacts.benchmark(spec, spec.tune_split), mc_labels)
+    bench = tune_benchmark(spec, artifacts.benchmark(spec, spec.tune_split), mc_labels, context.log.info)
     bench = sample_queries(bench, config.max_queries, tuning.seed)
     index, graph = artifacts.index, artifacts.graph
 

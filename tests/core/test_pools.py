@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from causal_assets.core.labeling.pools import POOL_COLUMNS, PoolParams, build_pool, build_pools
+from causal_assets.core.labeling.pools import POOL_COLUMNS, PoolParams, build_pool, build_pools, pool_params
 from tests.core.tiny_corpus import PARAGRAPHS, QUESTIONS, tiny_benchmark, tiny_index
 
 # A graph neighbourhood given as data: (neighbour, relation, weight), strongest first.
@@ -103,3 +103,119 @@ def test_top_candidates_are_the_retrievers_top_hits_gold_or_not():
     assert {d for d, o in pool.items() if o == "top_candidate"} == set(tops) and "seed" not in pool.values()
     # 0 (every loader but questions files by default): the pools are what they were
     assert "top_candidate" not in dict(build_pool(index, bench, "q2", PoolParams(size=8))).values()
+
+
+# ------------------------------------------------------------------------------------------------ gold files
+# A questions file's gold names files of a folder corpus; a long file's answer sits deep inside it.
+
+TOPICS = ["compression", "logging", "scheduling", "encryption", "mirrors", "quotas", "tracing", "locks", "proxies",
+          "sockets", "caches", "signals"]
+
+
+def _long_page(name: str, n: int, fact_at: int, fact: str) -> str:
+    paras = [f"Section {i} of {name}. The {TOPICS[i % len(TOPICS)]} settings of {name} take a value per host; "
+             f"each one is read at start-up, checked against the schema and logged once. " * 2 for i in range(n)]
+    paras[fact_at] = fact
+    return "\n\n".join(paras) + "\n"
+
+
+def _folder_benchmark(tmp_path, records):
+    import json
+
+    import yaml
+
+    from causal_assets.core.corpus.chunk import chunks_to_frame
+    from causal_assets.core.index.build import build_index
+    from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
+    from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry
+
+    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "corpora.yaml").write_text(yaml.safe_dump({"corpora": [
+        {"name": "default", "loader": "python_package", "package": "networkx"},
+        {"name": "pages", "loader": "folder", "path": "docs", "options": {"chunk_chars": 400, "overlap_chars": 0}}]}))
+    (tmp_path / "benchmarks.yaml").write_text(yaml.safe_dump({"benchmarks": [
+        {"name": "mine", "loader": "questions", "corpus": "pages", "path": "questions.jsonl"}]}))
+    spec = load_benchmark_registry(tmp_path / "benchmarks.yaml", corpora=tmp_path / "corpora.yaml")["mine"]
+    chunks = chunks_to_frame(load_corpus(load_corpus_registry(tmp_path / "corpora.yaml")["pages"])[0])
+    return spec, build_index(chunks, "pages"), load_benchmark(spec, "dev", chunks)
+
+
+def test_a_long_gold_files_answer_chunk_is_pooled_and_read_whole(tmp_path):
+    """The answer sits in the 40th chunk of a 60-chunk page: the page's chunks are ranked by the question and its
+    answer, so that chunk is pooled (not the page's first chunks), read whole, and other files keep their room."""
+
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    fact = "When a transfer fails, the retry delay doubles after each attempt until it reaches 17 minutes."
+    (docs / "transfer.txt").write_text(_long_page("transfer", 60, 40, fact))
+    for name in ("backup", "restore", "mirror"):
+        (docs / f"{name}.txt").write_text(_long_page(name, 8, 3, f"The {name} command keeps its state per host."))
+    spec, index, bench = _folder_benchmark(tmp_path, [
+        {"id": "delay", "question": "What is the longest delay between two retries of a failed transfer?",
+         "answer": ["17 minutes"], "gold": ["transfer.txt"]}])
+    page = [c for c in index.ids if str(c).startswith("transfer.txt#")]
+    assert len(page) >= 50
+    answer_chunk = next(c for c in page if "17 minutes" in index.text(c))
+    assert int(answer_chunk.split("#")[1]) >= 35
+    params = pool_params(spec.pool_settings)
+    pools = build_pools(index, bench, ["delay"], params)
+    row = pools[pools["doc_id"] == answer_chunk]
+    assert len(row) == 1 and row["origin"].iloc[0] == "seed"
+    # read whole: the solver's text is the chunk's, and the pool says so
+    assert row["text"].iloc[0] == index.chunks["text"].iloc[index.position[answer_chunk]]
+    assert row["kept_start"].iloc[0] == 0 and row["kept_end"].iloc[0] == row["doc_chars"].iloc[0]
+    # at most `per_file` chunks of the page, and documents of other files beside them
+    assert (pools["doc_id"].str.startswith("transfer.txt#")).sum() <= params.per_file + params.top_candidates
+    assert (~pools["doc_id"].str.startswith("transfer.txt#")).sum() >= params.size - params.gold_room - \
+        params.top_candidates
+
+
+def test_a_two_file_question_pools_both_files_best_chunks(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "copy.txt").write_text(_long_page("copy", 30, 21, "The -Z flag of copy passes compression on to the "
+                                                               "tunnel program."))
+    (docs / "tunnel.txt").write_text(_long_page("tunnel", 30, 9, "The tunnel program compresses with the zlib "
+                                                                 "algorithm when compression is on."))
+    (docs / "other.txt").write_text(_long_page("other", 10, 2, "Nothing here."))
+    spec, index, bench = _folder_benchmark(tmp_path, [
+        {"id": "algo", "question": "Which algorithm does the -Z flag of copy compress with?",
+         "answer": ["zlib"], "gold": ["copy.txt", "tunnel.txt"]}])
+    pools = build_pools(index, bench, ["algo"], pool_params(spec.pool_settings))
+    holding = {c for c in index.ids if "-Z flag of copy passes" in index.text(c) or "with the zlib" in index.text(c)}
+    assert {c.split("#")[0] for c in holding} == {"copy.txt", "tunnel.txt"}
+    assert holding <= set(pools["doc_id"])
+
+
+def test_a_long_gold_file_is_scored_at_file_level(tmp_path):
+    """Without evidence a gold file is the truth: a ranking is scored by each file's best chunk, and the labels by
+    each file's best label, so a 60-chunk page counts once, not 60 times."""
+    import pandas as pd
+
+    from causal_assets.core.evaluation.runner import run_benchmark
+    from causal_assets.core.labeling.quality import per_question_from_tables, summarize, label_quality_rows
+    from causal_assets.core.measures.metrics import named_metric_per_query
+    from causal_assets.core.retrievers.factory import build_retriever
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "transfer.txt").write_text(_long_page("transfer", 60, 40, "The retry delay reaches 17 minutes."))
+    (docs / "backup.txt").write_text(_long_page("backup", 8, 3, "Backups are kept per host."))
+    spec, index, bench = _folder_benchmark(tmp_path, [
+        {"id": "delay", "question": "What is the longest retry delay of a transfer?", "answer": "17 minutes",
+         "gold": ["transfer.txt"]}])
+    assert bench.file_level == {"delay"} and bench.qrels == {"delay": {"transfer.txt": 1.0}}
+    run = run_benchmark(build_retriever("bm25", index, {}), bench).run
+    assert set(run["delay"]) == {"transfer.txt", "backup.txt"}          # one entry per file, its best chunk's
+    assert named_metric_per_query(bench.qrels, run, "ndcg@10")["delay"] == 1.0
+    pools = build_pools(index, bench, ["delay"], PoolParams(size=8, top_candidates=2, per_file=3))
+    labels = pd.DataFrame({"question_id": "delay", "doc_id": pools["doc_id"], "estimator": "regression",
+                           "label": ["YES" if "17 minutes" in t else "NO" for t in pools["text"]],
+                           "effect": [5.0 if "17 minutes" in t else 0.0 for t in pools["text"]],
+                           "average_effect": 0.0})
+    pools = pools.assign(aliases="[]")
+    per_q = per_question_from_tables(labels, pools, bench.qrels, "regression", bench.file_level, bench.file_of)
+    assert sorted(per_q[0]["labels"]) == ["NO", "YES"] and len(per_q[0]["effects"]) == 2
+    summary = summarize(label_quality_rows(per_q))
+    assert summary["labels"]["precision"] == summary["labels"]["recall"] == 1.0

@@ -63,10 +63,12 @@ def test_jsonl_with_gold_files_aliases_and_a_question_to_evaluate_only(tmp_path)
     assert spec.label_split == "dev" and spec.label_limit is None   # every answered question is labelled
     assert list(bench.queries) == ["port", "7", "usage"]
     assert bench.answers == {"port": "7461", "7": "30 days"} and bench.aliases == {"port": ["port 7461"]}
-    assert bench.qrels["port"] == {"install.md#0": 1.0} and bench.qrels["7"] == {"notes.txt#0": 1.0}
-    # a file's gold is every chunk of that file: the usage page is cut into several
-    usage = bench.qrels["usage"]
-    assert len(usage) > 1 and all(c.startswith("guide/usage.md#") for c in usage) and set(usage.values()) == {1.0}
+    # a gold file without evidence is judged at file level: the file is the truth, never each of its chunks
+    assert bench.qrels["port"] == {"install.md": 1.0} and bench.qrels["7"] == {"notes.txt#0": 1.0}
+    assert bench.qrels["usage"] == {"guide/usage.md": 1.0} and bench.file_level == {"port", "usage"}
+    assert bench.gold_files == {"port": ("install.md",), "usage": ("guide/usage.md",)}
+    assert {c for c, f in bench.file_of.items() if f == "guide/usage.md"} == \
+        {f"guide/usage.md#{i}" for i in range(len([c for c in bench.file_of if c.startswith("guide/usage.md#")]))}
     assert bench.labelable_ids() == ["port", "7"]               # "usage" has no answer: evaluated, never labelled
     assert bench.within is None                                  # every question ranks the whole corpus
 
@@ -80,7 +82,41 @@ def test_csv_with_a_header_several_answers_and_a_json_array_cell(tmp_path):
     assert bench.queries == {"port": "Which port?", "kept": "How long, by default?"}
     assert bench.answers == {"port": "7461", "kept": "30 days"}
     assert bench.aliases == {"port": ["port 7461"], "kept": ["a month|30d"]}
-    assert bench.qrels["kept"] == {"notes.txt#0": 1.0, "install.md#0": 1.0}
+    assert bench.qrels["kept"] == {"notes.txt": 1.0, "install.md": 1.0} and bench.file_level == {"port", "kept"}
+
+
+def test_evidence_makes_the_chunks_that_hold_it_the_gold_under_any_chunking(tmp_path):
+    """The same evidence passage names the chunks that hold it whether the page is cut into 300- or 120-character
+    chunks, also where it straddles two chunks; `metadata.evidence` is read as `evidence` is."""
+    passage = "Paragraph 3: " + "word " * 10
+    record = {"id": "usage", "question": "How is it used?", "answer": "word", "gold": ["guide/usage.md"]}
+    found = {}
+    for chunk_chars, form in ((300, "evidence"), (120, "metadata")):
+        evidence = {"guide/usage.md": "  ".join(passage.split())}   # whitespace collapsed, as a reader copies it
+        rec = {**record, "evidence": evidence} if form == "evidence" else {**record, "metadata": {"evidence": evidence}}
+        benchmarks, corpora = _registries(tmp_path / str(chunk_chars), _jsonl(rec), chunk_chars=chunk_chars)
+        spec, bench = _load(benchmarks, corpora)
+        chunks = set(bench.qrels["usage"])
+        assert chunks and "usage" not in bench.file_level and bench.gold_files["usage"] == ("guide/usage.md",)
+        table = bench.file_of
+        assert all(table[c] == "guide/usage.md" for c in chunks)
+        found[chunk_chars] = chunks
+    # the finer chunking needs more chunks to hold the passage's windows, never fewer
+    assert len(found[120]) >= len(found[300]) >= 1
+
+
+def test_evidence_that_is_not_in_its_file_is_refused_with_its_line(tmp_path):
+    benchmarks, corpora = _registries(tmp_path, _jsonl(
+        {"id": "port", "question": "Which port?", "answer": "7461", "gold": ["install.md"],
+         "evidence": {"install.md": "the tool listens on port 9999 and nowhere else at all"}}))
+    spec = load_benchmark_registry(benchmarks, corpora=corpora)["mine"]
+    with pytest.raises(CorpusError, match=r"questions.jsonl:1: evidence for 'install.md' is not in that file"):
+        load_benchmark(spec, "dev")
+    (tmp_path / "questions.jsonl").write_text(_jsonl(
+        {"id": "port", "question": "Which port?", "answer": "7461", "gold": ["install.md"],
+         "evidence": {"notes.txt": "Snapshots are kept"}}))
+    with pytest.raises(ConfigError, match=r"evidence names 'notes.txt', which is not one of the question's gold"):
+        load_benchmark_registry(benchmarks, corpora=corpora)
 
 
 def test_questions_without_gold_have_only_the_labels_as_truth(tmp_path):
@@ -134,7 +170,7 @@ def test_hash_halves_without_splits(tmp_path):
      r"questions\.jsonl:2: duplicate id 'a' \(first at .*questions\.jsonl:1\)"),
     ("id,question,answer\na,Q?,x\nb,R?,y\na,S?,z\n", ".csv", r"questions\.csv:4: duplicate id 'a'"),
     (_jsonl({"id": "a", "question": "Q?", "anwser": "x"}), ".jsonl",
-     r"questions\.jsonl:1: unknown field 'anwser' \(fields: id, question, answer, gold, split, metadata\)"),
+     r"questions\.jsonl:1: unknown field 'anwser' \(fields: id, question, answer, gold, evidence, split, metadata\)"),
     (_jsonl({"id": "a", "question": "Q?"}), ".jsonl",
      r"questions\.jsonl:1: question 'a' has neither an 'answer' .* nor 'gold' documents"),
     (_jsonl({"question": "Q?", "answer": "x"}), ".jsonl", r"questions\.jsonl:1: missing field 'id'"),

@@ -2,7 +2,8 @@
 benchmark over any registered corpus (`loader: questions` in the benchmark registry).
 
 JSON Lines (`.jsonl`, `.ndjson`, or a `.json` array) with `id`, `question`, `answer` (one or a list), optional
-`gold` (document ids, or file paths of a folder corpus) and `split`; or CSV / TSV with the same columns, several
+`gold` (document ids, or file paths of a folder corpus), `evidence` (per gold file, the passage of it that answers:
+`{file: passage}`, also read from `metadata.evidence`) and `split`; or CSV / TSV with the same columns, several
 values separated by `|` or given as a JSON array. Any other key is refused, so a typo is not silently dropped. Every
 record is checked before any LLM time is spent, with one error naming the file, the line and the field; a question
 with gold but no answer is kept for evaluation only. Format: docs/loaders.md.
@@ -18,8 +19,9 @@ from pathlib import Path
 from causal_assets.core.corpus.fields import id_field, parse_json, split_field, text_value
 from causal_assets.core.foundation.errors import CorpusError
 
-FIELDS = ("id", "question", "answer", "gold", "split", "metadata")
+FIELDS = ("id", "question", "answer", "gold", "evidence", "split", "metadata")
 REQUIRED = ("id", "question")
+JSON_ONLY = ("evidence", "metadata")   # objects: JSON Lines only
 LIST_SEPARATOR = "|"
 CSV_SUFFIXES = {".csv": ",", ".tsv": "\t"}
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -33,6 +35,9 @@ class QuestionRecord:
     gold: tuple[str, ...]        # document ids or file paths as written; () = none (the labels are the only truth)
     split: str | None            # the record's own split, or None (the benchmark's stable hash halves)
     where: str                   # "<file>:<line>", for errors found later (a gold entry the corpus lacks)
+    # per gold entry, the verbatim passage of it that answers (`evidence`, or `metadata.evidence`): the gold
+    # chunks are then those that hold it, however the corpus is chunked
+    evidence: tuple[tuple[str, str], ...] = ()
 
     @property
     def answer(self) -> str:
@@ -105,8 +110,31 @@ def _record(where: str, obj: dict) -> QuestionRecord:
     split = split_field(where, obj)
     if "metadata" in obj and not isinstance(obj["metadata"], (dict, type(None))):
         raise CorpusError(f"{where}: field 'metadata' must be an object")
-    return QuestionRecord(qid, question, _strings(where, "answer", obj.get("answer")),
-                          _strings(where, "gold", obj.get("gold")), split, where)
+    gold = _strings(where, "gold", obj.get("gold"))
+    return QuestionRecord(qid, question, _strings(where, "answer", obj.get("answer")), gold, split, where,
+                          _evidence(where, obj, gold))
+
+
+def _evidence(where: str, obj: dict, gold: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """`evidence` ({gold entry: passage}), or `metadata.evidence` in the same form; each key one of the record's
+    gold entries, each passage non-blank text."""
+    field, value = "evidence", obj.get("evidence")
+    if value is None and isinstance(obj.get("metadata"), dict):
+        field, value = "metadata.evidence", obj["metadata"].get("evidence")
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise CorpusError(f"{where}: field {field!r} must be an object {{gold file: passage}}")
+    out = []
+    for entry, passage in value.items():
+        if entry not in gold:
+            raise CorpusError(f"{where}: {field} names {entry!r}, which is not one of the question's gold entries "
+                              f"({', '.join(repr(g) for g in gold) or 'none'})")
+        text = text_value(where, f"{field}.{entry}", passage).strip()
+        if not text:
+            raise CorpusError(f"{where}: {field}.{entry} has no text")
+        out.append((entry, text))
+    return tuple(out)
 
 
 def _jsonl_objects(path: Path, text: str):
@@ -136,10 +164,10 @@ def _csv_objects(path: Path, text: str, delimiter: str):
     if header is None:
         return
     header = [h.strip().lstrip("\ufeff").strip() for h in header]
-    unknown = [h for h in header if h not in FIELDS or h == "metadata"]
+    unknown = [h for h in header if h not in FIELDS or h in JSON_ONLY]
     if unknown:
         raise CorpusError(f"{path}:1: unknown column {unknown[0][:80]!r} in the header (columns: "
-                          f"{', '.join(f for f in FIELDS if f != 'metadata')}); the first line names the columns")
+                          f"{', '.join(f for f in FIELDS if f not in JSON_ONLY)}); the first line names the columns")
     duplicated = [h for i, h in enumerate(header) if h in header[:i]]
     if duplicated:
         raise CorpusError(f"{path}:1: column {duplicated[0]!r} appears twice in the header")

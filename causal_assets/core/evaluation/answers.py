@@ -29,7 +29,7 @@ from typing import Any, Callable, Container, Sequence
 
 import pandas as pd
 
-from causal_assets.core.labeling.pools import PoolParams
+from causal_assets.core.labeling.pools import pool_params
 from causal_assets.core.labeling.solver import answer_continuations, solver_prompt
 from causal_assets.core.labeling.validators import validate
 from causal_assets.core.llm.errors import LLMError
@@ -220,7 +220,7 @@ class AnswerJudge:
 def doc_chars(spec: BenchmarkSpec) -> int:
     """The labels' document cut of `spec` (`pooling.max_doc_chars`, else the pools' default): the answer utility
     shows each document as the solver saw it in the labels."""
-    return int(spec.pool_settings.get("max_doc_chars") or PoolParams.max_doc_chars)
+    return pool_params(spec.pool_settings).doc_chars
 
 
 def document_cut(index, max_doc_chars: int) -> Callable[[str], tuple[str, str]]:

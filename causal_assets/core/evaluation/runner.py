@@ -8,6 +8,7 @@ from typing import Callable
 import pandas as pd
 
 from causal_assets.core.registry.benchmarks import Benchmark
+from causal_assets.core.registry.gold import collapse_to_files
 from causal_assets.core.measures.metrics import Run, evaluate
 from causal_assets.core.foundation.progress import Progress
 from causal_assets.core.retrievers.base import Retriever
@@ -48,6 +49,8 @@ def run_benchmark(retriever: Retriever, bench: Benchmark, depth: int = RUN_DEPTH
     frame = pd.DataFrame(rows, columns=["query_id", "doc_id", "rank", "score"])
     # Scores for ranx: rank-derived, so the order is exactly the retriever's (no tie reshuffling).
     run = {q: {h.chunk_id: float(depth - h.rank + 1) for h in hits} for q, hits in zip(qids, results)}
+    # a question judged at file level is scored by each file's best chunk (`registry.gold`)
+    run = {q: collapse_to_files(r, bench.file_of) if q in bench.file_level else r for q, r in run.items()}
     return RetrieverRun(name or retriever.name, run, frame, seconds)
 
 

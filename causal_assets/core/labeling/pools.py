@@ -2,9 +2,17 @@
 documents.
 
 The seed documents come from benchmark metadata (qrels / supporting paragraphs / the mined target) plus, when a graph is
-given, the seeds' graph neighbours (what the target imports or calls). Hard negatives are the top
-BM25 and dense hits that are not seeds. Random documents fill the rest. Downstream every candidate is treated
-identically; the origin is kept only as metadata, and the pool order is shuffled so position leaks nothing.
+given, the seeds' graph neighbours (what the target imports or calls). A gold *file* (a questions file's gold over a
+folder or package corpus) is not a document: its chunks are ranked within the file by BM25 on the question and its
+accepted answers, and its best ones seed the pool, at most `per_file` of one file and `gold_share` of the pool in
+all, so that the retrievers' top candidates and the negatives from other files keep their room. Hard negatives are
+the top BM25 and dense hits that are not seeds (nor of a gold file). Random documents fill the rest. Downstream
+every candidate is treated identically; the origin is kept only as metadata, and the pool order is shuffled so
+position leaks nothing.
+
+Each document's text is what the solver reads: whole when it fits its share of the solver's context
+(`PoolParams.doc_chars`), else the lines of it that best match the question (`text.passages.fit_passage`); the pool
+records the document's length and the characters kept.
 """
 from __future__ import annotations
 
@@ -16,9 +24,15 @@ import pandas as pd
 
 from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.llm.models import SOLVER_CONTEXT_TOKENS
+from causal_assets.core.text.passages import fit_passage
 
 POOL_COLUMNS = ["benchmark", "question_id", "question", "answer", "aliases", "doc_id", "origin", "position",
-                "title", "text", "path"]
+                "title", "text", "path", "doc_chars", "kept_start", "kept_end"]
+# What a document's share of the solver's context (`SOLVER_CONTEXT_TOKENS`) assumes: a reserve for the instructions, the question and the answer, and few enough characters per token for
+# code and man-page text (English prose runs to ~4; symbols and short tokens to ~2.5).
+RESERVED_TOKENS = 512
+CHARS_PER_TOKEN = 2.5
 # Corpora whose chunks name a file relative to the corpus's root: the pools (and the label exports) carry it beside the
 # document id. Other loaders' `path` is the dataset file itself, the same for every document.
 FILE_SOURCES = ("folder", "python_package")
@@ -31,16 +45,63 @@ class PoolParams:
     size: int = 10                 # candidates per question
     max_seed_neighbors: int = 2    # graph neighbours of the seeds added to the seed documents
     hard_negatives: int = 4        # top BM25/dense non-seed hits
-    max_doc_chars: int = 600       # text the blind solver sees per candidate (small local models: short contexts)
-    seed: int = 0
+    # text the blind solver reads per candidate; None: its share of the solver's context (`doc_chars`)
+    max_doc_chars: int | None = None
+    context_tokens: int = SOLVER_CONTEXT_TOKENS
+    seed: int = 0                  # the draw: random members, and (seed > 0) hard negatives among 2x the top hits
     # the retrievers' top candidates (BM25 and dense in turn) added after the seeds, gold or not: what a retriever
     # would show for the question, judged whatever the benchmark's gold says (a questions file without gold has
     # nothing else to pool from). 0: only the seeds, the hard negatives and random documents.
     top_candidates: int = 0
+    # gold files: at most this share of the pool from their chunks, and at most `per_file` chunks of one file
+    gold_share: float = 0.5
+    per_file: int = 4
+
+    @property
+    def doc_chars(self) -> int:
+        """Characters of each document the solver reads: `max_doc_chars`, else the pool's share of the solver's
+        context (every document of the pool fits at once: a trial may show them all)."""
+        if self.max_doc_chars:
+            return int(self.max_doc_chars)
+        return max(200, int((self.context_tokens - RESERVED_TOKENS) / self.size * CHARS_PER_TOKEN))
+
+    @property
+    def gold_room(self) -> int:
+        return max(1, int(self.size * self.gold_share))
+
+
+def pool_params(settings: dict, **overrides) -> PoolParams:
+    """A benchmark's pool parameters: its `pool_settings` (the registry's `pooling:` with the loader's defaults)."""
+    return PoolParams(**{**settings, **{k: v for k, v in overrides.items() if v is not None}})
 
 
 def _rng(config: PoolParams, qid: str) -> random.Random:
     return random.Random(f"{config.seed}:{qid}")  # per-question: pools do not change when others are added
+
+
+def rank_in_file(index: CorpusIndex, text: str, chunk_ids: list[str]) -> list[str]:
+    """`chunk_ids` (one file's chunks) best first by BM25 on `text`; chunks without a matching term keep their file
+    order after the others."""
+    hits = [h.chunk_id for h in index.search(text, k=len(chunk_ids), method="bm25", within=chunk_ids)]
+    return list(dict.fromkeys(hits + list(chunk_ids)))
+
+
+def gold_file_seeds(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParams) -> list[str]:
+    """The chunks of the question's gold files that seed its pool: each file's chunks ranked by the question and
+    its accepted answers, taken in turn from each file (at most `per_file` of one, `gold_room` in all)."""
+    files = bench.gold_files.get(qid, ())
+    if not files:
+        return []
+    by_file: dict[str, list[str]] = {f: [] for f in files}
+    for chunk_id, f in bench.file_of.items():
+        if f in by_file and chunk_id in index.position:
+            by_file[f].append(chunk_id)
+    text = " ".join([bench.queries[qid], bench.answers.get(qid, ""), *bench.aliases.get(qid, [])])
+    per_file = min(config.per_file, max(1, config.gold_room // len(files)))
+    ranked = [rank_in_file(index, text, sorted(ids, key=index.position.get))[:per_file]
+              for ids in by_file.values() if ids]
+    turns = [c for depth in range(per_file) for r in ranked if depth < len(r) for c in [r[depth]]]
+    return turns[:config.gold_room]
 
 
 def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParams,
@@ -48,7 +109,12 @@ def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParam
     """[(doc_id, origin)] for one question, shuffled."""
     rng = _rng(config, qid)
     universe = bench.within[qid] if bench.within else None
-    seeds = [d for d, rel in bench.qrels.get(qid, {}).items() if rel > 0 and d in index.position]
+    gold_files = set(bench.gold_files.get(qid, ()))
+    # a gold file's chunks come ranked (gold_file_seeds), never as judged: its evidence chunks are the truth, and
+    # the labels must be made the same way without it
+    seeds = [d for d, rel in bench.qrels.get(qid, {}).items()
+             if rel > 0 and d in index.position and bench.file_of.get(d) not in gold_files]
+    seeds += [d for d in gold_file_seeds(index, bench, qid, config) if d not in seeds]
     chosen: dict[str, str] = {d: "seed" for d in seeds[: config.size]}
     if neighbors:
         for s in seeds:
@@ -66,16 +132,24 @@ def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParam
             if doc not in chosen:
                 chosen[doc] = "top_candidate"
                 added += 1
+
+    def elsewhere(doc: str) -> bool:   # negatives come from other files than the gold ones
+        return doc not in chosen and bench.file_of.get(doc) not in gold_files if gold_files else doc not in chosen
+
     for method in ("bm25", "dense"):
         taken = sum(1 for o in chosen.values() if o == "hard_negative")
         want = (config.hard_negatives + 1) // 2 if method == "bm25" else config.hard_negatives - taken
-        for hit in index.search(query, k=config.size + len(chosen), method=method, within=universe):
+        hits = [h.chunk_id for h in index.search(query, k=config.size + len(chosen) + 4 * len(seeds), method=method,
+                                                 within=universe) if elsewhere(h.chunk_id)]
+        if config.seed:   # another draw: the hard negatives among twice as many top hits
+            hits = rng.sample(hits[: 2 * want], min(len(hits), 2 * want))
+        for doc in hits:
             if want <= 0 or len(chosen) >= config.size:
                 break
-            if hit.chunk_id not in chosen:
-                chosen[hit.chunk_id] = "hard_negative"
+            if elsewhere(doc):
+                chosen[doc] = "hard_negative"
                 want -= 1
-    rest = [d for d in (universe or index.ids) if d not in chosen]
+    rest = [d for d in (universe or index.ids) if elsewhere(d)]
     for d in rng.sample(list(rest), min(len(rest), config.size - len(chosen))):
         chosen[d] = "random"
     items = list(chosen.items())
@@ -86,11 +160,14 @@ def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParam
 def build_pools(index: CorpusIndex, bench: Benchmark, question_ids: list[str], config: PoolParams,
                 neighbors=None) -> pd.DataFrame:
     rows = []
+    budget = config.doc_chars
+    split = bool(getattr(index, "split_identifiers", False))
     for qid in question_ids:
         for pos, (doc_id, origin) in enumerate(build_pool(index, bench, qid, config, neighbors)):
             row = index.chunks.iloc[index.position[doc_id]]
             path = str(row["path"]) if "path" in row and str(row.get("source", "")) in FILE_SOURCES else ""
+            kept = fit_passage(str(row["text"]), bench.queries[qid], budget, split)
             rows.append((bench.name, qid, bench.queries[qid], bench.answers.get(qid, ""),
                          list(bench.aliases.get(qid, [])), doc_id, origin, pos, str(row["title"]),
-                         str(row["text"])[: config.max_doc_chars], path))
+                         kept.text, path, kept.length, kept.start, kept.end))
     return pd.DataFrame(rows, columns=POOL_COLUMNS)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Iterable, Sequence
+from typing import Container, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -20,7 +20,7 @@ from causal_assets.core.labeling.validators import contains_answer
 from causal_assets.core.foundation.schemas import ranking_effect
 
 __all__ = ["label_quality_rows", "summarize", "expected_precision_at", "auc", "per_question_from_tables",
-           "quality_table"]
+           "quality_table", "test_retest"]
 
 
 def label_quality_rows(per_question: Iterable[dict]) -> list[dict]:
@@ -110,9 +110,12 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def per_question_from_tables(labels: pd.DataFrame, pools: pd.DataFrame, qrels: dict[str, dict[str, float]],
-                             estimator: str) -> list[dict]:
+                             estimator: str, file_level: Container[str] = (),
+                             file_of: dict[str, str] | None = None) -> list[dict]:
     """The input of :func:`summarize` from the stored tables: one estimator's labels, the pools (for the order
-    and the text the solver saw) and the benchmark's gold judgements (relevant = grade > 0)."""
+    and the text the solver saw) and the benchmark's gold judgements (relevant = grade > 0). A question of
+    `file_level` (its qrels name files: `registry.gold`) is judged per file of its pool: a file is YES where one of
+    its chunks is, NO where all are, its effect its best chunk's, and it contains the answer where a chunk does."""
     rows = labels[labels["estimator"] == estimator]
     rows = rows.assign(_rank_effect=ranking_effect(rows))
     out = []
@@ -125,11 +128,26 @@ def per_question_from_tables(labels: pd.DataFrame, pools: pd.DataFrame, qrels: d
         gold = {d for d, g in qrels.get(qid, {}).items() if g > 0}
         answers = [pool.iloc[0]["answer"], *json.loads(pool.iloc[0]["aliases"] or "[]")] \
             if isinstance(pool.iloc[0]["aliases"], str) else [pool.iloc[0]["answer"]]
+        effects = [float(lab["_rank_effect"].get(d, float("nan"))) for d in docs]
+        verdicts = [str(lab["label"].get(d, "UNCERTAIN")) for d in docs]
+        contains = [contains_answer(t, answers) for t in pool["text"]]
+        if qid in file_level:
+            units = [(file_of or {}).get(d, d) for d in docs]
+            docs, effects, verdicts, contains = _by_file(units, effects, verdicts, contains)
         out.append({"question_id": qid, "gold": [i for i, d in enumerate(docs) if d in gold],
-                    "effects": [float(lab["_rank_effect"].get(d, float("nan"))) for d in docs],
-                    "labels": [str(lab["label"].get(d, "UNCERTAIN")) for d in docs],
-                    "contains": [contains_answer(t, answers) for t in pool["text"]]})
+                    "effects": effects, "labels": verdicts, "contains": contains})
     return out
+
+
+def _by_file(units: list[str], effects: list[float], verdicts: list[str], contains: list[bool]):
+    """Per distinct file of `units` (first-seen order): its best effect, its label and whether it contains the
+    answer (`per_question_from_tables`)."""
+    files = list(dict.fromkeys(units))
+    at = {f: [i for i, u in enumerate(units) if u == f] for f in files}
+    best = [max((effects[i] for i in at[f] if math.isfinite(effects[i])), default=float("nan")) for f in files]
+    labels = ["YES" if any(verdicts[i] == "YES" for i in at[f]) else
+              "NO" if all(verdicts[i] == "NO" for i in at[f]) else "UNCERTAIN" for f in files]
+    return files, best, labels, [any(contains[i] for i in at[f]) for f in files]
 
 
 def quality_table(summary: dict) -> pd.DataFrame:
@@ -142,3 +160,22 @@ def quality_table(summary: dict) -> pd.DataFrame:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 rows.append((source, metric, float(value)))
     return pd.DataFrame(rows, columns=["source", "metric", "value"])
+
+
+def test_retest(first: pd.DataFrame, second: pd.DataFrame) -> dict:
+    """How far two labellings of the same questions agree on the (question, document) pairs judged in both (one
+    estimator's `mc_labels` rows each, e.g. two pool draws and Monte Carlo seeds): Cohen's kappa on the pairs decided
+    (YES or NO) in both, the YES<->NO flips among all shared pairs, and how often the two intervals overlap."""
+    keys = ["question_id", "doc_id"]
+    both = first[keys + ["label", "ci_low", "ci_high"]].merge(second[keys + ["label", "ci_low", "ci_high"]],
+                                                               on=keys, suffixes=("_a", "_b"))
+    decided = both[both["label_a"].isin(["YES", "NO"]) & both["label_b"].isin(["YES", "NO"])]
+    a, b = (decided["label_a"] == "YES").to_numpy(), (decided["label_b"] == "YES").to_numpy()
+    observed = float((a == b).mean()) if len(decided) else float("nan")
+    chance = float(a.mean() * b.mean() + (1 - a.mean()) * (1 - b.mean())) if len(decided) else float("nan")
+    kappa = (observed - chance) / (1 - chance) if len(decided) and chance < 1 else float("nan")
+    flips = int((a != b).sum())
+    overlap = (both["ci_low_a"] <= both["ci_high_b"]) & (both["ci_low_b"] <= both["ci_high_a"])
+    return {"pairs": len(both), "decided_both": len(decided), "kappa": kappa, "agreement": observed,
+            "flips": flips, "flip_share": flips / len(both) if len(both) else float("nan"),
+            "overlap_share": float(overlap.mean()) if len(both) else float("nan")}

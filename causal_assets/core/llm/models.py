@@ -84,8 +84,13 @@ def local_model_path(name: str, models_dir: str | Path | None = None) -> Path:
     return Path(preferred[0] if preferred else found[0])
 
 
+# The context window the local models are loaded with, and the one the labels' pools are sized for: a trial may show
+# every document of a pool at once (`labeling.pools.PoolParams.doc_chars`). Both packaged models take 8k tokens.
+SOLVER_CONTEXT_TOKENS = 8192
+
+
 def local_scorer(name: str, cache: CallCache | None, models_dir: str | Path | None = None,
-                 n_threads: int | None = None, n_ctx: int = 4096):
+                 n_threads: int | None = None, n_ctx: int = SOLVER_CONTEXT_TOKENS):
     """An in-process log-probability scorer on a packaged local model."""
     return LlamaCppScorer(local_model_path(name, models_dir), f"local/{name}", cache=cache, n_ctx=n_ctx,
                           n_threads=n_threads)

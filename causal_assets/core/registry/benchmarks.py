@@ -2,12 +2,11 @@
 setting demands it, the candidate set each query ranks (HotpotQA distractor: its own paragraphs)."""
 from __future__ import annotations
 
-import difflib
 import hashlib
 import math
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pandas as pd
@@ -21,6 +20,8 @@ from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
 from causal_assets.core.corpus.questions import QuestionFile, load_questions
 from causal_assets.core.registry.corpora import CorpusSpec, load_corpus, load_corpus_registry, resolve_registry_path
+from causal_assets.core.registry.gold import GoldResolver
+from causal_assets.core.llm.models import SOLVER_CONTEXT_TOKENS
 from causal_assets.core.foundation.errors import ConfigError, CorpusError
 from causal_assets.core.measures.metrics import Qrels
 from causal_assets.core.corpus.mining import mine_examples, mine_questions
@@ -82,14 +83,19 @@ def budget_problem(budget: int, pool_size: int, estimator: str = "regression") -
 
 class PoolingSpec(BaseModel):
     """`pooling:` of a benchmark (the fields of `labeling.pools.PoolParams`); unknown keys are refused."""
-    model_config = ConfigDict(extra="forbid")
 
-    size: int = Field(default=10, ge=1)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    size: int = Field(default=10, ge=1)            # questions files: 12 unless given (`BenchmarkSpec.pool_settings`)
     max_seed_neighbors: int = Field(default=2, ge=0)
     hard_negatives: int = Field(default=4, ge=0)
-    max_doc_chars: int = Field(default=600, ge=1)
+    # characters of each document the solver reads; unset: the pool's share of `context_tokens` (PoolParams)
+    max_doc_chars: int | None = Field(default=None, ge=1)
+    context_tokens: int = Field(default=SOLVER_CONTEXT_TOKENS, ge=1024)
     seed: int = 0
     top_candidates: int = Field(default=0, ge=0)   # questions files: 4 unless given (`BenchmarkSpec.pool_settings`)
+    gold_share: float = Field(default=0.5, gt=0, le=1)
+    per_file: int = Field(default=4, ge=1)
 
 
 class MonteCarloSpec(BaseModel):
@@ -147,7 +153,9 @@ def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any])
     return value
 
 
-QUESTION_TOP_CANDIDATES = 4
+# A questions file's pools: the retrievers' top 4 candidates beside the gold (its questions may have no gold), and
+# 12 documents, room for two gold files' best chunks beside them and the negatives (docs/decisions.md).
+QUESTION_POOLING = {"top_candidates": 4, "size": 12}
 HASH_SPLITS = ("dev", "train", "test")   # every loader without splits of its own: all, and the stable hash halves
 QUESTION_LOADERS = ("hotpotqa", "multihop", "questions")   # files whose records may carry their own `split`
 
@@ -277,13 +285,12 @@ class BenchmarkSpec(BaseModel):
 
     @property
     def pool_settings(self) -> dict[str, Any]:
-        """`pooling:` with the loader's defaults: a questions file's pools take the retrievers' top 4 candidates
-        (its questions may have no gold to seed the pool with)."""
-        return {**({"top_candidates": QUESTION_TOP_CANDIDATES} if self.loader == "questions" else {}), **self.pooling}
+        """`pooling:` with the loader's defaults (`QUESTION_POOLING` for a questions file)."""
+        return {**(QUESTION_POOLING if self.loader == "questions" else {}), **self.pooling}
 
     @property
     def pool_size(self) -> int:
-        return int(self.pooling.get("size") or PoolingSpec().size)
+        return int(self.pool_settings.get("size") or PoolingSpec().size)
 
     @property
     def budget(self) -> int:
@@ -461,6 +468,12 @@ class Benchmark:
     within: dict[str, list[str]] | None = None   # query id -> the chunk ids it ranks (None: the whole corpus)
     answers: dict[str, str] = field(default_factory=dict)
     aliases: dict[str, list[str]] = field(default_factory=dict)  # accepted alternative answers (FQN re-exports)
+    # A questions file's gold files (`registry.gold`): per question, the files its gold names (the pools rank their
+    # chunks); the questions judged at file level (their qrels are keyed by file, and a ranking is scored by each
+    # file's best chunk); and each chunk's file.
+    gold_files: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    file_level: frozenset[str] = frozenset()
+    file_of: dict[str, str] = field(default_factory=dict)
 
     def query_ids(self) -> list[str]:
         """Judged queries, in a stable order."""
@@ -477,7 +490,9 @@ def restrict(bench: Benchmark, ids: list[str]) -> Benchmark:
     return Benchmark(bench.name, bench.split, {q: bench.queries[q] for q in ids}, {q: bench.qrels[q] for q in ids},
                      {q: bench.within[q] for q in ids} if bench.within else None,
                      {q: bench.answers[q] for q in ids if q in bench.answers},
-                     {q: bench.aliases[q] for q in ids if q in bench.aliases})
+                     {q: bench.aliases[q] for q in ids if q in bench.aliases},
+                     {q: bench.gold_files[q] for q in ids if q in bench.gold_files},
+                     frozenset(q for q in ids if q in bench.file_level), bench.file_of)
 
 
 DEFAULT_REGISTRY = REGISTRY_DIR / "benchmarks.yaml"
@@ -623,46 +638,31 @@ def multihop_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
                      {q.question_id: list(q.aliases) for q in questions if q.aliases})
 
 
-def resolve_gold(entries: tuple[str, ...], where: str, chunks: pd.DataFrame, corpus: CorpusSpec) -> dict[str, float]:
-    """A question's gold entries as {chunk id: 1.0}: each a document id of the corpus, or (folder and package
-    corpora) a file path relative to the corpus's root, meaning every chunk of that file. An entry that is neither
-    stops with one error naming the questions file's line, the entry and the closest names."""
-    ids = set(chunks["chunk_id"])
-    by_path: dict[str, list[str]] = {}
-    if corpus.loader in ("folder", "python_package") and "path" in chunks:
-        for chunk_id, path in zip(chunks["chunk_id"], chunks["path"]):
-            by_path.setdefault(str(PurePosixPath(str(path).replace("\\", "/"))), []).append(chunk_id)
-    out: dict[str, float] = {}
-    for entry in entries:
-        if entry in ids:
-            out[entry] = 1.0
-            continue
-        key = str(PurePosixPath(entry.replace("\\", "/").removeprefix("./")))
-        if key in by_path:
-            out.update({c: 1.0 for c in by_path[key]})
-            continue
-        names = list(by_path) if by_path else sorted(ids)
-        close = difflib.get_close_matches(key, names, n=3)
-        kind = "a document id or a file" if by_path else "a document id"
-        raise CorpusError(f"{where}: gold {entry!r} is not {kind} of corpus {corpus.name!r}"
-                          + (f" (closest: {', '.join(repr(c) for c in close)})" if close else ""))
-    return out
-
-
 def questions_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
     """A user's questions file over any registered corpus (`core/corpus/questions.py`): every question of `split`
-    ranks the whole corpus; gold, where given, is judged 1.0 per document (a file's every chunk). Questions without
-    gold are not in `qrels`: the Monte Carlo labels are their only truth."""
+    ranks the whole corpus; its gold, where given, at the grain it can be judged (`registry.gold`: document ids,
+    the chunks that hold its evidence, or its files). Questions without gold are not in `qrels`: the Monte Carlo
+    labels are their only truth."""
     qfile = load_questions(spec.resolved_path)
     keep = set(split_members([(r.question_id, r.split) for r in qfile.records], split))
     records = [r for r in qfile.records if r.question_id in keep]
     corpus = load_corpus_registry(spec._corpora, spec._shared_data)[spec.corpus]
     qrels: Qrels = {}
+    files: dict[str, tuple[str, ...]] = {}
+    file_level: set[str] = set()
+    resolver = None
     if any(r.gold for r in records):
-        table = _chunk_table(corpus, chunks)
+        resolver = GoldResolver(_chunk_table(corpus, chunks), corpus.name, corpus.loader)
         for r in records:
             if r.gold:
-                qrels[r.question_id] = resolve_gold(r.gold, r.where, table, corpus)
+                gold = resolver.resolve(r.gold, r.where, dict(r.evidence))
+                qrels[r.question_id] = gold.qrels
+                if gold.files:
+                    files[r.question_id] = gold.files
+                if gold.file_level:
+                    file_level.add(r.question_id)
     return Benchmark(spec.name, split, {r.question_id: r.question for r in records}, qrels,
                      answers={r.question_id: r.answer for r in records if r.answers},
-                     aliases={r.question_id: list(r.aliases) for r in records if r.aliases})
+                     aliases={r.question_id: list(r.aliases) for r in records if r.aliases},
+                     gold_files=files, file_level=frozenset(file_level),
+                     file_of=resolver.file_of if resolver else {})
