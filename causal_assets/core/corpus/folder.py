@@ -1,7 +1,8 @@
 """A folder of text, Markdown and code files, chunked with overlap.
 
-Python files go through the AST chunker (one chunk per function/class); other files are cut into windows of
-about `chunk_chars` characters with `overlap_chars` of overlap, preferring paragraph and line boundaries.
+Python files go through the AST chunker (a chunk per module, class and function, long ones in parts); other files
+are cut into windows of about `chunk_chars` characters with `overlap_chars` of overlap, preferring paragraph and line
+boundaries (the same splitter and options cut the Python chunks' long parts).
 Binary, non-UTF-8, oversize, empty and blank files, FIFOs, sockets and devices, symlinks leaving the root, hard
 links, file names that are not UTF-8, directories nested deeper than `MAX_DEPTH`, and Python files too deep for the
 parser or whose names another file already gave (both chunked as text) are skipped and counted in the report: one bad file should not stop a corpus
@@ -160,7 +161,8 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: PositiveInt = CHUNK_
         if f.suffix == ".py":
             module = ".".join(f.relative_to(root).with_suffix("").parts)
             try:
-                code_chunks = chunk_python_source(text, module, rel, corpus)
+                code_chunks = chunk_python_source(text, module, rel, corpus, chunk_chars=chunk_chars,
+                                                  overlap_chars=overlap_chars)
                 # pkg/mod.py and pkg.mod.py give the same names: the second file's would repeat the first's ids
                 taken = next((c.chunk_id for c in code_chunks if c.chunk_id in owner), None)
                 if taken is None:

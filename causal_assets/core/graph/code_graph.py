@@ -1,7 +1,8 @@
 """The code graph of a Python-package corpus: who defines, imports, calls, inherits and references whom.
 
 Built from the chunks alone (`python_package` chunks: one per module, class, function and method, with its FQN and
-source) with `ast`; nothing is imported or executed. Nodes are the chunks (node_id = FQN) plus `external` nodes for
+source, long ones in parts) with `ast`; nothing is imported or executed. Nodes are the chunks (node_id = FQN; a
+long unit is parsed whole, its later parts are `part` nodes linked from it by `has_part`) plus `external` nodes for
 names that resolve outside the corpus. Edges: `defines`, `imports` (relative imports resolved), `calls` (resolved
 through imports, locals, `self`/`cls` and the MRO, `super()`, aliases and re-export chains), `references` (a symbol
 named but not called, or a call that resolves outside the corpus) and `inherits`, each weighted by occurrences with
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from causal_assets.core.corpus.python_package import join_parts
 from causal_assets.core.graph.code_syntax import dotted_name, import_bindings, local_names, parse_function
 from causal_assets.core.graph.store import CODE_KINDS, edges_frame, nodes_frame, with_degree_rank
 
@@ -254,8 +256,12 @@ def build_code_graph(chunks: pd.DataFrame, include_external: bool = True) -> tup
     symbols: dict[str, _Symbol] = {}
     all_symbols: list[_Symbol] = []
     module_imports: dict[str, list[str]] = {}
+    later_parts: dict[str, list[dict]] = defaultdict(list)  # a long unit's first chunk id -> its other parts
     for r in code.to_dict("records"):
         md = json.loads(r["metadata"] or "{}")
+        if md.get("part_of"):
+            later_parts[md["part_of"]].append({**r, "md": md})
+            continue
         fqn = md.get("fqn") or r["title"] or r["chunk_id"]
         module = md.get("module") or (fqn if r["kind"] == "module" else fqn.rsplit(".", 1)[0])
         parent = md.get("parent") or ("" if r["kind"] == "module" else fqn.rsplit(".", 1)[0])
@@ -266,6 +272,11 @@ def build_code_graph(chunks: pd.DataFrame, include_external: bool = True) -> tup
         symbols.setdefault(fqn, s)
         if r["kind"] == "module":
             module_imports[fqn] = list(md.get("imports", []))
+    for s in all_symbols:  # a unit the loader cut into parts is one symbol, its text whole again
+        parts = sorted(later_parts.get(s.chunk_id, ()), key=lambda p: p["md"]["part"])
+        if parts:
+            s.text = join_parts([(0, s.text)] + [(p["md"]["char_start"], p["text"]) for p in parts])
+            s.end_line = max(s.end_line, *(int(p["end_line"]) for p in parts))
 
     packages = {s.fqn for s in symbols.values()
                 if s.kind == "module" and s.path.replace("\\", "/").endswith("__init__.py")}
@@ -372,7 +383,7 @@ def build_code_graph(chunks: pd.DataFrame, include_external: bool = True) -> tup
         if fn is None:
             stats["unparsable"] += 1
             continue
-        v = _BodyVisitor(fn, s, res, s.module in packages, s.start_line - fn.lineno)
+        v = _BodyVisitor(fn, s, res, s.module in packages, s.start_line - 1)  # text line 1 = start_line
         for stmt in fn.body:
             v.visit(stmt)
         for d in fn.decorator_list:
@@ -394,6 +405,12 @@ def build_code_graph(chunks: pd.DataFrame, include_external: bool = True) -> tup
             "attributes": {"fqn": s.fqn, "kind": s.kind, "module": s.module, "path": s.path,
                            "start_line": s.start_line, "end_line": s.end_line, "signature": s.signature},
         })
+        for p in later_parts.get(s.chunk_id, ()):  # a part: a node of its own, linked to its unit
+            add(s.node_id, p["chunk_id"], "has_part", f"L{p['start_line']}-L{p['end_line']}")
+            node_rows.append({"node_id": p["chunk_id"], "node_type": "part", "name": s.fqn.rsplit(".", 1)[-1],
+                              "chunk_id": p["chunk_id"], "description": f"part {p['md']['part']} of {s.fqn}",
+                              "attributes": {"fqn": s.fqn, "kind": "part", "part": p["md"]["part"], "path": s.path,
+                                             "start_line": p["start_line"], "end_line": p["end_line"]}})
     for fqn in sorted(external - {s.node_id for s in all_symbols}):
         node_rows.append({"node_id": fqn, "node_type": "external", "name": fqn, "chunk_id": "",
                           "attributes": {"fqn": fqn, "kind": "external"}})

@@ -50,7 +50,7 @@ class CorpusSpec(BaseModel):
                              f"{', '.join(sorted(known))})")
         for name, value in self.options.items():
             check_option(name, value, known[name])
-        if self.loader == "folder":
+        if self.loader in ("folder", "python_package"):
             check_split_options(**{k: v for k, v in self.options.items() if k in known and k != "split_identifiers"})
         return self
 
