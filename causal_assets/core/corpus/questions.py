@@ -5,18 +5,24 @@ JSON Lines (`.jsonl`, `.ndjson`, or a `.json` array) with `id`, `question`, `ans
 `gold` (document ids, or file paths of a folder corpus) and `split`; or CSV / TSV with the same columns, several
 values separated by `|` or given as a JSON array. Any other key is refused, so a typo is not silently dropped. Every
 record is checked before any LLM time is spent, with one error naming the file, the line and the field; a question
-with gold but no answer is kept for evaluation only. Format: docs/loaders.md.
+with gold but no answer is kept for evaluation only. `resolve_gold` matches a record's gold entries against the
+corpus's chunks. Format: docs/loaders.md.
 """
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from causal_assets.core.corpus.fields import id_field, parse_json, split_field, text_value
 from causal_assets.core.foundation.errors import CorpusError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FIELDS = ("id", "question", "answer", "gold", "split", "metadata")
 REQUIRED = ("id", "question")
@@ -205,3 +211,31 @@ def load_questions(path: str | Path) -> QuestionFile:
         raise CorpusError(f"{missing.where}: question {missing.question_id!r} has no 'split' while others have one "
                           f"(e.g. {with_split[0].where}): give every question its split, or none")
     return QuestionFile(path, tuple(records))
+
+
+def resolve_gold(entries: tuple[str, ...], where: str, chunks: pd.DataFrame, corpus: str,
+                 loader: str) -> dict[str, float]:
+    """A question's gold entries as {chunk id: 1.0} against the chunk table of `corpus` (made by `loader`): each a
+    document id, or (folder and package corpora) a file path relative to the corpus's root, meaning every chunk of
+    that file. An entry that is neither stops with one error naming the questions file's line, the entry and the
+    closest names."""
+    ids = set(chunks["chunk_id"])
+    by_path: dict[str, list[str]] = {}
+    if loader in ("folder", "python_package") and "path" in chunks:
+        for chunk_id, path in zip(chunks["chunk_id"], chunks["path"]):
+            by_path.setdefault(str(PurePosixPath(str(path).replace("\\", "/"))), []).append(chunk_id)
+    out: dict[str, float] = {}
+    for entry in entries:
+        if entry in ids:
+            out[entry] = 1.0
+            continue
+        key = str(PurePosixPath(entry.replace("\\", "/").removeprefix("./")))
+        if key in by_path:
+            out.update({c: 1.0 for c in by_path[key]})
+            continue
+        names = list(by_path) if by_path else sorted(ids)
+        close = difflib.get_close_matches(key, names, n=3)
+        kind = "a document id or a file" if by_path else "a document id"
+        raise CorpusError(f"{where}: gold {entry!r} is not {kind} of corpus {corpus!r}"
+                          + (f" (closest: {', '.join(repr(c) for c in close)})" if close else ""))
+    return out

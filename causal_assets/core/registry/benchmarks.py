@@ -2,12 +2,11 @@
 setting demands it, the candidate set each query ranks (HotpotQA distractor: its own paragraphs)."""
 from __future__ import annotations
 
-import difflib
 import hashlib
 import math
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pandas as pd
@@ -19,7 +18,7 @@ from causal_assets.core.corpus.beir import (beir_doc_ids, beir_splits, load_beir
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
-from causal_assets.core.corpus.questions import QuestionFile, load_questions
+from causal_assets.core.corpus.questions import QuestionFile, load_questions, resolve_gold
 from causal_assets.core.registry.corpora import CorpusSpec, load_corpus, load_corpus_registry, resolve_registry_path
 from causal_assets.core.foundation.errors import ConfigError, CorpusError
 from causal_assets.core.measures.metrics import Qrels
@@ -623,32 +622,6 @@ def multihop_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
                      {q.question_id: list(q.aliases) for q in questions if q.aliases})
 
 
-def resolve_gold(entries: tuple[str, ...], where: str, chunks: pd.DataFrame, corpus: CorpusSpec) -> dict[str, float]:
-    """A question's gold entries as {chunk id: 1.0}: each a document id of the corpus, or (folder and package
-    corpora) a file path relative to the corpus's root, meaning every chunk of that file. An entry that is neither
-    stops with one error naming the questions file's line, the entry and the closest names."""
-    ids = set(chunks["chunk_id"])
-    by_path: dict[str, list[str]] = {}
-    if corpus.loader in ("folder", "python_package") and "path" in chunks:
-        for chunk_id, path in zip(chunks["chunk_id"], chunks["path"]):
-            by_path.setdefault(str(PurePosixPath(str(path).replace("\\", "/"))), []).append(chunk_id)
-    out: dict[str, float] = {}
-    for entry in entries:
-        if entry in ids:
-            out[entry] = 1.0
-            continue
-        key = str(PurePosixPath(entry.replace("\\", "/").removeprefix("./")))
-        if key in by_path:
-            out.update({c: 1.0 for c in by_path[key]})
-            continue
-        names = list(by_path) if by_path else sorted(ids)
-        close = difflib.get_close_matches(key, names, n=3)
-        kind = "a document id or a file" if by_path else "a document id"
-        raise CorpusError(f"{where}: gold {entry!r} is not {kind} of corpus {corpus.name!r}"
-                          + (f" (closest: {', '.join(repr(c) for c in close)})" if close else ""))
-    return out
-
-
 def questions_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
     """A user's questions file over any registered corpus (`core/corpus/questions.py`): every question of `split`
     ranks the whole corpus; gold, where given, is judged 1.0 per document (a file's every chunk). Questions without
@@ -662,7 +635,7 @@ def questions_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | 
         table = _chunk_table(corpus, chunks)
         for r in records:
             if r.gold:
-                qrels[r.question_id] = resolve_gold(r.gold, r.where, table, corpus)
+                qrels[r.question_id] = resolve_gold(r.gold, r.where, table, corpus.name, corpus.loader)
     return Benchmark(spec.name, split, {r.question_id: r.question for r in records}, qrels,
                      answers={r.question_id: r.answer for r in records if r.answers},
                      aliases={r.question_id: list(r.aliases) for r in records if r.aliases})
