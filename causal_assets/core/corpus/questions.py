@@ -2,10 +2,10 @@
 benchmark over any registered corpus (`loader: questions` in the benchmark registry).
 
 JSON Lines (`.jsonl`, `.ndjson`, or a `.json` array) with `id`, `question`, `answer` (one or a list), optional
-`gold` (document ids, or file paths of a folder corpus) and `split`; or CSV / TSV with the same columns, several
-values separated by `|` or given as a JSON array. Any other key is refused, so a typo is not silently dropped. Every
-record is checked before any LLM time is spent, with one error naming the file, the line and the field; a question
-with gold but no answer is kept for evaluation only. `resolve_gold` matches a record's gold entries against the
+`gold` (document ids, or file paths of a folder or package corpus) and `split`; or CSV / TSV with the same columns,
+several values separated by `|` or given as a JSON array. Any other key is refused, so a typo is not silently
+dropped. Every record is checked before any LLM time is spent, with one error naming the file, the line and the
+field; a question with gold but no answer is kept for evaluation only. `resolve_gold` matches a record's gold entries against the
 corpus's chunks. Format: docs/loaders.md.
 """
 from __future__ import annotations
@@ -216,22 +216,30 @@ def load_questions(path: str | Path) -> QuestionFile:
 def resolve_gold(entries: tuple[str, ...], where: str, chunks: pd.DataFrame, corpus: str,
                  loader: str) -> dict[str, float]:
     """A question's gold entries as {chunk id: 1.0} against the chunk table of `corpus` (made by `loader`): each a
-    document id, or (folder and package corpora) a file path relative to the corpus's root, meaning every chunk of
-    that file. An entry that is neither stops with one error naming the questions file's line, the entry and the
-    closest names."""
+    document id, or (folder and package corpora) a file path, meaning every chunk of that file: relative to a folder
+    corpus's root; for a package, the path its chunks record (`networkx/classes/graph.py`: the package's folder
+    first) or the path inside the package (`classes/graph.py`). An entry that is none of these stops with one error
+    naming the questions file's line, the entry and the closest names."""
     ids = set(chunks["chunk_id"])
     by_path: dict[str, list[str]] = {}
     if loader in ("folder", "python_package") and "path" in chunks:
         for chunk_id, path in zip(chunks["chunk_id"], chunks["path"]):
             by_path.setdefault(str(PurePosixPath(str(path).replace("\\", "/"))), []).append(chunk_id)
+    inside: dict[str, list[str]] = {}   # a package's files by their path inside its folder
+    if loader == "python_package":
+        for path, chunk_ids in by_path.items():
+            parts = PurePosixPath(path).parts
+            if len(parts) > 1:
+                inside.setdefault(str(PurePosixPath(*parts[1:])), chunk_ids)
     out: dict[str, float] = {}
     for entry in entries:
         if entry in ids:
             out[entry] = 1.0
             continue
         key = str(PurePosixPath(entry.replace("\\", "/").removeprefix("./")))
-        if key in by_path:
-            out.update({c: 1.0 for c in by_path[key]})
+        found = by_path.get(key) or inside.get(key)
+        if found:
+            out.update({c: 1.0 for c in found})
             continue
         names = list(by_path) if by_path else sorted(ids)
         close = difflib.get_close_matches(key, names, n=3)
