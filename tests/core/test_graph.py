@@ -13,7 +13,8 @@ from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.python_package import load_python_package
 from causal_assets.core.graph.build import build_graph
-from causal_assets.core.graph.code_graph import build_code_graph, resolve_relative
+from causal_assets.core.graph.code_graph import build_code_graph
+from causal_assets.core.graph.code_syntax import resolve_relative
 from causal_assets.core.outputs.checks import check_graph
 from causal_assets.core.graph.store import (CODE_KINDS, EDGE_COLUMNS, NODE_COLUMNS, chunk_neighbors, graph_stats,
                                            to_networkx)

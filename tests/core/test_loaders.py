@@ -25,10 +25,13 @@ def test_python_package_chunks_have_fqn_signature_and_exact_span():
     assert fn.kind == "function"
     assert fn.metadata["signature"].startswith("def shortest_path(G, source=None, target=None")
     assert "Compute shortest paths in the graph" in fn.metadata["docstring"]
-    src = (package_root("networkx") / "algorithms/shortest_paths/generic.py").read_text().splitlines()
-    node = next(n for n in ast.parse("\n".join(src)).body if getattr(n, "name", "") == "shortest_path")
-    assert (fn.start_line, fn.end_line) == (node.lineno, node.end_lineno)
-    assert "def shortest_path(" in fn.text
+    src = (package_root("networkx") / "algorithms/shortest_paths/generic.py").read_text().splitlines(keepends=True)
+    node = next(n for n in ast.parse("".join(src)).body if getattr(n, "name", "") == "shortest_path")
+    # the span runs from the first decorator to the last line, over the function's parts
+    parts = [c for c in chunks if c.chunk_id == fn.chunk_id or c.metadata.get("part_of") == fn.chunk_id]
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    assert (parts[0].start_line, parts[-1].end_line) == (first, node.end_lineno)
+    assert fn.text.startswith("".join(src[first - 1:node.lineno])) and "def shortest_path(" in fn.text
     kinds = {c.kind for c in chunks}
     assert {"module", "function"} <= kinds
     assert report["files"] > 5 and report["skipped_unparsable"] == 0
@@ -299,6 +302,11 @@ def test_registry_errors_name_file_and_field(tmp_path):
     ("loader: folder\n    path: /tmp\n    options: {suffixes: .md}", r"option 'suffixes' is '.md': input should be a valid"),
     ("loader: python_package\n    package: networkx\n    options: {subpackages: algorithms}",
      r"option 'subpackages' is 'algorithms': input should be a valid"),
+    # the Python loader's parts are sized like the folder's windows, checked alike
+    ("loader: python_package\n    package: networkx\n    options: {chunk_chars: '2000'}",
+     r"option 'chunk_chars' is '2000': input should be a valid integer"),
+    ("loader: python_package\n    package: networkx\n    options: {chunk_chars: 300, overlap_chars: 300}",
+     r"option 'overlap_chars' \(300\) must be smaller than 'chunk_chars' \(300\)"),
 ])
 def test_registry_options_and_keys_are_checked(tmp_path, entry, message):
     p = tmp_path / "corpora.yaml"

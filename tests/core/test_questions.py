@@ -73,6 +73,37 @@ def test_jsonl_with_gold_files_aliases_and_a_question_to_evaluate_only(tmp_path)
     assert bench.within is None                                  # every question ranks the whole corpus
 
 
+def test_a_package_corpus_takes_gold_files_with_or_without_the_package_folder(tmp_path):
+    """Gold names a package's file by the path its chunks record (`networkx/algorithms/...py`) or by its path inside
+    the package (`algorithms/...py`); a wrong one is refused naming the closest recorded path."""
+    (tmp_path / "questions.jsonl").write_text(_jsonl(
+        {"id": "a", "question": "Unweighted paths?", "gold": ["networkx/algorithms/shortest_paths/unweighted.py"]},
+        {"id": "b", "question": "Unweighted paths?", "gold": ["algorithms/shortest_paths/unweighted.py"]},
+        {"id": "c", "question": "From both ends?",
+         "gold": ["networkx.algorithms.shortest_paths.unweighted.bidirectional_shortest_path"]}))
+    corpora = tmp_path / "corpora.yaml"
+    corpora.write_text(yaml.safe_dump({"corpora": [
+        {"name": "default", "loader": "python_package", "package": "networkx",
+         "options": {"subpackages": ["algorithms.shortest_paths"]}}]}))
+    benchmarks = tmp_path / "benchmarks.yaml"
+    benchmarks.write_text(yaml.safe_dump({"benchmarks": [
+        {"name": "mine", "loader": "questions", "corpus": "default", "path": "questions.jsonl"}]}))
+    _, bench = _load(benchmarks, corpora)
+    module = "networkx.algorithms.shortest_paths.unweighted"
+    # a file without evidence is judged at file level, under the path its chunks record
+    assert bench.qrels["a"] == bench.qrels["b"] == {"networkx/algorithms/shortest_paths/unweighted.py": 1.0}
+    assert bench.gold_files["b"] == ("networkx/algorithms/shortest_paths/unweighted.py",)
+    file_chunks = {c for c, f in bench.file_of.items() if f == "networkx/algorithms/shortest_paths/unweighted.py"}
+    assert len(file_chunks) > 5 and {module, f"{module}.bidirectional_shortest_path"} <= file_chunks
+    assert bench.qrels["c"] == {f"{module}.bidirectional_shortest_path": 1.0}
+    (tmp_path / "questions.jsonl").write_text(_jsonl(
+        {"id": "d", "question": "Unweighted paths?", "gold": ["algorithms/shortest_paths/unweightd.py"]}))
+    with pytest.raises(CorpusError, match=r"gold 'algorithms/shortest_paths/unweightd\.py' is not a document id or a "
+                                          r"file of corpus 'default' \(closest: 'networkx/algorithms/shortest_paths/"
+                                          r"unweighted\.py'"):
+        _load(benchmarks, corpora)
+
+
 def test_csv_with_a_header_several_answers_and_a_json_array_cell(tmp_path):
     csv_text = ("\ufeffid,question,answer,gold\n"
                 "port,Which port?,7461|port 7461,install.md\n"

@@ -1,7 +1,8 @@
 """A folder of text, Markdown and code files, chunked with overlap.
 
-Python files go through the AST chunker (one chunk per function/class); other files are cut into windows of
-about `chunk_chars` characters with `overlap_chars` of overlap, preferring paragraph and line boundaries.
+Python files go through the AST chunker (a chunk per module, class and function, long ones in parts); other files
+are cut into windows of about `chunk_chars` characters with `overlap_chars` of overlap, preferring paragraph and line
+boundaries (the same splitter and options cut the Python chunks' long parts).
 Binary, non-UTF-8, oversize, empty and blank files, FIFOs, sockets and devices, symlinks leaving the root, hard
 links, file names that are not UTF-8, directories nested deeper than `MAX_DEPTH`, and Python files too deep for the
 parser or whose names another file already gave (both chunked as text) are skipped and counted in the report: one bad file should not stop a corpus
@@ -10,7 +11,6 @@ regular files.
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import stat
@@ -21,6 +21,8 @@ from pydantic import NonNegativeInt, PositiveInt
 
 from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.python_package import chunk_python_source
+from causal_assets.core.corpus.split import (CHUNK_CHARS, OVERLAP_CHARS, check_options, line_of, line_starts,
+                                            split_with_overlap)
 from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.foundation.paths import display_path
 
@@ -29,36 +31,6 @@ log = logging.getLogger(__name__)
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst", ".py", ".js", ".ts", ".tsx", ".java", ".go", ".rs", ".c",
                  ".h", ".cpp", ".hpp", ".cs", ".rb", ".php", ".sh", ".sql", ".yaml", ".yml", ".toml", ".json",
                  ".html", ".css", ".ini", ".cfg"}
-
-
-def split_with_overlap(text: str, chunk_chars: int, overlap_chars: int) -> list[tuple[int, int]]:
-    """Character spans [start, end) covering `text`, each ~chunk_chars long, consecutive ones overlapping by at most
-    `overlap_chars`; a span ends at a paragraph, line or sentence break and starts at a line or word boundary where
-    the window has one."""
-    if overlap_chars >= chunk_chars:
-        raise ValueError(f"overlap_chars ({overlap_chars}) must be smaller than chunk_chars ({chunk_chars})")
-    spans, start, n = [], 0, len(text)
-    while start < n:
-        end = min(n, start + chunk_chars)
-        if end < n:
-            # Cut at the last paragraph break, else line break, in the second half of the window.
-            for sep in ("\n\n", "\n", ". "):
-                cut = text.rfind(sep, start + chunk_chars // 2, end)
-                if cut != -1:
-                    end = cut + len(sep)
-                    break
-        spans.append((start, end))
-        if end >= n:
-            break
-        overlap = end - overlap_chars
-        # the overlap starts at a line, else a word boundary: a chunk that began mid-word ("xist` |...") read badly
-        for sep in ("\n", " "):
-            cut = text.find(sep, overlap, end - 1)
-            if cut != -1:
-                overlap = cut + 1
-                break
-        start = max(overlap, start + 1)
-    return spans
 
 
 # Deeper directories are skipped (and listed): real corpora are a few dozen levels deep at most.
@@ -113,15 +85,9 @@ def _is_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
-def check_options(chunk_chars: int = 1500, overlap_chars: int = 200, **_) -> None:
-    """What the option types cannot say: the overlap must be shorter than a chunk (else no window advances)."""
-    if overlap_chars >= chunk_chars:
-        raise ValueError(f"option 'overlap_chars' ({overlap_chars}) must be smaller than 'chunk_chars' "
-                         f"({chunk_chars})")
-
-
-def load_folder(root: str | Path, corpus: str, chunk_chars: PositiveInt = 1500, overlap_chars: NonNegativeInt = 200,
-                max_file_bytes: PositiveInt = 2_000_000, suffixes: set[str] | None = None) -> tuple[list[Chunk], dict]:
+def load_folder(root: str | Path, corpus: str, chunk_chars: PositiveInt = CHUNK_CHARS,
+                overlap_chars: NonNegativeInt = OVERLAP_CHARS, max_file_bytes: PositiveInt = 2_000_000,
+                suffixes: set[str] | None = None) -> tuple[list[Chunk], dict]:
     """Chunks of every text file under `root` and a load report. The options' annotations are what the corpus
     registry checks them against when it loads (types exactly, and these ranges)."""
     root = Path(root)
@@ -195,7 +161,8 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: PositiveInt = 1500, 
         if f.suffix == ".py":
             module = ".".join(f.relative_to(root).with_suffix("").parts)
             try:
-                code_chunks = chunk_python_source(text, module, rel, corpus)
+                code_chunks = chunk_python_source(text, module, rel, corpus, chunk_chars=chunk_chars,
+                                                  overlap_chars=overlap_chars)
                 # pkg/mod.py and pkg.mod.py give the same names: the second file's would repeat the first's ids
                 taken = next((c.chunk_id for c in code_chunks if c.chunk_id in owner), None)
                 if taken is None:
@@ -209,10 +176,10 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: PositiveInt = 1500, 
             except (RecursionError, MemoryError, ValueError) as e:
                 skip("skipped_unparsable", f, f"Python source too deeply nested to parse ({type(e).__name__}); "
                                               "chunked as text")
-        starts = _line_starts(text)
+        starts = line_starts(text)
         text_chunks = [Chunk(chunk_id=f"{rel}#{i}", corpus=corpus, source="folder", path=rel, title=f.name,
-                             text=text[s:e], kind="file_chunk", start_line=_line_of(starts, s),
-                             end_line=_line_of(starts, max(s, e - 1)),
+                             text=text[s:e], kind="file_chunk", start_line=line_of(starts, s),
+                             end_line=line_of(starts, max(s, e - 1)),
                              metadata={"suffix": f.suffix.lower(), "char_start": s, "char_end": e})
                        for i, (s, e) in enumerate(split_with_overlap(text, chunk_chars, overlap_chars))]
         # a window's id `<file>#<i>` can be a code chunk's name (a module `a.md#0`, from `a.md#0.py`)
@@ -227,12 +194,3 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: PositiveInt = 1500, 
         raise CorpusError(f"{root}: no readable text files (suffixes {sorted(suffixes)}); skipped: {report['skipped'][:5]}")
     return chunks, report
 
-
-def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    starts.extend(i + 1 for i, ch in enumerate(text) if ch == "\n")
-    return starts
-
-
-def _line_of(starts: list[int], offset: int) -> int:
-    return bisect.bisect_right(starts, offset)

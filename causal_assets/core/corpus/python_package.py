@@ -1,24 +1,39 @@
 """Chunks from an installed Python package's source tree, parsed with `ast` (never imported or executed).
 
-One chunk per module, class, function and method, each with its fully qualified name (FQN), signature,
-docstring and exact source span. The module chunk carries the docstring and the import block: that is
-what a reader needs to know what a module is for and what it depends on, without duplicating its bodies.
+Every line of a file is in a chunk. A function's or method's chunk is its source, from its first decorator to its
+last line, nested functions included. A class's chunk and a module's chunk are their own source with each function
+and class they contain cut to a one-line stub (its signature): those have chunks of their own. So class attributes
+(an exception's `exit_code = 2`), module constants, `__all__`, `if __name__ == "__main__":` blocks, comments and
+any other statement between definitions are in the class's or module's chunk, and a method's body is in one chunk,
+not also in its class's (the class would repeat every method and be ranked for what the methods do).
+
+A unit longer than `chunk_chars` is cut into parts by the folder loader's splitter (`split.split_with_overlap`:
+breaks at blank lines or line ends, `overlap_chars` of overlap). Part 1 keeps the unit's id (its FQN, what mined
+questions and graph nodes name); part k is `<id>#part<k>`. Each part records `part`, `parts` and its characters in
+the unit's text (`char_start`, `char_end`); later parts carry `part_of`, the first part's id, and `join_parts`
+rebuilds the whole text (the code graph parses whole functions). A chunk's `start_line`..`end_line` are the file
+lines its text comes from.
 """
 from __future__ import annotations
 
 import ast
 import importlib.util
+import io
 import logging
 import re
 from pathlib import Path
 from typing import Iterator
 
+from pydantic import NonNegativeInt, PositiveInt
+
 from causal_assets.core.corpus.chunk import Chunk
+from causal_assets.core.corpus.split import (CHUNK_CHARS, OVERLAP_CHARS, check_options, line_of, line_starts,
+                                            split_with_overlap)
 from causal_assets.core.foundation.errors import CorpusError
 
 log = logging.getLogger(__name__)
 
-MAX_CHUNK_CHARS = 8_000  # very long functions are cut: embedders see 256 tokens, BM25 gains little past this
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def package_root(package: str) -> Path:
@@ -68,14 +83,9 @@ def mask_summary(text: str, summary: str) -> str:
     if not summary:
         return text
     pattern = r"\s+".join(re.escape(w) for w in summary.split())
-    return re.sub(pattern, "", text, count=1)
-
-
-def _segment(lines: list[str], node: ast.AST) -> str:
-    start = node.lineno - 1
-    if getattr(node, "decorator_list", None):
-        start = min(d.lineno for d in node.decorator_list) - 1
-    return "".join(lines[start:node.end_lineno])[:MAX_CHUNK_CHARS]
+    # the line breaks inside the sentence stay, with the indentation after them: the chunk's lines are still the
+    # file's, and a docstring's closing quotes keep their place (a function dedented whole still parses)
+    return re.sub(pattern, lambda m: "".join(re.findall(r"\s*\n\s*", m.group())), text, count=1)
 
 
 def iter_python_files(root: Path, exclude_tests: bool = True) -> Iterator[Path]:
@@ -87,51 +97,101 @@ def iter_python_files(root: Path, exclude_tests: bool = True) -> Iterator[Path]:
         yield f
 
 
-def chunk_python_source(source: str, module: str, path: str, corpus: str,
-                        mask_summaries: bool = False) -> list[Chunk]:
+def _first_line(node: ast.stmt) -> int:
+    """Where a definition's source starts: its first decorator, else its `def`/`class` line."""
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+
+
+def _unit_lines(lines: list[str], first: int, last: int, children: list[ast.stmt]) -> list[tuple[int, str]]:
+    """(file line, text) of lines `first`..`last` (1-based), each of `children` (definitions with chunks of their own)
+    replaced by a one-line stub: its signature, indented as it is, at its `def`/`class` line."""
+    stubs = {_first_line(c): c for c in children}
+    out, ln = [], first
+    while ln <= last:
+        child = stubs.get(ln)
+        if child is None:
+            out.append((ln, lines[ln - 1]))
+            ln += 1
+            continue
+        head = lines[child.lineno - 1]
+        out.append((child.lineno, f"{head[:len(head) - len(head.lstrip())]}{signature(child)}: ...\n"))
+        ln = child.end_lineno + 1
+    return out
+
+
+def _parts(unit_lines: list[tuple[int, str]], summary: str, chunk_chars: int,
+           overlap_chars: int) -> list[tuple[str, int, int, int, int]]:
+    """(text, first file line, last file line, char_start, char_end) of each part of one unit, its summary masked
+    first (so no part holds it) with the line breaks kept (so each part's lines are still the file's)."""
+    text = mask_summary("".join(t for _, t in unit_lines), summary)
+    if not text:
+        return [("", unit_lines[0][0] if unit_lines else 1, unit_lines[-1][0] if unit_lines else 1, 0, 0)]
+    starts = line_starts(text)
+    out = []
+    for s, e in split_with_overlap(text, chunk_chars, overlap_chars):
+        first, last = line_of(starts, s) - 1, line_of(starts, max(s, e - 1)) - 1
+        out.append((text[s:e], unit_lines[first][0], unit_lines[min(last, len(unit_lines) - 1)][0], s, e))
+    return out
+
+
+def join_parts(parts: list[tuple[int, str]]) -> str:
+    """A unit's text rebuilt from its parts' (`char_start`, text), in part order: each overlap taken once."""
+    out = ""
+    for start, text in parts:
+        out += text[max(0, len(out) - start):]
+    return out
+
+
+def chunk_python_source(source: str, module: str, path: str, corpus: str, mask_summaries: bool = False,
+                        chunk_chars: int = CHUNK_CHARS, overlap_chars: int = OVERLAP_CHARS) -> list[Chunk]:
     """All chunks of one module's source text. Raises SyntaxError for unparsable source.
 
     With `mask_summaries`, each class/function chunk's text loses its docstring's first sentence (kept in
     `metadata.summary`), so questions mined from summaries cannot be matched verbatim."""
     tree = ast.parse(source, filename=path)
-    lines = source.splitlines(keepends=True)
+    # the parser's line breaks (\n, \r\n, \r), not str.splitlines' (which also breaks at \f, \v, \x1c ...)
+    lines = [ln.rstrip("\r\n") + "\n" if ln.endswith(("\n", "\r")) else ln
+             for ln in io.StringIO(source, newline="").readlines()]
+    chunks: list[Chunk] = []
+
+    def emit(unit_id: str, fqn: str, kind: str, unit_lines: list[tuple[int, str]], summary: str,
+             metadata: dict) -> None:
+        parts = _parts(unit_lines, summary, chunk_chars, overlap_chars)
+        for k, (text, first, last, s, e) in enumerate(parts, 1):
+            meta = metadata
+            if len(parts) > 1:
+                lean = {key: metadata[key] for key in ("fqn", "module", "parent") if key in metadata}
+                meta = {**(metadata if k == 1 else {**lean, "part_of": unit_id}),
+                        "part": k, "parts": len(parts), "char_start": s, "char_end": e}
+            chunks.append(Chunk(
+                chunk_id=unit_id if k == 1 else f"{unit_id}#part{k}", corpus=corpus, source="python_package",
+                path=path, title=fqn, text=text, kind=kind, start_line=first, end_line=last, metadata=meta))
+
     imports = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     doc = ast.get_docstring(tree) or ""
-    names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    module_text = "\n".join(filter(None, [doc, "\n".join(imports), "defines: " + ", ".join(names) if names else ""]))
-    chunks = [Chunk(
-        chunk_id=module, corpus=corpus, source="python_package", path=path, title=module,
-        text=module_text[:MAX_CHUNK_CHARS], kind="module", start_line=1, end_line=max(1, len(lines)),
-        metadata={"fqn": module, "module": module, "docstring": doc[:2000], "imports": imports[:200]},
-    )]
+    top = [n for n in tree.body if isinstance(n, DEFINITIONS)]
+    emit(module, module, "module", _unit_lines(lines, 1, len(lines), top), "",
+         {"fqn": module, "module": module, "docstring": doc[:2000], "imports": imports[:200]})
     seen: dict[str, int] = {}
 
     def visit(body: list[ast.stmt], prefix: str, parent_kind: str) -> None:
         for node in body:
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if not isinstance(node, DEFINITIONS):
                 continue
             fqn = f"{prefix}.{node.name}"
-            # Conditional re-definitions (e.g. `if sys.version...: def f`) share an FQN; keep both, distinctly.
+            # Re-definitions (a property's getter and setter) share an FQN; keep both, distinctly.
             seen[fqn] = seen.get(fqn, 0) + 1
             chunk_id = fqn if seen[fqn] == 1 else f"{fqn}#{seen[fqn]}"
             kind = "class" if isinstance(node, ast.ClassDef) else ("method" if parent_kind == "class" else "function")
-            sig = signature(node)
             docstring = ast.get_docstring(node) or ""
             summary = docstring_summary(docstring)
-            if kind == "class":
-                # A class chunk is its header, docstring and method signatures; the methods are chunks of their own.
-                methods = [signature(m) for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
-                text = "\n".join(filter(None, [sig + ":", docstring, *methods]))[:MAX_CHUNK_CHARS]
-            else:
-                text = _segment(lines, node)
-            if mask_summaries:
-                text = mask_summary(text, summary)
-            chunks.append(Chunk(
-                chunk_id=chunk_id, corpus=corpus, source="python_package", path=path, title=fqn, text=text,
-                kind=kind, start_line=node.lineno, end_line=node.end_lineno or node.lineno,
-                metadata={"fqn": fqn, "module": module, "signature": sig, "docstring": docstring[:2000],
-                          "summary": summary, "parent": prefix},
-            ))
+            # A class's own chunk is its source with its methods and nested classes cut to stubs (chunks of their
+            # own); a function's is all of its source, nested functions included.
+            children = [n for n in node.body if isinstance(n, DEFINITIONS)] if kind == "class" else []
+            emit(chunk_id, fqn, kind, _unit_lines(lines, _first_line(node), node.end_lineno, children),
+                 summary if mask_summaries else "",
+                 {"fqn": fqn, "module": module, "signature": signature(node), "docstring": docstring[:2000],
+                  "summary": summary, "parent": prefix})
             if isinstance(node, ast.ClassDef):
                 visit(node.body, fqn, "class")
 
@@ -140,12 +200,15 @@ def chunk_python_source(source: str, module: str, path: str, corpus: str,
 
 
 def load_python_package(package: str, corpus: str, exclude_tests: bool = True,
-                        subpackages: list[str] | None = None,
-                        mask_summaries: bool = False) -> tuple[list[Chunk], dict[str, int]]:
+                        subpackages: list[str] | None = None, mask_summaries: bool = False,
+                        chunk_chars: PositiveInt = CHUNK_CHARS, overlap_chars: NonNegativeInt = OVERLAP_CHARS,
+                        ) -> tuple[list[Chunk], dict[str, int]]:
     """Chunks of every module of `package` (optionally only `subpackages`, e.g. ["algorithms.shortest_paths"]).
 
-    Returns (chunks, report) where report counts files parsed and files skipped (undecodable/unparsable).
+    Returns (chunks, report) where report counts files parsed and files skipped (undecodable/unparsable). The options'
+    annotations are what the corpus registry checks them against.
     """
+    check_options(chunk_chars, overlap_chars)
     root = package_root(package)
     report = {"files": 0, "skipped_unparsable": 0, "skipped_undecodable": 0}
     chunks: list[Chunk] = []
@@ -161,7 +224,8 @@ def load_python_package(package: str, corpus: str, exclude_tests: bool = True,
             log.warning("skipping %s: not UTF-8", f)
             continue
         try:
-            chunks.extend(chunk_python_source(source, module, str(f.relative_to(root.parent)), corpus, mask_summaries))
+            chunks.extend(chunk_python_source(source, module, str(f.relative_to(root.parent)), corpus, mask_summaries,
+                                              chunk_chars, overlap_chars))
         except SyntaxError as e:
             report["skipped_unparsable"] += 1
             log.warning("skipping %s: %s", f, e)

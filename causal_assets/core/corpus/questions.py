@@ -2,7 +2,7 @@
 benchmark over any registered corpus (`loader: questions` in the benchmark registry).
 
 JSON Lines (`.jsonl`, `.ndjson`, or a `.json` array) with `id`, `question`, `answer` (one or a list), optional
-`gold` (document ids, or file paths of a folder corpus), `evidence` (per gold file, the passage of it that answers:
+`gold` (document ids, or file paths of a folder or package corpus), `evidence` (per gold file, the passage of it that answers:
 `{file: passage}`, also read from `metadata.evidence`) and `split`; or CSV / TSV with the same columns, several
 values separated by `|` or given as a JSON array. Any other key is refused, so a typo is not silently dropped. Every
 record is checked before any LLM time is spent, with one error naming the file, the line and the field; a question

@@ -83,13 +83,15 @@ PER_ASSET = {
     "sparse_vocabulary": {"term": "The index term (stemmed; identifiers split for code corpora).",
                           "df": "Number of chunks containing the term.", "idf": "Inverse document frequency."},
     "graph_nodes": {"node_id": "Node id: a code symbol's full name, or chunk:/entity:/community: + key.",
-                    "node_type": "module, class, function, method, external, chunk, entity or community.",
+                    "node_type": "module, class, function, method, part (a long unit's later part), external, chunk, "
+                                 "entity or community.",
                     "name": "Display name of the node.", "description": "Docstring line, signature or extracted description.",
                     "rank": "Degree of the node (entities: number of co-mentioned entities).",
                     "community": "Louvain community id, -1 when none.",
                     "attributes": "JSON with kind-specific fields (module, path, lines, signature)."},
     "graph_edges": {"source": "node_id of the edge's source.", "target": "node_id of the edge's target.",
-                    "edge_type": "defines, imports, calls, inherits, references, mentions, related, title_mention, in_community.",
+                    "edge_type": "defines, imports, calls, inherits, references, has_part, mentions, related, "
+                                 "title_mention, in_community.",
                     "evidence": "The source line or sentence the edge was read from."},
     "graph_entity_embeddings": {"node_id": "The entity's node id (graph_nodes.node_id)."},
     "evaluation_runs": {"score": "The retriever's score for the document."},

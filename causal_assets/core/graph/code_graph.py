@@ -1,7 +1,8 @@
 """The code graph of a Python-package corpus: who defines, imports, calls, inherits and references whom.
 
 Built from the chunks alone (`python_package` chunks: one per module, class, function and method, with its FQN and
-source) with `ast`; nothing is imported or executed. Nodes are the chunks (node_id = FQN) plus `external` nodes for
+source, long ones in parts) with `ast`; nothing is imported or executed. Nodes are the chunks (node_id = FQN; a
+long unit is parsed whole, its later parts are `part` nodes linked from it by `has_part`) plus `external` nodes for
 names that resolve outside the corpus. Edges: `defines`, `imports` (relative imports resolved), `calls` (resolved
 through imports, locals, `self`/`cls` and the MRO, `super()`, aliases and re-export chains), `references` (a symbol
 named but not called, or a call that resolves outside the corpus) and `inherits`, each weighted by occurrences with
@@ -12,12 +13,13 @@ from __future__ import annotations
 import ast
 import builtins
 import json
-import textwrap
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from causal_assets.core.corpus.python_package import join_parts
+from causal_assets.core.graph.code_syntax import dotted_name, import_bindings, local_names, parse_function
 from causal_assets.core.graph.store import CODE_KINDS, edges_frame, nodes_frame, with_degree_rank
 
 BUILTIN_NAMES = frozenset(dir(builtins))
@@ -148,94 +150,6 @@ class _Resolver:
         return None
 
 
-def resolve_relative(module: str, is_package: bool, level: int, name: str | None) -> str:
-    """The absolute module of `from <level dots><name> import ...` written in `module`."""
-    parts = module.split(".")
-    base = parts if is_package else parts[:-1]
-    if level > 1:
-        base = base[:len(base) - (level - 1)] if level - 1 <= len(base) else []
-    return ".".join([*base, *([name] if name else [])])
-
-
-def import_bindings(stmt: ast.Import | ast.ImportFrom, module: str, is_package: bool
-                    ) -> tuple[dict[str, str], list[str], list[str]]:
-    """(local name -> raw FQN, star-imported modules, raw import targets) of one import statement."""
-    binds: dict[str, str] = {}
-    stars: list[str] = []
-    targets: list[str] = []
-    if isinstance(stmt, ast.Import):
-        for a in stmt.names:
-            targets.append(a.name)
-            if a.asname:
-                binds[a.asname] = a.name
-            else:
-                head = a.name.split(".")[0]
-                binds[head] = head
-        return binds, stars, targets
-    src = resolve_relative(module, is_package, stmt.level, stmt.module) if stmt.level else (stmt.module or "")
-    for a in stmt.names:
-        if a.name == "*":
-            stars.append(src)
-            targets.append(src)
-        else:
-            fqn = f"{src}.{a.name}" if src else a.name
-            binds[a.asname or a.name] = fqn
-            targets.append(fqn)
-    return binds, stars, targets
-
-
-def _parse_function(text: str) -> ast.AST | None:
-    """The def node of a function chunk's source (dedented; a truncated tail is cut line by line)."""
-    src = textwrap.dedent(text)
-    lines = src.splitlines()
-    for _ in range(60):
-        try:
-            tree = ast.parse("\n".join(lines))
-        except SyntaxError:
-            if len(lines) <= 1:
-                return None
-            lines = lines[:-1]
-            continue
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                return node
-        return None
-    return None
-
-
-def _dotted(node: ast.AST) -> str | None:
-    """`a.b.c` for a pure Name/Attribute chain, "super().m" style chains as "super().m", else None."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
-          and not node.args):
-        parts.append("super()")
-    else:
-        return None
-    return ".".join(reversed(parts))
-
-
-def _local_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    """Parameters and every name the function body binds (assignments, loops, with/except, nested defs)."""
-    a = fn.args
-    names = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
-    names |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not fn:
-            names.add(node.name)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        elif isinstance(node, ast.arg) and node not in (*a.posonlyargs, *a.args, *a.kwonlyargs):
-            names.add(node.arg)  # lambda and nested-def parameters
-    return names
-
-
 class _BodyVisitor(ast.NodeVisitor):
     """Collects (edge_type, raw target, how, line, expression) from one function body."""
 
@@ -249,10 +163,10 @@ class _BodyVisitor(ast.NodeVisitor):
                 binds, stars, targets = import_bindings(node, sym.module, is_package)
                 self.local_imports.update(binds)
                 self.import_targets += [(t, node.lineno, ast.unparse(node)) for t in targets]
-        self.shadowed = _local_names(fn) - set(self.local_imports)
+        self.shadowed = local_names(fn) - set(self.local_imports)
         self.owner = sym.parent if sym.kind == "method" else None
         params = [*fn.args.posonlyargs, *fn.args.args]
-        decorators = {_dotted(d) for d in fn.decorator_list}
+        decorators = {dotted_name(d) for d in fn.decorator_list}
         self.self_name = params[0].arg if self.owner and params and "staticmethod" not in decorators else None
         if self.self_name:
             self.shadowed.discard(self.self_name)
@@ -307,7 +221,7 @@ class _BodyVisitor(ast.NodeVisitor):
         self.found.append((kind, fqn, True, how, self.line(node), expr))
 
     def visit_Call(self, node: ast.Call) -> None:
-        dotted = _dotted(node.func)
+        dotted = dotted_name(node.func)
         if dotted is not None:
             self.record("calls", node, dotted)
         else:
@@ -318,7 +232,7 @@ class _BodyVisitor(ast.NodeVisitor):
             self.visit(k.value)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        dotted = _dotted(node)
+        dotted = dotted_name(node)
         if dotted is not None and isinstance(node.ctx, ast.Load):
             self.record("references", node, dotted)
         else:
@@ -342,8 +256,12 @@ def build_code_graph(chunks: pd.DataFrame, include_external: bool = True) -> tup
     symbols: dict[str, _Symbol] = {}
     all_symbols: list[_Symbol] = []
     module_imports: dict[str, list[str]] = {}
+    later_parts: dict[str, list[dict]] = defaultdict(list)  # a long unit's first chunk id -> its other parts
     for r in code.to_dict("records"):
         md = json.loads(r["metadata"] or "{}")
+        if md.get("part_of"):
+            later_parts[md["part_of"]].append({**r, "md": md})
+            continue
         fqn = md.get("fqn") or r["title"] or r["chunk_id"]
         module = md.get("module") or (fqn if r["kind"] == "module" else fqn.rsplit(".", 1)[0])
         parent = md.get("parent") or ("" if r["kind"] == "module" else fqn.rsplit(".", 1)[0])
@@ -354,6 +272,11 @@ def build_code_graph(chunks: pd.DataFrame, include_external: bool = True) -> tup
         symbols.setdefault(fqn, s)
         if r["kind"] == "module":
             module_imports[fqn] = list(md.get("imports", []))
+    for s in all_symbols:  # a unit the loader cut into parts is one symbol, its text whole again
+        parts = sorted(later_parts.get(s.chunk_id, ()), key=lambda p: p["md"]["part"])
+        if parts:
+            s.text = join_parts([(0, s.text)] + [(p["md"]["char_start"], p["text"]) for p in parts])
+            s.end_line = max(s.end_line, *(int(p["end_line"]) for p in parts))
 
     packages = {s.fqn for s in symbols.values()
                 if s.kind == "module" and s.path.replace("\\", "/").endswith("__init__.py")}
@@ -408,11 +331,11 @@ def build_code_graph(chunks: pd.DataFrame, include_external: bool = True) -> tup
         resolved = []
         try:
             cls = ast.parse((s.signature or f"class {s.fqn.rsplit('.', 1)[-1]}") + ":\n    pass").body[0]
-            base_exprs = [b for b in cls.bases if _dotted(b) is not None]
+            base_exprs = [b for b in cls.bases if dotted_name(b) is not None]
         except (SyntaxError, IndexError):
             base_exprs = []
         for b in base_exprs:
-            dotted = _dotted(b)
+            dotted = dotted_name(b)
             head, _, rest = dotted.partition(".")
             base = res.export(s.module, head)
             if base is None:
@@ -456,11 +379,11 @@ def build_code_graph(chunks: pd.DataFrame, include_external: bool = True) -> tup
         if s.kind not in ("function", "method"):
             continue
         stats["functions"] += 1
-        fn = _parse_function(s.text)
+        fn = parse_function(s.text)
         if fn is None:
             stats["unparsable"] += 1
             continue
-        v = _BodyVisitor(fn, s, res, s.module in packages, s.start_line - fn.lineno)
+        v = _BodyVisitor(fn, s, res, s.module in packages, s.start_line - 1)  # text line 1 = start_line
         for stmt in fn.body:
             v.visit(stmt)
         for d in fn.decorator_list:
@@ -482,6 +405,12 @@ def build_code_graph(chunks: pd.DataFrame, include_external: bool = True) -> tup
             "attributes": {"fqn": s.fqn, "kind": s.kind, "module": s.module, "path": s.path,
                            "start_line": s.start_line, "end_line": s.end_line, "signature": s.signature},
         })
+        for p in later_parts.get(s.chunk_id, ()):  # a part: a node of its own, linked to its unit
+            add(s.node_id, p["chunk_id"], "has_part", f"L{p['start_line']}-L{p['end_line']}")
+            node_rows.append({"node_id": p["chunk_id"], "node_type": "part", "name": s.fqn.rsplit(".", 1)[-1],
+                              "chunk_id": p["chunk_id"], "description": f"part {p['md']['part']} of {s.fqn}",
+                              "attributes": {"fqn": s.fqn, "kind": "part", "part": p["md"]["part"], "path": s.path,
+                                             "start_line": p["start_line"], "end_line": p["end_line"]}})
     for fqn in sorted(external - {s.node_id for s in all_symbols}):
         node_rows.append({"node_id": fqn, "node_type": "external", "name": fqn, "chunk_id": "",
                           "attributes": {"fqn": fqn, "kind": "external"}})

@@ -34,7 +34,7 @@ CODE_KINDS = frozenset({"module", "class", "function", "method"})
 # How an edge reads from its target's side, for chunk neighbours reached against the edge direction.
 REVERSE_NAMES = {"calls": "called_by", "imports": "imported_by", "defines": "defined_in",
                  "inherits": "inherited_by", "references": "referenced_by",
-                 "title_mention": "title_mentioned_by"}
+                 "title_mention": "title_mentioned_by", "has_part": "part_of"}
 
 
 def nodes_frame(rows: list[dict], corpus: str = "") -> pd.DataFrame:

@@ -11,11 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, Val
 
 from causal_assets.core.corpus.beir import load_beir_corpus
 from causal_assets.core.corpus.chunk import Chunk
-from causal_assets.core.corpus.folder import check_options as check_folder_options
 from causal_assets.core.corpus.folder import load_folder
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
 from causal_assets.core.corpus.python_package import load_python_package
+from causal_assets.core.corpus.split import check_options as check_split_options
 from causal_assets.core.foundation.errors import ConfigError, CorpusError
 from causal_assets.core.foundation.paths import DEFAULT_CORPUS, DEFAULT_SHARED_DATA, REGISTRY_DIR, expand
 from causal_assets.core.foundation.yaml_registry import load_entries, short_repr
@@ -50,8 +50,8 @@ class CorpusSpec(BaseModel):
                              f"{', '.join(sorted(known))})")
         for name, value in self.options.items():
             check_option(name, value, known[name])
-        if self.loader == "folder":
-            check_folder_options(**{k: v for k, v in self.options.items() if k in known and k != "split_identifiers"})
+        if self.loader in ("folder", "python_package"):
+            check_split_options(**{k: v for k, v in self.options.items() if k in known and k != "split_identifiers"})
         return self
 
     @property

@@ -70,15 +70,25 @@ class GoldResolver:
                 self.by_path.setdefault(key, []).append(chunk_id)
                 self.file_of[chunk_id] = key
         self.text = dict(zip(chunks["chunk_id"], chunks["text"].astype(str))) if "text" in chunks else {}
+        # a package's files also by their path inside its folder (`classes/graph.py` for `networkx/classes/...`)
+        self.inside: dict[str, str] = {}
+        if loader == "python_package":
+            for path in self.by_path:
+                parts = PurePosixPath(path).parts
+                if len(parts) > 1:
+                    self.inside.setdefault(str(PurePosixPath(*parts[1:])), path)
 
-    def entry(self, entry: str, where: str) -> tuple[str, list[str]]:
-        """("id", [chunk]) or ("file", [its chunks]) for one gold entry; else one error naming the line, the entry
-        and the closest names."""
+    def entry(self, entry: str, where: str) -> tuple[str, str, list[str]]:
+        """("id", the id, [chunk]) or ("file", its path as the chunks record it, [its chunks]) for one gold entry:
+        a document id, or a file path relative to a folder corpus's root; for a package, the path its chunks record
+        (`networkx/classes/graph.py`: the package's folder first) or the path inside the package
+        (`classes/graph.py`). Else one error naming the line, the entry and the closest names."""
         if entry in self.ids:
-            return "id", [entry]
+            return "id", entry, [entry]
         key = file_key(entry)
+        key = key if key in self.by_path else self.inside.get(key, key)
         if key in self.by_path:
-            return "file", self.by_path[key]
+            return "file", key, self.by_path[key]
         names = list(self.by_path) if self.by_path else sorted(self.ids)
         close = difflib.get_close_matches(key, names, n=3)
         kind = "a document id or a file" if self.by_path else "a document id"
@@ -93,11 +103,10 @@ class GoldResolver:
         files: list[str] = []
         unmatched = False
         for entry in entries:
-            kind, chunk_ids = self.entry(entry, where)
+            kind, key, chunk_ids = self.entry(entry, where)
             if kind == "id":
                 ids[entry] = 1.0
                 continue
-            key = file_key(entry)
             files.append(key)
             passage = evidence.get(entry)
             if passage is None:
