@@ -43,9 +43,12 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     s = sub.add_parser("search", help="search a corpus (builds its index the first time)")
     s.add_argument("query", help="the query, or - to read it from standard input")
     s.add_argument("--corpus", default=DEFAULT_CORPUS, help=f"a registered corpus (default: {DEFAULT_CORPUS})")
-    s.add_argument("--method", "--retriever", dest="method", choices=METHODS, default="bm25", metavar="METHOD",
+    s.add_argument("--method", "--retriever", dest="method", choices=METHODS, default=None, metavar="METHOD",
                    help=METHOD_HELP)
     s.add_argument("--params", default="{}", help="retriever params as JSON (e.g. cascade RetrievalConfig sections)")
+    s.add_argument("--tuned", metavar="BENCHMARK",
+                   help="the retriever tuning selected for BENCHMARK, with its tuned params (and fitted model), on "
+                        "its corpus; with --method, that retriever's tuned params instead")
     s.add_argument("-k", type=int, default=10, help="number of results (default 10)")
     s.add_argument("--json", action="store_true", help="print the hits as JSON")
     s.add_argument("--no-build", action="store_true", help="refuse instead of building a missing index")

@@ -9,7 +9,7 @@ import os
 import sys
 import warnings
 
-from causal_assets.core.foundation.errors import CausalAssetsError
+from causal_assets.core.foundation.errors import CausalAssetsError, RegistryWarning
 from causal_assets.settings import NO_CATALOG
 
 MODULES = {"search": "search", "ask": "ask", "build": "build", "catalog": "data", "sql": "data",
@@ -25,6 +25,9 @@ def quiet() -> None:
                         "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}.items():
         os.environ.setdefault(name, value)
     warnings.simplefilter("ignore")
+    warnings.simplefilter("default", RegistryWarning)   # the product's own word about a registry stays
+    warnings.showwarning = lambda message, category, *a, **k: say(f"warning: {message}") \
+        if issubclass(category, RegistryWarning) else None
     logging.basicConfig(level=logging.ERROR)
     for handler in logging.getLogger().handlers:  # libraries that set their own logger to DEBUG (bm25s) included
         handler.setLevel(logging.ERROR)

@@ -12,6 +12,7 @@ from causal_assets.core.index.search import METHODS, CorpusIndex
 from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
 from causal_assets.core.registry.retrievers import kind, may_need
 from causal_assets.core.foundation.storage import safe_name
+from causal_assets.core.registry.corpora import DEFAULT_CORPUS
 
 SNIPPET_CHARS = 110
 
@@ -29,6 +30,52 @@ def snippet(text: str, chunk_id: str, title: str, width: int = SNIPPET_CHARS) ->
     return flat if len(flat) <= width else flat[:width - 1].rstrip() + "…"
 
 
+def tuned_choice(args, params: dict) -> tuple[str, dict]:
+    """(method, params) of `--tuned BENCHMARK`: the retriever its tuning selected (or `--method`, when it was
+    tuned), with the tuned params and fitted model; the corpus is the benchmark's."""
+    from causal_assets.core.registry.benchmarks import load_benchmark_registry
+    from causal_assets.core.stored.tuned import current_tuned
+
+    settings = args.settings
+    specs = load_benchmark_registry(settings.benchmarks, settings.shared_data, settings.corpora)
+    if args.tuned not in specs:
+        raise ValueError(f"--tuned: unknown benchmark {args.tuned!r} in {settings.benchmarks} (benchmarks: "
+                         f"{', '.join(sorted(specs))})")
+    spec = specs[args.tuned]
+    if args.corpus not in (DEFAULT_CORPUS, spec.corpus):
+        raise ValueError(f"--tuned {args.tuned}: its retrievers were tuned on corpus {spec.corpus!r}, not "
+                         f"{args.corpus!r} (leave --corpus out)")
+    args.corpus = spec.corpus
+    try:
+        tuned = current_tuned(args.base_path, settings.reports / "tuned", spec.name)
+    except (FileNotFoundError, ValueError) as e:
+        raise ValueError(f"--tuned: {e}") from None
+    method = args.method or tuned.selected
+    if method not in tuned.retrievers:
+        raise ValueError(f"--tuned {args.tuned}: {method!r} was not tuned (tuned: {', '.join(tuned.retrievers)}; "
+                         f"selected: {tuned.selected})")
+    say(f"{method} as tuned for {spec.name!r} (configuration {tuned.version}"
+        + (", selected" if method == tuned.selected else "") + ")")
+    return method, {**tuned.params(method), **params}
+
+
+def fitted_benchmarks(args) -> list[str]:
+    """The benchmarks over `args.corpus` whose current tuned configuration holds `args.method` (a fitted model)."""
+    from causal_assets.core.registry.benchmarks import load_benchmark_registry
+    from causal_assets.core.stored.tuned import current_tuned
+
+    settings, out = args.settings, []
+    for name, spec in load_benchmark_registry(settings.benchmarks, settings.shared_data, settings.corpora).items():
+        if spec.corpus != args.corpus:
+            continue
+        try:
+            if args.method in current_tuned(args.base_path, settings.reports / "tuned", name).retrievers:
+                out.append(name)
+        except (FileNotFoundError, ValueError):
+            continue
+    return out
+
+
 def search(args) -> int:
     query = sys.stdin.read() if args.query == "-" else args.query
     if not query.strip():
@@ -44,15 +91,22 @@ def search(args) -> int:
         raise ValueError(f"--params is not valid JSON ({e})") from None
     if not isinstance(params, dict):
         raise ValueError(f"--params must be a JSON object ({{\"name\": value, ...}}), not a {type(params).__name__}")
+    if getattr(args, "tuned", None):
+        args.method, params = tuned_choice(args, params)
+    args.method = args.method or "bm25"
     if args.method in METHODS and params:   # these search the index as it is: a setting would be silently ignored
         raise ValueError(f"--method {args.method} takes no --params (given: {', '.join(sorted(params))})")
 
     if kind(args.method).tuning == "fit" and "model_path" not in params:
-        # the tuned models live beside the tuned configurations, which do not name a path the user could guess
-        fitted = sorted(args.settings.reports.glob("tuned/*/models/learned-*.joblib"), key=lambda p: -p.stat().st_mtime)
-        raise ValueError("--method learned needs --params '{\"model_path\": \"<file>\"}' (a model fitted by "
-                         "tuned_retriever_configs" + (f"; newest here: {fitted[0]}" if fitted else
-                                                      ": none under " + str(args.settings.reports / "tuned")) + ")")
+        # the model a benchmark over this corpus fitted, when exactly one did
+        fitted = fitted_benchmarks(args)
+        if len(fitted) != 1:
+            raise ValueError(f"--method {args.method} needs a fitted model: "
+                             + (f"give --tuned BENCHMARK, one of {', '.join(fitted)}" if fitted else
+                                f"no benchmark over corpus {args.corpus!r} has tuned one here (`causal-assets tune "
+                                f"BENCHMARK`), or give --params '{{\"model_path\": \"<file>\"}}'"))
+        args.tuned = fitted[0]
+        args.method, params = tuned_choice(args, params)
     # what the method needs besides the chunks and the sparse index (a combination: whatever a member may)
     need = may_need(args.method)
     wanted = needs.required(dense="embeddings" in need, graph="neighbors" in need)

@@ -89,6 +89,14 @@ def test_evaluate_and_tune_run_through_dagster_and_print_what_they_found(own):
     assert "robust default" in done.stdout                          # how far the selection can be trusted
     assert "each truth's choice on the tune split: qrels `" in done.stdout and "answers `" in done.stdout
     assert len(runs(own)) == 3
+    # the selected retriever by name, with its tuned params, on the benchmark's corpus
+    selected = done.stdout.split("selected `", 1)[1].split("`", 1)[0]
+    found = run_cli("search", "Which port do the metrics use?", "--tuned", "brindle", "-k", "3", env=own)
+    assert found.returncode == 0, found.stderr[-3000:]
+    assert f"{selected} as tuned for 'brindle' (configuration " in found.stderr and ", selected)" in found.stderr
+    assert found.stdout.splitlines()[0].split()[0] == "1"
+    wrong = run_cli("search", "port", "--tuned", "brindle", "--corpus", "other", env=own)
+    assert wrong.returncode == 2 and "its retrievers were tuned on corpus 'brindle_docs', not 'other'" in wrong.stderr
 
 
 @pytest.mark.slow

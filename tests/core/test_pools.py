@@ -219,3 +219,15 @@ def test_a_long_gold_file_is_scored_at_file_level(tmp_path):
     assert sorted(per_q[0]["labels"]) == ["NO", "YES"] and len(per_q[0]["effects"]) == 2
     summary = summarize(label_quality_rows(per_q))
     assert summary["labels"]["precision"] == summary["labels"]["recall"] == 1.0
+
+
+def test_answer_holders_name_the_pool_members_a_label_shares_the_answer_with():
+    import json
+
+    import pandas as pd
+
+    from causal_assets.core.labeling.runner import answer_holders
+
+    pool = pd.DataFrame({"doc_id": ["a", "b", "c"], "answer": "17 minutes", "aliases": json.dumps(["17 min"]),
+                         "text": ["waits 17 minutes at most", "up to 17 min between tries", "no delay here"]})
+    assert answer_holders(pool) == ["a", "b"]

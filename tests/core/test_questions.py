@@ -5,6 +5,7 @@ line naming the file, the line and the field."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -63,9 +64,10 @@ def test_jsonl_with_gold_files_aliases_and_a_question_to_evaluate_only(tmp_path)
     assert spec.label_split == "dev" and spec.label_limit is None   # every answered question is labelled
     assert list(bench.queries) == ["port", "7", "usage"]
     assert bench.answers == {"port": "7461", "7": "30 days"} and bench.aliases == {"port": ["port 7461"]}
-    # a gold file without evidence is judged at file level: the file is the truth, never each of its chunks
-    assert bench.qrels["port"] == {"install.md": 1.0} and bench.qrels["7"] == {"notes.txt#0": 1.0}
-    assert bench.qrels["usage"] == {"guide/usage.md": 1.0} and bench.file_level == {"port", "usage"}
+    # a gold file of one chunk is that chunk; a longer one without evidence is judged at file level: the file is
+    # the truth, never each of its chunks
+    assert bench.qrels["port"] == {"install.md#0": 1.0} and bench.qrels["7"] == {"notes.txt#0": 1.0}
+    assert bench.qrels["usage"] == {"guide/usage.md": 1.0} and bench.file_level == {"usage"}
     assert bench.gold_files == {"port": ("install.md",), "usage": ("guide/usage.md",)}
     assert {c for c, f in bench.file_of.items() if f == "guide/usage.md"} == \
         {f"guide/usage.md#{i}" for i in range(len([c for c in bench.file_of if c.startswith("guide/usage.md#")]))}
@@ -113,7 +115,7 @@ def test_csv_with_a_header_several_answers_and_a_json_array_cell(tmp_path):
     assert bench.queries == {"port": "Which port?", "kept": "How long, by default?"}
     assert bench.answers == {"port": "7461", "kept": "30 days"}
     assert bench.aliases == {"port": ["port 7461"], "kept": ["a month|30d"]}
-    assert bench.qrels["kept"] == {"notes.txt": 1.0, "install.md": 1.0} and bench.file_level == {"port", "kept"}
+    assert bench.qrels["kept"] == {"notes.txt#0": 1.0, "install.md#0": 1.0} and not bench.file_level
 
 
 def test_evidence_makes_the_chunks_that_hold_it_the_gold_under_any_chunking(tmp_path):
@@ -273,3 +275,19 @@ def test_the_shipped_example_is_a_valid_benchmark():
     assert len(pages) >= 6
     assert all(len(g) == 1 and next(iter(g)).split("#")[0] in pages for g in bench.qrels.values())
     assert load_benchmark(spec, "test").labelable_ids()   # the held-out half has labelled questions too
+
+
+def test_a_cut_shorter_than_the_corpus_chunks_is_warned_about_when_the_registry_loads(tmp_path):
+    from causal_assets.core.foundation.errors import RegistryWarning
+
+    question = _jsonl({"id": "port", "question": "Which port?", "answer": "7461", "gold": ["install.md"]})
+    benchmarks, corpora = _registries(tmp_path, question, chunk_chars=1500, pooling={"max_doc_chars": 600})
+    with pytest.warns(RegistryWarning, match=r"benchmark 'mine': the solver reads 600 characters of each document "
+                                             r"\(pooling.max_doc_chars\), fewer than corpus 'mydocs''s chunks of up "
+                                             r"to 1500"):
+        load_benchmark_registry(benchmarks, corpora=corpora)
+    # the default: each document's share of the solver's context, whole for these chunks
+    benchmarks, corpora = _registries(tmp_path / "b", question, chunk_chars=1500)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RegistryWarning)
+        load_benchmark_registry(benchmarks, corpora=corpora)

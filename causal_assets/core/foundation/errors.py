@@ -44,3 +44,7 @@ def naming_file(path: str | os.PathLike):
         if e.errno is None:
             raise OSError(f"{os.fspath(path)}: {e}") from e
         raise OSError(e.errno, e.strerror or str(e), os.fspath(path)) from e
+
+
+class RegistryWarning(UserWarning):
+    """A registry that loads but will not do what its user likely means (the commands show it on one line)."""

@@ -22,17 +22,13 @@ from typing import Callable
 
 import pandas as pd
 
-from causal_assets.core.registry.benchmarks import Benchmark
+from causal_assets.core.registry.benchmarks import Benchmark, document_chars
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.llm.models import SOLVER_CONTEXT_TOKENS
 from causal_assets.core.text.passages import fit_passage
 
 POOL_COLUMNS = ["benchmark", "question_id", "question", "answer", "aliases", "doc_id", "origin", "position",
                 "title", "text", "path", "doc_chars", "kept_start", "kept_end"]
-# What a document's share of the solver's context (`SOLVER_CONTEXT_TOKENS`) assumes: a reserve for the instructions, the question and the answer, and few enough characters per token for
-# code and man-page text (English prose runs to ~4; symbols and short tokens to ~2.5).
-RESERVED_TOKENS = 512
-CHARS_PER_TOKEN = 2.5
 # Corpora whose chunks name a file relative to the corpus's root: the pools (and the label exports) carry it beside the
 # document id. Other loaders' `path` is the dataset file itself, the same for every document.
 FILE_SOURCES = ("folder", "python_package")
@@ -61,9 +57,7 @@ class PoolParams:
     def doc_chars(self) -> int:
         """Characters of each document the solver reads: `max_doc_chars`, else the pool's share of the solver's
         context (every document of the pool fits at once: a trial may show them all)."""
-        if self.max_doc_chars:
-            return int(self.max_doc_chars)
-        return max(200, int((self.context_tokens - RESERVED_TOKENS) / self.size * CHARS_PER_TOKEN))
+        return document_chars(self.size, self.context_tokens, self.max_doc_chars)
 
     @property
     def gold_room(self) -> int:

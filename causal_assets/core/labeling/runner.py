@@ -15,6 +15,7 @@ the call cache (the subsets are seeded by question id, so the same calls are ask
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from causal_assets.core.registry.benchmarks import DEFAULT_BUDGET, budget_proble
 from causal_assets.core.labeling.design import balanced_stages, bernoulli_design
 from causal_assets.core.labeling.estimators import UNCERTAIN, AdaptiveLabeler, LabelingResult, naive, regression
 from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver, answer_continuations
-from causal_assets.core.labeling.validators import validate
+from causal_assets.core.labeling.validators import contains_answer, validate
 from causal_assets.core.llm.errors import BudgetExceeded, LLMInfrastructureError
 
 OUTCOMES = ("likelihood", "qa_likelihood", "success", "both")
@@ -283,6 +284,15 @@ def _rows(result: LabelingResult, qid: str, estimator: str, outcome: str, delta_
             for e in result.docs]
 
 
+def answer_holders(pool: pd.DataFrame) -> list[str]:
+    """The documents of one question's pool whose text holds an accepted answer: where several do, each one's label
+    depends on the others being in the pool (a second copy of the answer takes part of its effect)."""
+    first = pool.iloc[0]
+    aliases = first["aliases"] if "aliases" in pool else "[]"
+    answers = [first["answer"], *(json.loads(aliases) if isinstance(aliases, str) else list(aliases or []))]
+    return [d for d, t in zip(pool["doc_id"], pool["text"]) if contains_answer(str(t), answers)]
+
+
 def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParams) -> tuple[pd.DataFrame, list[dict]]:
     """The labels of every question with trials (no LLM call), as rows and as the retrieval dataset's pairs.
 
@@ -311,6 +321,7 @@ def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParam
             rows += _rows(estimate(records, doc_ids, config, "naive"), qid, "naive", outcome, delta_p)
         origin = dict(zip(pool["doc_id"], pool["origin"]))
         texts = dict(zip(pool["doc_id"], pool["text"]))
+        answering = answer_holders(pool)
         # the document's title, and its file where the corpus has files (a folder's pages): read beside the id
         where = {d: {**({"title": str(t)} if isinstance(t, str) else {}),
                      **({"path": str(p)} if isinstance(p, str) and p else {})}
@@ -321,7 +332,10 @@ def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParam
              "effect": round(r["effect"], 4), "ci": [round(r["ci_low"], 4), round(r["ci_high"], 4)],
              "average_effect": round(r["average_effect"], 4),
              **({"delta_p": round(r["delta_p"], 4)} if delta_p else {}),
-             "trials_used": r["trials_used"], "origin": origin[r["doc_id"]]} for r in main_rows],
+             "trials_used": r["trials_used"], "origin": origin[r["doc_id"]],
+             **({"note": f"the answer is also in {', '.join(d for d in answering if d != r['doc_id'])} of this pool: "
+                         f"its effect is measured beside them, and would be larger without them"}
+                if r["doc_id"] in answering and len(answering) > 1 else {})} for r in main_rows],
             "metadata": {"trials": len(records), "outcome": outcome, "threshold": config.label_threshold,
                          "base_outcome": main.base_success_rate, "mean_outcome": main.success_rate,
                          "estimator": config.estimator}})

@@ -22,7 +22,7 @@ from causal_assets.core.corpus.questions import QuestionFile, load_questions
 from causal_assets.core.registry.corpora import CorpusSpec, load_corpus, load_corpus_registry, resolve_registry_path
 from causal_assets.core.registry.gold import GoldResolver
 from causal_assets.core.llm.models import SOLVER_CONTEXT_TOKENS
-from causal_assets.core.foundation.errors import ConfigError, CorpusError
+from causal_assets.core.foundation.errors import ConfigError, CorpusError, RegistryWarning
 from causal_assets.core.measures.metrics import Qrels
 from causal_assets.core.corpus.mining import mine_examples, mine_questions
 from causal_assets.core.foundation.paths import DEFAULT_SHARED_DATA, REGISTRY_DIR
@@ -79,6 +79,20 @@ def budget_problem(budget: int, pool_size: int, estimator: str = "regression") -
             f"fits an intercept and one effect per document, and its interval needs one residual degree of "
             f"freedom, so the budget must be at least pool size + 2 = {need} (or make the pool smaller with "
             f"pooling.size)")
+
+
+# What a document's share of the solver's context assumes: a reserve for the instructions, the question and the
+# answer, and few enough characters per token for code and man-page text (English prose runs to ~4 a token, symbols
+# and short tokens to ~2.5). Every document of a pool fits at once: a trial may show them all.
+RESERVED_TOKENS = 512
+CHARS_PER_TOKEN = 2.5
+
+
+def document_chars(size: int, context_tokens: int = SOLVER_CONTEXT_TOKENS, max_doc_chars: int | None = None) -> int:
+    """Characters of each pooled document the solver reads: `max_doc_chars`, else its share of the context."""
+    if max_doc_chars:
+        return int(max_doc_chars)
+    return max(200, int((context_tokens - RESERVED_TOKENS) / size * CHARS_PER_TOKEN))
 
 
 class PoolingSpec(BaseModel):
@@ -523,7 +537,26 @@ def load_benchmark_registry(path: str | Path | None = None, shared_data: str | P
         spec._shared_data = shared
         spec._corpora = corpora_path
         spec._registry_dir = context["registry_dir"]
+    warn_short_cuts(path, specs, load_corpus_registry(corpora_path, shared))
     return specs
+
+
+def warn_short_cuts(path: Path, specs: dict[str, "BenchmarkSpec"], corpora: dict[str, CorpusSpec]) -> None:
+    """A `RegistryWarning` for each benchmark whose solver reads fewer characters of a document than its corpus's
+    chunks hold: every longer chunk is then shortened (to the lines that best match the question)."""
+    for spec in specs.values():
+        corpus = corpora.get(spec.corpus)
+        chunk = corpus.chunk_chars if corpus is not None else None
+        settings = spec.pool_settings
+        cut = document_chars(spec.pool_size, settings.get("context_tokens") or SOLVER_CONTEXT_TOKENS,
+                             settings.get("max_doc_chars"))
+        if chunk and cut < chunk:
+            why = ("pooling.max_doc_chars" if settings.get("max_doc_chars") else
+                   f"the share of {settings.get('context_tokens') or SOLVER_CONTEXT_TOKENS} context tokens for "
+                   f"{spec.pool_size} documents")
+            warnings.warn(f"{path}: benchmark {spec.name!r}: the solver reads {cut} characters of each document "
+                          f"({why}), fewer than corpus {spec.corpus!r}'s chunks of up to {chunk}: longer chunks are "
+                          f"shortened to their lines that best match the question", RegistryWarning, stacklevel=2)
 
 
 def hash_half(key: str) -> str:

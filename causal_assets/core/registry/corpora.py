@@ -62,6 +62,16 @@ class CorpusSpec(BaseModel):
         return self.loader == "python_package" or self.resolved_path.exists()
 
     @property
+    def chunk_chars(self) -> int | None:
+        """The longest chunk a folder or package corpus makes (its `chunk_chars` option, else the loader's
+        default); None for corpora whose documents are the dataset's own."""
+        if self.loader not in LOADER_FUNCTIONS:
+            return None
+        default = inspect.signature(LOADER_FUNCTIONS[self.loader]).parameters.get("chunk_chars")
+        value = self.options.get("chunk_chars", default.default if default is not None else None)
+        return int(value) if isinstance(value, int) else None
+
+    @property
     def split_identifiers(self) -> bool:
         """Code corpora also index the parts of snake_case/camelCase identifiers."""
         return bool(self.options.get("split_identifiers", self.loader == "python_package"))

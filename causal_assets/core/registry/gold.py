@@ -6,9 +6,9 @@ root. A file is not a passage: a 100-chunk manual page holds the answer in one o
 * with `evidence` for a gold file (the verbatim passage of it that answers), the gold documents are the chunks that
   hold the passage: any 80-character window of it, whitespace collapsed and case ignored, so the truth does not
   depend on how the corpus is chunked;
-* without it, the question is judged **at file level**: its truth is the files, and a ranking or a set of labels is
-  scored by each file's best chunk (`collapse_to_files`). No chunk counts as relevant merely for being in a gold
-  file.
+* without it, a file of one chunk is that chunk, and a longer one makes the question judged **at file level**: its
+  truth is the files, and a ranking or a set of labels is scored by each file's best chunk (`collapse_to_files`).
+  No chunk counts as relevant merely for being in a gold file.
 
 In both cases the gold files also tell the candidate pools where to look (`labeling.pools`): their chunks ranked by
 the question and its answer, never by the evidence, so the labels are made the same way with or without it.
@@ -109,6 +109,9 @@ class GoldResolver:
                 continue
             files.append(key)
             passage = evidence.get(entry)
+            if passage is None and len(chunk_ids) == 1:   # a file of one chunk is that chunk
+                ids[chunk_ids[0]] = 1.0
+                continue
             if passage is None:
                 unmatched = True
                 continue

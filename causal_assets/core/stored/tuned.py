@@ -197,3 +197,23 @@ def load_tuned(root: str | Path, benchmark: str, version: str) -> TunedConfig:
     if content_hash(doc["content"]) != version:
         raise ValueError(f"{path}: content does not match its version {version} (edited by hand?)")
     return TunedConfig(version, doc["content"], path)
+
+
+TUNED_ASSET = "tuned_retriever_configs"
+
+
+def current_tuned(base, root: str | Path, benchmark: str) -> TunedConfig:
+    """The configuration `benchmark`'s last `tuned_retriever_configs` materialization recorded (its trials' one
+    `config_version`), as the evaluation reads it; FileNotFoundError naming the command that tunes when there is
+    none."""
+    from causal_assets.core.foundation.storage import asset_path, read_parquet
+
+    trials = asset_path(base, TUNED_ASSET, benchmark)
+    if not trials.exists():
+        raise FileNotFoundError(f"benchmark {benchmark!r} has no tuned retriever here (run `causal-assets tune "
+                                f"{benchmark}` first)")
+    versions = read_parquet(trials, columns=["config_version"])["config_version"].dropna().unique()
+    if len(versions) != 1:
+        raise ValueError(f"{trials}: {len(versions)} configuration versions where one is recorded (re-run "
+                         f"`causal-assets tune {benchmark}`)")
+    return load_tuned(root, benchmark, str(versions[0]))
