@@ -15,6 +15,7 @@ import pytest
 from causal_assets.core.llm.server import free_port
 from tests.conftest import require_system
 from tests.dagster.procs import DAGSTER, ROOT, shutdown_grace_s, stop_group
+from tests.e2e.test_readme import require_command_1
 from tests.e2e.test_ui import STARTUP_TIMEOUT_S, _location_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -52,8 +53,7 @@ def render_report_html(markdown_path: Path, out: Path) -> Path:
 @pytest.fixture(scope="module")
 def chromium():
     path = require_system("chromium")
-    if not REPORT.exists():
-        pytest.skip(f"{REPORT.relative_to(ROOT)} missing: run README command 1 first")
+    require_command_1("the report's screenshots", REPORT)
     return path
 
 
