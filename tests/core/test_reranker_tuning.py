@@ -86,6 +86,25 @@ def test_the_factory_builds_the_cross_encoder_over_a_named_base(untrained, tmp_p
         CrossEncoderReranker(index, built.base, untrained, 0.5, 1)
 
 
+def test_a_query_longer_than_max_length_is_cut_to_fit_beside_each_document(untrained):
+    """A 3,000-character query is far over the pair's 64 tokens: the pair is cut from the longer text, so every
+    document still scores with its own share of the tokens (cutting only the document could not fit the pair)."""
+    index = tiny_index()
+    query = ("Which river flows through Paris, and which of its bridges did Gustave Eiffel build? " * 40)[:3000]
+    ids = ["seine", "thames", "danube", "gustave_eiffel"]
+    logits = untrained.score(query, index, ids)
+    assert len(query) == 3000 and logits.shape == (4,) and np.isfinite(logits).all()
+    assert len({round(float(v), 5) for v in logits}) == 4        # each document read: four different scores
+    batch = untrained.tokenizer([query], [index.text("seine")], truncation="longest_first",
+                                max_length=untrained.max_length)
+    assert len(batch["input_ids"][0]) == untrained.max_length
+    # the reranker and the fit's loss go through the same pairs
+    hits = CrossEncoderReranker(index, HybridRetriever(index, 0.5), untrained, 1.0, 4).retrieve_many([query], 5)[0]
+    assert len(hits) == 5
+    assert torch.isfinite(untrained.logits([query, "Which river flows through Paris?"],
+                                           [index.text("seine"), index.text("seine")])).all()
+
+
 @pytest.mark.slow
 def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_queries(tmp_path):
     index, bench = tiny_index(), tiny_benchmark()
