@@ -2,8 +2,10 @@
 into the repository) and isolated storage for Dagster materializations."""
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -71,6 +73,60 @@ def require(path: Path) -> Path:
             pytest.fail(message + "; CI must run every test", pytrace=False)
         pytest.skip(message)
     return path
+
+
+SYSTEM_PACKAGES = Path(__file__).parent.parent / "scripts" / "system-packages.txt"
+
+
+def system_packages(path: Path = SYSTEM_PACKAGES) -> dict[str, tuple[list[str], str]]:
+    """package -> (how it is found: commands or path globs, what needs it), from the list `scripts/install` installs
+    from (scripts/system-packages.txt)."""
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            package, found_as, needed_by = line.split(None, 2)
+            out[package] = (found_as.split(","), needed_by)
+    return out
+
+
+def system_tool(package: str) -> str | None:
+    """Where the Debian package `package` of scripts/system-packages.txt is found (its first command on PATH or
+    path glob that exists, as scripts/system-packages looks for it), or None."""
+    for spec in system_packages()[package][0]:
+        found = sorted(glob.glob(spec)) if "/" in spec else [shutil.which(spec)]
+        if found and found[-1]:
+            return found[-1]
+    return None
+
+
+def _unusable(package: str) -> str | None:
+    """Why a package that is installed cannot serve here, or None."""
+    if package == "bubblewrap":
+        from causal_assets.core.sandbox.bubblewrap import bwrap_available
+
+        if not bwrap_available():
+            return "bwrap is installed but cannot create the sandbox's namespaces here (user namespaces disabled?)"
+    return None
+
+
+def require_system(package: str) -> str:
+    """The path of the Debian package `package`'s command (scripts/system-packages.txt), or skip the test naming
+    the package and how to install it; under CI (CI=true) a missing package is a failure, never a silent skip
+    (`.ci/run` installs them through scripts/install). The `system(package)` marker calls this before a test."""
+    path = system_tool(package)
+    why = _unusable(package) if path else (f"{package} is not installed: `bash scripts/install` installs it as root or "
+                                          f"with passwordless sudo (or: apt-get install -y {package})")
+    if why:
+        if in_ci():
+            pytest.fail(f"{why}; CI must run every test", pytrace=False)
+        pytest.skip(why)
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)   # before the test's fixtures start anything
+def pytest_runtest_setup(item) -> None:
+    for mark in item.iter_markers("system"):
+        require_system(*mark.args)
 
 
 def load_scaled_s(base_s: float, max_factor: float = 10.0) -> float:

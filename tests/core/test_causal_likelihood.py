@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from causal_assets.core.llm import CallCache
 from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.corpus.multihop import read_multihop
 from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel
@@ -19,6 +20,7 @@ from causal_assets.core.retrievers.factory import build_causal
 from causal_assets.core.tuning.search import tune
 from causal_assets.core.registry.tuning import TuningSpec
 from tests.conftest import HOTPOT, require
+from tests.core.conftest import with_cache
 from tests.core.test_causal_retriever import (BUG_QUERY, CART, DOCS, SHOP, TIMEOUT_QUERY, _cart_ts, _retriever,
                                               _write)
 
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.llm
 def test_the_question_and_its_answer_get_likelier_with_the_supporting_paragraphs(scorer):
     q = read_multihop(require(HOTPOT)).questions[0]
     # each paragraph's first 200 characters (both gold ones name the band there); greedy answers of up to 8 tokens
-    # (the answer, "Rush", is one; a base model goes on with the next line until max_answer_tokens)
+    # (the answer, "Rush", is one)
     gold = [ContextDoc(f"g{i}", p.text[:200], p.title) for i, p in enumerate(p for p in q.paragraphs if p.supporting)]
     other = [ContextDoc(f"d{i}", p.text[:200], p.title)
              for i, p in enumerate(p for p in q.paragraphs if not p.supporting)][:2]
@@ -41,6 +43,18 @@ def test_the_question_and_its_answer_get_likelier_with_the_supporting_paragraphs
     assert answer and "\n" not in answer
     dist = model.answer_distribution(q.question, gold)
     assert math.isclose(sum(dist.values()), 1.0) and all(0 <= p <= 1 for p in dist.values())
+
+
+def test_the_answer_is_generated_up_to_the_end_of_its_line(scorer, tmp_path):
+    """Generation stops with the answer's line: the completion the model produced (journalled in the call cache)
+    is that line, not `max_answer_tokens` of the lines a base model goes on with after it."""
+    q = read_multihop(require(HOTPOT)).questions[0]
+    gold = [ContextDoc(f"g{i}", p.text[:200], p.title) for i, p in enumerate(p for p in q.paragraphs if p.supporting)]
+    with CallCache(tmp_path / "calls.sqlite") as cache:
+        answer = LikelihoodAnswerModel(with_cache(scorer, cache)).answer(q.question, gold)
+        completions = [c for c in cache.history() if c.request.get("kind") == "complete"]
+    assert answer and completions and completions[-1].response["text"].strip() == answer
+    assert all("\n" not in c.response["text"] and c.request["max_tokens"] == 24 for c in completions), completions
 
 
 @pytest.mark.slow

@@ -497,14 +497,10 @@ def test_llm_answer_model_samples_and_clusters():
 @pytest.mark.slow
 @pytest.mark.llm
 def test_live_llm_end_to_end(shop, tmp_path):
-    pytest.importorskip("llama_cpp")
     from causal_assets.core.llm import CallCache, LLMClient, LocalLlamaServer
-    from causal_assets.core.llm.errors import LocalServerError
     t0 = time.monotonic()
-    try:
-        server = LocalLlamaServer(n_threads=free_cores(), n_ctx=2048, log_path=tmp_path / "server.log", startup_timeout_s=55)
-    except LocalServerError as e:
-        pytest.skip(f"no local model: {e}")
+    server = LocalLlamaServer(n_threads=free_cores(), n_ctx=2048, log_path=tmp_path / "server.log",
+                              startup_timeout_s=55)
     with server as srv, CallCache(tmp_path / "calls.sqlite") as cache, \
             LLMClient(srv.base_url, srv.alias, cache=cache, timeout_s=45, max_retries=1) as client:
         # short answers from short contexts: the server's calls, not the answers' length, are what is checked

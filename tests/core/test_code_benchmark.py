@@ -17,15 +17,13 @@ from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.python_package import load_python_package
 from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.core.labeling.runner import LabelingParams, label_question
-from causal_assets.core.sandbox.bubblewrap import bwrap_available
 from causal_assets.core.labeling.solver import BlindSolver
 from causal_assets.core.labeling.validators import extract_expression, validate
 from causal_assets.core.llm import CallCache, LLMClient
 from causal_assets.core.corpus.mining import mine_examples
 from tests.core.test_llm import chat_completion
 
-needs_bwrap = pytest.mark.skipif(not bwrap_available() and not os.environ.get("CI"),
-                                 reason="bubblewrap not installed (apt-get install -y bubblewrap); CI installs it")
+needs_bwrap = pytest.mark.system("bubblewrap")
 SUB = ["algorithms.shortest_paths.generic"]
 
 

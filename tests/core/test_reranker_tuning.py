@@ -4,7 +4,10 @@ on the tiny corpus)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -19,9 +22,9 @@ from causal_assets.core.retrievers.cross_encoder import (CrossEncoder, CrossEnco
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.core.retrievers.similarity import HybridRetriever, zscore
 from causal_assets.core.tuning import reranker
-from causal_assets.core.tuning.encoder import held_out_split
+from causal_assets.core.tuning.encoder import held_out_split, tune_encoder
 from causal_assets.core.tuning.reranker import TUNE_SPLIT, reranker_versions, training_groups, tune_reranker
-from causal_assets.core.registry.tuning import RerankerSpec, TuningSpec
+from causal_assets.core.registry.tuning import EncoderSpec, RerankerSpec, TuningSpec
 from causal_assets.core.stored.tuned import TunedConfig, index_fingerprint, save_tuned
 from tests.core.tiny_corpus import QUESTIONS, tiny_benchmark, tiny_index
 
@@ -84,6 +87,58 @@ def test_the_factory_builds_the_cross_encoder_over_a_named_base(untrained, tmp_p
         build_retriever("cross_encoder", index, {"model_path": str(tmp_path)})
     with pytest.raises(ValueError, match="depth must be >= 2"):
         CrossEncoderReranker(index, built.base, untrained, 0.5, 1)
+
+
+def test_a_query_longer_than_max_length_is_cut_to_fit_beside_each_document(untrained):
+    """A 3,000-character query is far over the pair's 64 tokens: the pair is cut from the longer text, so every
+    document still scores with its own share of the tokens (cutting only the document could not fit the pair)."""
+    index = tiny_index()
+    query = ("Which river flows through Paris, and which of its bridges did Gustave Eiffel build? " * 40)[:3000]
+    ids = ["seine", "thames", "danube", "gustave_eiffel"]
+    logits = untrained.score(query, index, ids)
+    assert len(query) == 3000 and logits.shape == (4,) and np.isfinite(logits).all()
+    assert len({round(float(v), 5) for v in logits}) == 4        # each document read: four different scores
+    batch = untrained.tokenizer([query], [index.text("seine")], truncation="longest_first",
+                                max_length=untrained.max_length)
+    assert len(batch["input_ids"][0]) == untrained.max_length
+    # the reranker and the fit's loss go through the same pairs
+    hits = CrossEncoderReranker(index, HybridRetriever(index, 0.5), untrained, 1.0, 4).retrieve_many([query], 5)[0]
+    assert len(hits) == 5
+    assert torch.isfinite(untrained.logits([query, "Which river flows through Paris?"],
+                                           [index.text("seine"), index.text("seine")])).all()
+
+
+@pytest.mark.slow
+def test_the_fits_run_torch_on_the_cores_other_processes_leave_free(tmp_path):
+    """`threads: 0` (the default): torch's intra-op threads are the cores other processes leave free when the fit
+    starts, whatever torch's own setting (its default, every core, made a fit 10-16 times slower beside other work).
+    Here every core but one spins in another process: the fit runs on one thread, and torch's setting comes back."""
+    cores = os.cpu_count() or 1
+    spin = "import sys\nprint('spinning', flush=True)\nwhile True:\n    pass\n"
+    loops = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
+             for _ in range(max(1, cores - 1))]
+    seen: list[tuple[str, int]] = []
+    before = torch.get_num_threads()
+    try:
+        assert all(p.stdout.readline().strip() == "spinning" for p in loops)
+        torch.set_num_threads(cores)
+        spec = RerankerSpec(held_out=0.25, epochs=1, batch_size=6, negatives=2, pool=6, max_length=32, depth=6,
+                            mix=[1.0])
+        tune_reranker(tiny_index(), tiny_benchmark(), spec, "ndcg@10", tmp_path / "fit", seed=0,
+                      log=lambda m: seen.append((m, torch.get_num_threads())))
+        after = torch.get_num_threads()
+        tune_encoder(tiny_index(), tiny_benchmark(), EncoderSpec(held_out=0.25, batch_size=6, epochs=1),
+                     "ndcg@10", tmp_path / "encoder", seed=0, log=lambda m: seen.append((m, torch.get_num_threads())))
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+        torch.set_num_threads(before)
+    fitted = [(m.split(":")[0], n) for m, n in seen if "fitted on" in m]
+    assert fitted == [("reranker", 1), ("encoder", 1)], seen
+    assert "reranker: fitting and scoring on 1 torch thread(s)" in [m for m, _ in seen]
+    assert any(m.startswith("encoder: fitted on") and "on 1 torch thread(s)" in m for m, _ in seen)
+    assert after == cores
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from causal_assets.core.sandbox.bubblewrap import SandboxResult, bwrap_available, check_examples, run_doctest, run_pytest
+from causal_assets.core.sandbox.bubblewrap import SandboxResult, check_examples, run_doctest, run_pytest
 from causal_assets.core.labeling.validators import SandboxError, code_example
 from tests.conftest import load_scaled_s
 
@@ -24,8 +24,7 @@ CODE = "def add(a, b):\n    return a + b\n"
 PASSING = "from solution import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 FAILING = "from solution import add\n\ndef test_add():\n    assert add(2, 2) == 5\n"
 
-pytestmark = pytest.mark.skipif(not bwrap_available() and not os.environ.get("CI"),
-                                reason="bubblewrap not installed (apt-get install -y bubblewrap); CI installs it")
+pytestmark = pytest.mark.system("bubblewrap")
 
 
 def test_passing_test():

@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from causal_assets.core.llm.server import free_port
+from tests.conftest import require_system
 from tests.dagster.procs import ROOT, group_alive
 from tests.deploy.systemd_units import exec_start
 
@@ -235,10 +236,7 @@ def worker_pid(url: str, run_id: str) -> int | None:
 
 @pytest.fixture
 def deployment(tmp_path):
-    if not (pg_bin("initdb") and pg_bin("pg_ctl")):
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL (initdb, pg_ctl) is not installed: .ci/run installs Debian's postgresql")
-        pytest.skip("PostgreSQL not installed (apt-get install -y postgresql)")
+    require_system("postgresql")
     root = tmp_path
     docs = root / "tiny_docs"
     docs.mkdir()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import in_ci
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Built from pieces so that this file does not match its own patterns.
@@ -29,7 +31,10 @@ def _git(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def checkout():
     if shutil.which("git") is None or _git("rev-parse", "--is-inside-work-tree").stdout.strip() != "true":
-        pytest.skip("not a git checkout: nothing tracked to check")
+        message = "not a git checkout (or no git): nothing tracked to check"
+        if in_ci():
+            pytest.fail(message + "; CI runs on a clone", pytrace=False)
+        pytest.skip(message)
     return ROOT
 
 

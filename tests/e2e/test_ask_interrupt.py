@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -59,9 +58,8 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.system("tmux")
 def test_ctrl_c_stops_ask_its_server_and_cancels_the_run(tmp_path):
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed (apt-get install tmux)")
     notes = tmp_path / "notes"
     notes.mkdir()
     for name, text in NOTES.items():

@@ -78,13 +78,22 @@ def run(command: str, exports: list[str], timeout: float = 3600) -> subprocess.C
     return subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_readme_walkthrough_runs_as_written():
-    if not COMMAND_1_OUTPUT.exists() or not (ROOT / ".venv" / "bin" / "python").exists():
-        message = (f"README command 1 has not been run in this checkout ({COMMAND_1_OUTPUT.relative_to(ROOT)} or "
-                   ".venv missing): the walkthrough starts after it")
+def require_command_1(what: str, *outputs: Path) -> None:
+    """Skip `what` until README command 1 (the install and the default lineage) has run in this checkout. `.ci/run`
+    does not run the lineage: under CI=true the test fails instead only where CAUSAL_ASSETS_README_TEST is set (a
+    documented opt-in, docs/configuration.md)."""
+    missing = [str(p.relative_to(ROOT)) for p in (COMMAND_1_OUTPUT, ROOT / ".venv" / "bin" / "python", *outputs)
+               if not p.exists()]
+    if missing:
+        message = (f"README command 1 has not been run in this checkout ({', '.join(missing)} missing): it comes "
+                   f"before {what}")
         if in_ci() and os.environ.get("CAUSAL_ASSETS_README_TEST"):
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
+
+
+def test_readme_walkthrough_runs_as_written():
+    require_command_1("the walkthrough")
     inbox_file = ROOT / "data" / "queries" / "inbox" / "q1.txt"
     had_inbox_file = inbox_file.exists()
     report = []

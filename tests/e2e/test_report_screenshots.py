@@ -5,7 +5,6 @@ $CAUSAL_ASSETS_UI_SCREENSHOT_DIR)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -14,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from causal_assets.core.llm.server import free_port
+from tests.conftest import require_system
 from tests.dagster.procs import DAGSTER, ROOT, shutdown_grace_s, stop_group
+from tests.e2e.test_readme import require_command_1
 from tests.e2e.test_ui import STARTUP_TIMEOUT_S, _location_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -51,11 +52,8 @@ def render_report_html(markdown_path: Path, out: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def chromium():
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        pytest.skip("no chromium on PATH (apt-get install -y chromium)")
-    if not REPORT.exists():
-        pytest.skip(f"{REPORT.relative_to(ROOT)} missing: run README command 1 first")
+    path = require_system("chromium")
+    require_command_1("the report's screenshots", REPORT)
     return path
 
 

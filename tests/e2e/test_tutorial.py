@@ -13,8 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import in_ci
-from tests.e2e.test_readme import COMMAND_1_OUTPUT, ROOT, run
+from tests.e2e.test_readme import ROOT, require_command_1, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.e2e]
 
@@ -37,12 +36,7 @@ def test_the_walkthrough_blocks_are_found():
 
 
 def test_the_tutorial_runs_as_written():
-    if not COMMAND_1_OUTPUT.exists() or not (ROOT / ".venv" / "bin" / "python").exists():
-        message = (f"README command 1 has not been run in this checkout ({COMMAND_1_OUTPUT.relative_to(ROOT)} or "
-                   ".venv missing): the tutorial starts after it")
-        if in_ci() and os.environ.get("CAUSAL_ASSETS_README_TEST"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    require_command_1("the tutorial")
     exports, report = [], []
     try:
         for command in walkthrough_commands(TUTORIAL.read_text()):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -19,7 +18,7 @@ import yaml
 from dagster import DagsterRunStatus
 
 from causal_assets.core.llm.server import free_port
-from tests.conftest import HOTPOT, require
+from tests.conftest import HOTPOT, require, require_system
 from tests.dagster.procs import DAGSTER, ROOT, group_alive, init_instance, shutdown_grace_s, stop_group
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # dagster dev start-up alone is ~13 s quiet, minutes under load
@@ -138,9 +137,7 @@ def test_materialize_through_graphql(ui):
 
 
 def test_asset_graph_screenshot(ui, tmp_path):
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("no chromium on PATH (apt-get install -y chromium): the GraphQL test ran, only the screenshot is skipped")
+    chromium = require_system("chromium")
     out_dir = Path(os.environ.get("CAUSAL_ASSETS_UI_SCREENSHOT_DIR") or ui["root"] / "reports" / "ui")
     out_dir.mkdir(parents=True, exist_ok=True)
     shot = out_dir / "asset_graph.png"

@@ -26,7 +26,7 @@ class EncoderSpec(BaseModel):
     # the paired per-query difference (negative min_gain: unless it loses more than that; standard_errors 0: any gain)
     min_gain: float = Field(0.0, ge=-1, le=1)
     standard_errors: float = Field(1.0, ge=0)
-    threads: int = Field(0, ge=0)               # torch intra-op threads while fitting; 0: torch's default
+    threads: int = Field(0, ge=0)               # torch intra-op threads while fitting; 0: the free cores
 
 
 class RerankerSpec(BaseModel):
@@ -51,7 +51,7 @@ class RerankerSpec(BaseModel):
     mix: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0, 1.5, 2.0])
     min_gain: float = Field(0.0, ge=-1, le=1)   # adopted beyond min_gain + standard_errors x 1 SE (as the encoder)
     standard_errors: float = Field(1.0, ge=0)
-    threads: int = Field(0, ge=0)               # torch intra-op threads while fitting and scoring; 0: torch's default
+    threads: int = Field(0, ge=0)               # torch intra-op threads while fitting and scoring; 0: the free cores
     # once adopted, fit the members again on every judged tune query (the held-out share too) and rerank with those
     # (`core/tuning/reranker.py`): the decision stays the held-out share's; the fit learns from a fifth more queries
     refit_on_tune_split: bool = False

@@ -38,8 +38,11 @@ class CrossEncoder:
         self.scores: dict[tuple[str, str], float] = {}
 
     def logits(self, queries: list[str], documents: list[str]):
-        """The model's logit per pair, with gradients (the fit calls this in train mode)."""
-        batch = self.tokenizer(queries, documents, truncation="only_second", max_length=self.max_length,
+        """The model's logit per pair, with gradients (the fit calls this in train mode). A pair longer than
+        `max_length` tokens loses tokens from the end of the longer of its two texts, one at a time: a short query
+        stays whole and the document takes the rest, and a query longer than the whole budget (cutting only the
+        document cannot make that pair fit) keeps its beginning and leaves the document at least as many tokens."""
+        batch = self.tokenizer(queries, documents, truncation="longest_first", max_length=self.max_length,
                                padding=True, return_tensors="pt")
         return self.model(**batch).logits.squeeze(-1)
 

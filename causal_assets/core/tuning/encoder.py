@@ -27,6 +27,7 @@ from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.build import chunk_texts
 from causal_assets.core.index.dense import Embedder, model_dir, torch_threads
 from causal_assets.core.index.search import CorpusIndex
+from causal_assets.core.llm.cores import free_cores
 from causal_assets.core.retrievers.similarity import HybridRetriever
 from causal_assets.core.registry.tuning import EncoderSpec
 
@@ -120,6 +121,14 @@ def fine_tune(model, pairs: list[tuple[str, int, list[int]]], texts: list[str], 
     epochs = train_in_batches(model.parameters(), pairs, spec.epochs, spec.batch_size, spec.lr, seed, batch_loss)
     model.eval()
     return [x for losses in epochs for x in losses]
+
+
+def fit_threads(threads: int) -> int:
+    """Torch's intra-op threads for a fit: `threads`, or for 0 the cores other processes leave free at its start
+    (`core/llm/cores.py`). Torch's default is every core, and its threads wait for each other at every operation:
+    beside other work on 2 cores a cross-encoder fit ran 10-16 times slower on two threads than on one (the same six
+    steps: 55-80 s against 5-6 s, load 8)."""
+    return threads or free_cores()
 
 
 def figures_by_setting(held: Benchmark, retrievers: dict[float, Any], metric: str) -> dict[float, dict[str, float]]:
@@ -219,12 +228,13 @@ def tune_encoder(index: CorpusIndex, bench: Benchmark, spec: EncoderSpec, metric
     log(f"encoder: base vectors on {len(held)} held-out queries: {base}")
     model = SentenceTransformer(model_dir(index.embedder.model_name), device="cpu", local_files_only=True)
     model.max_seq_length = SEQ_LEN
-    with torch_threads(spec.threads or None):
+    threads = fit_threads(spec.threads)
+    with torch_threads(threads):
         t0 = time.perf_counter()
         losses = fine_tune(model, pairs, texts, spec, seed)
         seconds["fit"] = round(time.perf_counter() - t0, 1)
-        log(f"encoder: fitted on {len(pairs)} pairs of {len(fit)} queries in {seconds['fit']}s "
-            f"(loss {losses[0]:.3f} -> {losses[-1]:.3f})")
+        log(f"encoder: fitted on {len(pairs)} pairs of {len(fit)} queries in {seconds['fit']}s on {threads} torch "
+            f"thread(s) (loss {losses[0]:.3f} -> {losses[-1]:.3f})")
         # saved, then read back as the evaluation will read it: the compared vectors and queries are the ones the
         # tuned retrievers get (a directory name not loaded before: models are cached by it)
         model.save(str(save_to))

@@ -28,8 +28,8 @@ from causal_assets.core.retrievers.cross_encoder import (CrossEncoder, CrossEnco
                                                         member_dir, member_dirs)
 from causal_assets.core.retrievers.similarity import HybridRetriever
 from causal_assets.core.tuning import encoder
-from causal_assets.core.tuning.encoder import (figures_by_setting, fit_and_held_out, fit_version, hybrid_figures, means,
-                                               paired_gain, train_in_batches)
+from causal_assets.core.tuning.encoder import (figures_by_setting, fit_and_held_out, fit_threads, fit_version,
+                                               hybrid_figures, means, paired_gain, train_in_batches)
 from causal_assets.core.registry.tuning import RerankerSpec
 
 
@@ -166,7 +166,9 @@ def tune_reranker(index: CorpusIndex, bench: Benchmark, spec: RerankerSpec, metr
     log(f"reranker: hybrid on {len(held)} held-out queries: {base}; reranked at dense share {base_weight}")
     seconds: dict[str, float] = {"fit": 0.0}
     losses: dict[str, tuple[float, float]] = {}
-    with torch_threads(spec.threads or None):
+    threads = fit_threads(spec.threads)
+    log(f"reranker: fitting and scoring on {threads} torch thread(s)")
+    with torch_threads(threads):
         groups = training_groups(index, bench, fit_ids, base_weight, spec.pool)
         members = fitted_members(groups, index, spec, seed, save_to, "", len(fit_ids), log, losses, seconds)
         t0 = time.perf_counter()

@@ -21,6 +21,8 @@ from causal_assets.core.text.answers import normalize_answer
 INSTRUCTION = ("Answer the question about the code base or documents below. Use only the context. "
                "Reply with a short answer (a few words or one line of code).")
 LN2 = math.log(2.0)
+ANSWER_STOP = ("\n",)   # the answer is one line: generation ends with it, not at max_answer_tokens
+LEADING_BREAKS = 2      # line breaks a base model may open its answer with, each asked past once
 
 
 class LikelihoodAnswerModel:
@@ -61,9 +63,16 @@ class LikelihoodAnswerModel:
         return -self.question_logprob(query, docs) / LN2
 
     def answer(self, query: str, docs: Sequence[ContextDoc]) -> str:
-        """The greedy answer's first non-empty line (a base model may open with a line break)."""
-        text = self.scorer.complete(self.answer_prompt(query, docs), self.max_answer_tokens, stop=())
-        return next((line.strip() for line in text.splitlines() if line.strip()), "")
+        """The greedy answer's first non-empty line. Generation stops at the end of the line (a base model would go
+        on with the next line until `max_answer_tokens`); a model that opens with a line break is asked again past
+        it, at most `LEADING_BREAKS` times."""
+        prompt = self.answer_prompt(query, docs)
+        for _ in range(1 + LEADING_BREAKS):
+            text = self.scorer.complete(prompt, self.max_answer_tokens, stop=ANSWER_STOP)
+            if text.strip():
+                return text.strip()
+            prompt += text + "\n"
+        return ""
 
     def answer_probability(self, query: str, docs: Sequence[ContextDoc], answer: str) -> float:
         """P(answer | question, docs) by teacher forcing; 0 for an empty answer (nothing to score)."""
