@@ -110,11 +110,17 @@ def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParam
              if rel > 0 and d in index.position and bench.file_of.get(d) not in gold_files]
     seeds += [d for d in gold_file_seeds(index, bench, qid, config) if d not in seeds]
     chosen: dict[str, str] = {d: "seed" for d in seeds[: config.size]}
-    if neighbors:
+
+    def add_neighbors():
         for s in seeds:
-            for n, _rel, _w in neighbors(s)[: config.max_seed_neighbors]:
+            for n, _rel, _w in (neighbors(s) if neighbors else [])[: config.max_seed_neighbors]:
                 if len(chosen) < config.size and n not in chosen and (universe is None or n in universe):
                     chosen[n] = "seed_neighbor"
+
+    # a gold file's chunks have their graph neighbours after the top candidates and the negatives: a page's best
+    # chunks and their neighbours filled the pool, and nothing a retriever would show was judged
+    if not gold_files:
+        add_neighbors()
     query = bench.queries[qid]
     if config.top_candidates:
         ranked = [index.search(query, k=config.size + len(chosen), method=m, within=universe) for m in ("bm25", "dense")]
@@ -143,6 +149,8 @@ def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParam
             if elsewhere(doc):
                 chosen[doc] = "hard_negative"
                 want -= 1
+    if gold_files:
+        add_neighbors()
     rest = [d for d in (universe or index.ids) if elsewhere(d)]
     for d in rng.sample(list(rest), min(len(rest), config.size - len(chosen))):
         chosen[d] = "random"
