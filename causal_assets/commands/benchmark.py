@@ -23,7 +23,7 @@ from causal_assets.core.outputs.checks import labels_decided_problem
 from causal_assets.core.registry.corpora import require_available
 from causal_assets.core.foundation.errors import CausalAssetsError
 from causal_assets.core.labeling.pools import pool_params
-from causal_assets.core.labeling.sizing import estimate_labels, history_rate
+from causal_assets.core.labeling.sizing import estimate_labels, history_rate, shown_chars
 from causal_assets.core.foundation.progress import duration
 from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.run_health import LLM_POOL, wait_for_slot
@@ -76,7 +76,8 @@ def _labelling_plan(args, spec: BenchmarkSpec) -> tuple[int, str]:
                                 "likelihood of the answer: add answers to label them")
     n = min(len(labelable), spec.label_limit or len(labelable))
     endpoint = args.settings.llm_base_url
-    estimate = estimate_labels(n, spec.budget, spec.pool_size, pool_params(spec.pool_settings).doc_chars,
+    shown = shown_chars(chunks["text"], pool_params(spec.pool_settings).doc_chars)
+    estimate = estimate_labels(n, spec.budget, spec.pool_size, shown,
                                history=history_rate(args.base_path, [spec.name, *_other_benchmarks(args)])
                                if not endpoint else None,
                                separate=spec.monte_carlo.get("document_encoding") != "joint")

@@ -27,7 +27,7 @@ def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) ->
     took 65 min on a loaded 2-core machine, with no word of it up front). Never fails the step."""
     from causal_assets.core.stored import needs
     from causal_assets.core.labeling.pools import pool_params
-    from causal_assets.core.labeling.sizing import estimate_labels, history_rate, lineage_estimate
+    from causal_assets.core.labeling.sizing import estimate_labels, history_rate, lineage_estimate, shown_chars
     from causal_assets.resources import BenchmarkRegistry, Storage
 
     try:
@@ -37,7 +37,7 @@ def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) ->
         if spec is not None:
             questions = spec.label_limit or 20
             labels = estimate_labels(questions, spec.budget, spec.pool_size,
-                                     pool_params(spec.pool_settings).doc_chars,
+                                     shown_chars(frame["text"], pool_params(spec.pool_settings).doc_chars),
                                      history=history_rate(Storage().base, list(benchmarks)),
                                      separate=spec.monte_carlo.get("document_encoding") != "joint")
         code = bool(frame["kind"].isin(needs.CODE_KINDS).mean() > 0.5)

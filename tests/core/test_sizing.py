@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from causal_assets.core.labeling.sizing import (MIN_HISTORY_CALLS, SECONDS_PER_TOKEN_2_CORES,
+from causal_assets.core.labeling.sizing import (MIN_HISTORY_CALLS, SECONDS_PER_CALL_SEPARATE_2_CORES,
+                                                SECONDS_PER_TOKEN_2_CORES, shown_chars,
                                                 SECONDS_PER_TOKEN_SEPARATE_2_CORES, estimate_labels,
                                                 evaluated_tokens, history_rate, lineage_estimate)
 from causal_assets.core.foundation.storage import write_parquet_atomic
@@ -37,7 +38,10 @@ def test_without_history_the_quiet_rate_is_scaled_by_the_load():
     # the default lineage's 12 questions on 2 idle cores, documents read jointly: within the measured 131-250 s
     assert 120 <= quiet.seconds <= 260
     separate = estimate_labels(12, 16, 8, 400, load=0.5, cores=2)   # the in-process default
-    assert separate.seconds == 12 * 16 * evaluated_tokens(8, 400) * SECONDS_PER_TOKEN_SEPARATE_2_CORES
+    assert separate.seconds == 12 * 16 * (SECONDS_PER_CALL_SEPARATE_2_CORES
+                                          + evaluated_tokens(8, 400) * SECONDS_PER_TOKEN_SEPARATE_2_CORES)
+    # short documents cost less than the budget: the estimate follows what the pools show
+    assert estimate_labels(12, 16, 8, 200, load=0.5, cores=2).seconds < separate.seconds
     # a hosted endpoint: calls x its latency
     assert estimate_labels(10, 16, 8, 600, seconds_per_call=0.5).seconds == 80
 
@@ -49,3 +53,8 @@ def test_the_lineage_estimate_names_its_parts():
     assert "labels of 12 questions x 16 solver calls" in line and "tuning and evaluation" in line
     # README command 1's lineage took 5 min 34 s to 7 min 59 s on quiet 2-core machines
     assert 4 * 60 <= seconds <= 10 * 60, line
+
+
+def test_the_shown_characters_are_the_documents_own_up_to_the_budget():
+    texts = pd.Series(["x" * 300, "y" * 5000, "z" * 1000])
+    assert shown_chars(texts, 1600) == (300 + 1600 + 1000) / 3

@@ -1,7 +1,8 @@
 """How long Monte Carlo labels take, before they are paid for: calls per question and seconds per call.
 
-A question costs `budget` solver calls, one prompt evaluation each; a call's time grows with the tokens evaluated,
-about the pool's text (`pool size x max_doc_chars` characters, ~4 a token) plus the question. Seconds per token
+A question costs `budget` solver calls, one prompt evaluation each; a call's time grows with its prompt, about half
+the pool's text (`pool size / 2 x` the mean characters a pooled document shows, ~4 a token: `shown_chars`) plus the
+question. Seconds per token
 come from this data directory's own `solver_calls` history (this machine, under the load it had), else from the
 rate measured on 2 idle cores with the packaged Gemma-3-270M (`SECONDS_PER_TOKEN_2_CORES`, docs/sizing.md) scaled
 by the load now. A hosted endpoint changes the second factor only.
@@ -27,9 +28,12 @@ TOKENS_RATIO = 1.25
 # calls in 131 s at ~546 evaluated tokens each (docs/sizing.md).
 SECONDS_PER_TOKEN_2_CORES = 0.00125
 # The same with the documents encoded separately (`document_encoding`, the in-process default): a call evaluates the
-# question and the answer, each document once per question. HotpotQA's 91 train questions: 1,925 calls of 535 prompt
-# tokens in 673 s (benchmarks/label_quality.py --split train, load 0.2-2.0).
-SECONDS_PER_TOKEN_SEPARATE_2_CORES = 0.00065
+# question and the answer, each document once per question, so its time is a fixed part plus a smaller one per
+# prompt token (the documents' states are loaded and attended to). A line through HotpotQA's 91 train questions
+# (1,925 calls of 535 prompt tokens in 673 s, load 0.2-2.0) and the shared man pages' 384 calls of 800 prompt tokens
+# in 153 s (load 1.8) and of 2,000 in 680 s (load 4-5, scaled to 2 free cores).
+SECONDS_PER_CALL_SEPARATE_2_CORES = 0.14
+SECONDS_PER_TOKEN_SEPARATE_2_CORES = 0.00033
 MIN_HISTORY_CALLS = 20          # fewer uncached calls than this say little about the rate
 
 
@@ -45,10 +49,16 @@ class LabelEstimate:
         return self.seconds / max(1, self.questions)
 
 
-def evaluated_tokens(pool_size: int, max_doc_chars: int) -> float:
-    """The prompt tokens a call evaluates: the text of half the pool's documents (a balanced subset) and the
-    question, times the measured `TOKENS_RATIO`."""
-    return (pool_size / 2 * max_doc_chars / CHARS_PER_TOKEN + QUESTION_TOKENS) * TOKENS_RATIO
+def evaluated_tokens(pool_size: int, doc_chars: float) -> float:
+    """The prompt tokens a call evaluates: the text of half the pool's documents (a balanced subset) of `doc_chars`
+    characters each and the question, times the measured `TOKENS_RATIO`."""
+    return (pool_size / 2 * doc_chars / CHARS_PER_TOKEN + QUESTION_TOKENS) * TOKENS_RATIO
+
+
+def shown_chars(texts: pd.Series, doc_chars: int) -> float:
+    """The mean characters the solver reads of a document of `texts` (a corpus's chunk texts), each shortened to
+    `doc_chars` (the pools' budget): short documents cost less than the budget says."""
+    return float(texts.astype(str).str.len().clip(upper=doc_chars).mean()) if len(texts) else float(doc_chars)
 
 
 def history_rate(base, benchmarks: list[str]) -> tuple[float, int] | None:
@@ -73,17 +83,18 @@ def history_rate(base, benchmarks: list[str]) -> tuple[float, int] | None:
     return float(joined.median()), len(joined)
 
 
-def estimate_labels(questions: int, budget: int, pool_size: int, max_doc_chars: int,
+def estimate_labels(questions: int, budget: int, pool_size: int, doc_chars: float,
                     history: tuple[float, int] | None = None, load: float | None = None,
                     cores: int | None = None, seconds_per_call: float | None = None,
                     separate: bool = True) -> LabelEstimate:
-    """Seconds to label `questions` questions (module docstring). `seconds_per_call`: a hosted endpoint's measured
+    """Seconds to label `questions` questions (module docstring); `doc_chars`: the mean characters a pooled
+    document shows (`shown_chars`). `seconds_per_call`: a hosted endpoint's measured
     latency, which replaces the per-token rate; `separate`: the documents encoded separately (the rate without
     history)."""
     calls = questions * budget
     if seconds_per_call is not None:
         return LabelEstimate(questions, calls, calls * seconds_per_call, f"{seconds_per_call:.2f} s per call")
-    tokens = evaluated_tokens(pool_size, max_doc_chars)
+    tokens = evaluated_tokens(pool_size, doc_chars)
     if history is not None:
         rate, n = history
         return LabelEstimate(questions, calls, calls * tokens * rate,
@@ -91,8 +102,9 @@ def estimate_labels(questions: int, budget: int, pool_size: int, max_doc_chars: 
     load = os.getloadavg()[0] if load is None else load
     cores = cores or os.cpu_count() or 1
     slowdown = max(1.0, load / cores) * max(1.0, 2 / cores)   # the rate is for 2 free cores
-    rate = SECONDS_PER_TOKEN_SEPARATE_2_CORES if separate else SECONDS_PER_TOKEN_2_CORES
-    return LabelEstimate(questions, calls, calls * tokens * rate * slowdown,
+    per_call = SECONDS_PER_CALL_SEPARATE_2_CORES + tokens * SECONDS_PER_TOKEN_SEPARATE_2_CORES if separate \
+        else tokens * SECONDS_PER_TOKEN_2_CORES
+    return LabelEstimate(questions, calls, calls * per_call * slowdown,
                          f"the rate measured on 2 idle cores, at the load {load:.1f} now")
 
 
