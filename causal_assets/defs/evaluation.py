@@ -100,7 +100,8 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
                                   per_query=result.per_query, queries=result.judged,
                                   n_candidates=result.n_candidates, labels=mc_labels, primary=primary,
                                   sections=result.sections, answers=result.answers,
-                                  answer_notes=result.answer_notes, selection=result.selection)
+                                  answer_notes=result.answer_notes, selection=result.selection,
+                                  selected=plan.tuned.selected if plan.tuned is not None else None)
     n_queries = {s: len(q) for s, q in result.judged.items()}
     headline = headline_table(metrics_df, n_candidates=result.n_candidates, n_queries=n_queries)
     yield Output(metrics_df, output_name="evaluation_metrics", metadata={

@@ -75,3 +75,18 @@ def test_headline_columns_and_families():
     table = headline_table(pd.DataFrame({"split": "s", "retriever": "bm25", "metric": "ndcg", "k": 10, "value": 0.5,
                                          "truth": "qrels"}, index=[0]), n_queries={"s": 3})
     assert list(table.columns) == ["split", "retriever", "n", "ndcg@10"]
+
+
+def test_a_selected_retriever_below_bm25_is_said_with_its_difference():
+    from causal_assets.core.evaluation.report import below_bm25
+
+    rng = np.random.default_rng(0)
+    bm25 = rng.uniform(0.5, 1.0, 40)
+    rows = [("bm25", f"q{i}", v) for i, v in enumerate(bm25)]
+    worse = pd.DataFrame(rows + [("learned_tuned", f"q{i}", v - 0.2) for i, v in enumerate(bm25)],
+                         columns=["retriever", "query_id", "value"])
+    [line, _] = below_bm25(worse, "learned", "ndcg@10")
+    assert line.startswith("**The selected retriever `learned_tuned` scores below bm25 here**: ndcg@10 Δ -0.200")
+    assert "p = 0.00" in line
+    better = worse.assign(value=[v if r == "bm25" else v + 0.4 for r, v in zip(worse["retriever"], worse["value"])])
+    assert below_bm25(better, "learned", "ndcg@10") == [] and below_bm25(worse, None, "ndcg@10") == []

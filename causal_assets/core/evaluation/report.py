@@ -182,12 +182,26 @@ def failure_examples(failures: pd.DataFrame, queries: dict[str, dict[str, str]],
     return lines + [""]
 
 
+def below_bm25(group: pd.DataFrame, selected: str | None, metric: str) -> list[str]:
+    """A line where the selected tuned retriever scores below bm25 on these queries (`group`: retriever,
+    query_id, value), with the paired difference, its interval and p; nothing where it does not."""
+    name = f"{selected}_tuned" if selected else None
+    if name is None or name == "bm25_tuned" or not {name, "bm25"} <= set(group["retriever"]):
+        return []
+    row = compare_to_baseline(group[group["retriever"].isin([name, "bm25"])], ("bm25",))
+    row = row[row["retriever"] == name].iloc[0]
+    if not row["delta"] < 0:
+        return []
+    return [f"**The selected retriever `{name}` scores below bm25 here**: {metric} Δ {row['delta']:+.3f} "
+            f"(95% interval {row['delta_low']:+.3f} to {row['delta_high']:+.3f}, p = {row['p']:.2f}).", ""]
+
+
 def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, notes: list[str],
                  out_dir: Path, per_query: pd.DataFrame | None = None, queries: dict[str, dict[str, str]] | None = None,
                  n_candidates: int | None = None, labels: pd.DataFrame | None = None,
                  primary: tuple[str, int] = ("ndcg", 10), sections: list[str] | None = None,
                  answers: pd.DataFrame | None = None, answer_notes: list[str] | None = None,
-                 selection: list[str] | None = None) -> tuple[str, Path]:
+                 selection: list[str] | None = None, selected: str | None = None) -> tuple[str, Path]:
     """Write `<out_dir>/<benchmark>.md` and its plots; returns (markdown with inline images, path).
 
     per_query: split, retriever, query_id, value of the `primary` metric (for intervals and significance);
@@ -195,7 +209,8 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
     pool such as HotpotQA's 10 paragraphs), None for the whole corpus; labels: `mc_labels` for their summary;
     sections: extra Markdown lines placed after the headline table (e.g. the overfitting gauge); answers: the
     `evaluation_answers` rows and answer_notes what the answer utility says of itself (its cost, or why it was
-    skipped) for the "Answer utility" section; selection: the lines of `truth_selection_section`, after it."""
+    skipped) for the "Answer utility" section; selection: the lines of `truth_selection_section`, after it;
+    selected: the retriever tuning selected (its `_tuned` run is held to bm25's figure)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     queries = queries or {}
     n_queries = {s: len(q) for s, q in queries.items()} or None
@@ -221,7 +236,8 @@ def write_report(benchmark: str, metrics: pd.DataFrame, failures: pd.DataFrame, 
                   "(ranx, 10,000 permutations); * p < 0.05.", ""]
         for split, group in per_query.groupby("split", sort=False):
             table = format_comparison(compare_to_baseline(group, BASELINES), metric_name)
-            lines += [f"### `{split}`", "", table.to_markdown(index=False), ""]
+            lines += [f"### `{split}`", "", table.to_markdown(index=False), "",
+                      *below_bm25(group, selected, metric_name)]
     if "truth" in metrics and (metrics["truth"] == "mc_labels").any():
         lines += ["## Against the Monte Carlo labels (documents that measurably helped the solver)", "",
                   headline_table(metrics, "mc_labels", n_candidates=n_candidates).to_markdown(index=False), ""]
