@@ -122,7 +122,12 @@ PER_ASSET = {
     "candidate_pools": {"answer": "The gold answer.", "aliases": "Accepted answer spellings (JSON).",
                         "position": "Position of the document in the shuffled pool.",
                         "path": "The document's file, relative to the corpus's root (folder and package corpora; "
-                                "empty for the others)."},
+                                "empty for the others).",
+                        "text": "What the solver reads of the document: all of it where it fits its share of the "
+                                "solver's context, else the lines that best match the question.",
+                        "doc_chars": "The document's length in characters.",
+                        "kept_start": "First character of the document the solver reads (0: from the start).",
+                        "kept_end": "End of what the solver reads (kept_end = doc_chars: to the end)."},
     "causal_search": {"grounded": "True when the answer's distinctive terms are found in the evidence shown to the model.",
                       "grounding_note": "Why the answer is not grounded (terms not found in the evidence), or empty.",
                       "sources": "JSON list of the text units (chunk_id, title) the model was shown.",

@@ -134,7 +134,7 @@ def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParam
                 added += 1
 
     def elsewhere(doc: str) -> bool:   # negatives come from other files than the gold ones
-        return doc not in chosen and bench.file_of.get(doc) not in gold_files if gold_files else doc not in chosen
+        return doc not in chosen and (not gold_files or bench.file_of.get(doc) not in gold_files)
 
     for method in ("bm25", "dense"):
         taken = sum(1 for o in chosen.values() if o == "hard_negative")
@@ -142,7 +142,7 @@ def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParam
         hits = [h.chunk_id for h in index.search(query, k=config.size + len(chosen) + 4 * len(seeds), method=method,
                                                  within=universe) if elsewhere(h.chunk_id)]
         if config.seed:   # another draw: the hard negatives among twice as many top hits
-            hits = rng.sample(hits[: 2 * want], min(len(hits), 2 * want))
+            hits = rng.sample(hits[: 2 * want], min(len(hits), max(0, 2 * want)))
         for doc in hits:
             if want <= 0 or len(chosen) >= config.size:
                 break
