@@ -185,3 +185,33 @@ def test_an_export_replaces_only_an_earlier_export_never_a_users_files(tmp_path,
     os.umask(mask)
     assert out.stat().st_mode & 0o777 == 0o777 & ~mask
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "mydocs", "notes.txt", "parquet"]
+
+
+def test_a_users_folder_holding_only_names_an_export_writes_is_not_replaced(tmp_path, capsys):
+    """A folder of the user's own `README.md` and `data/` holds only names an export writes: it is refused in one
+    line naming it, and survives whole; an export is recognised by the marker it writes itself."""
+    from causal_assets.cli import main
+
+    marker_name = "causal_assets_export.json"
+    base = tmp_path / "parquet"
+    for name, frame in (("mc_labels", make_labels()), ("candidate_pools", make_pools())):
+        (base / name).mkdir(parents=True)
+        frame.to_parquet(base / name / "hotpotqa.parquet", index=False)
+    mine = tmp_path / "project"
+    (mine / "data").mkdir(parents=True)
+    (mine / "README.md").write_text("my project")
+    (mine / "data" / "results.csv").write_text("a,b\n1,2\n")
+    capsys.readouterr()
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(mine), "--no-hf"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"{mine}: not an earlier labels export" in line and marker_name in line, line
+    assert (mine / "README.md").read_text() == "my project"
+    assert (mine / "data" / "results.csv").read_text() == "a,b\n1,2\n"
+    assert sorted(p.name for p in mine.rglob("*")) == ["README.md", "data", "results.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["parquet", "project"]   # no temporary left
+
+    out = tmp_path / "export"
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(out), "--no-hf"]) == 0
+    marker = json.loads((out / marker_name).read_text())
+    assert marker["product"] == "causal_assets labels export" and marker["benchmark"] == "hotpotqa"
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(out), "--no-hf"]) == 0

@@ -10,6 +10,8 @@ the `candidate_pools` table (question text, candidate title and text) this write
     data/{labels,queries,corpus}.parquet                              Parquet, the files the dataset card's configs name
     hf/                                                               a Hugging Face `datasets.DatasetDict` (save_to_disk)
     README.md                                                         dataset card: solver, estimator, budgets, quality
+    causal_assets_export.json                                         the marker: product, benchmark, time written; a
+                                                                      later export replaces only a directory with it
 
 The mapping from one label row to a graded relevance lives in `relevance_grade` and nowhere else.
 """
@@ -22,6 +24,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -224,19 +227,39 @@ def _yaml(obj: Any) -> str:
 
 # What an export directory holds (`export_labels`): the only entries a directory it replaces may hold.
 EXPORT_ENTRIES = frozenset({"beir", "qrels.trec", "labels.jsonl", "data", "README.md", "hf"})
+# The file each export writes to say that its directory is one: what `export_labels` may replace. Names alone do
+# not tell: a user's folder of `README.md` and `data/` holds only names an export writes.
+MARKER = "causal_assets_export.json"
+PRODUCT = "causal_assets labels export"
+
+
+def read_marker(out: Path) -> dict | None:
+    """The marker of the export at `out` ({"product", "benchmark", "estimator", "written"}), or None where `out`
+    holds none (or a file of that name that is not one)."""
+    try:
+        data = json.loads((out / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("product") == PRODUCT else None
 
 
 def refuse_foreign(out: Path) -> None:
-    """An existing `out` is replaced only when it is an earlier export (or empty): never a file or a directory
-    holding anything else, which the swap would delete."""
+    """An existing `out` is replaced only when it is an earlier export (its marker, and nothing an export does not
+    write) or empty: never a file or a directory of the user's, which the swap would delete."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise ValueError(f"{out}: exists and is not a directory; the labels export writes a directory there")
-    if out.is_dir():
-        foreign = sorted(e.name for e in out.iterdir() if e.name not in EXPORT_ENTRIES)
-        if foreign:
-            raise ValueError(f"{out}: not an earlier labels export (holds {', '.join(foreign[:5])}"
-                             f"{', ...' if len(foreign) > 5 else ''}), so it is not replaced; choose another "
-                             f"directory, or empty it")
+    if not out.is_dir():
+        return
+    entries = sorted(e.name for e in out.iterdir())
+    if not entries:
+        return
+    foreign = [name for name in entries if name not in EXPORT_ENTRIES | {MARKER}]
+    if read_marker(out) is None or foreign:
+        holds = foreign or entries
+        raise ValueError(f"{out}: not an earlier labels export (it holds {', '.join(holds[:5])}"
+                         f"{', ...' if len(holds) > 5 else ''}"
+                         f"{'' if foreign else f' but no {MARKER}, which every export writes'}), so it is not "
+                         f"replaced; choose another directory, or empty it")
 
 
 def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.PathLike, card: DatasetCard,
@@ -275,9 +298,13 @@ def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.P
         for name, frame in tables.items():
             frame.to_parquet(tmp / "data" / f"{name}.parquet", index=False)
         readme = card_markdown(card, qrels, queries, corpus, est)
+        marker = {"product": PRODUCT, "benchmark": card.benchmark, "estimator": est,
+                  "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(readme, encoding="utf-8")
         files = ["beir/corpus.jsonl", "beir/queries.jsonl", f"beir/qrels/{card.split}.tsv", "qrels.trec",
-                 "labels.jsonl", "data/labels.parquet", "data/queries.parquet", "data/corpus.parquet", "README.md"]
+                 "labels.jsonl", "data/labels.parquet", "data/queries.parquet", "data/corpus.parquet", "README.md",
+                 MARKER]
         if hf:
             import datasets  # optional heavy dependency (Hugging Face datasets): only for the hf/ export
 
