@@ -13,7 +13,8 @@ the `candidate_pools` table (question text, candidate title and text) this write
     causal_assets_export.json                                         the marker: product, benchmark, time written; a
                                                                       later export replaces only a directory with it
 
-The mapping from one label row to a graded relevance lives in `relevance_grade` and nowhere else.
+The mapping from one label row to a graded relevance lives in `relevance_grade` and nowhere else. The line formats
+(`qrels.trec`, `beir/`) write every id through `line_id`, which percent-encodes what would split or break a line.
 """
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ import math
 import os
 import shutil
 import tempfile
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import quote
 
 import pandas as pd
 import yaml
@@ -59,6 +62,21 @@ def relevance_grade(row: Mapping[str, Any]) -> int:
         raise ValueError(f"label row for {row.get('question_id')!r}/{row.get('doc_id')!r}: unknown outcome "
                          f"{outcome!r} (known: {sorted(STRONG_EFFECT)})")
     return 2 if math.isfinite(effect) and effect >= strong else 1
+
+
+def _breaks_lines(char: str) -> bool:
+    """A character a line format cannot hold in an id: whitespace (TREC fields are split on any, and a file name
+    may hold a newline), other control characters, `%` (the escape itself) and `"` (csv readers of BEIR qrels)."""
+    return char.isspace() or char in '%"' or unicodedata.category(char) == "Cc"
+
+
+def line_id(raw: str) -> str:
+    """`raw` as the line formats (`qrels.trec`, `beir/`) write it: the characters `_breaks_lines` names
+    percent-encoded as UTF-8 (`my notes.md` -> `my%20notes.md`), everything else as it is, so most ids are
+    unchanged; `urllib.parse.unquote` gives the id back. JSON Lines, Parquet and `hf/` keep ids as they are."""
+    if not any(_breaks_lines(c) for c in raw):
+        return raw
+    return "".join(quote(c, safe="") if _breaks_lines(c) else c for c in raw)
 
 
 @dataclass
@@ -210,6 +228,9 @@ def card_markdown(card: DatasetCard, qrels: pd.DataFrame, queries: pd.DataFrame,
     lines += ["## Files", "",
               "- `beir/` BEIR layout: `corpus.jsonl`, `queries.jsonl`, `qrels/<split>.tsv` (graded integer scores)",
               "- `qrels.trec`: the same judgements as TREC qrels (`qid 0 docid grade`)",
+              "- ids in `qrels.trec` and `beir/` are percent-encoded where they hold whitespace, control characters, "
+              "`%` or `\"` (`my notes.md` is `my%20notes.md`; `urllib.parse.unquote` reverses it); the JSON Lines, "
+              "Parquet and `hf/` files keep them as they are",
               "- `labels.jsonl` and `data/labels.parquet`: every judged pair with label, grade, effect, CI, trials",
               "- `data/queries.parquet`, `data/corpus.parquet`; `hf/`: the three tables as a `datasets.DatasetDict`",
               "", "## Use", "", "```python",
@@ -280,18 +301,20 @@ def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.P
     try:
         beir = tmp / "beir"
         (beir / "qrels").mkdir(parents=True)
-        _write_jsonl(beir / "queries.jsonl", [{"_id": r["_id"], "text": r["text"],
+        _write_jsonl(beir / "queries.jsonl", [{"_id": line_id(r["_id"]), "text": r["text"],
                                                **({"metadata": {"answer": r["answer"]}} if "answer" in r else {})}
                                               for r in queries.to_dict("records")])
-        _write_jsonl(beir / "corpus.jsonl", [{"_id": r["_id"], "title": r["title"] or "", "text": r["text"]}
+        _write_jsonl(beir / "corpus.jsonl", [{"_id": line_id(r["_id"]), "title": r["title"] or "", "text": r["text"]}
                                              for r in corpus.to_dict("records")])
+        judged = [(line_id(q), line_id(d), int(s)) for q, d, s in qrels[["question_id", "doc_id", "score"]]
+                  .itertuples(index=False)]
         with (beir / "qrels" / f"{card.split}.tsv").open("w", encoding="utf-8", newline="") as fh:
             w = csv.writer(fh, delimiter="\t", lineterminator="\n")
             w.writerow(["query-id", "corpus-id", "score"])
-            w.writerows(qrels[["question_id", "doc_id", "score"]].itertuples(index=False))
-        with (tmp / "qrels.trec").open("w", encoding="utf-8") as fh:
-            for q, d, s in qrels[["question_id", "doc_id", "score"]].itertuples(index=False):
-                fh.write(f"{q} 0 {d} {int(s)}\n")
+            w.writerows(judged)
+        with (tmp / "qrels.trec").open("w", encoding="utf-8", newline="\n") as fh:
+            for q, d, s in judged:
+                fh.write(f"{q} 0 {d} {s}\n")
         _write_jsonl(tmp / "labels.jsonl", [{k: _clean(v) for k, v in r.items()} for r in qrels.to_dict("records")])
         (tmp / "data").mkdir()
         tables = {"labels": qrels, "queries": queries, "corpus": corpus}
