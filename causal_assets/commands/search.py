@@ -6,6 +6,7 @@ import re
 import sys
 
 from causal_assets.commands import pass_to_runs, say
+from causal_assets.core.foundation import strict_json
 from causal_assets.core.stored import needs
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import METHODS, CorpusIndex
@@ -39,9 +40,11 @@ def search(args) -> int:
         raise ValueError(f"-k must be at least 1 (got {args.k})")
     safe_name(args.corpus, "corpus")
     try:
-        params = json.loads(args.params)
+        params = strict_json.loads(args.params)
     except json.JSONDecodeError as e:
         raise ValueError(f"--params is not valid JSON ({e})") from None
+    except ValueError as e:   # a key given twice (json kept the last one), NaN or Infinity
+        raise ValueError(f"--params: {e}") from None
     if not isinstance(params, dict):
         raise ValueError(f"--params must be a JSON object ({{\"name\": value, ...}}), not a {type(params).__name__}")
     if args.method in METHODS and params:   # these search the index as it is: a setting would be silently ignored

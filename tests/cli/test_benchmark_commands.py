@@ -55,6 +55,20 @@ def test_a_budget_that_cannot_decide_is_refused_before_any_run(own, monkeypatch,
     assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
 
 
+def test_a_questions_file_giving_a_key_twice_is_refused_before_any_run(own, monkeypatch, capsys):
+    """`"answer": "7461", "answer": "wrong"` loaded with the answer `wrong` (JSON keeps the last): the labels would
+    have scored the solver against it."""
+    questions = Path(own["CAUSAL_ASSETS_BENCHMARKS"]).with_name("questions.jsonl")
+    lines = questions.read_text().splitlines()
+    lines[1] = lines[1].replace('"answer": ', '"answer": "wrong", "answer": ', 1)
+    questions.write_text("\n".join(lines) + "\n")
+    for command in ("label", "evaluate"):   # --no-build: the refusal comes first, from the registry
+        code, err = run_main(monkeypatch, capsys, command, "brindle", "--no-build", env=own)
+        assert code == 2, err
+        assert f"{questions}:2: key 'answer' given twice in one record" in err and len(err.splitlines()) == 1, err
+    assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
+
+
 def test_an_unknown_or_unavailable_benchmark_is_one_line(own, monkeypatch, capsys):
     code, err = run_main(monkeypatch, capsys, "evaluate", "brindel", env=own)
     assert code == 2 and "unknown benchmark 'brindel'" in err and "benchmarks: brindle" in err

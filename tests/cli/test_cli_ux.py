@@ -311,6 +311,15 @@ def test_the_command_exits_without_the_interpreters_teardown():
 
 
 
+def test_params_giving_a_key_twice_are_refused_naming_it(tmp_path, monkeypatch, capsys):
+    """`--params '{"weight": 0.5, "weight": 0.9}'` searched with 0.9 (JSON keeps the last), silently."""
+    code, err = run_main(monkeypatch, capsys, "--base-path", str(tmp_path / "pq"), "search", "x", "--method",
+                         "hybrid", "--params", '{"weight": 0.5, "weight": 0.9}')
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "--params: key 'weight' given twice in one object" in err, err
+    assert not (tmp_path / "pq").exists()
+
+
 def test_learned_without_a_model_names_the_fitted_ones(tmp_path, monkeypatch, capsys):
     """`search --method learned` asked for a model_path that no table names (the tuned models are files under the
     reports' tuned/ directory)."""

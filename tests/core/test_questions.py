@@ -160,6 +160,45 @@ def test_bad_records_are_one_line_naming_file_line_and_field(tmp_path, content, 
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("content, suffix, message", [
+    ('{"id": "q1", "question": "Which port?", "answer": "7461", "answer": "wrong"}\n', ".jsonl",
+     r"questions\.jsonl:1: key 'answer' given twice in one record"),
+    ('{"id": "q0", "question": "Q?", "answer": "x"}\n{"id": "q1", "question": "Q?", "id": "q2", "answer": "x"}\n',
+     ".jsonl", r"questions\.jsonl:2: key 'id' given twice in one record"),
+    ('[\n  {"id": "q0", "question": "Q?", "answer": "x"},\n  {"id": "q1",\n   "question": "Which port?",\n'
+     '   "question": "Which colour?", "answer": "7461"}\n]\n', ".json",
+     r"questions\.json:3: key 'question' given twice in one record"),
+    ('[{"id": "q0", "question": "Q?", "answer": "x"}, 7]', ".json", r"questions\.json:1: expected a JSON object, got int"),
+    ('[{"id": "q0", "question": "Q?", "answer": "x"}\n{"id": "q1"}]', ".json",
+     r"questions\.json:2: malformed JSON \(expected ',' or '\]' after an element\)"),
+    ('[{"id": "q0", "question": "Q?", "answer": "x"}] []', ".json", r"questions\.json:1: malformed JSON \(extra data"),
+])
+def test_a_key_given_twice_in_a_record_is_refused_naming_file_line_and_key(tmp_path, content, suffix, message):
+    """JSON keeps the last of two `answer`s (or `id`s, `question`s) silently: the question would be labelled
+    against the wrong answer. In JSON Lines and in a whole-file array, the line the record starts on is named."""
+    from causal_assets.core.corpus.questions import load_questions
+
+    path = tmp_path / f"questions{suffix}"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(CorpusError, match=message) as e:
+        load_questions(path)
+    assert "\n" not in str(e.value)
+
+
+def test_a_json_array_of_questions_loads_with_each_records_line(tmp_path):
+    from causal_assets.core.corpus.questions import load_questions
+
+    path = tmp_path / "questions.json"
+    path.write_text(' [\n {"id": "q0", "question": "Q?", "answer": "x"} ,\n\n {"id": "q1", "question": "R?", '
+                    '"answer": ["y", "z"]}\n ]\n', encoding="utf-8")
+    records = load_questions(path).records
+    assert [(r.question_id, r.answers, r.where) for r in records] == [
+        ("q0", ("x",), f"{path}:2"), ("q1", ("y", "z"), f"{path}:4")]
+    path.write_text("[]", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"questions\.json: no questions"):
+        load_questions(path)
+
+
 def test_a_file_that_is_not_utf8_or_a_directory_or_another_format(tmp_path):
     from causal_assets.core.corpus.questions import load_questions
 

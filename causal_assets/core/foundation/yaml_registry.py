@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from causal_assets.core.foundation.errors import ConfigError
+from causal_assets.core.foundation.strict_json import DuplicateKey, unique_keys
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -67,27 +68,10 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple]) -> dict:
-    """json's object_pairs_hook: a key given twice in one object is refused (json keeps the last, silently), as
-    `UniqueKeyLoader` refuses it in YAML. The error shows the object's first keys, to find it by."""
-    out: dict = {}
-    for k, v in pairs:
-        if k in out:
-            shown = {pk: pv for pk, pv in pairs[:3] if not isinstance(pv, (dict, list))}
-            raise _DuplicateKey(f"key {short_repr(k)} given twice in one object"
-                                + (f" ({short_repr(shown, 120)}...)" if shown else ""))
-        out[k] = v
-    return out
-
-
 def _json(path: Path, text: str):
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as e:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKey as e:
         raise ConfigError(f"{path}: malformed JSON ({e})") from None
 
 
