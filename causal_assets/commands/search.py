@@ -10,7 +10,7 @@ from causal_assets.core.foundation import strict_json
 from causal_assets.core.stored import needs
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import METHODS, CorpusIndex
-from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
+from causal_assets.core.foundation.limits import MAX_QUERY_CHARS
 from causal_assets.core.registry.retrievers import kind, may_need
 from causal_assets.core.foundation.storage import safe_name
 

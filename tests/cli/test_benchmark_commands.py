@@ -6,6 +6,7 @@ Commands that execute runs import the code location for their --base-path, so th
 (`run_cli`); the refusals run in this process (`run_main`)."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -66,6 +67,20 @@ def test_a_questions_file_giving_a_key_twice_is_refused_before_any_run(own, monk
         code, err = run_main(monkeypatch, capsys, command, "brindle", "--no-build", env=own)
         assert code == 2, err
         assert f"{questions}:2: key 'answer' given twice in one record" in err and len(err.splitlines()) == 1, err
+    assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
+
+
+def test_a_question_longer_than_a_query_is_refused_before_any_run(own, monkeypatch, capsys):
+    """A 5 MB question was sent to the solver in each of its 132 trials."""
+    questions = Path(own["CAUSAL_ASSETS_BENCHMARKS"]).with_name("questions.jsonl")
+    with questions.open("a") as fh:
+        fh.write(json.dumps({"id": "huge", "question": "Which port? " * 420_000, "answer": "7461"}) + "\n")
+    line = len(questions.read_text().splitlines())
+    # --no-build: whatever else happens, nothing is built (the refusal comes first, from the registry)
+    code, err = run_main(monkeypatch, capsys, "label", "brindle", "--no-build", env=own)
+    assert code == 2, err
+    assert f"{questions}:{line}: field 'question' is 5,039,999 characters; the limit is 2,000" in err, err
+    assert len(err.splitlines()) == 1 and len(err) < 400
     assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
 
 

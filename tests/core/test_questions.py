@@ -185,6 +185,31 @@ def test_a_key_given_twice_in_a_record_is_refused_naming_file_line_and_key(tmp_p
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("content, suffix, message", [
+    (_jsonl({"id": "a", "question": "Q?", "answer": "x"}, {"id": "b", "question": "Why? " * 1_000_000, "answer": "y"}),
+     ".jsonl", r"questions\.jsonl:2: field 'question' is 4,999,999 characters; the limit is 2,000"),
+    (_jsonl({"id": "a", "question": "Q?", "answer": ["x", "y" * 2_001]}), ".jsonl",
+     r"questions\.jsonl:1: field 'answer\[1\]' is 2,001 characters; the limit is 2,000"),
+    (_jsonl({"id": "a", "question": "Q?", "answer": "y" * 2_001, "gold": ["install.md"]}), ".jsonl",
+     r"questions\.jsonl:1: field 'answer' is 2,001 characters"),
+    ("id,question,answer\na,Q?,x\nb," + "q" * 2_001 + ",y\n", ".csv",
+     r"questions\.csv:3: field 'question' is 2,001 characters; the limit is 2,000"),
+])
+def test_a_question_or_answer_longer_than_a_query_is_refused_at_load(tmp_path, content, suffix, message):
+    """A 5 MB question was sent to the solver in every trial of its labelling; `search` and `ask` take 2,000
+    characters, and so does a questions file (each accepted answer too), checked before any LLM call."""
+    from causal_assets.core.corpus.questions import load_questions
+
+    path = tmp_path / f"questions{suffix}"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(CorpusError, match=message) as e:
+        load_questions(path)
+    assert len(str(e.value)) < 300
+    at_limit = tmp_path / "at_limit.jsonl"
+    at_limit.write_text(_jsonl({"id": "a", "question": "q" * 2_000, "answer": "y" * 2_000}), encoding="utf-8")
+    assert len(load_questions(at_limit).records[0].question) == 2_000   # at the limit: taken
+
+
 def test_a_json_array_of_questions_loads_with_each_records_line(tmp_path):
     from causal_assets.core.corpus.questions import load_questions
 

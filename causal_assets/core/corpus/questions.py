@@ -19,6 +19,7 @@ from pathlib import Path
 
 from causal_assets.core.corpus.fields import duplicate_key_message, id_field, parse_json, split_field, text_value
 from causal_assets.core.foundation.errors import CorpusError
+from causal_assets.core.foundation.limits import MAX_ANSWER_CHARS, MAX_QUERY_CHARS
 from causal_assets.core.foundation.strict_json import DECODER, DuplicateKey
 
 FIELDS = ("id", "question", "answer", "gold", "split", "metadata")
@@ -105,11 +106,21 @@ def _record(where: str, obj: dict) -> QuestionRecord:
     question = text_value(where, "question", obj.get("question")).strip()
     if not question:
         raise CorpusError(f"{where}: field 'question' has no text")
+    _within(where, "question", question, MAX_QUERY_CHARS)
     split = split_field(where, obj)
     if "metadata" in obj and not isinstance(obj["metadata"], (dict, type(None))):
         raise CorpusError(f"{where}: field 'metadata' must be an object")
-    return QuestionRecord(qid, question, _strings(where, "answer", obj.get("answer")),
-                          _strings(where, "gold", obj.get("gold")), split, where)
+    answers = _strings(where, "answer", obj.get("answer"))
+    for i, answer in enumerate(answers):
+        _within(where, "answer" if len(answers) == 1 else f"answer[{i}]", answer, MAX_ANSWER_CHARS)
+    return QuestionRecord(qid, question, answers, _strings(where, "gold", obj.get("gold")), split, where)
+
+
+def _within(where: str, field: str, text: str, limit: int) -> None:
+    """A question goes into every prompt about it, and an answer is scored in every trial: a text longer than
+    `search` and `ask` take is refused here, before any LLM call."""
+    if len(text) > limit:
+        raise CorpusError(f"{where}: field {field!r} is {len(text):,} characters; the limit is {limit:,}")
 
 
 _BLANK = re.compile(r"[ \t\n\r]*")   # JSON's whitespace
