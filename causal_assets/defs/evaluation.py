@@ -4,7 +4,9 @@ and a Markdown report with plots."""
 import pandas as pd
 from dagster import (AssetDep, AssetExecutionContext, AssetKey, AssetOut, AssetRecordsFilter, Config, DagsterEventType,
                      MetadataValue, Output, TableColumn, TableRecord, TableSchema, multi_asset)
+from pydantic import Field
 
+from causal_assets.core.foundation.limits import MAX_DEPTH
 from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.outputs.checks import check_answers, check_metrics, check_ranked_results
 from causal_assets.core.measures.metrics import warm_up
@@ -34,7 +36,7 @@ class EvaluationConfig(Config):
     # BM25 statistics inside each question's candidate set (corpus | candidates) of the configured bm25, hybrid and
     # rrf. None: the tuned hybrid's, else corpus.
     within_stats: str | None = None
-    depth: int = 100
+    depth: int = Field(default=100, ge=1, le=MAX_DEPTH)   # ranks kept per question and retriever
     # Also evaluate the tuned configuration of the latest tuned_retriever_configs materialization as `<name>_tuned`.
     tuned: bool = True
 

@@ -84,6 +84,29 @@ def test_a_question_longer_than_a_query_is_refused_before_any_run(own, monkeypat
     assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
 
 
+@pytest.mark.parametrize("section, key, value, message", [
+    ("monte_carlo", "budget", 10**30, "Input should be less than or equal to 10000"),
+    ("monte_carlo", "budget", "16", "Input should be a valid integer"),
+    ("monte_carlo", "budget", True, "Input should be a valid integer"),
+    ("monte_carlo", "max_questions", 10**12, "Input should be less than or equal to 1000000"),
+    ("pooling", "size", 10**9, "Input should be less than or equal to 1000"),
+    ("answers", "ks", [1, 10**9], "Input should be less than or equal to 1000"),
+])
+def test_a_count_past_its_bound_or_not_a_number_is_refused_before_any_run(own, monkeypatch, capsys, section, key,
+                                                                          value, message):
+    """`monte_carlo.budget: 10**30` was announced, then looped at full CPU; `"16"` and `true` were taken as 16
+    and 1. Every count of the registry is a whole number as written, below its bound (docs/configuration.md)."""
+    registry = yaml.safe_load(Path(own["CAUSAL_ASSETS_BENCHMARKS"]).read_text())
+    registry["benchmarks"][0].setdefault(section, {})[key] = value
+    Path(own["CAUSAL_ASSETS_BENCHMARKS"]).write_text(yaml.safe_dump(registry))
+    # --no-build: whatever else happens, nothing is built (the refusal comes first, from the registry)
+    code, err = run_main(monkeypatch, capsys, "label", "brindle", "--no-build", env=own)
+    assert code == 2, err
+    assert f"benchmarks[0].{section}: {section}.{key}" in err and message in err, err
+    assert "(entry 'brindle')" in err and len(err.splitlines()) == 1, err
+    assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
+
+
 def test_an_unknown_or_unavailable_benchmark_is_one_line(own, monkeypatch, capsys):
     code, err = run_main(monkeypatch, capsys, "evaluate", "brindel", env=own)
     assert code == 2 and "unknown benchmark 'brindel'" in err and "benchmarks: brindle" in err

@@ -15,13 +15,14 @@ import logging
 import os
 import stat
 from pathlib import Path
-from typing import Iterator
+from typing import Annotated, Iterator
 
-from pydantic import NonNegativeInt, PositiveInt
+from pydantic import Field
 
 from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.python_package import chunk_python_source
 from causal_assets.core.foundation.errors import CorpusError
+from causal_assets.core.foundation.limits import MAX_CHUNK_CHARS, MAX_FILE_BYTES
 from causal_assets.core.foundation.paths import display_path
 
 log = logging.getLogger(__name__)
@@ -120,8 +121,13 @@ def check_options(chunk_chars: int = 1500, overlap_chars: int = 200, **_) -> Non
                          f"({chunk_chars})")
 
 
-def load_folder(root: str | Path, corpus: str, chunk_chars: PositiveInt = 1500, overlap_chars: NonNegativeInt = 200,
-                max_file_bytes: PositiveInt = 2_000_000, suffixes: set[str] | None = None) -> tuple[list[Chunk], dict]:
+ChunkChars = Annotated[int, Field(gt=0, le=MAX_CHUNK_CHARS)]
+OverlapChars = Annotated[int, Field(ge=0, le=MAX_CHUNK_CHARS)]
+FileBytes = Annotated[int, Field(gt=0, le=MAX_FILE_BYTES)]
+
+
+def load_folder(root: str | Path, corpus: str, chunk_chars: ChunkChars = 1500, overlap_chars: OverlapChars = 200,
+                max_file_bytes: FileBytes = 2_000_000, suffixes: set[str] | None = None) -> tuple[list[Chunk], dict]:
     """Chunks of every text file under `root` and a load report. The options' annotations are what the corpus
     registry checks them against when it loads (types exactly, and these ranges)."""
     root = Path(root)
