@@ -46,9 +46,10 @@ class MonteCarloConfig(Config):
     estimator: str | None = None   # adaptive | regression | naive (default: the benchmark's monte_carlo.estimator)
     outcome: str | None = None     # qa_likelihood | likelihood | success | both (default: the benchmark's, else LabelingParams')
     budget: int | None = Field(default=None, ge=1, le=MAX_BUDGET)   # solver calls per question
-    threshold: float | None = None
-    threshold_nats: float | None = None
-    question_weight: float | None = None
+    # finite (LabelingParams checks their ranges): a NaN threshold made every label UNCERTAIN
+    threshold: float | None = Field(default=None, allow_inf_nan=False)
+    threshold_nats: float | None = Field(default=None, allow_inf_nan=False)
+    question_weight: float | None = Field(default=None, allow_inf_nan=False)
     document_encoding: str | None = None   # auto | joint | separate (default: the benchmark's, else auto)
 
 

@@ -107,6 +107,18 @@ def test_a_count_past_its_bound_or_not_a_number_is_refused_before_any_run(own, m
     assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
 
 
+@pytest.mark.parametrize("command", ["evaluate", "tune", "label"])
+def test_a_nan_weight_in_the_registry_is_refused_before_any_run(own, monkeypatch, capsys, command):
+    """`retrievers: {hybrid: {weight: .nan}}` loaded, and the evaluation ran on NaN scores."""
+    path = Path(own["CAUSAL_ASSETS_BENCHMARKS"])
+    path.write_text(path.read_text() + "    retrievers: {bm25: {}, hybrid: {weight: .nan}}\n")
+    code, err = run_main(monkeypatch, capsys, command, "brindle", "--no-build", env=own)
+    assert code == 2, err
+    assert "benchmarks[0].retrievers.hybrid.weight: Input should be a finite number (value: nan)" in err, err
+    assert "(entry 'brindle')" in err and len(err.splitlines()) == 1
+    assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
+
+
 def test_an_unknown_or_unavailable_benchmark_is_one_line(own, monkeypatch, capsys):
     code, err = run_main(monkeypatch, capsys, "evaluate", "brindel", env=own)
     assert code == 2 and "unknown benchmark 'brindel'" in err and "benchmarks: brindle" in err

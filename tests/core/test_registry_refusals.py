@@ -224,6 +224,31 @@ def test_non_finite_and_out_of_range_monte_carlo_numbers_are_refused(tmp_path, k
         load_benchmark_registry(yaml_path)
 
 
+@pytest.mark.parametrize("entry, field", [
+    ({"retrievers": {"hybrid": {"weight": float("nan")}}}, "retrievers.hybrid.weight"),
+    ({"retrievers": {"fusion": {"members": {"hybrid": {"weight": float("inf")}}}}},
+     "retrievers.fusion.members.hybrid.weight"),
+    ({"tuning": {"spaces": {"hybrid": {"weight": [0.5, float("-inf")]}}}}, r"tuning.spaces.hybrid.weight\[1\]"),
+    ({"tuning": {"encoder": {"lr": float("nan")}}}, "tuning.encoder.lr"),
+    ({"options": {"halves_of": float("nan")}}, "options.halves_of"),
+])
+def test_a_number_that_is_not_finite_is_refused_anywhere_in_an_entry(tmp_path, entry, field):
+    """`retrievers: {hybrid: {weight: .nan}}` loaded and the evaluation ran on NaN scores: sections of free-form
+    params are not typed, so every number of an entry is checked, in YAML and in JSON (NaN, 1e999)."""
+    message = rf"benchmarks\[0\]\.{field}: Input should be a finite number \(value: -?(nan|inf)\) \(entry 'hotmini'\)"
+    with pytest.raises(ConfigError, match=message):
+        load_benchmark_registry(_write(tmp_path, {**HOTPOT, **entry}))
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps({"benchmarks": [{**HOTPOT, **entry}]}).replace("Infinity", "1e999"))
+    with pytest.raises(ConfigError, match=message):
+        load_benchmark_registry(path)
+    corpora = tmp_path / "corpora.yaml"
+    corpora.write_text("corpora:\n  - {name: default, loader: python_package, package: networkx}\n"
+                       "  - {name: docs, loader: folder, path: /tmp, options: {chunk_chars: .inf}}\n")
+    with pytest.raises(ConfigError, match=r"corpora\[1\]\.options\.chunk_chars: Input should be a finite number"):
+        load_corpus_registry(corpora)
+
+
 @pytest.mark.parametrize("override", [{"threshold_nats": float("nan")}, {"question_weight": float("inf")},
                                       {"threshold": 2.0}, {"alpha": 0.0}, {"budget": 0}])
 def test_run_config_numbers_are_checked_too(override):

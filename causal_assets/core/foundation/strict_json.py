@@ -1,8 +1,10 @@
-"""JSON read as the user meant it: Python's json keeps the last of a key given twice in one object, silently, and
-reads NaN and Infinity, which JSON does not have. Here both are refused, with the key or the value named."""
+"""JSON read as the user meant it: Python's json keeps the last of a key given twice in one object, silently, reads
+NaN and Infinity, which JSON does not have, and turns a number too large for a float (`1e999`) into infinity. Here
+each is refused, with the key or the value named; `non_finite` finds such a number in YAML too."""
 from __future__ import annotations
 
 import json
+import math
 import reprlib
 from typing import Any
 
@@ -39,7 +41,27 @@ def _no_constant(constant: str):
 DECODER = json.JSONDecoder(object_pairs_hook=unique_keys, parse_constant=_no_constant)
 
 
+def non_finite(value: Any) -> tuple[str, float] | None:
+    """(dotted path, number) of the first number in `value` that is NaN or infinite (`("hybrid.weight", nan)`,
+    `("ks[1]", inf)`; "" for `value` itself), or None when every number is finite. Iterative: a deeply nested
+    value costs no recursion."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path, item
+        if isinstance(item, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in reversed(list(item.items())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
 def loads(text: str) -> Any:
     """`text` as one JSON document; json.JSONDecodeError for its syntax, DuplicateKey (a ValueError) for a key given
-    twice in one object, ValueError for NaN or Infinity."""
-    return DECODER.decode(text)
+    twice in one object, ValueError for NaN, Infinity or a number beyond a float's range."""
+    value = DECODER.decode(text)
+    bad = non_finite(value)
+    if bad:
+        raise ValueError(f"{bad[0] or 'the value'} is {bad[1]}: numbers must be finite")
+    return value

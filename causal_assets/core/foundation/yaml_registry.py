@@ -11,7 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from causal_assets.core.foundation.errors import ConfigError
-from causal_assets.core.foundation.strict_json import DuplicateKey, unique_keys
+from causal_assets.core.foundation.strict_json import DuplicateKey, non_finite, unique_keys
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -122,6 +122,10 @@ def load_entries(path: str | Path, key: str, model: type[M], context: dict | Non
 
     entries: dict[str, M] = {}
     for i, entry in enumerate(data[key]):
+        bad = non_finite(entry)
+        if bad:   # YAML's .nan / .inf, JSON's NaN / 1e999, anywhere in an entry (a NaN hybrid weight ran)
+            raise ConfigError(f"{path}: {key}[{i}].{bad[0] or 'entry'}: Input should be a finite number (value: "
+                              f"{bad[1]}){entry_name(entry)}")
         try:
             item = model.model_validate(entry, context=context)
         except ValidationError as e:
