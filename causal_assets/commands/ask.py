@@ -10,7 +10,7 @@ from causal_assets.commands.build import cli_instance, ensure_built, execute, fa
 from causal_assets.commands.search import snippet
 from causal_assets.core.registry.corpora import require_available
 from causal_assets.core.local_search import inbox
-from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
+from causal_assets.core.foundation.limits import MAX_QUERY_CHARS
 from causal_assets.core.foundation.progress import duration
 from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.defs.partitions import query_partitions

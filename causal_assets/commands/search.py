@@ -6,10 +6,11 @@ import re
 import sys
 
 from causal_assets.commands import pass_to_runs, say
+from causal_assets.core.foundation import strict_json
 from causal_assets.core.stored import needs
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import METHODS, CorpusIndex
-from causal_assets.core.local_search.inbox import MAX_QUERY_CHARS
+from causal_assets.core.foundation.limits import MAX_QUERY_CHARS
 from causal_assets.core.registry.retrievers import kind, may_need
 from causal_assets.core.foundation.storage import safe_name
 from causal_assets.core.registry.corpora import DEFAULT_CORPUS
@@ -86,9 +87,11 @@ def search(args) -> int:
         raise ValueError(f"-k must be at least 1 (got {args.k})")
     safe_name(args.corpus, "corpus")
     try:
-        params = json.loads(args.params)
+        params = strict_json.loads(args.params)
     except json.JSONDecodeError as e:
         raise ValueError(f"--params is not valid JSON ({e})") from None
+    except ValueError as e:   # a key given twice (json kept the last one), NaN or Infinity
+        raise ValueError(f"--params: {e}") from None
     if not isinstance(params, dict):
         raise ValueError(f"--params must be a JSON object ({{\"name\": value, ...}}), not a {type(params).__name__}")
     if getattr(args, "tuned", None):

@@ -3,8 +3,10 @@ and a Markdown report with plots."""
 
 import pandas as pd
 from dagster import (AssetDep, AssetExecutionContext, AssetKey, AssetOut, AssetRecordsFilter, Config, DagsterEventType,
-                     MetadataValue, Output, TableColumn, TableRecord, TableSchema, multi_asset)
+                     Failure, MetadataValue, Output, TableColumn, TableRecord, TableSchema, multi_asset)
+from pydantic import Field
 
+from causal_assets.core.foundation.limits import MAX_DEPTH
 from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.outputs.checks import check_answers, check_metrics, check_ranked_results
 from causal_assets.core.measures.metrics import warm_up
@@ -30,11 +32,11 @@ class EvaluationConfig(Config):
     retrievers: list[str] | None = None  # default: the benchmark's `retrievers` (registry), with their params
     # Share of the dense score in the configured hybrid. None: the tuned hybrid's (chosen on the tune split by
     # tuned_retriever_configs), else 0.5.
-    fusion_weight: float | None = None
+    fusion_weight: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
     # BM25 statistics inside each question's candidate set (corpus | candidates) of the configured bm25, hybrid and
     # rrf. None: the tuned hybrid's, else corpus.
     within_stats: str | None = None
-    depth: int = 100
+    depth: int = Field(default=100, ge=1, le=MAX_DEPTH)   # ranks kept per question and retriever
     # Also evaluate the tuned configuration of the latest tuned_retriever_configs materialization as `<name>_tuned`.
     tuned: bool = True
 
@@ -96,6 +98,17 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
                            answer_scorer=answer_scorer)
 
     metrics_df = result.metrics
+    # The blocking checks on the tables in memory, before the report or any table is written: a failed evaluation
+    # leaves the previous one in place (NaN scores wrote all six tables and the report, then failed a check).
+    checks = {("evaluation_metrics", "metrics_in_unit_range"): check_metrics(metrics_df),
+              ("evaluation_answers", "answers_finite"): check_answers(result.answers),
+              ("evaluation_runs", "runs_ranked"): check_ranked_results(result.runs, ["split", "retriever", "query_id"])}
+    failed = {f"{asset} {name}": outcome.metadata for (asset, name), outcome in checks.items() if not outcome.passed}
+    if failed:
+        why = "; ".join(f"{check}: " + ", ".join(f"{k} {figures.get(k)}" for k in figures["failing"].split(", "))
+                        for check, figures in failed.items())
+        raise Failure(f"evaluation of {spec.name!r}: check {why}; nothing was written (the previous evaluation "
+                      f"stays)", metadata={k: MetadataValue.json(v) for k, v in failed.items()})
     markdown, path = write_report(spec.name, metrics_df, result.failures, result.notes, storage.reports_path,
                                   per_query=result.per_query, queries=result.judged,
                                   n_candidates=result.n_candidates, labels=mc_labels, primary=primary,
@@ -130,9 +143,8 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
         "notes": MetadataValue.md("\n".join(f"- {n}" for n in result.answer_notes) or "-"),
         **{f"answer_gain@{k}/{s}/{r}": float(v) for (s, r, k), v in
            answers.groupby(["split", "retriever", "k"], sort=False)["answer_gain"].mean().items()}})
-    yield check_result("evaluation_metrics", "metrics_in_unit_range", check_metrics(metrics_df))
-    yield check_result("evaluation_answers", "answers_finite", check_answers(answers))
-    yield check_result("evaluation_runs", "runs_ranked", check_ranked_results(runs_df, ["split", "retriever", "query_id"]))
+    for (asset, name), outcome in checks.items():
+        yield check_result(asset, name, outcome)
 
 
 def tuned_version(context: AssetExecutionContext, benchmark: str) -> str | None:

@@ -13,7 +13,9 @@ import pandas as pd
 import yaml
 from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Config, Failure, MetadataValue, Output,
                      asset, multi_asset)
+from pydantic import Field
 
+from causal_assets.core.foundation.limits import MAX_POOL_SIZE, MAX_QUESTIONS
 from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.outputs.checks import (check_labels, check_labels_decided, check_pools, check_trials_from_ok_calls,
                                       labels_decided_problem)
@@ -33,8 +35,8 @@ GROUP = LABELS_GROUP
 
 class PoolsConfig(Config):
     # default: the benchmark's monte_carlo.max_questions (every answered question of a questions file; else 20)
-    max_questions: int | None = None
-    size: int | None = None            # default: the benchmark's pooling.size, else 10
+    max_questions: int | None = Field(default=None, ge=1, le=MAX_QUESTIONS)
+    size: int | None = Field(default=None, ge=1, le=MAX_POOL_SIZE)   # default: the benchmark's pooling.size, else 10
 
 
 @asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet"},

@@ -12,7 +12,9 @@ from pathlib import Path
 import pandas as pd
 from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Config, DefaultSensorStatus,
                      MetadataValue, Output, RunRequest, SensorEvaluationContext, SensorResult, asset, sensor)
+from pydantic import Field
 
+from causal_assets.core.foundation.limits import MAX_K, MAX_TOKENS
 from causal_assets.core.outputs.checks import check_ranked_results
 from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
@@ -48,10 +50,11 @@ def _deps(*assets: str) -> list[AssetDep]:
 class SearchConfig(Config):
     queries_dir: str = str(QUERIES_DIR)
     retriever: str = "hybrid"
-    k: int = 10
-    network_max_tokens: int = 2000   # fits SmolLM2's 4k context with room for the report
-    max_tokens: int = 256            # completion tokens per LLM stage
-    n_ctx: int = 4096
+    k: int = Field(default=10, ge=1, le=MAX_K)
+    # fits SmolLM2's 4k context with room for the report
+    network_max_tokens: int = Field(default=2000, ge=1, le=MAX_TOKENS)
+    max_tokens: int = Field(default=256, ge=1, le=MAX_TOKENS)   # completion tokens per LLM stage
+    n_ctx: int = Field(default=4096, ge=1, le=MAX_TOKENS)
     response_type: str = "Multiple Paragraphs"
     default_corpus: str = QUESTION_CORPUS  # for queries typed directly as partition keys in the UI
 

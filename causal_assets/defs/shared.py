@@ -4,6 +4,9 @@ two stages accept (the embedding of `corpus_embeddings` and its shards, the Mont
 theirs)."""
 import pandas as pd
 from dagster import AssetExecutionContext, AssetSelection, AutomationCondition, Config
+from pydantic import Field
+
+from causal_assets.core.foundation.limits import MAX_BATCH, MAX_BUDGET, MAX_THREADS
 
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder
 from causal_assets.core.labeling.runner import LabelingParams
@@ -25,12 +28,13 @@ def eager_tolerating_missing(*keys: str) -> AutomationCondition:
 
 class EmbeddingConfig(Config):
     model: str = DEFAULT_MODEL  # the packaged all-MiniLM-L6-v2, or a local model directory
-    batch_size: int = 64
+    batch_size: int = Field(default=64, ge=1, le=MAX_BATCH)
     # torch (fp32 PyTorch), onnx (fp32 ONNX Runtime) or onnx-int8; default $CAUSAL_ASSETS_EMBEDDING_BACKEND or the
     # measured default (docs/decisions.md, "Performance and engineering"). Part of the cache key: vectors of
     # different backends never mix.
     backend: str = DEFAULT_EMBEDDING_BACKEND
-    threads: int = 0            # ONNX backends: intra-op threads, 0 = every core (threads do not spin-wait)
+    # ONNX backends: intra-op threads, 0 = every core (threads do not spin-wait)
+    threads: int = Field(default=0, ge=0, le=MAX_THREADS)
     models_dir: str = DEFAULT_MODELS_DIR  # where the ONNX export is cached (by model hash)
     device: str = SETTINGS.embedding_device  # torch backend: cpu, or cuda on a GPU worker (deploy/k8s/executor.yaml)
 
@@ -41,10 +45,11 @@ class EmbeddingConfig(Config):
 class MonteCarloConfig(Config):
     estimator: str | None = None   # adaptive | regression | naive (default: the benchmark's monte_carlo.estimator)
     outcome: str | None = None     # qa_likelihood | likelihood | success | both (default: the benchmark's, else LabelingParams')
-    budget: int | None = None      # solver calls per question
-    threshold: float | None = None
-    threshold_nats: float | None = None
-    question_weight: float | None = None
+    budget: int | None = Field(default=None, ge=1, le=MAX_BUDGET)   # solver calls per question
+    # finite (LabelingParams checks their ranges): a NaN threshold made every label UNCERTAIN
+    threshold: float | None = Field(default=None, allow_inf_nan=False)
+    threshold_nats: float | None = Field(default=None, allow_inf_nan=False)
+    question_weight: float | None = Field(default=None, allow_inf_nan=False)
     document_encoding: str | None = None   # auto | joint | separate (default: the benchmark's, else auto)
 
 

@@ -17,7 +17,9 @@ import warnings
 import pandas as pd
 from dagster import (AssetDep, AssetExecutionContext, AssetOut, AutomationCondition, BetaWarning,
                      Config, DataVersion, Failure, MetadataValue, Output, asset, multi_asset)
+from pydantic import Field
 
+from causal_assets.core.foundation.limits import MAX_QUESTIONS
 from causal_assets.core.outputs.checks import check_tuning_trials
 from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.evaluation.answers import AnswerJudge, answer_questions, doc_chars, document_cut
@@ -228,7 +230,8 @@ def tuned_reranker(context: AssetExecutionContext, config: RerankerConfig, stora
 
 class TuningConfig(Config):
     retrievers: list[str] | None = None   # default: the benchmark's `tuning.retrievers`, else its list + learned
-    max_queries: int | None = None        # a seeded sample of the tune split (quick runs); None: all of it
+    # a seeded sample of the tune split (quick runs); None: all of it
+    max_queries: int | None = Field(default=None, ge=1, le=MAX_QUESTIONS)
     # tune again even when the last materialization tuned the same inputs (`inputs_version`: the index, graph,
     # questions, labels, other benchmarks' training rows, scoring LLM, specs and core code) and its files are there
     retune: bool = False

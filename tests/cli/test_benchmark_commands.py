@@ -6,6 +6,7 @@ Commands that execute runs import the code location for their --base-path, so th
 (`run_cli`); the refusals run in this process (`run_main`)."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -52,6 +53,69 @@ def test_a_budget_that_cannot_decide_is_refused_before_any_run(own, monkeypatch,
         assert code == 2, err
         assert "benchmarks[0].monte_carlo.budget: budget 2 cannot decide a label of a pool of 8 documents" in err
         assert "at least pool size + 2 = 10" in err and "(entry 'brindle')" in err and len(err.splitlines()) == 1
+    assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
+
+
+def test_a_questions_file_giving_a_key_twice_is_refused_before_any_run(own, monkeypatch, capsys):
+    """`"answer": "7461", "answer": "wrong"` loaded with the answer `wrong` (JSON keeps the last): the labels would
+    have scored the solver against it."""
+    questions = Path(own["CAUSAL_ASSETS_BENCHMARKS"]).with_name("questions.jsonl")
+    lines = questions.read_text().splitlines()
+    lines[1] = lines[1].replace('"answer": ', '"answer": "wrong", "answer": ', 1)
+    questions.write_text("\n".join(lines) + "\n")
+    for command in ("label", "evaluate"):   # --no-build: the refusal comes first, from the registry
+        code, err = run_main(monkeypatch, capsys, command, "brindle", "--no-build", env=own)
+        assert code == 2, err
+        assert f"{questions}:2: key 'answer' given twice in one record" in err and len(err.splitlines()) == 1, err
+    assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
+
+
+def test_a_question_longer_than_a_query_is_refused_before_any_run(own, monkeypatch, capsys):
+    """A 5 MB question was sent to the solver in each of its 132 trials."""
+    questions = Path(own["CAUSAL_ASSETS_BENCHMARKS"]).with_name("questions.jsonl")
+    with questions.open("a") as fh:
+        fh.write(json.dumps({"id": "huge", "question": "Which port? " * 420_000, "answer": "7461"}) + "\n")
+    line = len(questions.read_text().splitlines())
+    # --no-build: whatever else happens, nothing is built (the refusal comes first, from the registry)
+    code, err = run_main(monkeypatch, capsys, "label", "brindle", "--no-build", env=own)
+    assert code == 2, err
+    assert f"{questions}:{line}: field 'question' is 5,039,999 characters; the limit is 2,000" in err, err
+    assert len(err.splitlines()) == 1 and len(err) < 400
+    assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    ("monte_carlo", "budget", 10**30, "Input should be less than or equal to 10000"),
+    ("monte_carlo", "budget", "16", "Input should be a valid integer"),
+    ("monte_carlo", "budget", True, "Input should be a valid integer"),
+    ("monte_carlo", "max_questions", 10**12, "Input should be less than or equal to 1000000"),
+    ("pooling", "size", 10**9, "Input should be less than or equal to 1000"),
+    ("answers", "ks", [1, 10**9], "Input should be less than or equal to 1000"),
+])
+def test_a_count_past_its_bound_or_not_a_number_is_refused_before_any_run(own, monkeypatch, capsys, section, key,
+                                                                          value, message):
+    """`monte_carlo.budget: 10**30` was announced, then looped at full CPU; `"16"` and `true` were taken as 16
+    and 1. Every count of the registry is a whole number as written, below its bound (docs/configuration.md)."""
+    registry = yaml.safe_load(Path(own["CAUSAL_ASSETS_BENCHMARKS"]).read_text())
+    registry["benchmarks"][0].setdefault(section, {})[key] = value
+    Path(own["CAUSAL_ASSETS_BENCHMARKS"]).write_text(yaml.safe_dump(registry))
+    # --no-build: whatever else happens, nothing is built (the refusal comes first, from the registry)
+    code, err = run_main(monkeypatch, capsys, "label", "brindle", "--no-build", env=own)
+    assert code == 2, err
+    assert f"benchmarks[0].{section}: {section}.{key}" in err and message in err, err
+    assert "(entry 'brindle')" in err and len(err.splitlines()) == 1, err
+    assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
+
+
+@pytest.mark.parametrize("command", ["evaluate", "tune", "label"])
+def test_a_nan_weight_in_the_registry_is_refused_before_any_run(own, monkeypatch, capsys, command):
+    """`retrievers: {hybrid: {weight: .nan}}` loaded, and the evaluation ran on NaN scores."""
+    path = Path(own["CAUSAL_ASSETS_BENCHMARKS"])
+    path.write_text(path.read_text() + "    retrievers: {bm25: {}, hybrid: {weight: .nan}}\n")
+    code, err = run_main(monkeypatch, capsys, command, "brindle", "--no-build", env=own)
+    assert code == 2, err
+    assert "benchmarks[0].retrievers.hybrid.weight: Input should be a finite number (value: nan)" in err, err
+    assert "(entry 'brindle')" in err and len(err.splitlines()) == 1
     assert runs(own) == [] and not Path(own["CAUSAL_ASSETS_BASE_PATH"]).exists()
 
 

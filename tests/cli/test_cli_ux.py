@@ -308,6 +308,30 @@ def test_the_command_exits_without_the_interpreters_teardown():
 
 
 
+def test_params_giving_a_key_twice_are_refused_naming_it(tmp_path, monkeypatch, capsys):
+    """`--params '{"weight": 0.5, "weight": 0.9}'` searched with 0.9 (JSON keeps the last), silently."""
+    code, err = run_main(monkeypatch, capsys, "--base-path", str(tmp_path / "pq"), "search", "x", "--method",
+                         "hybrid", "--params", '{"weight": 0.5, "weight": 0.9}')
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "--params: key 'weight' given twice in one object" in err, err
+    assert not (tmp_path / "pq").exists()
+
+
+@pytest.mark.parametrize("params, message", [
+    ('{"weight": NaN}', "--params: NaN is not a JSON value"),
+    ('{"weight": 1e999}', "--params: weight is inf: numbers must be finite"),
+    ('{"members": {"hybrid": {"weight": -Infinity}}}', "--params: -Infinity is not a JSON value"),
+    ('{"members": {"hybrid": {"weight": -1e400}}}', "--params: members.hybrid.weight is -inf: numbers must be finite"),
+])
+def test_params_with_a_number_that_is_not_finite_are_refused(tmp_path, monkeypatch, capsys, params, message):
+    """`--params '{"weight": NaN}'` (or 1e999, read as infinity) returned NaN scores with exit code 0."""
+    code, err = run_main(monkeypatch, capsys, "--base-path", str(tmp_path / "pq"), "search", "x", "--method",
+                         "hybrid", "--params", params)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert message in err, err
+    assert not (tmp_path / "pq").exists()
+
+
 def test_learned_without_a_model_names_the_fitted_ones(tmp_path, monkeypatch, capsys):
     """`search --method learned` asked for a model_path that no table names (the tuned models are files under the
     reports' tuned/ directory)."""

@@ -185,3 +185,79 @@ def test_an_export_replaces_only_an_earlier_export_never_a_users_files(tmp_path,
     os.umask(mask)
     assert out.stat().st_mode & 0o777 == 0o777 & ~mask
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "mydocs", "notes.txt", "parquet"]
+
+
+def test_a_users_folder_holding_only_names_an_export_writes_is_not_replaced(tmp_path, capsys):
+    """A folder of the user's own `README.md` and `data/` holds only names an export writes: it is refused in one
+    line naming it, and survives whole; an export is recognised by the marker it writes itself."""
+    from causal_assets.cli import main
+
+    marker_name = "causal_assets_export.json"
+    base = tmp_path / "parquet"
+    for name, frame in (("mc_labels", make_labels()), ("candidate_pools", make_pools())):
+        (base / name).mkdir(parents=True)
+        frame.to_parquet(base / name / "hotpotqa.parquet", index=False)
+    mine = tmp_path / "project"
+    (mine / "data").mkdir(parents=True)
+    (mine / "README.md").write_text("my project")
+    (mine / "data" / "results.csv").write_text("a,b\n1,2\n")
+    capsys.readouterr()
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(mine), "--no-hf"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"{mine}: not an earlier labels export" in line and marker_name in line, line
+    assert (mine / "README.md").read_text() == "my project"
+    assert (mine / "data" / "results.csv").read_text() == "a,b\n1,2\n"
+    assert sorted(p.name for p in mine.rglob("*")) == ["README.md", "data", "results.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["parquet", "project"]   # no temporary left
+
+    out = tmp_path / "export"
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(out), "--no-hf"]) == 0
+    marker = json.loads((out / marker_name).read_text())
+    assert marker["product"] == "causal_assets labels export" and marker["benchmark"] == "hotpotqa"
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(out), "--no-hf"]) == 0
+
+
+@pytest.mark.slow   # ranx's Qrels and Run compile their numba dictionaries: several seconds
+def test_ids_with_whitespace_round_trip_through_the_trec_and_beir_files(tmp_path, capsys):
+    """A question id `q 1` and documents `my notes.md` and `new<newline>line.md` (a newline in a file name) made
+    qrels.trec lines of 6 fields and a line split in two. The line formats percent-encode such ids, the same way in
+    every file, and `unquote` gives them back; ranx reads the qrels and a run written with the same ids."""
+    from urllib.parse import unquote
+
+    from causal_assets.cli import main
+
+    odd = {"q1/d0": "my notes.md", "q1/d1": "new\nline.md", "q1/d2": "100% sure\t.md"}
+    pools = make_pools().replace({"question_id": {"q1": "q 1"}, "doc_id": odd})
+    labels = make_labels().replace({"question_id": {"q1": "q 1"}, "doc_id": odd})
+    base = tmp_path / "parquet"
+    for name, frame in (("mc_labels", labels), ("candidate_pools", pools)):
+        (base / name).mkdir(parents=True)
+        frame.to_parquet(base / name / "hotpotqa.parquet", index=False)
+    out = tmp_path / "out"
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", str(out), "--no-hf"]) == 0
+
+    lines = (out / "qrels.trec").read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == "" and len(lines) - 1 == 8 and all(len(line.split()) == 4 for line in lines[:-1])
+    qrels = ranx.Qrels.from_file(str(out / "qrels.trec"), kind="trec").to_dict()
+    decoded = {unquote(q): {unquote(d): s for d, s in docs.items()} for q, docs in qrels.items()}
+    assert decoded["q 1"] == {"my notes.md": 2, "new\nline.md": 1, "100% sure\t.md": 0, "shared/d9": 0}
+    assert decoded["q2"] == {"q2/d0": 2, "q2/d1": 0, "q2/d2": 0, "shared/d9": 0}
+    assert "my%20notes.md" in qrels["q%201"] and "shared/d9" in qrels["q%201"]   # plain ids stay as they are
+
+    # a run written with the export's ids is read back whole by ranx, and scores as the judgements say
+    run_file = tmp_path / "run.trec"
+    run_file.write_text("".join(f"{q} Q0 {d} {rank} {10 - rank} mine\n" for q, docs in qrels.items()
+                                for rank, d in enumerate(sorted(docs, key=lambda d: -docs[d]), 1)), encoding="utf-8")
+    run = ranx.Run.from_file(str(run_file), kind="trec").to_dict()
+    assert {q: set(docs) for q, docs in run.items()} == {q: set(docs) for q, docs in qrels.items()}
+    ndcg = evaluate(qrels, run, ks=[10]).set_index(["metric", "k"])["value"][("ndcg", 10)]
+    assert ndcg == pytest.approx(1.0)
+
+    # the BEIR folder uses the same ids in its qrels, queries and corpus (our loader reads it)
+    beir_qrels = load_beir_qrels(out / "beir", "dev")
+    assert beir_qrels == {q: {d: float(s) for d, s in docs.items()} for q, docs in qrels.items()}
+    corpus_ids = {json.loads(l)["_id"] for l in (out / "beir" / "corpus.jsonl").read_text().splitlines()}
+    query_ids = {json.loads(l)["_id"] for l in (out / "beir" / "queries.jsonl").read_text().splitlines()}
+    assert {d for docs in qrels.values() for d in docs} <= corpus_ids and query_ids == set(qrels)
+    # the JSON Lines and Parquet tables keep the ids as they are
+    assert {json.loads(l)["doc_id"] for l in (out / "labels.jsonl").read_text().splitlines()} >= set(odd.values())

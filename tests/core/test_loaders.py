@@ -297,6 +297,11 @@ def test_registry_errors_name_file_and_field(tmp_path):
      r"option 'overlap_chars' \(200\) must be smaller than 'chunk_chars' \(200\)"),
     ("loader: folder\n    path: /tmp\n    options: {overlap_chars: 1500}",
      r"option 'overlap_chars' \(1500\) must be smaller than 'chunk_chars' \(1500\)"),   # against the default
+    # a chunk of a billion characters is no chunk, a file of 10**30 bytes no limit
+    ("loader: folder\n    path: /tmp\n    options: {chunk_chars: 1000000000}",
+     r"option 'chunk_chars' is 1000000000: input should be less than or equal to 100000"),
+    ("loader: folder\n    path: /tmp\n    options: {max_file_bytes: 1000000000000000000000000000000}",
+     r"option 'max_file_bytes' is 1000000000000000000000000000000: input should be less than or equal to 1000000000"),
     ("loader: folder\n    path: /tmp\n    options: {max_file_bytes: true}",
      r"option 'max_file_bytes' is True: input should be a valid integer"),
     ("loader: folder\n    path: /tmp\n    options: {suffixes: .md}", r"option 'suffixes' is '.md': input should be a valid"),

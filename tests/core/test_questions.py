@@ -229,6 +229,70 @@ def test_bad_records_are_one_line_naming_file_line_and_field(tmp_path, content, 
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("content, suffix, message", [
+    ('{"id": "q1", "question": "Which port?", "answer": "7461", "answer": "wrong"}\n', ".jsonl",
+     r"questions\.jsonl:1: key 'answer' given twice in one record"),
+    ('{"id": "q0", "question": "Q?", "answer": "x"}\n{"id": "q1", "question": "Q?", "id": "q2", "answer": "x"}\n',
+     ".jsonl", r"questions\.jsonl:2: key 'id' given twice in one record"),
+    ('[\n  {"id": "q0", "question": "Q?", "answer": "x"},\n  {"id": "q1",\n   "question": "Which port?",\n'
+     '   "question": "Which colour?", "answer": "7461"}\n]\n', ".json",
+     r"questions\.json:3: key 'question' given twice in one record"),
+    ('[{"id": "q0", "question": "Q?", "answer": "x"}, 7]', ".json", r"questions\.json:1: expected a JSON object, got int"),
+    ('[{"id": "q0", "question": "Q?", "answer": "x"}\n{"id": "q1"}]', ".json",
+     r"questions\.json:2: malformed JSON \(expected ',' or '\]' after an element\)"),
+    ('[{"id": "q0", "question": "Q?", "answer": "x"}] []', ".json", r"questions\.json:1: malformed JSON \(extra data"),
+])
+def test_a_key_given_twice_in_a_record_is_refused_naming_file_line_and_key(tmp_path, content, suffix, message):
+    """JSON keeps the last of two `answer`s (or `id`s, `question`s) silently: the question would be labelled
+    against the wrong answer. In JSON Lines and in a whole-file array, the line the record starts on is named."""
+    from causal_assets.core.corpus.questions import load_questions
+
+    path = tmp_path / f"questions{suffix}"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(CorpusError, match=message) as e:
+        load_questions(path)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("content, suffix, message", [
+    (_jsonl({"id": "a", "question": "Q?", "answer": "x"}, {"id": "b", "question": "Why? " * 1_000_000, "answer": "y"}),
+     ".jsonl", r"questions\.jsonl:2: field 'question' is 4,999,999 characters; the limit is 2,000"),
+    (_jsonl({"id": "a", "question": "Q?", "answer": ["x", "y" * 2_001]}), ".jsonl",
+     r"questions\.jsonl:1: field 'answer\[1\]' is 2,001 characters; the limit is 2,000"),
+    (_jsonl({"id": "a", "question": "Q?", "answer": "y" * 2_001, "gold": ["install.md"]}), ".jsonl",
+     r"questions\.jsonl:1: field 'answer' is 2,001 characters"),
+    ("id,question,answer\na,Q?,x\nb," + "q" * 2_001 + ",y\n", ".csv",
+     r"questions\.csv:3: field 'question' is 2,001 characters; the limit is 2,000"),
+])
+def test_a_question_or_answer_longer_than_a_query_is_refused_at_load(tmp_path, content, suffix, message):
+    """A 5 MB question was sent to the solver in every trial of its labelling; `search` and `ask` take 2,000
+    characters, and so does a questions file (each accepted answer too), checked before any LLM call."""
+    from causal_assets.core.corpus.questions import load_questions
+
+    path = tmp_path / f"questions{suffix}"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(CorpusError, match=message) as e:
+        load_questions(path)
+    assert len(str(e.value)) < 300
+    at_limit = tmp_path / "at_limit.jsonl"
+    at_limit.write_text(_jsonl({"id": "a", "question": "q" * 2_000, "answer": "y" * 2_000}), encoding="utf-8")
+    assert len(load_questions(at_limit).records[0].question) == 2_000   # at the limit: taken
+
+
+def test_a_json_array_of_questions_loads_with_each_records_line(tmp_path):
+    from causal_assets.core.corpus.questions import load_questions
+
+    path = tmp_path / "questions.json"
+    path.write_text(' [\n {"id": "q0", "question": "Q?", "answer": "x"} ,\n\n {"id": "q1", "question": "R?", '
+                    '"answer": ["y", "z"]}\n ]\n', encoding="utf-8")
+    records = load_questions(path).records
+    assert [(r.question_id, r.answers, r.where) for r in records] == [
+        ("q0", ("x",), f"{path}:2"), ("q1", ("y", "z"), f"{path}:4")]
+    path.write_text("[]", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"questions\.json: no questions"):
+        load_questions(path)
+
+
 def test_a_file_that_is_not_utf8_or_a_directory_or_another_format(tmp_path):
     from causal_assets.core.corpus.questions import load_questions
 

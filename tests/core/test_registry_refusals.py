@@ -224,6 +224,31 @@ def test_non_finite_and_out_of_range_monte_carlo_numbers_are_refused(tmp_path, k
         load_benchmark_registry(yaml_path)
 
 
+@pytest.mark.parametrize("entry, field", [
+    ({"retrievers": {"hybrid": {"weight": float("nan")}}}, "retrievers.hybrid.weight"),
+    ({"retrievers": {"fusion": {"members": {"hybrid": {"weight": float("inf")}}}}},
+     "retrievers.fusion.members.hybrid.weight"),
+    ({"tuning": {"spaces": {"hybrid": {"weight": [0.5, float("-inf")]}}}}, r"tuning.spaces.hybrid.weight\[1\]"),
+    ({"tuning": {"encoder": {"lr": float("nan")}}}, "tuning.encoder.lr"),
+    ({"options": {"halves_of": float("nan")}}, "options.halves_of"),
+])
+def test_a_number_that_is_not_finite_is_refused_anywhere_in_an_entry(tmp_path, entry, field):
+    """`retrievers: {hybrid: {weight: .nan}}` loaded and the evaluation ran on NaN scores: sections of free-form
+    params are not typed, so every number of an entry is checked, in YAML and in JSON (NaN, 1e999)."""
+    message = rf"benchmarks\[0\]\.{field}: Input should be a finite number \(value: -?(nan|inf)\) \(entry 'hotmini'\)"
+    with pytest.raises(ConfigError, match=message):
+        load_benchmark_registry(_write(tmp_path, {**HOTPOT, **entry}))
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps({"benchmarks": [{**HOTPOT, **entry}]}).replace("Infinity", "1e999"))
+    with pytest.raises(ConfigError, match=message):
+        load_benchmark_registry(path)
+    corpora = tmp_path / "corpora.yaml"
+    corpora.write_text("corpora:\n  - {name: default, loader: python_package, package: networkx}\n"
+                       "  - {name: docs, loader: folder, path: /tmp, options: {chunk_chars: .inf}}\n")
+    with pytest.raises(ConfigError, match=r"corpora\[1\]\.options\.chunk_chars: Input should be a finite number"):
+        load_corpus_registry(corpora)
+
+
 @pytest.mark.parametrize("override", [{"threshold_nats": float("nan")}, {"question_weight": float("inf")},
                                       {"threshold": 2.0}, {"alpha": 0.0}, {"budget": 0}])
 def test_run_config_numbers_are_checked_too(override):
@@ -288,6 +313,43 @@ def _registry(tmp_path, **extra):
 def test_registry_typos_are_refused(tmp_path, section, value, message):
     with pytest.raises(ConfigError, match=message):
         load_benchmark_registry(_registry(tmp_path, **{section: value}))
+
+
+@pytest.mark.parametrize("section, value, message", [
+    ("monte_carlo", {"budget": 10**30}, r"monte_carlo\.budget: Input should be less than or equal to 10000"),
+    ("monte_carlo", {"batch": 10**6}, r"monte_carlo\.batch: Input should be less than or equal to 10000"),
+    ("monte_carlo", {"budget": "16"}, r"monte_carlo\.budget: Input should be a valid integer"),
+    ("monte_carlo", {"budget": True}, r"monte_carlo\.budget: Input should be a valid integer"),
+    ("monte_carlo", {"budget": 16.0}, r"monte_carlo\.budget: Input should be a valid integer"),
+    ("monte_carlo", {"max_consecutive_errors": 10**5}, r"max_consecutive_errors: Input should be less than or equal"),
+    ("pooling", {"size": 10**4}, r"pooling\.size: Input should be less than or equal to 1000"),
+    ("pooling", {"max_doc_chars": 10**7}, r"pooling\.max_doc_chars: Input should be less than or equal to 100000"),
+    ("pooling", {"hard_negatives": "4"}, r"pooling\.hard_negatives: Input should be a valid integer"),
+    ("answers", {"ks": [1, 10**6]}, r"answers\.ks\.1: Input should be less than or equal to 1000"),
+    ("answers", {"ks": list(range(1, 200))}, r"answers\.ks: List should have at most 100 items"),
+    ("answers", {"max_questions": 10**9}, r"answers\.max_questions: Input should be less than or equal to 1000000"),
+    ("tuning", {"passes": 10**9}, r"tuning\.passes: Input should be less than or equal to 1000"),
+    ("tuning", {"cv_repeats": "3"}, r"tuning\.cv_repeats: Input should be a valid integer"),
+    ("tuning", {"max_queries": {"causal": 10**12}}, r"tuning\.max_queries\.causal: Input should be less than or equal"),
+    ("tuning", {"encoder": {"epochs": 10**6}}, r"tuning\.encoder\.epochs: Input should be less than or equal to 1000"),
+    ("tuning", {"reranker": {"max_length": 10**9}}, r"tuning\.reranker\.max_length: Input should be less than or equal"),
+])
+def test_every_count_is_a_whole_number_below_its_bound(tmp_path, section, value, message):
+    """A budget of 10**30 was announced, then looped at full CPU; `"16"` and `true` were read as 16 and 1. Every
+    count and size of a benchmark has a generous, finite bound (`foundation.limits`) and is an integer as written."""
+    with pytest.raises(ConfigError, match=message):
+        load_benchmark_registry(_registry(tmp_path, **{section: value}))
+
+
+def test_labelling_params_of_run_config_have_the_same_bounds():
+    """Run config reaches the labelling through `LabelingParams` (mc_config), checked before any trial."""
+    for name in ("budget", "batch"):
+        with pytest.raises(ValueError, match=rf"monte_carlo\.{name} must be a whole number from 1 to 10,000, got 10{{30}}"
+                                             .replace("10{30}", str(10**30))):
+            LabelingParams(**{name: 10**30})
+    with pytest.raises(ValueError, match=r"monte_carlo\.max_consecutive_errors must be a whole number from 1 to 1,000"):
+        LabelingParams(max_consecutive_errors=10**6)
+    assert LabelingParams(budget=10_000).budget == 10_000   # at the bound: taken
 
 
 def test_answers_section_defaults_and_accepted_keys(tmp_path):

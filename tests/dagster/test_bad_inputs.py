@@ -13,6 +13,8 @@ from dagster import DagsterInstance, DynamicPartitionsDefinition, asset, materia
 from causal_assets.cli import main
 from causal_assets.core.foundation.storage import asset_path
 from causal_assets.defs.corpus import corpus_chunks, sparse_postings_and_vocabulary
+from causal_assets.defs.evaluation import evaluation_tables
+from causal_assets.defs.labels import candidate_pools
 from causal_assets.defs.search import query_partitions, retrieval_results
 
 
@@ -96,3 +98,31 @@ def test_cli_bad_queries_corpora_and_options(resources, capsys, monkeypatch):
     assert code == 2 and "--method bm25 takes no --params (given: weight)" in err
     code, _, err = run("sql", "select * from no_such_view", "--catalog-path", resources["storage"].catalog_path)
     assert code == 2 and err.startswith("causal-assets: sql: Catalog Error: Table with name no_such_view does not exist")
+
+
+@pytest.mark.parametrize("asset_def, config, field, bound", [
+    (candidate_pools, {"size": 10**30}, "size", "less than or equal to 1000"),
+    (candidate_pools, {"max_questions": 10**12}, "max_questions", "less than or equal to 1000000"),
+    (evaluation_tables, {"depth": 10**9}, "depth", "less than or equal to 10000"),
+])
+def test_run_config_counts_past_their_bound_fail_the_step_before_its_work(resources, tmp_path, asset_def, config,
+                                                                          field, bound):
+    """Run config has the registry's bounds: the step fails as it starts, naming the field, and writes nothing (a
+    budget of 10**30 was announced, then looped at full CPU; a run config budget reaches the labelling through
+    `LabelingParams`, tests/core/test_registry_refusals.py). Dagster itself refuses `"16"` and `true` for a count
+    when the run is launched."""
+    from dagster import DagsterInvalidConfigError
+
+    name = asset_def.node_def.name
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize([asset_def], resources=resources, instance=instance, partition_key="hotpotqa",
+                             raise_on_error=False, run_config={"ops": {name: {"config": config}}},
+                             selection=[asset_def])
+        assert not result.success
+        message = _failure(result)
+        assert field in message and bound in message, message
+        assert [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"] == []
+        with pytest.raises(DagsterInvalidConfigError, match=rf"{field}.*not valid for expected type"):
+            materialize([asset_def], resources=resources, instance=instance, partition_key="hotpotqa",
+                        run_config={"ops": {name: {"config": {field: "16"}}}}, selection=[asset_def])
+    assert not [p for p in tmp_path.rglob("*.parquet")]

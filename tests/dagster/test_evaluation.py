@@ -103,3 +103,36 @@ def test_answer_utility_rows_metrics_and_report_section(resources):
         comment = con.execute("select comment from duckdb_columns() where table_name = 'evaluation_answers' "
                               "and column_name = 'answer_gain'").fetchone()[0]
     assert "nats" in comment
+
+
+@pytest.mark.slow
+def test_a_failed_evaluation_writes_nothing(resources):
+    """A hybrid whose weight gives non-finite scores (1e308 passes as a number) failed the blocking checks only
+    after all six evaluation tables and the report were written. The checks now run on the tables in memory first:
+    the step fails naming them and nothing is written. A NaN in run config stops the step as it starts."""
+    base, reports = resources["storage"].base, resources["storage"].reports_path
+    assert materialize([corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary], resources=resources,
+                       partition_key="hotpotqa").success
+    before = sorted(p.relative_to(base) for p in base.rglob("*.parquet"))
+
+    def evaluate(**config):
+        result = materialize([evaluation_tables, corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary],
+                             resources=resources, partition_key="hotpotqa", selection=[evaluation_tables],
+                             raise_on_error=False, run_config={"ops": {"evaluation_tables": {"config": config}}})
+        assert not result.success
+        [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+        error = failure.step_failure_data.error
+        while error.cause:
+            error = error.cause
+        assert sorted(p.relative_to(base) for p in base.rglob("*.parquet")) == before
+        assert not reports.exists() or not list(reports.rglob("hotpotqa*"))
+        assert result.get_asset_check_evaluations() == []
+        return error.message
+
+    configure(resources, "hotpotqa", retrievers={"bm25": {}, "hybrid": {"weight": 1e308}})
+    message = evaluate(tuned=False)
+    assert "evaluation of 'hotpotqa': check evaluation_runs runs_ranked: bad_non_finite_scores" in message, message
+    assert "nothing was written" in message
+    configure(resources, "hotpotqa", retrievers={"bm25": {}, "hybrid": {}})
+    message = evaluate(fusion_weight=float("nan"))
+    assert "fusion_weight" in message and "finite number" in message, message

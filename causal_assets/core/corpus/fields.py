@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 
 from causal_assets.core.foundation.errors import CorpusError
+from causal_assets.core.foundation.strict_json import DECODER, DuplicateKey
 
 
-def parse_json(where: str, line: str):
-    """One JSON document; `where` names it (file and line, or the file of a whole-file document) in the error."""
+def parse_json(where: str, line: str, unique_keys: bool = False):
+    """One JSON document; `where` names it (file and line, or the file of a whole-file document) in the error.
+    `unique_keys`: a key given twice in one object is refused (json keeps the last one, silently)."""
     try:
-        return json.loads(line, parse_constant=_not_json)
+        return DECODER.decode(line) if unique_keys else json.loads(line, parse_constant=_not_json)
+    except DuplicateKey as e:
+        raise CorpusError(duplicate_key_message(where, e.key)) from None
     except json.JSONDecodeError as e:
         at = f"{where}:{e.lineno}" if "\n" in line.rstrip() else where
         raise CorpusError(f"{at}: malformed JSON ({e.msg})") from None
@@ -20,6 +24,11 @@ def parse_json(where: str, line: str):
         raise CorpusError(f"{where}: JSON nested too deeply to read") from None
     except ValueError as e:   # an integer of more digits than Python converts (4,300), or NaN / Infinity
         raise CorpusError(f"{where}: malformed JSON ({e})") from None
+
+
+def duplicate_key_message(where: str, key) -> str:
+    return (f"{where}: key {str(key)[:80]!r} given twice in one record (the last one would win, silently): "
+            "give it once")
 
 
 def _not_json(constant: str):

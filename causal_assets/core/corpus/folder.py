@@ -15,15 +15,16 @@ import logging
 import os
 import stat
 from pathlib import Path
-from typing import Iterator
+from typing import Annotated, Iterator
 
-from pydantic import NonNegativeInt, PositiveInt
+from pydantic import Field
 
 from causal_assets.core.corpus.chunk import Chunk
 from causal_assets.core.corpus.python_package import chunk_python_source
-from causal_assets.core.corpus.split import (CHUNK_CHARS, OVERLAP_CHARS, check_options, line_of, line_starts,
-                                            split_with_overlap)
+from causal_assets.core.corpus.split import (CHUNK_CHARS, OVERLAP_CHARS, ChunkChars, OverlapChars, check_options,
+                                            line_of, line_starts, split_with_overlap)
 from causal_assets.core.foundation.errors import CorpusError
+from causal_assets.core.foundation.limits import MAX_FILE_BYTES
 from causal_assets.core.foundation.paths import display_path
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,11 @@ def _is_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
-def load_folder(root: str | Path, corpus: str, chunk_chars: PositiveInt = CHUNK_CHARS,
-                overlap_chars: NonNegativeInt = OVERLAP_CHARS, max_file_bytes: PositiveInt = 2_000_000,
+FileBytes = Annotated[int, Field(gt=0, le=MAX_FILE_BYTES)]
+
+
+def load_folder(root: str | Path, corpus: str, chunk_chars: ChunkChars = CHUNK_CHARS,
+                overlap_chars: OverlapChars = OVERLAP_CHARS, max_file_bytes: FileBytes = 2_000_000,
                 suffixes: set[str] | None = None) -> tuple[list[Chunk], dict]:
     """Chunks of every text file under `root` and a load report. The options' annotations are what the corpus
     registry checks them against when it loads (types exactly, and these ranges)."""

@@ -24,11 +24,10 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from pydantic import NonNegativeInt, PositiveInt
 
 from causal_assets.core.corpus.chunk import Chunk
-from causal_assets.core.corpus.split import (CHUNK_CHARS, OVERLAP_CHARS, check_options, line_of, line_starts,
-                                            split_with_overlap)
+from causal_assets.core.corpus.split import (CHUNK_CHARS, OVERLAP_CHARS, ChunkChars, OverlapChars, check_options,
+                                            line_of, line_starts, split_with_overlap)
 from causal_assets.core.foundation.errors import CorpusError
 
 log = logging.getLogger(__name__)
@@ -201,7 +200,7 @@ def chunk_python_source(source: str, module: str, path: str, corpus: str, mask_s
 
 def load_python_package(package: str, corpus: str, exclude_tests: bool = True,
                         subpackages: list[str] | None = None, mask_summaries: bool = False,
-                        chunk_chars: PositiveInt = CHUNK_CHARS, overlap_chars: NonNegativeInt = OVERLAP_CHARS,
+                        chunk_chars: ChunkChars = CHUNK_CHARS, overlap_chars: OverlapChars = OVERLAP_CHARS,
                         ) -> tuple[list[Chunk], dict[str, int]]:
     """Chunks of every module of `package` (optionally only `subpackages`, e.g. ["algorithms.shortest_paths"]).
 

@@ -2,22 +2,26 @@
 benchmark over any registered corpus (`loader: questions` in the benchmark registry).
 
 JSON Lines (`.jsonl`, `.ndjson`, or a `.json` array) with `id`, `question`, `answer` (one or a list), optional
-`gold` (document ids, or file paths of a folder or package corpus), `evidence` (per gold file, the passage of it that answers:
-`{file: passage}`, also read from `metadata.evidence`) and `split`; or CSV / TSV with the same columns, several
-values separated by `|` or given as a JSON array. Any other key is refused, so a typo is not silently dropped. Every
-record is checked before any LLM time is spent, with one error naming the file, the line and the field; a question
-with gold but no answer is kept for evaluation only. Format: docs/loaders.md.
+`gold` (document ids, or file paths of a folder or package corpus), `evidence` (per gold file, the passage of it that
+answers: `{file: passage}`, also read from `metadata.evidence`) and `split`; or CSV / TSV with the same columns,
+several values separated by `|` or given as a JSON array. Any other key is refused, so a typo is not silently
+dropped, and so is a key given twice in one record (JSON would keep the last one, silently). Every record is checked
+before any LLM time is spent, with one error naming the file, the line and the field; a question with gold but no
+answer is kept for evaluation only. Format: docs/loaders.md.
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from causal_assets.core.corpus.fields import id_field, parse_json, split_field, text_value
+from causal_assets.core.corpus.fields import duplicate_key_message, id_field, parse_json, split_field, text_value
 from causal_assets.core.foundation.errors import CorpusError
+from causal_assets.core.foundation.limits import MAX_ANSWER_CHARS, MAX_QUERY_CHARS
+from causal_assets.core.foundation.strict_json import DECODER, DuplicateKey
 
 FIELDS = ("id", "question", "answer", "gold", "evidence", "split", "metadata")
 REQUIRED = ("id", "question")
@@ -107,12 +111,66 @@ def _record(where: str, obj: dict) -> QuestionRecord:
     question = text_value(where, "question", obj.get("question")).strip()
     if not question:
         raise CorpusError(f"{where}: field 'question' has no text")
+    _within(where, "question", question, MAX_QUERY_CHARS)
     split = split_field(where, obj)
     if "metadata" in obj and not isinstance(obj["metadata"], (dict, type(None))):
         raise CorpusError(f"{where}: field 'metadata' must be an object")
+    answers = _strings(where, "answer", obj.get("answer"))
+    for i, answer in enumerate(answers):
+        _within(where, "answer" if len(answers) == 1 else f"answer[{i}]", answer, MAX_ANSWER_CHARS)
     gold = _strings(where, "gold", obj.get("gold"))
-    return QuestionRecord(qid, question, _strings(where, "answer", obj.get("answer")), gold, split, where,
-                          _evidence(where, obj, gold))
+    return QuestionRecord(qid, question, answers, gold, split, where, _evidence(where, obj, gold))
+
+
+def _within(where: str, field: str, text: str, limit: int) -> None:
+    """A question goes into every prompt about it, and an answer is scored in every trial: a text longer than
+    `search` and `ask` take is refused here, before any LLM call."""
+    if len(text) > limit:
+        raise CorpusError(f"{where}: field {field!r} is {len(text):,} characters; the limit is {limit:,}")
+
+
+_BLANK = re.compile(r"[ \t\n\r]*")   # JSON's whitespace
+
+
+def _array_objects(path: Path, text: str):
+    """The elements of a whole-file JSON array, each parsed on its own, so that an error (a key given twice) names
+    the line the element starts on."""
+    pos = _BLANK.match(text, text.index("[") + 1).end()
+    line, seen = 1, 0
+
+    def line_of(at: int) -> int:
+        nonlocal line, seen
+        line, seen = line + text.count("\n", seen, at), at
+        return line
+
+    if text.startswith("]", pos):
+        pos = _BLANK.match(text, pos + 1).end()
+    else:
+        while True:
+            where = f"{path}:{line_of(pos)}"
+            try:
+                obj, pos = DECODER.raw_decode(text, pos)
+            except DuplicateKey as e:
+                raise CorpusError(duplicate_key_message(where, e.key)) from None
+            except json.JSONDecodeError as e:
+                raise CorpusError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from None
+            except RecursionError:
+                raise CorpusError(f"{where}: JSON nested too deeply to read") from None
+            except ValueError as e:   # NaN / Infinity, or an integer of more digits than Python converts
+                raise CorpusError(f"{where}: malformed JSON ({e})") from None
+            if not isinstance(obj, dict):
+                raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            yield where, obj
+            pos = _BLANK.match(text, pos).end()
+            if text.startswith(",", pos):
+                pos = _BLANK.match(text, pos + 1).end()
+                continue
+            if not text.startswith("]", pos):
+                raise CorpusError(f"{path}:{line_of(pos)}: malformed JSON (expected ',' or ']' after an element)")
+            pos = _BLANK.match(text, pos + 1).end()
+            break
+    if pos != len(text):
+        raise CorpusError(f"{path}:{line_of(pos)}: malformed JSON (extra data after the array)")
 
 
 def _evidence(where: str, obj: dict, gold: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -139,17 +197,13 @@ def _evidence(where: str, obj: dict, gold: tuple[str, ...]) -> tuple[tuple[str, 
 
 def _jsonl_objects(path: Path, text: str):
     if text.lstrip().startswith("["):   # a whole-file JSON array of the same objects
-        data = parse_json(str(path), text)
-        for i, obj in enumerate(data):
-            if not isinstance(obj, dict):
-                raise CorpusError(f"{path}[{i}]: expected a JSON object, got {type(obj).__name__}")
-            yield f"{path}[{i}]", obj
+        yield from _array_objects(path, text)
         return
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        obj = parse_json(where, line)
+        obj = parse_json(where, line, unique_keys=True)
         if not isinstance(obj, dict):
             raise CorpusError(f"{where}: expected a JSON object per line, got {type(obj).__name__}")
         yield where, obj

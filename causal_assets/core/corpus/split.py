@@ -3,9 +3,17 @@ its long modules, classes and functions, with the same `chunk_chars` / `overlap_
 from __future__ import annotations
 
 import bisect
+from typing import Annotated
+
+from pydantic import Field
+
+from causal_assets.core.foundation.limits import MAX_CHUNK_CHARS
 
 CHUNK_CHARS = 1500     # the default window: about 400 tokens of prose, 300-500 of code
 OVERLAP_CHARS = 200
+# The options' types, as the corpus registry checks them (bounded: `foundation.limits`)
+ChunkChars = Annotated[int, Field(gt=0, le=MAX_CHUNK_CHARS)]
+OverlapChars = Annotated[int, Field(ge=0, le=MAX_CHUNK_CHARS)]
 
 
 def split_with_overlap(text: str, chunk_chars: int, overlap_chars: int) -> list[tuple[int, int]]:

@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from causal_assets.core.foundation.errors import ConfigError
+from causal_assets.core.foundation.strict_json import DuplicateKey, non_finite, unique_keys
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -67,27 +68,10 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple]) -> dict:
-    """json's object_pairs_hook: a key given twice in one object is refused (json keeps the last, silently), as
-    `UniqueKeyLoader` refuses it in YAML. The error shows the object's first keys, to find it by."""
-    out: dict = {}
-    for k, v in pairs:
-        if k in out:
-            shown = {pk: pv for pk, pv in pairs[:3] if not isinstance(pv, (dict, list))}
-            raise _DuplicateKey(f"key {short_repr(k)} given twice in one object"
-                                + (f" ({short_repr(shown, 120)}...)" if shown else ""))
-        out[k] = v
-    return out
-
-
 def _json(path: Path, text: str):
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as e:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKey as e:
         raise ConfigError(f"{path}: malformed JSON ({e})") from None
 
 
@@ -138,6 +122,10 @@ def load_entries(path: str | Path, key: str, model: type[M], context: dict | Non
 
     entries: dict[str, M] = {}
     for i, entry in enumerate(data[key]):
+        bad = non_finite(entry)
+        if bad:   # YAML's .nan / .inf, JSON's NaN / 1e999, anywhere in an entry (a NaN hybrid weight ran)
+            raise ConfigError(f"{path}: {key}[{i}].{bad[0] or 'entry'}: Input should be a finite number (value: "
+                              f"{bad[1]}){entry_name(entry)}")
         try:
             item = model.model_validate(entry, context=context)
         except ValidationError as e:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from causal_assets.core.foundation.limits import MAX_BUDGET, MAX_CONSECUTIVE_ERRORS
 from causal_assets.core.registry.benchmarks import DEFAULT_BUDGET, budget_problem
 from causal_assets.core.labeling.design import balanced_stages, bernoulli_design
 from causal_assets.core.labeling.estimators import UNCERTAIN, AdaptiveLabeler, LabelingResult, naive, regression
@@ -80,10 +81,11 @@ class LabelingParams:
                     or value < low or (value >= high if high_open else value > high) or (name == "alpha" and value <= 0):
                 bounds = {"threshold": "in [0, 1)", "alpha": "in (0, 1)"}.get(name, "finite and at least 0")
                 raise ValueError(f"monte_carlo.{name} must be {bounds}, got {value!r}")
-        for name in ("budget", "batch", "max_consecutive_errors"):
+        for name, most in (("budget", MAX_BUDGET), ("batch", MAX_BUDGET),
+                           ("max_consecutive_errors", MAX_CONSECUTIVE_ERRORS)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"monte_carlo.{name} must be a whole number of at least 1, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= most:
+                raise ValueError(f"monte_carlo.{name} must be a whole number from 1 to {most:,}, got {value!r}")
 
     def separate_documents(self, scorer) -> bool:
         """Whether likelihood trials encode the documents separately with this scorer (``document_encoding``);

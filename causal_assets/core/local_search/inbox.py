@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Iterable
 
 from causal_assets.core.foundation.errors import ConfigError, naming_file
+from causal_assets.core.foundation.limits import MAX_QUERY_CHARS
 from causal_assets.core.foundation.paths import QUESTION_CORPUS, display_path
 
-MAX_QUERY_CHARS = 2000
 # An inbox file holds a question and an optional `corpus:` line: 16 KiB is far more than that needs.
 MAX_INBOX_BYTES = 16 * 1024
 # A file modified this recently may still be being written (an editor, a copy, `cat > q.txt`): the sensor leaves

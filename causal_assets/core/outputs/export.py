@@ -10,8 +10,11 @@ the `candidate_pools` table (question text, candidate title and text) this write
     data/{labels,queries,corpus}.parquet                              Parquet, the files the dataset card's configs name
     hf/                                                               a Hugging Face `datasets.DatasetDict` (save_to_disk)
     README.md                                                         dataset card: solver, estimator, budgets, quality
+    causal_assets_export.json                                         the marker: product, benchmark, time written; a
+                                                                      later export replaces only a directory with it
 
-The mapping from one label row to a graded relevance lives in `relevance_grade` and nowhere else.
+The mapping from one label row to a graded relevance lives in `relevance_grade` and nowhere else. The line formats
+(`qrels.trec`, `beir/`) write every id through `line_id`, which percent-encodes what would split or break a line.
 """
 from __future__ import annotations
 
@@ -21,9 +24,12 @@ import math
 import os
 import shutil
 import tempfile
+import unicodedata
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import quote
 
 import pandas as pd
 import yaml
@@ -56,6 +62,21 @@ def relevance_grade(row: Mapping[str, Any]) -> int:
         raise ValueError(f"label row for {row.get('question_id')!r}/{row.get('doc_id')!r}: unknown outcome "
                          f"{outcome!r} (known: {sorted(STRONG_EFFECT)})")
     return 2 if math.isfinite(effect) and effect >= strong else 1
+
+
+def _breaks_lines(char: str) -> bool:
+    """A character a line format cannot hold in an id: whitespace (TREC fields are split on any, and a file name
+    may hold a newline), other control characters, `%` (the escape itself) and `"` (csv readers of BEIR qrels)."""
+    return char.isspace() or char in '%"' or unicodedata.category(char) == "Cc"
+
+
+def line_id(raw: str) -> str:
+    """`raw` as the line formats (`qrels.trec`, `beir/`) write it: the characters `_breaks_lines` names
+    percent-encoded as UTF-8 (`my notes.md` -> `my%20notes.md`), everything else as it is, so most ids are
+    unchanged; `urllib.parse.unquote` gives the id back. JSON Lines, Parquet and `hf/` keep ids as they are."""
+    if not any(_breaks_lines(c) for c in raw):
+        return raw
+    return "".join(quote(c, safe="") if _breaks_lines(c) else c for c in raw)
 
 
 @dataclass
@@ -207,6 +228,9 @@ def card_markdown(card: DatasetCard, qrels: pd.DataFrame, queries: pd.DataFrame,
     lines += ["## Files", "",
               "- `beir/` BEIR layout: `corpus.jsonl`, `queries.jsonl`, `qrels/<split>.tsv` (graded integer scores)",
               "- `qrels.trec`: the same judgements as TREC qrels (`qid 0 docid grade`)",
+              "- ids in `qrels.trec` and `beir/` are percent-encoded where they hold whitespace, control characters, "
+              "`%` or `\"` (`my notes.md` is `my%20notes.md`; `urllib.parse.unquote` reverses it); the JSON Lines, "
+              "Parquet and `hf/` files keep them as they are",
               "- `labels.jsonl` and `data/labels.parquet`: every judged pair with label, grade, effect, CI, trials",
               "- `data/queries.parquet`, `data/corpus.parquet`; `hf/`: the three tables as a `datasets.DatasetDict`",
               "", "## Use", "", "```python",
@@ -224,19 +248,39 @@ def _yaml(obj: Any) -> str:
 
 # What an export directory holds (`export_labels`): the only entries a directory it replaces may hold.
 EXPORT_ENTRIES = frozenset({"beir", "qrels.trec", "labels.jsonl", "data", "README.md", "hf"})
+# The file each export writes to say that its directory is one: what `export_labels` may replace. Names alone do
+# not tell: a user's folder of `README.md` and `data/` holds only names an export writes.
+MARKER = "causal_assets_export.json"
+PRODUCT = "causal_assets labels export"
+
+
+def read_marker(out: Path) -> dict | None:
+    """The marker of the export at `out` ({"product", "benchmark", "estimator", "written"}), or None where `out`
+    holds none (or a file of that name that is not one)."""
+    try:
+        data = json.loads((out / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("product") == PRODUCT else None
 
 
 def refuse_foreign(out: Path) -> None:
-    """An existing `out` is replaced only when it is an earlier export (or empty): never a file or a directory
-    holding anything else, which the swap would delete."""
+    """An existing `out` is replaced only when it is an earlier export (its marker, and nothing an export does not
+    write) or empty: never a file or a directory of the user's, which the swap would delete."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise ValueError(f"{out}: exists and is not a directory; the labels export writes a directory there")
-    if out.is_dir():
-        foreign = sorted(e.name for e in out.iterdir() if e.name not in EXPORT_ENTRIES)
-        if foreign:
-            raise ValueError(f"{out}: not an earlier labels export (holds {', '.join(foreign[:5])}"
-                             f"{', ...' if len(foreign) > 5 else ''}), so it is not replaced; choose another "
-                             f"directory, or empty it")
+    if not out.is_dir():
+        return
+    entries = sorted(e.name for e in out.iterdir())
+    if not entries:
+        return
+    foreign = [name for name in entries if name not in EXPORT_ENTRIES | {MARKER}]
+    if read_marker(out) is None or foreign:
+        holds = foreign or entries
+        raise ValueError(f"{out}: not an earlier labels export (it holds {', '.join(holds[:5])}"
+                         f"{', ...' if len(holds) > 5 else ''}"
+                         f"{'' if foreign else f' but no {MARKER}, which every export writes'}), so it is not "
+                         f"replaced; choose another directory, or empty it")
 
 
 def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.PathLike, card: DatasetCard,
@@ -257,27 +301,33 @@ def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.P
     try:
         beir = tmp / "beir"
         (beir / "qrels").mkdir(parents=True)
-        _write_jsonl(beir / "queries.jsonl", [{"_id": r["_id"], "text": r["text"],
+        _write_jsonl(beir / "queries.jsonl", [{"_id": line_id(r["_id"]), "text": r["text"],
                                                **({"metadata": {"answer": r["answer"]}} if "answer" in r else {})}
                                               for r in queries.to_dict("records")])
-        _write_jsonl(beir / "corpus.jsonl", [{"_id": r["_id"], "title": r["title"] or "", "text": r["text"]}
+        _write_jsonl(beir / "corpus.jsonl", [{"_id": line_id(r["_id"]), "title": r["title"] or "", "text": r["text"]}
                                              for r in corpus.to_dict("records")])
+        judged = [(line_id(q), line_id(d), int(s)) for q, d, s in qrels[["question_id", "doc_id", "score"]]
+                  .itertuples(index=False)]
         with (beir / "qrels" / f"{card.split}.tsv").open("w", encoding="utf-8", newline="") as fh:
             w = csv.writer(fh, delimiter="\t", lineterminator="\n")
             w.writerow(["query-id", "corpus-id", "score"])
-            w.writerows(qrels[["question_id", "doc_id", "score"]].itertuples(index=False))
-        with (tmp / "qrels.trec").open("w", encoding="utf-8") as fh:
-            for q, d, s in qrels[["question_id", "doc_id", "score"]].itertuples(index=False):
-                fh.write(f"{q} 0 {d} {int(s)}\n")
+            w.writerows(judged)
+        with (tmp / "qrels.trec").open("w", encoding="utf-8", newline="\n") as fh:
+            for q, d, s in judged:
+                fh.write(f"{q} 0 {d} {s}\n")
         _write_jsonl(tmp / "labels.jsonl", [{k: _clean(v) for k, v in r.items()} for r in qrels.to_dict("records")])
         (tmp / "data").mkdir()
         tables = {"labels": qrels, "queries": queries, "corpus": corpus}
         for name, frame in tables.items():
             frame.to_parquet(tmp / "data" / f"{name}.parquet", index=False)
         readme = card_markdown(card, qrels, queries, corpus, est)
+        marker = {"product": PRODUCT, "benchmark": card.benchmark, "estimator": est,
+                  "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(readme, encoding="utf-8")
         files = ["beir/corpus.jsonl", "beir/queries.jsonl", f"beir/qrels/{card.split}.tsv", "qrels.trec",
-                 "labels.jsonl", "data/labels.parquet", "data/queries.parquet", "data/corpus.parquet", "README.md"]
+                 "labels.jsonl", "data/labels.parquet", "data/queries.parquet", "data/corpus.parquet", "README.md",
+                 MARKER]
         if hf:
             import datasets  # optional heavy dependency (Hugging Face datasets): only for the hf/ export
 

@@ -23,6 +23,8 @@ from causal_assets.core.registry.corpora import CorpusSpec, load_corpus, load_co
 from causal_assets.core.registry.gold import GoldResolver
 from causal_assets.core.llm.models import SOLVER_CONTEXT_TOKENS
 from causal_assets.core.foundation.errors import ConfigError, CorpusError, RegistryWarning
+from causal_assets.core.foundation.limits import (MAX_BUDGET, MAX_CONSECUTIVE_ERRORS, MAX_DOC_CHARS, MAX_K,
+                                                 MAX_POOL_SIZE, MAX_QUESTIONS)
 from causal_assets.core.measures.metrics import Qrels
 from causal_assets.core.corpus.mining import mine_examples, mine_questions
 from causal_assets.core.foundation.paths import DEFAULT_SHARED_DATA, REGISTRY_DIR
@@ -100,34 +102,37 @@ class PoolingSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    size: int = Field(default=10, ge=1)            # questions files: 12 unless given (`BenchmarkSpec.pool_settings`)
-    max_seed_neighbors: int = Field(default=2, ge=0)
-    hard_negatives: int = Field(default=4, ge=0)
-    # characters of each document the solver reads; unset: the pool's share of `context_tokens` (PoolParams)
-    max_doc_chars: int | None = Field(default=None, ge=1)
-    context_tokens: int = Field(default=SOLVER_CONTEXT_TOKENS, ge=1024)
-    seed: int = 0
-    top_candidates: int = Field(default=0, ge=0)   # questions files: 4 unless given (`BenchmarkSpec.pool_settings`)
+    # questions files: 12 unless given (`BenchmarkSpec.pool_settings`)
+    size: int = Field(default=10, ge=1, le=MAX_POOL_SIZE, strict=True)
+    max_seed_neighbors: int = Field(default=2, ge=0, le=MAX_POOL_SIZE, strict=True)
+    hard_negatives: int = Field(default=4, ge=0, le=MAX_POOL_SIZE, strict=True)
+    # characters of each document the solver reads; unset: the pool's share of `context_tokens` (document_chars)
+    max_doc_chars: int | None = Field(default=None, ge=1, le=MAX_DOC_CHARS, strict=True)
+    context_tokens: int = Field(default=SOLVER_CONTEXT_TOKENS, ge=1024, le=1_048_576, strict=True)
+    seed: int = Field(default=0, strict=True)
+    # questions files: 4 unless given (`BenchmarkSpec.pool_settings`)
+    top_candidates: int = Field(default=0, ge=0, le=MAX_POOL_SIZE, strict=True)
     gold_share: float = Field(default=0.5, gt=0, le=1)
-    per_file: int = Field(default=4, ge=1)
+    per_file: int = Field(default=4, ge=1, le=MAX_POOL_SIZE, strict=True)
 
 
 class MonteCarloSpec(BaseModel):
     """`monte_carlo:` of a benchmark; unknown keys (a typo such as `budjet`) are refused instead of silently
-    running the defaults. Fields the labelling code reads; types and ranges are checked where they are fixed, and
+    running the defaults. Fields the labelling code reads; types and ranges are checked where they are fixed, counts
+    are whole numbers as written (`"16"` and `true` are not 16 and 1) below the bounds of `foundation.limits`, and
     no number may be NaN or infinite (a NaN threshold made every label UNCERTAIN; an infinite question weight
-    failed the labels only after every trial was paid)."""
+    failed the labels only after every trial was paid; a budget of 10**30 looped forever)."""
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     estimator: Literal["adaptive", "regression", "naive"] | None = None
     threshold: float | None = Field(default=None, ge=0, lt=1)   # ΔP of a success probability
-    budget: int | None = Field(default=None, ge=1)
-    batch: int | None = Field(default=None, ge=1)
+    budget: int | None = Field(default=None, ge=1, le=MAX_BUDGET, strict=True)
+    batch: int | None = Field(default=None, ge=1, le=MAX_BUDGET, strict=True)
     alpha: float | None = Field(default=None, gt=0, lt=1)
-    seed: int | None = None
-    max_consecutive_errors: int | None = Field(default=None, ge=1)
+    seed: int | None = Field(default=None, strict=True)
+    max_consecutive_errors: int | None = Field(default=None, ge=1, le=MAX_CONSECUTIVE_ERRORS, strict=True)
     split: str | None = None
-    max_questions: int | None = Field(default=None, ge=1)
+    max_questions: int | None = Field(default=None, ge=1, le=MAX_QUESTIONS, strict=True)
     outcome: Literal["qa_likelihood", "likelihood", "success", "both"] | None = None
     solver: Literal["gemma3-270m", "smollm2-135m"] | None = None   # a packaged local model (core/llm/models.py)
     threshold_nats: float | None = Field(default=None, ge=0)      # nats of log-likelihood
@@ -143,8 +148,8 @@ class AnswersSpec(BaseModel):
     about questions x (retrievers + 3) x k scorings per eval split, is bounded by `max_questions` and `ks`."""
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    ks: list[Annotated[int, Field(ge=1, strict=True)]] = Field(default=[1, 3], min_length=1)
-    max_questions: int = Field(default=10, ge=1, strict=True)   # per eval split, and on the tune split
+    ks: list[Annotated[int, Field(ge=1, le=MAX_K, strict=True)]] = Field(default=[1, 3], min_length=1, max_length=100)
+    max_questions: int = Field(default=10, ge=1, le=MAX_QUESTIONS, strict=True)   # per eval split, and on the tune split
     enabled: bool = True
     # The validator's verdict on the solver's greedy answer given the top k (one generation per distinct prompt,
     # through the chat endpoint); None: where the labels' solver generates (`monte_carlo.outcome` success or both).
@@ -334,7 +339,7 @@ class BenchmarkSpec(BaseModel):
 
     @model_validator(mode="after")
     def _tuning_valid(self) -> "BenchmarkSpec":
-        TuningSpec.model_validate(self.tuning)
+        _validated_section("tuning", TuningSpec, self.tuning)   # one line naming tuning.<key>
         return self
 
     @model_validator(mode="after")

@@ -3,10 +3,11 @@
 loading the search."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from causal_assets.core.foundation.limits import MAX_BATCH, MAX_K, MAX_QUESTIONS, MAX_REPEATS, MAX_THREADS, MAX_TOKENS
 from causal_assets.core.registry.retrievers import KINDS, SCORING, TUNABLE
 
 ORDER = {name: i for i, name in enumerate(TUNABLE)}   # the table's order: each after what it may be built on
@@ -17,16 +18,16 @@ class EncoderSpec(BaseModel):
     """`tuning.encoder`: fine-tune the dense encoder on the tune split (`core/tuning/encoder.py`); absent: not tuned."""
     model_config = ConfigDict(extra="forbid")
 
-    epochs: int = Field(1, ge=1)
+    epochs: int = Field(1, ge=1, le=MAX_REPEATS, strict=True)
     lr: float = Field(2e-5, gt=0)
-    batch_size: int = Field(32, ge=2)
+    batch_size: int = Field(32, ge=2, le=MAX_BATCH, strict=True)
     held_out: float = Field(0.2, gt=0, lt=1)    # share of the judged tune queries the decision is made on
     weights: list[float] = Field(default_factory=lambda: [0.5, 0.65, 0.8])   # hybrid dense shares compared
     # adopted only if the best held-out figure gains more than min_gain + standard_errors x the standard error of
     # the paired per-query difference (negative min_gain: unless it loses more than that; standard_errors 0: any gain)
     min_gain: float = Field(0.0, ge=-1, le=1)
     standard_errors: float = Field(1.0, ge=0)
-    threads: int = Field(0, ge=0)               # torch intra-op threads while fitting; 0: the free cores
+    threads: int = Field(0, ge=0, le=MAX_THREADS, strict=True)   # torch intra-op threads while fitting; 0: the free cores
 
 
 class RerankerSpec(BaseModel):
@@ -34,16 +35,18 @@ class RerankerSpec(BaseModel):
     wins on held-out tune queries (`core/tuning/reranker.py`, the `tuned_reranker` asset); absent: no reranker."""
     model_config = ConfigDict(extra="forbid")
 
-    epochs: int = Field(3, ge=1)
+    epochs: int = Field(3, ge=1, le=MAX_REPEATS, strict=True)
     lr: float = Field(5e-5, gt=0)
-    batch_size: int = Field(8, ge=1)            # relevant pairs per step, each with its `negatives`
+    batch_size: int = Field(8, ge=1, le=MAX_BATCH, strict=True)   # relevant pairs per step, each with its `negatives`
     # cross-encoders fitted alike from the seeds seed, seed + 1, ...; their logits averaged: one fit's seed moves its
     # held-out gain by as much as the gain
-    members: int = Field(1, ge=1)
-    negatives: int = Field(3, ge=1)             # hard negatives per relevant pair, drawn from the hybrid's top `pool`
-    pool: int = Field(30, ge=2)
-    max_length: int = Field(160, ge=8)          # tokens per (query, document) pair: SciFact's claims + ~130 of abstract
-    depth: int = Field(20, ge=2)                # the base's hits that are reranked
+    members: int = Field(1, ge=1, le=MAX_REPEATS, strict=True)
+    # hard negatives per relevant pair, drawn from the hybrid's top `pool`
+    negatives: int = Field(3, ge=1, le=MAX_K, strict=True)
+    pool: int = Field(30, ge=2, le=MAX_K, strict=True)
+    # tokens per (query, document) pair: SciFact's claims + ~130 of abstract
+    max_length: int = Field(160, ge=8, le=MAX_TOKENS, strict=True)
+    depth: int = Field(20, ge=2, le=MAX_K, strict=True)   # the base's hits that are reranked
     held_out: float = Field(0.2, gt=0, lt=1)    # share of the judged tune queries the decision is made on
     # the reranked hybrid's dense share is chosen among these on the held-out queries; then the cross-encoder's
     # weight among `mix` (0: the hybrid alone)
@@ -51,7 +54,8 @@ class RerankerSpec(BaseModel):
     mix: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0, 1.5, 2.0])
     min_gain: float = Field(0.0, ge=-1, le=1)   # adopted beyond min_gain + standard_errors x 1 SE (as the encoder)
     standard_errors: float = Field(1.0, ge=0)
-    threads: int = Field(0, ge=0)               # torch intra-op threads while fitting and scoring; 0: the free cores
+    # torch intra-op threads while fitting and scoring; 0: the free cores
+    threads: int = Field(0, ge=0, le=MAX_THREADS, strict=True)
     # once adopted, fit the members again on every judged tune query (the held-out share too) and rerank with those
     # (`core/tuning/reranker.py`): the decision stays the held-out share's; the fit learns from a fifth more queries
     refit_on_tune_split: bool = False
@@ -63,22 +67,25 @@ class TuningSpec(BaseModel):
 
     retrievers: list[str] | None = None          # default: the tunable ones of the benchmark's list, + learned
     metric: str = "ndcg@10"
-    passes: int = Field(2, ge=1)                 # coordinate-search passes
-    cv_folds: int = Field(5, ge=2)               # learned: grouped folds
+    passes: int = Field(2, ge=1, le=MAX_REPEATS, strict=True)      # coordinate-search passes
+    cv_folds: int = Field(5, ge=2, le=MAX_REPEATS, strict=True)    # learned: grouped folds
     # Repeated CV: the folds are drawn this many times (fold seeds seed, seed + 1, ...) and every nested figure, the
     # learned model's CV and a combination's train figure are averaged over the splits, so the selection among
     # retrievers that differ by about one standard error is the data's, not one fold split's (HotpotQA's 91 train
     # questions chose learned, fusion or pairwise with fold seeds 0, 1 and 2: docs/decisions.md).
     # Costs the learned model's CV and every trial of a combination with a learned member once per split.
-    cv_repeats: int = Field(1, ge=1)
+    cv_repeats: int = Field(1, ge=1, le=MAX_REPEATS, strict=True)
     # What a CV fold keeps together (learned.retriever.query_folds), for every nested figure: queries that share a
     # relevant document (the estimate for questions about documents the training never saw relevant), or each query
     # alone (rewards remembering which documents were relevant: right only where new questions keep returning to
     # the same documents; on SciFact it chose the learned model over the hybrid on memory alone, docs/decisions.md).
     cv_groups: Literal["shared_documents", "queries"] = "shared_documents"
     learned_targets: list[str] = Field(default_factory=lambda: ["qrels", "delta_p"])  # delta_p only with MC labels
-    min_mc_questions: int = Field(10, ge=2)      # delta_p is tried only with this many labelled train questions
-    max_queries: dict[str, int] = Field(default_factory=lambda: {"causal": 150})  # per retriever, seeded sample
+    # delta_p is tried only with this many labelled train questions
+    min_mc_questions: int = Field(10, ge=2, le=MAX_QUESTIONS, strict=True)
+    # per retriever, seeded sample
+    max_queries: dict[str, Annotated[int, Field(ge=1, le=MAX_QUESTIONS, strict=True)]] = Field(
+        default_factory=lambda: {"causal": 150})
     spaces: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)       # overrides a kind's `space` entries
     fusion_members: list[str] = Field(default_factory=lambda: ["learned", "entity_first"])  # fused at their tuned params
     # learned: the tune splits of these other benchmarks (their own indexes) join the training rows; the CV folds and
@@ -99,10 +106,10 @@ class TuningSpec(BaseModel):
     # Monte Carlo labels, or the answer gain at `answer_k` (the solver's answer given the top k; needs a scorer and
     # train questions with answers). Every truth's choice is recorded and evaluated either way.
     select_by: Literal["qrels", "mc_labels", "answers"] = "qrels"
-    answer_k: int = Field(3, ge=1)
+    answer_k: int = Field(3, ge=1, le=MAX_K, strict=True)
     encoder: EncoderSpec | None = None           # fine-tune the dense encoder first (tuned_encoder asset)
     reranker: RerankerSpec | None = None         # a cross-encoder over the selected retriever (tuned_reranker asset)
-    seed: int = 0
+    seed: int = Field(0, strict=True)
 
     @field_validator("robust_default")
     @classmethod

@@ -27,6 +27,7 @@ import yaml
 
 from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.foundation.errors import naming_file
+from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.core.index.search import CorpusIndex
 
 def index_fingerprint(index: CorpusIndex) -> dict[str, Any]:
@@ -206,8 +207,6 @@ def current_tuned(base, root: str | Path, benchmark: str) -> TunedConfig:
     """The configuration `benchmark`'s last `tuned_retriever_configs` materialization recorded (its trials' one
     `config_version`), as the evaluation reads it; FileNotFoundError naming the command that tunes when there is
     none."""
-    from causal_assets.core.foundation.storage import asset_path, read_parquet
-
     trials = asset_path(base, TUNED_ASSET, benchmark)
     if not trials.exists():
         raise FileNotFoundError(f"benchmark {benchmark!r} has no tuned retriever here (run `causal-assets tune "
