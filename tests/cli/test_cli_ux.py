@@ -332,19 +332,17 @@ def test_params_with_a_number_that_is_not_finite_are_refused(tmp_path, monkeypat
     assert not (tmp_path / "pq").exists()
 
 
-def test_learned_without_a_model_names_the_fitted_ones(tmp_path, monkeypatch, capsys):
-    """`search --method learned` asked for a model_path that no table names (the tuned models are files under the
-    reports' tuned/ directory)."""
-    reports = tmp_path / "reports"
-    code, err = run_main(monkeypatch, capsys, "search", "x", "--method", "learned",
-                         env={"CAUSAL_ASSETS_REPORTS": str(reports)})
-    assert code == 2 and f"none under {reports / 'tuned'}" in err, err
-    model = reports / "tuned" / "scifact" / "models" / "learned-0123.joblib"
-    model.parent.mkdir(parents=True)
-    model.write_bytes(b"")
-    code, err = run_main(monkeypatch, capsys, "search", "x", "--method", "learned",
-                         env={"CAUSAL_ASSETS_REPORTS": str(reports)})
-    assert code == 2 and f"newest here: {model}" in err, err
+def test_learned_without_a_model_says_how_to_get_one(tmp_path, monkeypatch, capsys):
+    """`search --method learned` with no benchmark over the corpus having fitted one says how to get it (tune a
+    benchmark, or name its model), in one line, before loading anything; `--tuned` of an untuned benchmark too."""
+    env = {"CAUSAL_ASSETS_REPORTS": str(tmp_path / "reports"), "CAUSAL_ASSETS_BASE_PATH": str(tmp_path / "pq")}
+    code, err = run_main(monkeypatch, capsys, "search", "x", "--method", "learned", env=env)
+    assert code == 2 and "--method learned needs a fitted model: no benchmark over corpus 'default' has tuned one " \
+                         "here (`causal-assets tune BENCHMARK`)" in err, err
+    assert len(err.strip().splitlines()) == 1
+    code, err = run_main(monkeypatch, capsys, "search", "x", "--tuned", "default", env=env)
+    assert code == 2 and "--tuned: benchmark 'default' has no tuned retriever here (run `causal-assets tune " \
+                         "default` first)" in err, err
 
 
 def test_an_unusable_dagster_home_is_one_line(tmp_path, monkeypatch, capsys):
