@@ -23,7 +23,7 @@ def _materialize_eval(resources, partition):
                          partition_key=partition, selection=[evaluation_tables])
     assert result.success
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
-    assert set(checks) == {"metrics_in_unit_range", "runs_ranked", "answers_finite"}
+    assert set(checks) == {"metrics_in_unit_range", "runs_ranked", "answers_finite", "no_regression"}
     assert all(c.passed for c in checks.values()), {n: c.metadata for n, c in checks.items()}
     return result
 
