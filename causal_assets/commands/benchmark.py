@@ -80,7 +80,7 @@ def _labelling_plan(args, spec: BenchmarkSpec, built: bool = True) -> tuple[int,
                                 "likelihood of the answer: add answers to label them")
     n = min(len(labelable), spec.label_limit or len(labelable))
     endpoint = args.settings.llm_base_url
-    history = history_rate(args.base_path, [spec.name, *_other_benchmarks(args)]) if not endpoint else None
+    history = history_rate(args.base_path, list(dict.fromkeys([spec.name, *_other_benchmarks(args)]))) if not endpoint else None
     separate = spec.monte_carlo.get("document_encoding") != "joint"
     estimate = estimate_labels(n, spec.budget, spec.pool_size, pool_params(spec.pool_settings).doc_chars,
                                history=history, separate=separate)
