@@ -74,8 +74,32 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
             c.add_argument("--wait", type=float, default=settings.pool_wait_s,
                            help="seconds to wait for a free 'llm' pool slot before giving up with exit code 3 "
                                 "(default $CAUSAL_ASSETS_POOL_WAIT_S or 300)")
+        if name == "label":
+            c.add_argument("--dry-run", action="store_true",
+                           help="print the plan (questions x budget = solver calls, prompt tokens, minutes on this "
+                                "machine) and stop: nothing built, no call")
+        if name == "evaluate":
+            c.add_argument("--fail-on-regression", action="store_true",
+                           help="exit 4 when the regression gate finds a significant drop below the accepted "
+                                "baseline (the benchmark registry's `gate:`)")
         c.add_argument("--no-build", action="store_true", help="refuse instead of building a missing index or graph")
         c.set_defaults(command=command)
+
+    g = sub.add_parser("accept", help="accept a benchmark's latest (or a named) evaluation as the regression gate's "
+                                      "baseline")
+    g.add_argument("benchmark")
+    g.add_argument("--run", help="a stored evaluation's run id (or its prefix) or tuned configuration version "
+                                 "(default: the latest)")
+    g.set_defaults(command="accept")
+
+    m = sub.add_parser("compare", help="compare two evaluations per retriever and metric: Δ, interval, p, and the "
+                                       "questions that changed most")
+    m.add_argument("a", help="BENCHMARK (its accepted baseline), BENCHMARK@latest or BENCHMARK@RUN (a run id prefix "
+                             "or configuration version)")
+    m.add_argument("b", help="the same forms; B - A is reported")
+    m.add_argument("--metric", action="append", help="metric@k to compare (repeatable; default ndcg@10 and the "
+                                                     "answer gain at its largest k)")
+    m.set_defaults(command="compare")
 
     b = sub.add_parser("build", help="build a corpus's index and graph (what search and ask need)")
     b.add_argument("corpus")

@@ -195,6 +195,10 @@ class Settings:
     solver: str | None = var("CAUSAL_ASSETS_SOLVER", None, "local Monte Carlo solver model", choice(*LOCAL_SOLVERS),
                              shown="gemma3-270m")
     label_shards: int = var("CAUSAL_ASSETS_LABEL_SHARDS", 4, "question ranges of mc_trial_shards", shard_count)
+    label_max_calls: int = var("CAUSAL_ASSETS_LABEL_MAX_CALLS", 10_000,
+                               "ceiling of a labelling run's planned solver calls (questions x budget); a run planned "
+                               "above it stops before its first call (0: no ceiling)", non_negative_int,
+                               shown="10000")
     pool_wait_s: float = var("CAUSAL_ASSETS_POOL_WAIT_S", 300.0,
                              "`causal-assets ask`: longest wait for an `llm` pool slot (seconds)",
                              non_negative_float, shown="300")

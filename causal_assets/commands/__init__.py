@@ -14,7 +14,7 @@ from causal_assets.settings import NO_CATALOG
 
 MODULES = {"search": "search", "ask": "ask", "build": "build", "catalog": "data", "sql": "data",
            "export_labels": "data", "label": "benchmark", "tune": "benchmark", "evaluate": "benchmark",
-           "all_stages": "benchmark"}
+           "all_stages": "benchmark", "accept": "gate", "compare": "gate"}
 RUNS_JOBS = ("ask", "build", "label", "tune", "evaluate", "all_stages")   # commands that import the code location
 
 

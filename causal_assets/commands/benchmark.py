@@ -5,7 +5,8 @@ the runs show up in the UI), after the corpus's index and graph are built where 
 Everything that can be checked without paying for it is checked first, in one line: the registries, the questions
 against the corpus's chunks, that there is something to label. Then the command says what it will do and about
 how long; labelling prints a line per question with the time left. Exit codes: 0 done, 1 a run failed, 2 bad
-input, 3 no free `llm` slot within --wait, 130 interrupted (the run is marked CANCELED).
+input (a labelling run planned above CAUSAL_ASSETS_LABEL_MAX_CALLS too), 3 no free `llm` slot within --wait, 4 a
+regression the gate found (`evaluate --fail-on-regression`), 130 interrupted (the run is marked CANCELED).
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import pandas as pd
 from causal_assets.commands import say
 from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
 from causal_assets.core.stored import needs
-from causal_assets.exit_codes import EXIT_POOL_BLOCKED
+from causal_assets.exit_codes import EXIT_POOL_BLOCKED, EXIT_REGRESSION
+from causal_assets.core.labeling.dry_run import LabelPlan, ceiling_problem, plan_labels
 from causal_assets.core.registry.benchmarks import BenchmarkSpec, load_benchmark, load_benchmark_registry
 from causal_assets.core.outputs.checks import labels_decided_problem
 from causal_assets.core.registry.corpora import require_available
@@ -32,7 +34,7 @@ JOB = "labels_and_evaluation_job"
 LABEL_ASSETS = ["candidate_pools", "mc_trials", "solver_calls", "mc_labels", "label_quality"]
 TUNE_ASSETS = ["tuned_encoder", "tuned_embeddings", "tuned_reranker", "tuned_retriever_configs"]
 EVALUATE_ASSETS = ["evaluation_metrics", "evaluation_runs", "evaluation_failures", "evaluation_queries",
-                   "evaluation_qrels", "evaluation_answers"]
+                   "evaluation_qrels", "evaluation_answers", "evaluation_per_query"]
 SHOWN_RETRIEVERS = 6
 
 
@@ -62,10 +64,12 @@ def _chunks(args, spec: BenchmarkSpec) -> pd.DataFrame:
     return read_parquet(asset_path(args.base_path, "corpus_chunks", spec.corpus))
 
 
-def _labelling_plan(args, spec: BenchmarkSpec) -> tuple[int, str]:
-    """(questions to label, the line saying what and how long) — or one line why nothing can be labelled. The
-    questions are read against the built chunks here, so a gold entry the corpus lacks stops before any LLM call."""
-    chunks = _chunks(args, spec)
+def _labelling_plan(args, spec: BenchmarkSpec, built: bool = True) -> tuple[int, str, LabelPlan]:
+    """(questions to label, the line saying what and how long, the plan the ceiling holds) — or one line why
+    nothing can be labelled. The questions are read against the built chunks here, so a gold entry the corpus lacks
+    stops before any LLM call (`built` False: the chunks where built, else the corpus's source chunked here)."""
+    chunks = _chunks(args, spec) if built or asset_path(args.base_path, "corpus_chunks", spec.corpus).exists() \
+        else None
     bench = load_benchmark(spec, spec.label_split, chunks)
     for split in {*spec.eval_splits, *([spec.tune_split] if spec.tune_split else [])} - {spec.label_split}:
         load_benchmark(spec, split, chunks)   # every split's gold resolved now, not in a later step
@@ -76,19 +80,29 @@ def _labelling_plan(args, spec: BenchmarkSpec) -> tuple[int, str]:
                                 "likelihood of the answer: add answers to label them")
     n = min(len(labelable), spec.label_limit or len(labelable))
     endpoint = args.settings.llm_base_url
+    history = history_rate(args.base_path, list(dict.fromkeys([spec.name, *_other_benchmarks(args)]))) \
+        if not endpoint else None
+    separate = spec.monte_carlo.get("document_encoding") != "joint"
     shown = shown_chars(chunks["text"], pool_params(spec.pool_settings).doc_chars)
-    estimate = estimate_labels(n, spec.budget, spec.pool_size, shown,
-                               history=history_rate(args.base_path, [spec.name, *_other_benchmarks(args)])
-                               if not endpoint else None,
-                               separate=spec.monte_carlo.get("document_encoding") != "joint")
+    estimate = estimate_labels(n, spec.budget, spec.pool_size, shown, history=history, separate=separate)
+    plan = plan_labels(spec.name, n, spec.budget, spec.pool_size, shown, history=history, remote=bool(endpoint),
+                       separate=separate)
     solver = (f"the endpoint {endpoint}" if endpoint else
               f"the local solver {spec.monte_carlo.get('solver') or args.settings.solver or 'gemma3-270m'} "
               f"in-process")
     line = (f"labelling {n} questions of benchmark {spec.name!r} (split {spec.label_split!r}): pools of "
             f"{spec.pool_size} documents, {spec.budget} solver calls each ({estimate.calls} calls with {solver}); "
             + (f"about {duration(estimate.seconds)} ({estimate.seconds_per_question:.0f} s per question, from "
-               f"{estimate.source})" if not endpoint else "its time depends on the endpoint's latency"))
-    return n, line
+               f"{estimate.source})" if not endpoint else "its time depends on the endpoint's latency")
+            + f"; about {plan.prompt_tokens:,} prompt tokens")
+    return n, line, plan
+
+
+def _within_ceiling(args, plan: LabelPlan) -> None:
+    """Stop, before anything runs, a labelling planned above CAUSAL_ASSETS_LABEL_MAX_CALLS."""
+    problem = ceiling_problem(plan, args.settings.label_max_calls)
+    if problem:
+        raise CausalAssetsError(problem)
 
 
 def _other_benchmarks(args) -> list[str]:
@@ -116,12 +130,18 @@ def _wait_for_llm(args) -> float | None:
     return max(args.wait - (time.monotonic() - t0), 0.0)
 
 
-def _run(args, spec: BenchmarkSpec, assets: list[str], what: str, pool: bool = False, wait_s: float = 0.0):
+def _run(args, spec: BenchmarkSpec, assets: list[str], what: str, pool: bool = False, wait_s: float = 0.0,
+         gate: bool = False):
+    """The run of `assets`, or None (said) where it failed. `gate`: a run whose only failure is the regression
+    gate's blocking check (every asset written) is returned, for the caller to report."""
     result = execute(JOB, spec.name, args.base_path, assets, args.verbose, pool=LLM_POOL if pool else None,
                      pool_wait_s=wait_s)
     if result.success:
         return result
     failed = [c for c in result.get_asset_check_evaluations() if not c.passed]
+    written = {e.materialization.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    if gate and [c.check_name for c in failed] == ["no_regression"] and set(assets) <= written:
+        return result
     decided = [c for c in failed if c.check_name == "labels_decided"]
     if decided and asset_path(args.base_path, "mc_labels", spec.name).exists():
         line = labels_decided_problem(read_parquet(asset_path(args.base_path, "mc_labels", spec.name)))
@@ -200,12 +220,18 @@ def label(args) -> int:
     """Monte Carlo labels of a benchmark's questions (pools, trials, labels, label quality)."""
     interrupt_on_sigterm()
     spec = _spec(args)
+    if getattr(args, "dry_run", False):   # the plan only: nothing built, no run, no call
+        _, _, plan = _labelling_plan(args, spec, built=False)
+        print(plan.line())
+        _within_ceiling(args, plan)
+        return 0
     wait_s = _wait_for_llm(args)   # first: a held slot is named at once, not after the index is built
     if wait_s is None:
         return EXIT_POOL_BLOCKED
     _prepare(args, spec, "labels")
-    _, plan = _labelling_plan(args, spec)
+    _, plan, cost = _labelling_plan(args, spec)
     say(plan)
+    _within_ceiling(args, cost)
     t0 = time.monotonic()
     if _run(args, spec, LABEL_ASSETS, "labelling", pool=True, wait_s=wait_s) is None:
         return 1
@@ -245,12 +271,25 @@ def evaluate(args) -> int:
     say(f"evaluating {len(spec.retrievers)} configured retrievers (and the tuned ones) on "
         f"{', '.join(spec.eval_splits)} of {spec.name!r}")
     t0 = time.monotonic()
-    result = _run(args, spec, EVALUATE_ASSETS, "evaluation")
+    result = _run(args, spec, EVALUATE_ASSETS, "evaluation", gate=True)
     if result is None:
         return 1
     say(f"evaluated in {duration(time.monotonic() - t0)}")
     _evaluation_summary(args, spec, result)
+    regression = _regression(result)
+    if regression:
+        say(f"evaluation of {spec.name!r}: {regression}")
+        if args.fail_on_regression:
+            return EXIT_REGRESSION
     return 0
+
+
+def _regression(result) -> str | None:
+    """The gate's one line where the evaluation's blocking `no_regression` check failed, else None."""
+    for c in result.get_asset_check_evaluations():
+        if c.check_name == "no_regression" and not c.passed:
+            return str(c.metadata["message"].value) if "message" in c.metadata else "the regression gate failed"
+    return None
 
 
 def all_stages(args) -> int:
@@ -262,7 +301,8 @@ def all_stages(args) -> int:
         return EXIT_POOL_BLOCKED
     _prepare(args, spec, "labels, tuning and evaluation")
     try:
-        _, plan = _labelling_plan(args, spec)
+        _, plan, cost = _labelling_plan(args, spec)
+        _within_ceiling(args, cost)
     except CausalAssetsError as e:
         if "has an answer" not in str(e):
             raise

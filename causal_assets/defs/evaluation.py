@@ -2,8 +2,9 @@
 and a Markdown report with plots."""
 
 import pandas as pd
-from dagster import (AssetDep, AssetExecutionContext, AssetKey, AssetOut, AssetRecordsFilter, Config, DagsterEventType,
-                     Failure, MetadataValue, Output, TableColumn, TableRecord, TableSchema, multi_asset)
+from dagster import (AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetDep, AssetExecutionContext, AssetKey,
+                     AssetOut, AssetRecordsFilter, Config, DagsterEventType, Failure, MetadataValue, Output,
+                     TableColumn, TableRecord, TableSchema, multi_asset)
 from pydantic import Field
 
 from causal_assets.core.foundation.limits import MAX_DEPTH
@@ -13,6 +14,11 @@ from causal_assets.core.measures.metrics import warm_up
 from causal_assets.core.evaluation.report import headline_table, write_report
 from causal_assets.core.measures.metrics import parse_metric
 from causal_assets.core.evaluation.suite import evaluate_plan, plan_evaluation
+from causal_assets.core.evaluation import gate as gates
+from causal_assets.core.evaluation.drilldown import per_query_table, worst_queries
+from causal_assets.core.evaluation.html import write_html
+from causal_assets.core.evaluation.truth import label_qrels
+from causal_assets.core.llm import ledger
 from causal_assets.core.retrievers.factory import uses_scorer
 from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.core.stored.tuned import index_fingerprint, load_tuned
@@ -20,7 +26,7 @@ from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
 from causal_assets.core.tuning.records import (RERANKER, TUNED, TUNED_EMBEDDINGS, adopted_reranker,
                                                tuned_embeddings_path)
-from causal_assets.defs.shared import EVALUATION_GROUP, eager_tolerating_missing
+from causal_assets.defs.shared import EVALUATION_GROUP, eager_tolerating_missing, ensure_view, record_cost
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = EVALUATION_GROUP
@@ -39,6 +45,9 @@ class EvaluationConfig(Config):
     depth: int = Field(default=100, ge=1, le=MAX_DEPTH)   # ranks kept per question and retriever
     # Also evaluate the tuned configuration of the latest tuned_retriever_configs materialization as `<name>_tuned`.
     tuned: bool = True
+    # Accept this run as the benchmark's baseline for the regression gate once it has passed it (as
+    # `causal-assets accept <benchmark>` does afterwards).
+    accept: bool = False
 
 
 @multi_asset(
@@ -52,19 +61,26 @@ class EvaluationConfig(Config):
         "evaluation_queries": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="The evaluated questions (benchmark, split, query_id, text), to join runs and failures to their text."),
         "evaluation_qrels": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="The benchmark's judgements of the evaluated questions (benchmark, split, query_id, chunk_id, relevance)."),
         "evaluation_answers": AssetOut(automation_condition=EAGER, kinds={"parquet"}, description="Answer utility: per split, retriever (and the references @gold, @labels, @random), k and question with an answer, the solver's log-likelihood of the gold answer given the top k documents, without context, and their difference answer_gain in nats (the benchmark registry's `answers:`; empty where it is off)."),
+        "evaluation_per_query": AssetOut(automation_condition=EAGER, kinds={"parquet", "html"}, description="The evaluation per question and retriever: the ranks of its gold and YES documents, nDCG/recall/MRR@10 against the judgements and nDCG@10 against the labels, its answer gain and its failure bucket; the worst questions in the metadata and the whole table, sortable, in data/reports/<benchmark>.html."),
     },
     check_specs=[spec("evaluation_metrics", "metrics_in_unit_range", "Every ranking metric value is finite and in "
                       "[0, 1]; every answer gain (truth answers, nats) is finite."),
                  spec("evaluation_answers", "answers_finite", "Finite log-likelihoods and gains; gain = with - "
                       "without context; at most k documents shown."),
                  spec("evaluation_runs", "runs_ranked", "Finite scores; ranks 1..n per (split, retriever, query); "
-                      "no document twice in a ranking.")],
+                      "no document twice in a ranking."),
+                 AssetCheckSpec("no_regression", asset="evaluation_metrics", blocking=True,
+                                description="The gated figures (the benchmark registry's `gate:`, default nDCG@10 of "
+                                            "the selected tuned retriever, else bm25) did not drop below the "
+                                            "accepted baseline's by more than `gate.min_drop` with p < "
+                                            "`gate.alpha` (paired randomization test on the same questions).")],
 )
 def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, storage: Storage,
                       benchmark_registry: BenchmarkRegistry, llm: LLM):
     """Evaluate every configured retriever on the benchmark's evaluation splits: metrics, runs, failure buckets, the
     questions and judgements, and a report (data/reports/<benchmark>.md) with intervals and significance."""
     spec = benchmark_registry.spec(context.partition_key)
+    meter = ledger.Meter.start(spec.name, "evaluation", context.run_id)
     artifacts = CorpusArtifacts(storage.base, spec.corpus, ANN)
     warm_up()
     version = tuned_version(context, spec.name) if config.tuned else None
@@ -95,8 +111,8 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
 
     result = evaluate_plan(spec, artifacts, plan, mc_labels, primary, config.depth, lambda: llm.client,
                            context.log.info, scorer=scorer, tuned_artifacts=tuned_artifacts,
-                           answer_scorer=answer_scorer)
-
+                           answer_scorer=answer_scorer,
+                           value_metrics=tuple(parse_metric(m) for m in spec.gate_settings.metrics))
     metrics_df = result.metrics
     # The blocking checks on the tables in memory, before the report or any table is written: a failed evaluation
     # leaves the previous one in place (NaN scores wrote all six tables and the report, then failed a check).
@@ -109,15 +125,33 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
                         for check, figures in failed.items())
         raise Failure(f"evaluation of {spec.name!r}: check {why}; nothing was written (the previous evaluation "
                       f"stays)", metadata={k: MetadataValue.json(v) for k, v in failed.items()})
+    config_version = plan.tuned.version if plan.tuned is not None else ""
+    selected = plan.tuned.selected if plan.tuned is not None else None
+    outcome, comparison = gate_this_run(context, storage, spec, result.values, selected, config_version,
+                                        config.accept)
+    cost = record_cost(context, storage, meter)
+    costs = ledger.latest_by_stage(ledger.read_ledger(storage.base, spec.name))
+    cost_lines = cost_section(costs)
+
     markdown, path = write_report(spec.name, metrics_df, result.failures, result.notes, storage.reports_path,
                                   per_query=result.per_query, queries=result.judged,
                                   n_candidates=result.n_candidates, labels=mc_labels, primary=primary,
-                                  sections=result.sections, answers=result.answers,
+                                  sections=[*gate_section(outcome, comparison), *cost_lines, *result.sections],
+                                  answers=result.answers,
                                   answer_notes=result.answer_notes, selection=result.selection,
                                   selected=plan.tuned.selected if plan.tuned is not None else None)
     n_queries = {s: len(q) for s, q in result.judged.items()}
     headline = headline_table(metrics_df, n_candidates=result.n_candidates, n_queries=n_queries)
-    yield Output(metrics_df, output_name="evaluation_metrics", metadata={
+    drill = per_query_table(spec.name, result.values, result.runs, result.qrels, label_qrels(mc_labels),
+                            result.answers, result.failures, result.queries)
+    pngs = [(p.stem.replace("_", " "), p.read_bytes()) for p in sorted(storage.reports_path.glob(f"{spec.name}_*.png"))
+            if p.stem.split("_")[-1] in ("curves", "answers")]
+    html_path = write_html(spec.name, storage.reports_path, headline, drill, mc_labels, result.queries,
+                           outcome.message, outcome.passed, gates.comparison_table(comparison) if comparison else None,
+                           costs.drop(columns=["run_id", "started_at"]) if len(costs) else None, pngs)
+    yield Output(metrics_df, output_name="evaluation_metrics", metadata={**cost,
+        "gate": MetadataValue.md(("passed: " if outcome.passed else "FAILED: ") + outcome.message),
+        "html_report": MetadataValue.path(str(html_path)),
         "report": MetadataValue.md(markdown), "report_path": MetadataValue.path(str(path)),
         "headline": table_metadata(headline), "queries_per_split": MetadataValue.json(n_queries),
         **({"headline_mc_labels": table_metadata(headline_table(metrics_df, "mc_labels",
@@ -137,14 +171,63 @@ def evaluation_tables(context: AssetExecutionContext, config: EvaluationConfig, 
     yield Output(queries_df, output_name="evaluation_queries", metadata={"queries": MetadataValue.json(
         queries_df.groupby("split").size().to_dict())})
     yield Output(result.qrels, output_name="evaluation_qrels", metadata={"judgements": len(result.qrels)})
+    worst = worst_queries(drill, gates.gated_retriever(spec.gate_settings, selected))
+    yield Output(drill, output_name="evaluation_per_query", metadata={
+        **cost, "rows": len(drill), "html_report": MetadataValue.path(str(html_path)),
+        "worst_queries": MetadataValue.md(worst.to_markdown(index=False) if len(worst) else "-")})
     answers = result.answers
     yield Output(answers, output_name="evaluation_answers", metadata={
         "rows": len(answers), "questions": int(answers["query_id"].nunique()) if len(answers) else 0,
         "notes": MetadataValue.md("\n".join(f"- {n}" for n in result.answer_notes) or "-"),
         **{f"answer_gain@{k}/{s}/{r}": float(v) for (s, r, k), v in
            answers.groupby(["split", "retriever", "k"], sort=False)["answer_gain"].mean().items()}})
-    for (asset, name), outcome in checks.items():
-        yield check_result(asset, name, outcome)
+    for (asset, name), result_of_check in checks.items():
+        yield check_result(asset, name, result_of_check)
+    yield AssetCheckResult(check_name="no_regression", asset_key="evaluation_metrics", passed=outcome.passed,
+                           severity=AssetCheckSeverity.ERROR, description=outcome.message,
+                           metadata={"message": outcome.message, **{k: MetadataValue.json(v) if isinstance(v, list)
+                                                                    else v for k, v in outcome.metadata().items()}})
+
+
+def gate_this_run(context: AssetExecutionContext, storage: Storage, spec, values: pd.DataFrame,
+                  selected: str | None, config_version: str, accept: bool):
+    """This run's per-query values stored (its history file), held to the accepted baseline (the gate), and the
+    comparison with that baseline for the report; with `accept`, the run becomes the baseline once it passed."""
+    gates.write_history(storage.base, spec.name, context.run_id, values, config_version)
+    ensure_view(context, storage, gates.HISTORY)
+    baseline = gates.read_baseline(storage.base, spec.name)
+    outcome = gates.check_gate(spec.gate_settings, values, baseline, selected, spec.eval_splits[0])
+    (context.log.info if outcome.passed else context.log.error)(f"gate of {spec.name}: {outcome.message}")
+    comparison = gates.compare_runs(baseline, values) if baseline is not None else []
+    if accept and outcome.passed:
+        gates.accept(storage.base, spec.name, context.run_id)
+        ensure_view(context, storage, gates.BASELINES)
+        context.log.info(f"run {context.run_id} accepted as the baseline of {spec.name}")
+    return outcome, comparison
+
+
+def gate_section(outcome, comparison) -> list[str]:
+    lines = ["## Regression gate", "", ("- passed: " if outcome.passed else "- **FAILED**: ") + outcome.message, ""]
+    if comparison:
+        lines += [f"## Against the accepted baseline (run {outcome.baseline_run[:8]})", "",
+                  "Δ: this run minus the baseline on the questions both scored; interval: bootstrap over those "
+                  "questions; p: paired randomization test; the questions that changed most in each direction.", "",
+                  gates.comparison_table(comparison).to_markdown(index=False), ""]
+    return lines
+
+
+def cost_section(costs: pd.DataFrame) -> list[str]:
+    """The cost ledger's latest run of each stage of the benchmark, and their sum."""
+    if not len(costs):
+        return []
+    shown = costs.drop(columns=["run_id", "started_at", "benchmark"])
+    total = ledger.totals(costs)
+    return ["## Cost (the latest run of each stage: LLM calls paid and from the cache, tokens, seconds)", "",
+            shown.to_markdown(index=False), "",
+            f"- sum: {total['calls_paid']} calls paid, {total['calls_cached']} from the cache, "
+            f"{total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens, "
+            f"{costs.groupby('stage')['wall_seconds'].max().sum():.0f} s wall, "
+            f"{costs.groupby('stage')['cpu_seconds'].max().sum():.0f} s CPU (table `cost_ledger`)", ""]
 
 
 def tuned_version(context: AssetExecutionContext, benchmark: str) -> str | None:

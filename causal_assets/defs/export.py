@@ -5,8 +5,8 @@
 import importlib.util
 
 import pandas as pd
-from dagster import (AssetExecutionContext, AssetKey, AssetRecordsFilter, Config, Failure, MaterializeResult,
-                     MetadataValue, asset)
+from dagster import (AssetDep, AssetExecutionContext, AssetKey, AssetRecordsFilter, Config, Failure,
+                     MaterializeResult, MetadataValue, asset)
 
 from causal_assets.core.outputs.checks import labels_decided_problem
 
@@ -39,8 +39,10 @@ def _labelling_metadata(context: AssetExecutionContext) -> dict:
     return {k: getattr(v, "value", v) for k, v in meta.items()}
 
 
+# After the evaluation where a run makes both: a run whose evaluation fails its blocking regression gate
+# (`no_regression`) exports nothing.
 @asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"parquet", "huggingface"},
-       owners=["team:labels"], tags={"stage": "export"},
+       owners=["team:labels"], tags={"stage": "export"}, deps=[AssetDep("evaluation_metrics")],
        description="The Monte Carlo labels as BEIR qrels (graded) + queries/corpus, TREC qrels, Parquet and a "
                    "Hugging Face dataset with a dataset card.")
 def labels_export(context: AssetExecutionContext, config: ExportConfig, storage: Storage,

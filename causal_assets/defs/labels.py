@@ -25,10 +25,13 @@ from causal_assets.core.evaluation.report import quality_png
 from causal_assets.core.labeling.runner import label_table
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
-from causal_assets.defs.shared import LABELS_GROUP, MonteCarloConfig, mc_config, trials_of
+from causal_assets.core.labeling.dry_run import ceiling_problem, plan_labels
+from causal_assets.core.labeling.sizing import history_rate
+from causal_assets.core.llm import ledger
+from causal_assets.defs.shared import LABELS_GROUP, MonteCarloConfig, mc_config, record_cost, trials_of
 from causal_assets.retries import LLM_RETRY, infrastructure_retries
 from causal_assets.run_health import LLM_POOL, blocked_message, pool_holders, pool_limit, reap_dead_runs
-from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
+from causal_assets.resources import ANN, LLM, SETTINGS, BenchmarkRegistry, Storage
 
 GROUP = LABELS_GROUP
 
@@ -96,11 +99,23 @@ def warn_if_llm_pool_is_held(context: AssetExecutionContext) -> None:
                                    "or errored, with tokens and latency.")},
 )
 @infrastructure_retries
-def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM,
+def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM, storage: Storage,
               benchmark_registry: BenchmarkRegistry, candidate_pools: pd.DataFrame):
     """Blind-solver trials on random context subsets. Errored calls are journalled, never counted as trials."""
     spec = benchmark_registry.spec(context.partition_key)
+    meter = ledger.Meter.start(spec.name, "mc_trials", context.run_id)
     cfg = mc_config(spec.monte_carlo, config)
+    if len(candidate_pools):   # what the run will cost, said (and held to the ceiling) before its first call
+        plan = plan_labels(spec.name, int(candidate_pools["question_id"].nunique()), cfg.budget,
+                           int(candidate_pools.groupby("question_id").size().max()),
+                           float(candidate_pools["text"].astype(str).str.len().mean()),   # what the pools show
+                           history=None if llm.base_url else history_rate(storage.base, [spec.name]),
+                           remote=llm.base_url is not None,
+                           separate=spec.monte_carlo.get("document_encoding") != "joint")
+        context.log.info(plan.line())
+        problem = ceiling_problem(plan, SETTINGS.label_max_calls)
+        if problem:
+            raise Failure(problem)
     if len(candidate_pools):   # before any solver call: a budget that cannot decide these pools (run config too)
         largest = int(candidate_pools.groupby("question_id").size().max())
         try:
@@ -114,7 +129,8 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     n_questions = int(trials_df["question_id"].nunique())
     history = getattr(llm.scorer(spec.monte_carlo.get("solver")), "thread_history", None) if cfg.scores else None
     threads = {"llama_threads": ", ".join(f"{n} from {t:g} s" for t, n in history)} if history else {}
-    yield Output(trials_df, output_name="mc_trials", metadata={**threads,
+    cost = record_cost(context, storage, meter)
+    yield Output(trials_df, output_name="mc_trials", metadata={**threads, **cost,
         "questions": n_questions, "trials": len(trials_df), "estimator": cfg.estimator, "outcome": cfg.outcome,
         "budget_per_question": cfg.budget, "trials_per_question": round(len(trials_df) / max(1, n_questions), 2),
         "wall_seconds": round(seconds, 1),
@@ -124,7 +140,7 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
         "stopped": stopped or "complete",
         **({"document_encoding": run.document_encoding} if run.document_encoding else {}),
         "solver": str(trials_df["solver"].iloc[0]) if len(trials_df) else ""})
-    yield Output(calls_df, output_name="solver_calls", metadata={
+    yield Output(calls_df, output_name="solver_calls", metadata={**cost,
         "calls": len(calls_df), "errors": int((calls_df["status"] == "error").sum()),
         "cache_hits": int(ok["cached"].sum()), "cache_hit_rate": float(ok["cached"].mean()) if len(ok) else 0.0,
         "prompt_tokens": int(ok["prompt_tokens"].fillna(0).sum()),

@@ -3,7 +3,7 @@ sensors select by name), the automation condition that tolerates missing upstrea
 two stages accept (the embedding of `corpus_embeddings` and its shards, the Monte Carlo trials of `mc_trials` and
 theirs)."""
 import pandas as pd
-from dagster import AssetExecutionContext, AssetSelection, AutomationCondition, Config
+from dagster import AssetExecutionContext, AssetSelection, AutomationCondition, Config, MetadataValue
 from pydantic import Field
 
 from causal_assets.core.foundation.limits import MAX_BATCH, MAX_BUDGET, MAX_THREADS
@@ -11,6 +11,8 @@ from causal_assets.core.foundation.limits import MAX_BATCH, MAX_BUDGET, MAX_THRE
 from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder
 from causal_assets.core.labeling.runner import LabelingParams
 from causal_assets.core.labeling.trials import TrialRun, run_trials
+from causal_assets.core.foundation.errors import CatalogError
+from causal_assets.core.llm import ledger
 from causal_assets.resources import DEFAULT_EMBEDDING_BACKEND, DEFAULT_MODELS_DIR, LLM, SETTINGS
 
 # The asset groups, one per stage module.
@@ -72,3 +74,32 @@ def trials_of(context: AssetExecutionContext, spec, cfg: LabelingParams, llm: LL
                       client=llm.client if cfg.generates else None,
                       scorer=llm.scorer(local) if cfg.scores else None,
                       question_ids=question_ids, log=context.log.info, warn=context.log.warning)
+
+
+def ensure_view(context: AssetExecutionContext, storage, name: str) -> None:
+    """The catalog's view over a table a stage writes beside its assets (`cost_ledger`, `evaluation_history`,
+    `evaluation_baselines`: a folder of Parquet files under the storage base)."""
+    catalog = storage.catalog()
+    if catalog is None:
+        return
+    try:
+        catalog.ensure_views({name: catalog.view_source(storage.base, name, partitioned=True)})
+    except CatalogError as e:   # derived data: the Parquet is written, so the run goes on
+        context.log.warning(str(e))
+
+
+def record_cost(context: AssetExecutionContext, storage, meter: ledger.Meter) -> dict:
+    """The stage's cost-ledger rows since `meter` started, added to the `cost_ledger` table; returns the asset
+    metadata that says it (`cost`: the sums; a failure to write the ledger is a warning, never the stage's)."""
+    rows = meter.rows()
+    try:
+        ledger.append(storage.base, rows)
+    except OSError as e:
+        context.log.warning(f"cost ledger not written: {e}")
+    else:
+        ensure_view(context, storage, ledger.LEDGER)
+    total = ledger.totals(rows)
+    context.log.info(f"cost of {meter.stage}: {total['calls_paid']} LLM calls paid, {total['calls_cached']} from the "
+                     f"cache, {total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens "
+                     f"({total['models']}); {total['wall_seconds']:.0f} s wall, {total['cpu_seconds']:.0f} s CPU")
+    return {"cost": MetadataValue.json(total)}

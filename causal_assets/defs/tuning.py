@@ -43,7 +43,8 @@ from causal_assets.core.tuning.search import sample_queries, tune
 from causal_assets.core.registry.tuning import TuningSpec
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
-from causal_assets.defs.shared import TUNING_GROUP, eager_tolerating_missing
+from causal_assets.core.llm import ledger
+from causal_assets.defs.shared import TUNING_GROUP, eager_tolerating_missing, record_cost
 from causal_assets.resources import ANN, LLM, BenchmarkRegistry, Storage
 
 GROUP = TUNING_GROUP
@@ -272,6 +273,7 @@ def tune_benchmark(spec, bench, mc_labels: pd.DataFrame | None, log=lambda m: No
 def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig, storage: Storage,
                             benchmark_registry: BenchmarkRegistry, llm: LLM):
     spec = benchmark_registry.spec(context.partition_key)
+    meter = ledger.Meter.start(spec.name, TUNED, context.run_id)
     if not spec.tune_split:
         context.log.info(f"{spec.name}: no tune split, nothing is tuned (eval splits are never tuned on)")
         empty = pd.DataFrame(columns=["benchmark", "split", "retriever", "trial", "params", "metric", "value",
@@ -390,6 +392,7 @@ def tuned_retriever_configs(context: AssetExecutionContext, config: TuningConfig
         **{f"{n}_answer_model": b["params"].get("answer_model", "") for n, b in chosen.items()
            if KINDS[n].scores == "answer_model"},
         "config": MetadataValue.md("```yaml\n" + stored.path.read_text() + "```"),
+        **record_cost(context, storage, meter),
     }
     # the configuration's version is the data version: the evaluation shows stale when a tuning produced another
     yield versioned(trials, stored.version, metadata=metadata)

@@ -22,7 +22,7 @@ EXAMPLE = ROOT / "examples" / "own-documents"
 STAGES = {"corpus_chunks", "corpus_embeddings", "sparse_postings", "sparse_vocabulary", "graph_nodes", "graph_edges",
           "graph_entity_embeddings", "candidate_pools", "mc_trials", "solver_calls", "mc_labels", "label_quality",
           "tuned_encoder", "tuned_embeddings", "tuned_reranker", "tuned_retriever_configs", "evaluation_metrics",
-          "evaluation_runs", "evaluation_failures", "evaluation_queries", "evaluation_qrels", "evaluation_answers",
+          "evaluation_runs", "evaluation_failures", "evaluation_queries", "evaluation_qrels", "evaluation_answers", "evaluation_per_query",
           "labels_export"}
 
 

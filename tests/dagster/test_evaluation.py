@@ -23,7 +23,7 @@ def _materialize_eval(resources, partition):
                          partition_key=partition, selection=[evaluation_tables])
     assert result.success
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
-    assert set(checks) == {"metrics_in_unit_range", "runs_ranked", "answers_finite"}
+    assert set(checks) == {"metrics_in_unit_range", "runs_ranked", "answers_finite", "no_regression"}
     assert all(c.passed for c in checks.values()), {n: c.metadata for n, c in checks.items()}
     return result
 
@@ -98,6 +98,16 @@ def test_answer_utility_rows_metrics_and_report_section(resources):
     report = mat.metadata["report"].value
     assert "## Answer utility" in report and "`dev`: 2 questions with an answer" in report
     assert "| @gold " in report and "best retriever" in report
+    # the cost ledger counts what the call cache journalled: every paid scoring is a journalled ok call
+    from causal_assets.core.llm import ledger
+    from causal_assets.core.llm.cache import CallCache
+
+    costs = ledger.read_ledger(resources["storage"].base, "hotpotqa")
+    journal = CallCache(resources["llm"].cache_path).stats()
+    assert costs["calls_paid"].sum() == journal["ok"] > 0 and costs["calls_errored"].sum() == journal["errors"]
+    assert costs["prompt_tokens"].sum() == journal["prompt_tokens"]
+    assert mat.metadata["cost"].value["calls_paid"] == journal["ok"]
+    assert "## Cost" in report
     assert (resources["storage"].reports_path / "hotpotqa_dev_answers.png").exists()
     with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         comment = con.execute("select comment from duckdb_columns() where table_name = 'evaluation_answers' "

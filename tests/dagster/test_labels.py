@@ -75,7 +75,7 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path, models_dir):
                             partition_key="hotpotqa", selection=["evaluation_metrics", "evaluation_runs",
                                                                  "evaluation_failures", "evaluation_queries",
                                                                  "evaluation_qrels", "evaluation_answers",
-                                                                 "label_quality"],
+                                                                 "evaluation_per_query", "label_quality"],
                             run_config={"ops": {"evaluation_tables": {"config": {"retrievers": ["bm25", "dense"]}}}})
     assert evaluated.success
     with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:

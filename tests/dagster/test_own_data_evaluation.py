@@ -25,7 +25,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-documents"
 CORPUS, BENCH, NOGOLD = "musique", "musique", "2wiki"
 INDEX = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary]
 EVALUATION = ["evaluation_metrics", "evaluation_runs", "evaluation_failures", "evaluation_queries",
-              "evaluation_qrels", "evaluation_answers"]
+              "evaluation_qrels", "evaluation_answers", "evaluation_per_query"]
 
 
 def make_resources(tmp_path: Path, benchmarks: list[dict]) -> dict:

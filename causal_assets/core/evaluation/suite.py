@@ -33,6 +33,8 @@ from causal_assets.core.stored.tuned import TunedConfig
 
 FAILURE_K = 10
 LABEL_KS = (1, 2, 3, 5, 10, 20, 100)
+# The cut-offs of the per-query values every run stores (the gate, `compare` and the drill-down read them)
+VALUE_KS = (1, 3, 5, 10, 20, 100)
 DEFAULT_WEIGHT, DEFAULT_WITHIN_STATS = 0.5, "corpus"
 
 
@@ -130,6 +132,8 @@ class EvaluationResult:
     answers: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ANSWER_COLUMNS))
     answer_notes: list[str] = field(default_factory=list)   # its cost, or why it was not measured
     selection: list[str] = field(default_factory=list)      # the report's "which truth selects" lines
+    # per (split, truth, retriever, query): every metric at VALUE_KS (and the answer gain per k): gate.VALUE_COLUMNS
+    values: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: EvaluationPlan,
@@ -138,7 +142,8 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                   log: Callable[[str], None] = lambda m: None,
                   scorer: Callable[[], Any] | None = None,
                   tuned_artifacts: CorpusArtifacts | None = None,
-                  answer_scorer: Callable[[], Scorer | None] | None = None) -> EvaluationResult:
+                  answer_scorer: Callable[[], Scorer | None] | None = None,
+                  value_metrics: tuple[tuple[str, int], ...] = ()) -> EvaluationResult:
     """Run `plan` on every eval split of `spec`; the `*_tuned` runs on `tuned_artifacts`' index (the one they were
     tuned on: another encoder's vectors of the same chunks), else on `artifacts`'.
 
@@ -148,7 +153,9 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
 
     `llm_client()` is asked for only by LLM-backed options
     (`llm_entities`, `answer_model: llm`) and `scorer()` only by the causal retriever's likelihood model (named, or
-    its default when a scorer is given), so an evaluation without them starts no LLM server and loads no model."""
+    its default when a scorer is given), so an evaluation without them starts no LLM server and loads no model.
+
+    `value_metrics`: (metric, k) stored per query beside every metric at VALUE_KS (the gated ones)."""
     index = artifacts.index
     tuned_index = tuned_artifacts.index if tuned_artifacts is not None else index
     notes = [f"corpus `{spec.corpus}`: {len(index.ids)} chunks; runs kept to depth {depth}", *plan.notes]
@@ -162,7 +169,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
     tuned_graph = graph if tuned is not None and tuned.content.get("graph") else None
     tuned_on = set(artifacts.benchmark(spec, tuned.content["tune_split"]).queries) if tuned is not None else set()
 
-    metrics, runs, failures, per_query, questions, judgements = [], [], [], [], [], []
+    metrics, runs, failures, per_query, questions, judgements, values = [], [], [], [], [], [], []
     answer_inputs: list[tuple[str, Benchmark, list[str]]] = []   # split, bench, evaluated question ids
     seconds: dict[str, float] = {}
     judged_by_split: dict[str, dict[str, str]] = {}
@@ -227,6 +234,10 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
             if by_labels:
                 metrics.append(evaluate(by_labels, rr.run, ks=LABEL_KS)
                                .assign(retriever=run.label, split=split, truth="mc_labels"))
+            for name, qrels in (("qrels", bench.qrels if judged else {}), ("mc_labels", by_labels)):
+                if qrels:
+                    values.append(query_values(qrels, rr.run, value_metrics)
+                                  .assign(split=split, truth=name, retriever=run.label))
             runs.append(rr.frame.assign(split=split, retriever=run.label))
             failures.append(classify_failures(run_bench.queries, truth, rr.run, doc_texts, FAILURE_K, index.terms)
                             .assign(split=split, retriever=run.label))
@@ -251,6 +262,9 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                               for split, bench, judged in answer_inputs], mc_labels, answer_scorer, log, llm_client)
         if len(answers):
             metrics.append(answer_metrics(answers))
+            values.append(answers.rename(columns={"answer_gain": "value"})
+                          .assign(truth="answers", metric="answer_gain")
+                          [["split", "truth", "retriever", "query_id", "metric", "k", "value"]])
     metrics_df = finish(metrics, ["benchmark", "split", "truth", "retriever", "metric", "k", "value"])
     failures_df = finish(failures, ["benchmark", "split", "retriever", "query_id", "bucket"])
     sections: list[str] = []
@@ -272,8 +286,19 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
         per_query=pd.concat(per_query, ignore_index=True) if per_query else None,
         judged=judged_by_split, notes=notes, sections=sections, seconds=seconds, n_candidates=n_candidates,
         answers=answers, answer_notes=answer_notes,
+        values=finish(values, ["benchmark", "split", "truth", "retriever", "query_id", "metric", "k", "value"])
+        if values else pd.DataFrame(columns=["benchmark", "split", "truth", "retriever", "query_id", "metric", "k",
+                                             "value"]),
         selection=truth_selection_section(tuned.content.get("truths") if tuned is not None else None, metrics_df,
                                           answers, primary))
+
+
+def query_values(qrels, run, extra: tuple[tuple[str, int], ...] = ()) -> pd.DataFrame:
+    """query_id, metric, k, value of every metric at VALUE_KS and of `extra` (MAP at a cut-off other than 10 too)."""
+    frames = [evaluate_per_query(qrels, run, ks=sorted({*VALUE_KS, *(k for _, k in extra)}), map_k=10)]
+    frames += [evaluate_per_query(qrels, run, ks=(k,), map_k=k).query("metric == 'map'")
+               for k in sorted({k for m, k in extra if m == "map" and k != 10})]
+    return pd.concat(frames, ignore_index=True)
 
 
 def answer_utility(spec: BenchmarkSpec, artifacts: CorpusArtifacts,

@@ -112,6 +112,40 @@ PER_ASSET = {
                         "given the top k (token F1 for answer_f1, 1 or 0 for the others); NaN where it does not.",
         "answer_passed": "Where the solver generates: 1 when the validator accepts its greedy answer given the top "
                          "k, else 0; NaN where it does not."},
+    "evaluation_per_query": {
+        "text": "The question text.",
+        "gold_ranks": "Rank of each gold document (the benchmark's judgements) in the retriever's top 100, best first; "
+                      "0: not in it.",
+        "yes_ranks": "Rank of each YES document (Monte Carlo labels) in the retriever's top 100, best first; 0: not "
+                     "in it.",
+        "ndcg_10": "nDCG@10 of the question against the judgements (NaN: no gold document).",
+        "recall_10": "Recall@10 against the judgements.", "mrr_10": "MRR@10 against the judgements.",
+        "labels_ndcg_10": "nDCG@10 against the YES labels (NaN: no YES label).",
+        "answer_gain": "Answer gain in nats at answer_k (evaluation_answers; NaN where not measured).",
+        "answer_k": "The k of answer_gain: the largest k measured.",
+        "bucket": "Failure bucket of a miss (none: a relevant document in the top 10; empty: no gold)."},
+    "evaluation_history": {
+        "value": "The question's metric value in that run (answer_gain: nats).",
+        "run_id": "The Dagster run of the evaluation.",
+        "config_version": "The tuned configuration the run evaluated (empty: none).",
+        "evaluated_at": "When the run evaluated (Unix seconds)."},
+    "evaluation_baselines": {
+        "value": "The question's metric value in the accepted run.",
+        "run_id": "The Dagster run accepted as the baseline.",
+        "config_version": "The tuned configuration that run evaluated.",
+        "evaluated_at": "When that run evaluated (Unix seconds).",
+        "accepted_at": "When it was accepted (Unix seconds)."},
+    "cost_ledger": {
+        "stage": "The stage: mc_trials (labels), tuned_retriever_configs (tuning) or evaluation.",
+        "run_id": "The Dagster run.", "model": "The model called (empty: no call).",
+        "calls_paid": "LLM calls made (journalled ok in the call cache).",
+        "calls_cached": "Calls answered from the call cache (nothing paid).",
+        "calls_errored": "Calls that failed (journalled, never an answer).",
+        "prompt_tokens": "Prompt tokens of the paid calls.", "completion_tokens": "Completion tokens of the paid calls.",
+        "cached_prompt_tokens": "Prompt tokens of the calls taken from the cache.",
+        "call_seconds": "Seconds inside the paid and errored calls.",
+        "wall_seconds": "Wall seconds of the stage.", "cpu_seconds": "CPU seconds of the stage's process.",
+        "started_at": "When the stage started (Unix seconds)."},
     "mc_labels": {"average_effect": "Effect of including the document averaged over the random subsets of the others "
                                     "(no interaction context): the effect size labelled documents are ranked by.",
                   "outcome": "What a trial measured: qa_likelihood, likelihood or success.",

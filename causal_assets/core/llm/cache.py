@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from causal_assets.core.llm import ledger
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_calls (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -161,7 +163,12 @@ class CallCache:
             r = self._connection().execute(
                 f"SELECT {_COLS} FROM llm_calls WHERE key = ? AND status = 'ok' ORDER BY id DESC LIMIT 1",
                 (key,)).fetchone()
-        return _row(r) if r else None
+        if not r:
+            return None
+        hit = _row(r)
+        if hit.response:   # served from the cache (a row without a response is not): the cost ledger's cached call
+            ledger.record(hit.model, "cached", hit.prompt_tokens, hit.completion_tokens)
+        return hit
 
     def history(self, key: str | None = None) -> list[CachedCall]:
         """Every journalled call (optionally of one key), oldest first."""
@@ -211,7 +218,8 @@ class CallCache:
                 "INSERT INTO llm_calls (key, model, request, response, text, prompt_tokens, completion_tokens, "
                 "latency_s, created_at, status, error, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 row)  # autocommit mode: durable when execute returns
-            return int(cur.lastrowid)
+        ledger.record(model, "paid" if status == "ok" else "errored", prompt_tokens, completion_tokens, latency_s)
+        return int(cur.lastrowid)
 
     def close(self) -> None:
         with self._lock:

@@ -28,6 +28,7 @@ from causal_assets.core.foundation.limits import (MAX_BUDGET, MAX_CONSECUTIVE_ER
 from causal_assets.core.measures.metrics import Qrels
 from causal_assets.core.corpus.mining import mine_examples, mine_questions
 from causal_assets.core.foundation.paths import DEFAULT_SHARED_DATA, REGISTRY_DIR
+from causal_assets.core.registry.gate import GateSpec
 from causal_assets.core.registry.tuning import TuningSpec
 from causal_assets.core.foundation.yaml_registry import load_entries
 
@@ -232,6 +233,8 @@ class BenchmarkSpec(BaseModel):
     tuning: dict[str, Any] = Field(default_factory=dict)
     # the evaluation's answer utility: ks, max_questions, enabled (AnswersSpec)
     answers: dict[str, Any] = Field(default_factory=dict)
+    # the evaluation's regression gate against the accepted baseline (core/registry/gate.py)
+    gate: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -285,6 +288,19 @@ class BenchmarkSpec(BaseModel):
     @classmethod
     def _answers_known(cls, v: dict[str, Any]) -> dict[str, Any]:
         return _validated_section("answers", AnswersSpec, v)
+
+    @field_validator("gate")
+    @classmethod
+    def _gate_known(cls, v: dict[str, Any]) -> dict[str, Any]:
+        _validated_section("gate", GateSpec, v)
+        for metric in GateSpec.model_validate(v).metrics:
+            GateSpec.model_validate(v).checked(metric.partition("@")[0])
+        return v
+
+    @property
+    def gate_settings(self) -> GateSpec:
+        """`gate:` with its defaults."""
+        return GateSpec.model_validate(self.gate)
 
     @property
     def answer_settings(self) -> AnswersSpec:

@@ -1,0 +1,48 @@
+"""What a labelling run will cost, said before its first call: questions x budget = solver calls, the prompt tokens
+they evaluate (`sizing.evaluated_tokens`), and, with the local solver, the minutes at this machine's measured rate
+(`sizing.estimate_labels`: this data directory's own solver_calls, else the rate measured on 2 idle cores scaled
+by the load); with a remote endpoint the tokens only (its time is its latency). A run planned above the ceiling
+of solver calls (`CAUSAL_ASSETS_LABEL_MAX_CALLS`) stops before the first call."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from causal_assets.core.foundation.progress import duration
+from causal_assets.core.labeling.sizing import estimate_labels, evaluated_tokens
+
+CEILING_VARIABLE = "CAUSAL_ASSETS_LABEL_MAX_CALLS"
+
+
+@dataclass(frozen=True)
+class LabelPlan:
+    benchmark: str
+    questions: int
+    budget: int
+    calls: int
+    prompt_tokens: int
+    seconds: float | None        # None: a remote endpoint (tokens only)
+    source: str                  # where the rate came from
+
+    def line(self) -> str:
+        time = (f"about {duration(self.seconds)} on this machine (from {self.source})" if self.seconds is not None
+                else "its time depends on the endpoint's latency")
+        return (f"estimate for {self.benchmark!r}: {self.questions} questions x {self.budget} solver calls = "
+                f"{self.calls} calls, about {self.prompt_tokens:,} prompt tokens; {time}")
+
+
+def plan_labels(benchmark: str, questions: int, budget: int, pool_size: int, doc_chars: float,
+                history: tuple[float, int] | None = None, remote: bool = False, separate: bool = True) -> LabelPlan:
+    estimate = estimate_labels(questions, budget, pool_size, doc_chars, history=history, separate=separate)
+    tokens = int(round(estimate.calls * evaluated_tokens(pool_size, doc_chars)))
+    return LabelPlan(benchmark, questions, budget, estimate.calls, tokens, None if remote else estimate.seconds,
+                     estimate.source)
+
+
+def ceiling_problem(plan: LabelPlan, max_calls: int | None) -> str | None:
+    """Why `plan` may not start (more calls than `max_calls`; 0 or None: no ceiling), or None."""
+    if not max_calls or plan.calls <= max_calls:
+        return None
+    return (f"labelling {plan.benchmark!r} would make {plan.calls} solver calls ({plan.questions} questions x "
+            f"{plan.budget}), above the ceiling of {max_calls} ({CEILING_VARIABLE}); no call made: raise it "
+            f"(`export {CEILING_VARIABLE}={plan.calls}`, 0 for no ceiling) or label fewer questions "
+            f"(monte_carlo.max_questions or budget in the benchmark registry)")
