@@ -19,7 +19,7 @@ from causal_assets.core.labeling.solver import BlindSolver
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import LLMClient
 from causal_assets.core.llm.errors import LLMError
-from tests.core.test_llm import FakeOpenAI
+from tests.helpers.endpoint import FakeOpenAI
 
 QUESTION = "Which island did the expedition finally reach?"
 POOL = [(f"d{i}", f"Doc {i}", f"An unrelated note number {i} about weather.") for i in range(5)] + \
