@@ -194,6 +194,10 @@ class Settings:
                                            shown="none")
     solver: str | None = var("CAUSAL_ASSETS_SOLVER", None, "local Monte Carlo solver model", choice(*LOCAL_SOLVERS),
                              shown="gemma3-270m")
+    llm_give_up_s: float = var("CAUSAL_ASSETS_LLM_GIVE_UP_S", 60.0,
+                               "seconds of LLM endpoint attempts failing in a row (errors, refused connections, "
+                               "timeouts) after which a step stops retrying and fails", non_negative_float,
+                               shown="60")
     label_shards: int = var("CAUSAL_ASSETS_LABEL_SHARDS", 4, "question ranges of mc_trial_shards", shard_count)
     pool_wait_s: float = var("CAUSAL_ASSETS_POOL_WAIT_S", 300.0,
                              "`causal-assets ask`: longest wait for an `llm` pool slot (seconds)",

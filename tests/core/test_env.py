@@ -68,6 +68,7 @@ def test_unset_or_blank_is_the_default_and_values_are_stripped():
     ("CAUSAL_ASSETS_POOL_WAIT_S", "soon", "expected a number of seconds"),
     ("CAUSAL_ASSETS_POOL_WAIT_S", "-1", "expected a number of seconds"),
     ("CAUSAL_ASSETS_POOL_WAIT_S", "nan", "expected a number of seconds"),
+    ("CAUSAL_ASSETS_LLM_GIVE_UP_S", "inf", "expected a number of seconds"),
     ("CAUSAL_ASSETS_EXECUTOR", "celery", "expected one of multiprocess, in_process, k8s, docker"),
     ("CAUSAL_ASSETS_LLM_BASE_URL", "127.0.0.1:8080", "expected an http(s) URL"),
     # a superscript digit passes str.isdigit() but not int(); a huge shard count would build that many partition
@@ -213,7 +214,7 @@ def test_every_variable_reaches_what_it_configures_in_the_code_location(tmp_path
            "CAUSAL_ASSETS_ANN_MIN_CHUNKS": "7", "CAUSAL_ASSETS_LLM_BASE_URL": "http://127.0.0.1:9/v1",
            "CAUSAL_ASSETS_LLM_MODEL": "m1", "CAUSAL_ASSETS_LLM_API_KEY": "sk-not-printed",
            "CAUSAL_ASSETS_SOLVER": "smollm2-135m", "CAUSAL_ASSETS_EXECUTOR": "multiprocess",
-           "CAUSAL_ASSETS_MAX_CONCURRENT": "2"}
+           "CAUSAL_ASSETS_MAX_CONCURRENT": "2", "CAUSAL_ASSETS_LLM_GIVE_UP_S": "12.5"}
     code = """
 import json
 from causal_assets.definitions import defs
@@ -227,7 +228,7 @@ emb = corpus.EmbeddingConfig()
 print(json.dumps({
     "storage": [r["storage"].base_path, r["storage"].catalog_path, r["storage"].reports_dir],
     "llm": [r["llm"].base_url, r["llm"].model, r["llm"].cache_path, r["llm"].solver, r["llm"].models_dir,
-            type(r["llm"].api_key).__name__],
+            type(r["llm"].api_key).__name__, r["llm"].give_up_after_s],
     "registries": [r["corpus_registry"].path, r["benchmark_registry"].path, r["benchmark_registry"].corpora],
     "embedding": [emb.backend, emb.device, emb.models_dir],
     "shards": [scale_out.EMBEDDING_SHARDS, scale_out.LABEL_SHARDS], "ann": ANN.min_chunks,
@@ -243,7 +244,7 @@ print(json.dumps({
     t = str(tmp_path)
     assert got == {
         "storage": [f"{t}/parquet", f"{t}/c.duckdb", f"{t}/reports"],
-        "llm": ["http://127.0.0.1:9/v1", "m1", f"{t}/llm.sqlite", "smollm2-135m", f"{t}/m", "EnvVar"],
+        "llm": ["http://127.0.0.1:9/v1", "m1", f"{t}/llm.sqlite", "smollm2-135m", f"{t}/m", "EnvVar", 12.5],
         "registries": [f"{t}/corpora.yaml", f"{t}/benchmarks.yaml", f"{t}/corpora.yaml"],
         "embedding": ["torch", "cuda", f"{t}/m"], "shards": [3, 5], "ann": 7,
         "queries": [f"{t}/queries", f"{t}/queries"], "max_concurrent": 2, "partitions": True}

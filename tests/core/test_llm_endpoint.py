@@ -318,7 +318,13 @@ def test_the_scorer_key_names_the_endpoint_and_the_in_process_key_the_weights_an
 ], ids=["401", "403", "404", "400", "nochoices", "emptychoices", "503", "badjson"])
 def test_endpoint_failures_are_classified_as_the_client_does(tmp_path, respond, error, kind, requests):
     with FakeEndpoint(respond) as server:
-        [out] = _scorer(server, tmp_path).score_many([REQ])
+        try:
+            [out] = _scorer(server, tmp_path).score_many([REQ])
+            raised = False
+        except LLMInfrastructureError as e:
+            out, raised = e, True
+        # a refusal of every request (bad key, URL or model) ends the batch; any other failure is in its place
+        assert raised == (kind in ("auth", "config")), out
         assert type(out) is error, out
         assert kind is None or out.kind == kind
         assert len(server.requests) == requests

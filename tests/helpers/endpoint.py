@@ -70,7 +70,7 @@ class FakeEndpoint:
                 except ValueError:
                     self.body = {}
                 with endpoint._lock:
-                    endpoint.requests.append({"method": self.command, "path": self.path,
+                    endpoint.requests.append({"method": self.command, "path": self.path, "t": time.monotonic(),
                                               "auth": self.headers.get("Authorization"), "body": self.body})
                     endpoint.inflight += 1
                     endpoint.max_inflight = max(endpoint.max_inflight, endpoint.inflight)

@@ -27,7 +27,7 @@ import numpy as np
 from .cache import CallCache, file_sha256, make_key
 from .client import LLMClient, MalformedResponse
 from .cores import CoreMeter
-from .errors import LLMError
+from .errors import LLMError, LLMInfrastructureError
 from .logits import log_softmax_at
 
 __all__ = ["ScoreRequest", "ScoreResult", "Scorer", "LlamaCppScorer", "EndpointScorer", "ScoringUnsupported",
@@ -127,6 +127,8 @@ class _CachedScorer:
         return make_key(self.model_id, "score", payload, self.key_params(), endpoint=self.cache_endpoint)
 
     def score_many(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult | LLMError]:
+        """Each request's result, or its failure in its place; a final failure (`LLMInfrastructureError.final`)
+        is raised instead, after it is journalled."""
         out: list[ScoreResult | LLMError | None] = [None] * len(requests)
         todo = []
         for i, req in enumerate(requests):
@@ -157,6 +159,8 @@ class _CachedScorer:
                 if self.cache is not None:
                     self.cache.put(key, self.model_id, request_record, None, None, None, None,
                                    time.monotonic() - t0, status="error", error=str(exc)[:2000], attempts=1)
+                if isinstance(exc, LLMInfrastructureError) and exc.final:
+                    raise   # a bad key or URL, or an endpoint past its give-up bound: every other request meets it
                 out[i] = exc
                 continue
             latency = time.monotonic() - t0
