@@ -119,7 +119,11 @@ def choice(*options: str) -> Callable[[str, str], str]:
 
 def http_url(name: str, raw: str) -> str:
     shown = without_credentials(raw)   # an error message must not carry them either
-    url = urlparse(raw)
+    try:
+        url = urlparse(raw)
+    except ValueError as e:   # an unclosed IPv6 bracket ('http://[::1/v1'): "Invalid IPv6 URL"
+        raise ConfigError(f"{name}={shown!r}: {e}; expected an http(s) URL such as http://127.0.0.1:8080/v1 "
+                          "(an IPv6 address in brackets: http://[::1]:8080/v1)") from None
     if url.scheme not in ("http", "https") or not url.netloc:
         raise ConfigError(f"{name}={shown!r}: expected an http(s) URL such as http://127.0.0.1:8080/v1")
     if has_credentials(raw):

@@ -76,6 +76,8 @@ def test_unset_or_blank_is_the_default_and_values_are_stripped():
     ("CAUSAL_ASSETS_MAX_CONCURRENT", "\u00b2", "expected a positive integer"),
     ("CAUSAL_ASSETS_EMBEDDING_SHARDS", "99999999999", "expected at most 1024 shards"),
     ("CAUSAL_ASSETS_LLM_BASE_URL", "http://127.0.0.1:99999/v1", "Port out of range 0-65535"),
+    # an unclosed IPv6 bracket made urllib raise a ValueError that every command printed as a traceback
+    ("CAUSAL_ASSETS_LLM_BASE_URL", "http://[::1/v1", "Invalid IPv6 URL"),
     # checked by the settings, not only where the Definitions load: the CLI's search and a labelling step read
     # them too
     ("CAUSAL_ASSETS_EMBEDDING_BACKEND", "onnx_int8", "expected one of torch, onnx, onnx-int8"),
@@ -103,6 +105,18 @@ def test_a_bad_value_stops_the_cli_with_one_line(monkeypatch, capsys):
     assert main(["--help"]) == 2
     err = capsys.readouterr().err
     assert err == "causal-assets: CAUSAL_ASSETS_POOL_WAIT_S='soon': expected a number of seconds (0 or more)\n"
+
+
+@pytest.mark.parametrize("command", [["sql", "select 1"], ["search", "x", "--no-build"], ["label", "x"]])
+def test_an_unparsable_llm_url_stops_every_command_with_one_line(monkeypatch, capsys, command):
+    """Even commands that never call the LLM (`sql`) read every setting first: one line, exit 2."""
+    from causal_assets.cli import main
+
+    monkeypatch.setenv("CAUSAL_ASSETS_LLM_BASE_URL", "http://[::1/v1")
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("causal-assets: CAUSAL_ASSETS_LLM_BASE_URL='http://[::1/v1': Invalid IPv6 URL; ") and \
+        err.count("\n") == 1, err
 
 
 def test_the_choices_the_settings_check_are_the_ones_the_code_knows():
