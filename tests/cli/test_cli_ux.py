@@ -439,3 +439,18 @@ def test_ask_whose_llm_call_fails_prints_one_error_line(tmp_path):
     assert lines[-1].startswith("causal-assets: answering failed: step causal_search failed: ") and \
         "Error code: 400 - model does not exist" in lines[-1], out.stderr
     assert sum("400" in line for line in lines) == 1, out.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "nan", "-1", "soon"])
+@pytest.mark.parametrize("command", [["ask", "Who wrote it?", "--corpus", "nope"], ["label", "nope"],
+                                     ["all", "nope"]])
+def test_a_wait_that_is_no_finite_number_of_seconds_is_refused_in_one_line(capsys, command, value):
+    """`--wait inf` (or `1e400`, `nan`) parsed as a float and reached the wait for a pool slot: a traceback (a
+    deadline of inf), or a wait that never ends. Refused with the arguments, before anything else."""
+    from causal_assets.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main([*command, "--wait", value])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    assert f"argument --wait: expected a finite number of seconds, 0 or more, not {value!r}" in err, err
