@@ -110,6 +110,7 @@ def _record(where: str, obj: dict) -> QuestionRecord:
 
 
 def _jsonl_objects(path: Path, text: str):
+    text = text.removeprefix("\ufeff")   # a BOM, as editors on Windows write (the CSV loader takes one too)
     if text.lstrip().startswith("["):   # a whole-file JSON array of the same objects
         data = parse_json(str(path), text)
         for i, obj in enumerate(data):
@@ -117,7 +118,10 @@ def _jsonl_objects(path: Path, text: str):
                 raise CorpusError(f"{path}[{i}]: expected a JSON object, got {type(obj).__name__}")
             yield f"{path}[{i}]", obj
         return
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # lines end at "\n" only: str.splitlines() also cuts at U+2028, U+0085 and form feeds, which JSON allows
+    # unescaped inside a string
+    for lineno, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
