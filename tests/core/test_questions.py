@@ -201,6 +201,21 @@ def test_a_jsonl_file_with_a_byte_order_mark_is_read(tmp_path, text):
     assert [r.question_id for r in load_questions(path).records] == ["a"]
 
 
+def test_a_fifo_or_a_device_is_not_a_regular_file_not_missing(tmp_path):
+    """They exist: "questions file not found" sent the user looking for a file that was there."""
+    import os
+
+    from causal_assets.core.corpus.questions import load_questions
+
+    os.mkfifo(tmp_path / "questions.jsonl")
+    with pytest.raises(CorpusError, match=r"questions\.jsonl: not a regular file \(a FIFO\)"):
+        load_questions(tmp_path / "questions.jsonl")
+    with pytest.raises(CorpusError, match=r"^/dev/zero: not a regular file \(a character device\)"):
+        load_questions("/dev/zero")
+    with pytest.raises(CorpusError, match=r"gone\.jsonl: questions file not found"):
+        load_questions(tmp_path / "gone.jsonl")
+
+
 def test_a_gold_entry_the_corpus_lacks_names_the_line_and_the_closest_file(tmp_path):
     benchmarks, corpora = _registries(tmp_path, _jsonl(
         {"id": "a", "question": "Which port?", "answer": "7461", "gold": ["instal.md"]}))

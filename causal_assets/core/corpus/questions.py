@@ -12,10 +12,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from causal_assets.core.corpus.fields import id_field, parse_json, split_field, text_value
+from causal_assets.core.corpus.folder import file_kind
 from causal_assets.core.foundation.errors import CorpusError
 
 FIELDS = ("id", "question", "answer", "gold", "split", "metadata")
@@ -172,10 +175,16 @@ def _csv_objects(path: Path, text: str, delimiter: str):
 def load_questions(path: str | Path) -> QuestionFile:
     """Every record of the questions file at `path` (module docstring), checked; in file order."""
     path = Path(path)
-    if path.is_dir():
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: questions file not found") from None
+    except OSError as e:
+        raise CorpusError(f"{path}: cannot read ({e.strerror or e})") from None
+    if stat.S_ISDIR(mode):
         raise CorpusError(f"{path}: is a directory, not a questions file")
-    if not path.is_file():
-        raise CorpusError(f"{path}: questions file not found")
+    if not stat.S_ISREG(mode):   # a FIFO would block the read, /dev/zero never end
+        raise CorpusError(f"{path}: not a regular file ({file_kind(mode)}); a questions file is a file of text")
     suffix = path.suffix.lower()
     if suffix not in CSV_SUFFIXES and suffix not in JSON_SUFFIXES:
         raise CorpusError(f"{path}: a questions file is JSON Lines ({', '.join(JSON_SUFFIXES)}) or CSV with a "
