@@ -42,8 +42,9 @@ def catalog(args) -> int:
 def sql(args) -> int:
     """Query the catalog's views (or `base://<asset>/*.parquet`) on a connection that can read the Parquet under the
     base path and write nothing (`DuckDBCatalog.connect_for_analysis`). Statements other than queries
-    (SELECT/EXPLAIN) are refused up front, with the statement named; whatever gets past that still cannot write."""
-    check_analysis_sql(args.query)
+    (SELECT/EXPLAIN) are refused up front, with the statement named; whatever gets past that still cannot write.
+    Several statements (`select 1; select 2`) print each result, in order, a blank line between them."""
+    statements = check_analysis_sql(args.query)
     path = catalog_path(args)
     if not Path(path).exists():
         say(f"{path}: no catalog yet; it is created by the first materialization, or run `causal-assets catalog`")
@@ -51,7 +52,9 @@ def sql(args) -> int:
     cat = DuckDBCatalog(path, lock_timeout_s=10, base=args.base_path)
     try:
         with cat.connect_for_analysis(args.base_path) as con:
-            print(con.sql(args.query).df().to_string(index=False))
+            for i, statement in enumerate(statements):
+                result = con.sql(statement).df().to_string(index=False)
+                print(("\n" if i else "") + result)
     except RuntimeError as e:
         if "interrupted" not in str(e).lower():
             raise
