@@ -1,6 +1,7 @@
 """`causal-assets catalog`, `sql` (the SQL shell over the DuckDB catalog) and `export-labels`."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -69,8 +70,11 @@ def sql_error_line(e: Exception) -> str:
     """DuckDB's error in one line: the exception line of an error raised inside the read-only file system (DuckDB
     passes on its Python traceback), and where to read from when a path on the local disk was named."""
     lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]
-    line = lines[-1] if lines[0].startswith("Traceback") or lines[0].endswith("Traceback (most recent call last):") \
-        else lines[0]
+    line = lines[0]
+    if lines[0].startswith("Traceback") or lines[0].endswith("Traceback (most recent call last):"):
+        # the exception's own line, not the caret under the query that DuckDB appends after it
+        raised = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(?:Error|Exception)\b", ln)]
+        line = raised[-1] if raised else lines[-1]
     if "LocalFileSystem has been disabled" in line:
         line += (f"; causal-assets sql reads the catalog's views, or the base path's Parquet as "
                  f"'{READONLY_PROTOCOL}://<asset>/*.parquet'")

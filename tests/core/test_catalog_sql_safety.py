@@ -222,3 +222,16 @@ def test_a_refusal_names_the_statement_not_the_comment_before_it(query, said):
     with pytest.raises(ValueError) as e:
         check_analysis_sql(query)
     assert str(e.value).endswith(said), str(e.value)
+
+
+@pytest.mark.parametrize("path", ["base://../outside.txt", "base://corpus_chunks/../../outside.txt",
+                                  "base://../*.txt"])
+def test_a_path_leaving_the_base_is_refused_not_read_as_nothing(tmp_path, capsys, path):
+    """The read-only file system refused such a path, but DuckDB reads files through a glob, whose walk swallowed
+    the refusal: the query returned no rows, as if the file were empty."""
+    (tmp_path / "outside.txt").write_text("outside")
+    code, out, err = _sql(tmp_path, capsys, f"select content from read_text('{path}')")
+    assert code == 2 and "outside" not in out, out
+    # refused by the read-only file system, or by DuckDB's allowed directories (which resolve some of the `..`)
+    assert err.startswith("causal-assets: sql: Permission") and path in err and err.count("\n") == 1, err
+    assert "outside the base path" in err or "disabled by configuration" in err, err

@@ -145,6 +145,12 @@ class ReadOnlyBase(AbstractFileSystem):
     def modified(self, path):
         return self.target.modified(self._target(path))
 
+    def glob(self, path, **kwargs):
+        # a pattern leaving the base path is refused here: the listing under it would only swallow the refusal
+        # (fsspec's walk ignores errors) and match nothing
+        self._target(path)
+        return super().glob(path, **kwargs)
+
     def _open(self, path, mode="rb", **kwargs):
         if mode != "rb":
             self._refuse(path)
