@@ -178,8 +178,13 @@ def test_label_against_a_failing_endpoint_says_what_failed_within_the_give_up_bo
     lines = label(url)
     assert f"the LLM endpoint {url} failed every attempt for" in lines[-1] and "connection refused" in lines[-1]
 
+    # an edited page of the corpus: `label` says so and rebuilds the index before its first call, as search does
+    page = sorted((Path(own["CAUSAL_ASSETS_CORPORA"]).parent / "docs").glob("*.md"))[0]
+    page.write_text(page.read_text() + "\nAn added closing sentence.\n")
     with FakeEndpoint(status(401, "invalid api key")) as server:
         lines = label(server.url)
+    assert any("corpus 'brindle_docs': its source" in line and "contents changed); rebuilding from it" in line
+               for line in lines), lines
     assert len(server.requests) == 1                            # not retried, by the client or the step
     assert f"at {server.url} failed after 1 attempt(s) [auth]: HTTP 401 (authentication refused: check the API " \
            "key)" in lines[-1]
