@@ -146,9 +146,8 @@ def test_ctrl_c_of_label_ends_its_run_canceled_with_exit_130(own, tmp_path):
 def test_label_against_a_failing_endpoint_says_what_failed_within_the_give_up_bound(own):
     """`label` with CAUSAL_ASSETS_LLM_BASE_URL at an endpoint that fails every call: retry lines on the terminal
     while it tries, then one line naming the endpoint and what failed, within the give-up bound; a 401 is asked
-    once and never advised to be re-run. Before, a 500-only endpoint kept `label` silent for 400 s (254 requests),
-    a closed port ended after 384 s without "connection refused", and a 401 was sent 144 times ending "re-run to
-    resume"."""
+    once and never advised to be re-run. Measured without a bound: every call HTTP 500 kept `label` silent for
+    400 s (254 requests), a closed port ran 384 s and never said "connection refused", a 401 was sent 144 times."""
     from tests.conftest import load_scaled_s
     from tests.helpers.endpoint import FakeEndpoint, closed_port_url, status
 

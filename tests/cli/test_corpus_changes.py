@@ -41,8 +41,8 @@ def _search(env, query: str, *options: str):
 
 @pytest.mark.slow
 def test_an_edited_and_an_added_file_are_announced_and_rebuilt(corpus):
-    """Before, search (with or without --no-build) served the old chunks silently and `build` said "corpus 'st' is
-    already built": only `corpus_change_sensor` under `dg dev` noticed a change."""
+    """Only `corpus_change_sensor`, under `dg dev`, compared a source with its chunks; without it, search (with or
+    without --no-build) served the old chunks silently and `build` said "corpus 'st' is already built"."""
     docs, env = corpus
     built = run_cli("build", "st", "--index-only", env=env)
     assert built.returncode == 0, built.stderr[-3000:]

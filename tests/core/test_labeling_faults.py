@@ -89,8 +89,8 @@ def _label_by_scores(url: str, tmp_path, lines: list[str] | None = None):
 ], ids=["http-500", "bad-json", "nan-logprobs"])
 def test_an_endpoint_failing_every_attempt_ends_labelling_within_the_give_up_bound(tmp_path, respond, what):
     """Every call failing: the labelling ends once attempts have failed in a row for the bound (plus the last
-    attempt), saying what failed and where, with retry lines on the way; before, each of the question's calls ran
-    all its retries, batch after batch, and the step was retried twice more (400 s of silence per question)."""
+    attempt), saying what failed and where, with retry lines on the way. Without a bound across calls, each of a
+    question's calls runs all its retries, batch after batch, and the step is retried twice more."""
     lines: list[str] = []
     with FakeEndpoint(respond) as server:
         t0 = time.monotonic()
@@ -115,8 +115,8 @@ def test_a_closed_port_is_named_connection_refused(tmp_path):
 
 @pytest.mark.parametrize("code", [401, 403])
 def test_an_auth_refusal_ends_labelling_at_its_first_request_without_advising_a_rerun(tmp_path, code):
-    """A bad key: one request, never retried (the next request, or a re-run, meets the same refusal); before, each
-    request of three batches was sent, and the step was retried twice, ending in "re-run to resume"."""
+    """A bad key: one request, never retried (the next request, or a re-run, meets the same refusal): not each
+    request of three batches, with the step retried twice, ending in "re-run to resume"."""
     with FakeEndpoint(status(code, "invalid api key")) as server:
         with pytest.raises(LLMInfrastructureError) as e:
             _label_by_scores(server.url, tmp_path)
