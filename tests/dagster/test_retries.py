@@ -56,8 +56,10 @@ def test_only_infrastructure_errors_that_can_go_away_are_retried(yields):
         raise LLMInfrastructureError("chat call failed after 1 attempt(s) [auth]", kind="auth")
 
     def endpoint_given_up():   # the client retried for its whole give-up bound already
-        raise LLMInfrastructureError("the LLM endpoint http://127.0.0.1:9/v1 failed every attempt for 60 s in a "
-                                     "row (...); gave up after 60 s", kind="connection", gave_up=True)
+        error = LLMInfrastructureError("the LLM endpoint http://127.0.0.1:9/v1 failed every attempt for 60 s in a "
+                                       "row (...); gave up after 60 s", kind="connection")
+        error.gave_up = True
+        raise error
 
     def bug():
         raise KeyError("node_id")
