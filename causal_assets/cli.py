@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import importlib
+import math
 import os
 import sys
 
@@ -21,6 +22,17 @@ from causal_assets.settings import Settings
 # `search --method` choices: every retriever kind (the table is pure data, so `--help` imports nothing heavy).
 METHODS = RETRIEVERS
 METHOD_HELP = cli_help()
+
+
+def seconds(text: str) -> float:
+    """A `--wait` value: a finite number of seconds, 0 or more (`inf`, `nan` and `1e400` parse as floats)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds, 0 or more, not {text!r}")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,7 +69,7 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     a = sub.add_parser("ask", help="answer a question from a corpus graph with the local LLM, with its sources")
     a.add_argument("query")
     a.add_argument("--corpus", default=QUESTION_CORPUS, help=f"a registered corpus (default: {QUESTION_CORPUS})")
-    a.add_argument("--wait", type=float, default=settings.pool_wait_s,
+    a.add_argument("--wait", type=seconds, default=settings.pool_wait_s,
                    help="seconds to wait for a free 'llm' pool slot before giving up with exit code 3 "
                         "(default $CAUSAL_ASSETS_POOL_WAIT_S or 300)")
     a.add_argument("--no-build", action="store_true", help="refuse instead of building a missing index or graph")
@@ -71,7 +83,7 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help_text + " (builds the corpus index first when missing)")
         c.add_argument("benchmark", help="a registered benchmark ($CAUSAL_ASSETS_BENCHMARKS or the shipped registry)")
         if name in ("label", "all"):
-            c.add_argument("--wait", type=float, default=settings.pool_wait_s,
+            c.add_argument("--wait", type=seconds, default=settings.pool_wait_s,
                            help="seconds to wait for a free 'llm' pool slot before giving up with exit code 3 "
                                 "(default $CAUSAL_ASSETS_POOL_WAIT_S or 300)")
         if name == "label":

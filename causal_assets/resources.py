@@ -128,6 +128,8 @@ class LLM(ConfigurableResource):
     cache_path: str = DEFAULT_LLM_CACHE
     timeout_s: float = 120.0
     max_retries: int = 4
+    # attempts failing in a row for this long end the retrying (core/llm/health.py): a dead endpoint fails the step
+    give_up_after_s: float = 60.0
     max_concurrency: int = 1            # the local server decodes one request at a time
     max_calls_per_run: int | None = None
     max_tokens_per_run: int | None = None
@@ -229,7 +231,7 @@ class LLM(ConfigurableResource):
             self._client = LLMClient(base_url, self.model, api_key=self.api_key, cache=CallCache(self.cache_path),
                                      timeout_s=self.timeout_s, max_retries=self.max_retries,
                                      max_concurrency=self.max_concurrency, budget=budget,
-                                     cache_endpoint=self.base_url,
+                                     cache_endpoint=self.base_url, give_up_after_s=self.give_up_after_s,
                                      server_failure=self._server.failure if self._server else None)
         return self._client
 
@@ -240,6 +242,7 @@ def llm_from_settings(settings: Settings = SETTINGS, **fields) -> LLM:
     through EnvVar, so its value never enters config, logs or metadata. `fields` override any other field."""
     key = settings.llm_api_key or settings.openai_api_key
     return LLM(**{"base_url": settings.llm_base_url, "model": settings.llm_model or LOCAL_MODEL_ALIAS,
+                  "give_up_after_s": settings.llm_give_up_s,
                   "api_key": EnvVar(key.name) if key else None, **fields})
 
 

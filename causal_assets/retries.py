@@ -3,9 +3,11 @@
 Dagster's RetryPolicy retries every exception: a corrupt Parquet input or a bug failed the same way three times,
 after ~45 s of backoff. Under `only_infrastructure_retried`, an `LLMInfrastructureError` that can go away
 (endpoint down, connection refused, timeout, 5xx, a dead local server; not a bad key or URL: `transient`) still
-meets the step's policy (`LLM_RETRY`); any other exception becomes a `Failure(allow_retries=False)`, which Dagster
-fails at once. The LLM assets' compute functions run under it (`infrastructure_retries`), and so does the Parquet
-IO manager's loading of their inputs, which happens before the compute function.
+meets the step's policy (`LLM_RETRY`), unless the client already gave up on the endpoint after it failed for the
+client's whole `give_up_after_s` (`gave_up`: a retried step would only fail that long again); any other exception
+becomes a `Failure(allow_retries=False)`, which Dagster fails at once. The LLM assets' compute functions run under
+it (`infrastructure_retries`), and so does the Parquet IO manager's loading of their inputs, which happens before
+the compute function.
 """
 from __future__ import annotations
 
@@ -31,10 +33,10 @@ def only_infrastructure_retried(what: str | None = None):
     except (Failure, RetryRequested, DagsterError):
         raise  # the policy (or Dagster itself) decides
     except Exception as exc:
-        if isinstance(exc, LLMInfrastructureError) and exc.transient:
+        if isinstance(exc, LLMInfrastructureError) and exc.transient and not exc.gave_up:
             raise
-        if isinstance(exc, CausalAssetsError):   # ours: its message already names the file, field or value
-            text = str(exc)
+        if isinstance(exc, (CausalAssetsError, LLMInfrastructureError)):
+            text = str(exc)   # ours: its message already names the file, field or value, or the endpoint and failure
         else:
             cls = type(exc).__qualname__ if type(exc).__module__ == "builtins" else \
                 f"{type(exc).__module__}.{type(exc).__qualname__}"

@@ -119,7 +119,11 @@ def choice(*options: str) -> Callable[[str, str], str]:
 
 def http_url(name: str, raw: str) -> str:
     shown = without_credentials(raw)   # an error message must not carry them either
-    url = urlparse(raw)
+    try:
+        url = urlparse(raw)
+    except ValueError as e:   # an unclosed IPv6 bracket ('http://[::1/v1'): "Invalid IPv6 URL"
+        raise ConfigError(f"{name}={shown!r}: {e}; expected an http(s) URL such as http://127.0.0.1:8080/v1 "
+                          "(an IPv6 address in brackets: http://[::1]:8080/v1)") from None
     if url.scheme not in ("http", "https") or not url.netloc:
         raise ConfigError(f"{name}={shown!r}: expected an http(s) URL such as http://127.0.0.1:8080/v1")
     if has_credentials(raw):
@@ -194,6 +198,10 @@ class Settings:
                                            shown="none")
     solver: str | None = var("CAUSAL_ASSETS_SOLVER", None, "local Monte Carlo solver model", choice(*LOCAL_SOLVERS),
                              shown="gemma3-270m")
+    llm_give_up_s: float = var("CAUSAL_ASSETS_LLM_GIVE_UP_S", 60.0,
+                               "seconds of LLM endpoint attempts failing in a row (errors, refused connections, "
+                               "timeouts) after which a step stops retrying and fails", non_negative_float,
+                               shown="60")
     label_shards: int = var("CAUSAL_ASSETS_LABEL_SHARDS", 4, "question ranges of mc_trial_shards", shard_count)
     label_max_calls: int = var("CAUSAL_ASSETS_LABEL_MAX_CALLS", 10_000,
                                "ceiling of a labelling run's planned solver calls (questions x budget); a run planned "

@@ -54,6 +54,27 @@ def say(message: str) -> None:
         pass
 
 
+def source_change(settings, base, corpus: str) -> str | None:
+    """What changed in the source of `corpus` since its chunks were built, in words (`needs.source_change`: stats
+    first, contents only when they differ); None when nothing did. A registry that cannot be read says nothing
+    here: the build that needs it reports it."""
+    from causal_assets.core.foundation.errors import ConfigError
+    from causal_assets.core.registry.corpora import load_corpus_registry
+    from causal_assets.core.stored import needs
+
+    try:
+        spec = load_corpus_registry(settings.corpora, settings.shared_data).get(corpus)
+    except (ConfigError, OSError):
+        return None
+    return needs.source_change(base, corpus, spec)
+
+
+def stale_line(corpus: str, change: str, why: str) -> str:
+    """What `--no-build` says of a corpus whose source changed: it goes on with the index as built."""
+    return (f"corpus {corpus!r}: {change}; {why} uses the index as built, which does not hold the change "
+            f"(--no-build): `causal-assets build {corpus}` rebuilds it")
+
+
 def pass_to_runs(args) -> None:
     """Before a command imports the code location to run its jobs (`ask`, `build`, and `search` building a missing
     index): its resources read their settings when first imported, so without this the runs would write to the

@@ -23,7 +23,7 @@ import uuid
 import sqlalchemy.exc
 from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance, DagsterRunStatus
 
-from causal_assets.commands import say
+from causal_assets.commands import say, source_change, stale_line
 from causal_assets.core.stored import needs
 from causal_assets.core.foundation import progress
 from causal_assets.core.registry.corpora import require_available
@@ -278,29 +278,45 @@ def estimate_seconds(base, corpus: str, todo: list[str]) -> float | None:
     return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
-def ensure_built(base, corpus: str, wanted: list[str], no_build: bool, why: str, verbose: bool = False) -> None:
-    """Materialize what is missing of `wanted` for `corpus` (saying what and about how long), or with `no_build`
-    refuse in one line naming the command that builds it."""
+_CHECK = object()
+
+
+def ensure_built(base, corpus: str, wanted: list[str], no_build: bool, why: str, verbose: bool = False,
+                 changed: str | None | object = _CHECK) -> None:
+    """Materialize what is missing of `wanted` for `corpus` (saying what and about how long), and all of it again
+    when its source changed since its chunks were built (`changed`, checked here unless given); or with `no_build`
+    refuse a missing part in one line naming the command that builds it, and say that a changed source is used
+    as built."""
+    settings = Settings.from_env()
+    if changed is _CHECK:
+        changed = source_change(settings, base, corpus)
     todo = needs.missing(base, corpus, wanted)
+    if changed and no_build:
+        say(stale_line(corpus, changed, why))
+    elif changed:
+        todo = needs.rebuilt(wanted)
     if not todo:
         return
-    settings = Settings.from_env()
     require_available(corpus, settings.corpora, settings.shared_data)
     index_only = not any(a.startswith("graph") for a in todo)
     command = build_command(corpus, index_only)
     if no_build:
         raise NotBuilt(f"corpus {corpus!r} is not built for {why} ({needs.describe(base, corpus, todo)}); run "
                        f"`{command}`")
-    build_assets(base, corpus, todo, verbose, reason=why)
+    build_assets(base, corpus, todo, verbose, reason=why, changed=changed)
 
 
-def build_assets(base, corpus: str, todo: list[str], verbose: bool, reason: str = "") -> float:
+def build_assets(base, corpus: str, todo: list[str], verbose: bool, reason: str = "",
+                 changed: str | None = None) -> float:
     """Materialize `todo` for `corpus` in one supervised run (one run in the UI, not one for the chunks and one for
-    the rest). Returns the seconds taken."""
+    the rest); `changed`: what changed in its source, said first. Returns the seconds taken."""
     t0 = time.monotonic()
     interrupt_on_sigterm()
-    old = needs.outdated(base, corpus, todo)
+    old = [] if changed else needs.outdated(base, corpus, todo)
     parts = [a for a in old if a not in needs.CHUNKS]
+    if changed:
+        say(f"corpus {corpus!r}: {changed}; rebuilding from it (the embeddings of unchanged texts come from the "
+            f"cache)")
     if len(parts) < len(old):
         say(f"corpus {corpus!r}: its corpus_chunks was written before it recorded its fingerprint; chunking the "
             f"source again")
@@ -336,9 +352,10 @@ def build(args) -> int:
     reaped = reap_dead_runs(cli_instance())   # also when nothing is left to build: a killed run's slot is freed
     if reaped:
         say(f"freed the pool slots of {len(reaped)} run(s) whose process is gone (killed?): {', '.join(reaped)}")
-    todo = needs.missing(args.base_path, args.corpus, wanted)
+    changed = source_change(args.settings, args.base_path, args.corpus)
+    todo = needs.rebuilt(wanted) if changed else needs.missing(args.base_path, args.corpus, wanted)
     if not todo:
         say(f"corpus {args.corpus!r} is already built ({', '.join(wanted)})")
         return 0
-    build_assets(args.base_path, args.corpus, todo, args.verbose)
+    build_assets(args.base_path, args.corpus, todo, args.verbose, changed=changed)
     return 0

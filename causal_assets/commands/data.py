@@ -1,6 +1,7 @@
 """`causal-assets catalog`, `sql` (the SQL shell over the DuckDB catalog) and `export-labels`."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -42,8 +43,9 @@ def catalog(args) -> int:
 def sql(args) -> int:
     """Query the catalog's views (or `base://<asset>/*.parquet`) on a connection that can read the Parquet under the
     base path and write nothing (`DuckDBCatalog.connect_for_analysis`). Statements other than queries
-    (SELECT/EXPLAIN) are refused up front, with the statement named; whatever gets past that still cannot write."""
-    check_analysis_sql(args.query)
+    (SELECT/EXPLAIN) are refused up front, with the statement named; whatever gets past that still cannot write.
+    Several statements (`select 1; select 2`) print each result, in order, a blank line between them."""
+    statements = check_analysis_sql(args.query)
     path = catalog_path(args)
     if not Path(path).exists():
         say(f"{path}: no catalog yet; it is created by the first materialization, or run `causal-assets catalog`")
@@ -51,7 +53,9 @@ def sql(args) -> int:
     cat = DuckDBCatalog(path, lock_timeout_s=10, base=args.base_path)
     try:
         with cat.connect_for_analysis(args.base_path) as con:
-            print(con.sql(args.query).df().to_string(index=False))
+            for i, statement in enumerate(statements):
+                result = con.sql(statement).df().to_string(index=False)
+                print(("\n" if i else "") + result)
     except RuntimeError as e:
         if "interrupted" not in str(e).lower():
             raise
@@ -66,8 +70,11 @@ def sql_error_line(e: Exception) -> str:
     """DuckDB's error in one line: the exception line of an error raised inside the read-only file system (DuckDB
     passes on its Python traceback), and where to read from when a path on the local disk was named."""
     lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]
-    line = lines[-1] if lines[0].startswith("Traceback") or lines[0].endswith("Traceback (most recent call last):") \
-        else lines[0]
+    line = lines[0]
+    if lines[0].startswith("Traceback") or lines[0].endswith("Traceback (most recent call last):"):
+        # the exception's own line, not the caret under the query that DuckDB appends after it
+        raised = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(?:Error|Exception)\b", ln)]
+        line = raised[-1] if raised else lines[-1]
     if "LocalFileSystem has been disabled" in line:
         line += (f"; causal-assets sql reads the catalog's views, or the base path's Parquet as "
                  f"'{READONLY_PROTOCOL}://<asset>/*.parquet'")

@@ -5,7 +5,7 @@ import json
 import re
 import sys
 
-from causal_assets.commands import pass_to_runs, say
+from causal_assets.commands import pass_to_runs, say, source_change, stale_line
 from causal_assets.core.foundation import strict_json
 from causal_assets.core.stored import needs
 from causal_assets.core.index.ann import AnnConfig
@@ -113,13 +113,17 @@ def search(args) -> int:
     # what the method needs besides the chunks and the sparse index (a combination: whatever a member may)
     need = may_need(args.method)
     wanted = needs.required(dense="embeddings" in need, graph="neighbors" in need)
-    if needs.missing(args.base_path, args.corpus, wanted):
-        # Building runs Dagster, whose import alone takes seconds: only imported when something is missing.
+    why = f"search --method {args.method}"
+    changed = source_change(args.settings, args.base_path, args.corpus)
+    if changed and args.no_build:   # searched as built, and said so (docs/cli.md, `search`)
+        say(stale_line(args.corpus, changed, why))
+    if needs.missing(args.base_path, args.corpus, wanted) or (changed and not args.no_build):
+        # Building runs Dagster, whose import alone takes seconds: only imported when something is to be built.
         pass_to_runs(args)
         from causal_assets.commands.build import ensure_built
 
-        ensure_built(args.base_path, args.corpus, wanted, no_build=args.no_build,
-                     why=f"search --method {args.method}", verbose=args.verbose)
+        ensure_built(args.base_path, args.corpus, wanted, no_build=args.no_build, why=why, verbose=args.verbose,
+                     changed=None if args.no_build else changed)
     index = CorpusIndex.load(args.base_path, args.corpus, dense="embeddings" in need,
                              ann_config=AnnConfig(min_chunks=args.settings.ann_min_chunks))
     if args.method in METHODS:

@@ -10,6 +10,7 @@ from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, asse
 from causal_assets.core.outputs.checks import blank_chunks, check_chunks, check_embeddings, check_sparse
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.registry.corpora import load_corpus
+from causal_assets.core.registry.fingerprint import SOURCE_COLUMN, source_record
 from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
 from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, compute_fingerprint
@@ -59,6 +60,8 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
     span, content hash and metadata."""
     spec = corpus_registry.spec(context.partition_key)
     t0 = time.perf_counter()
+    # the source's state before it is read: a file changed while the loader reads it is a change the next check sees
+    source = source_record(spec)
     chunks, report = load_corpus(spec)
     frame = chunks_to_frame(chunks)
     dupes = frame["chunk_id"][frame["chunk_id"].duplicated()]
@@ -74,6 +77,8 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
     frame["index_options"] = json.dumps({"split_identifiers": spec.split_identifiers})
     # what every index part built from this table records, and is checked against when it is loaded
     frame[FINGERPRINT] = compute_fingerprint(frame)
+    # what the commands compare the source with (`needs.source_change`): not part of the chunks' own fingerprint
+    frame[SOURCE_COLUMN] = source
     skipped = report.pop("skipped", [])
     if report.get("skipped_without_paragraphs"):
         context.log.warning(f"{spec.name}: {report['skipped_without_paragraphs']} record(s) without paragraphs "

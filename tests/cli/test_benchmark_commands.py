@@ -212,3 +212,51 @@ def test_ctrl_c_of_label_ends_its_run_canceled_with_exit_130(own, tmp_path):
     assert proc.returncode == 130 and "Traceback" not in text, text[-3000:]
     labelling = [r for r in runs(own) if "mc_trials" in str(r.asset_selection)]
     assert [r.status for r in labelling] == [DagsterRunStatus.CANCELED], [(r.job_name, r.status) for r in runs(own)]
+
+
+@pytest.mark.slow
+def test_label_against_a_failing_endpoint_says_what_failed_within_the_give_up_bound(own):
+    """`label` with CAUSAL_ASSETS_LLM_BASE_URL at an endpoint that fails every call: retry lines on the terminal
+    while it tries, then one line naming the endpoint and what failed, within the give-up bound; a 401 is asked
+    once and never advised to be re-run. Measured without a bound: every call HTTP 500 kept `label` silent for
+    400 s (254 requests), a closed port ran 384 s and never said "connection refused", a 401 was sent 144 times."""
+    from tests.conftest import load_scaled_s
+    from tests.helpers.endpoint import FakeEndpoint, closed_port_url, status
+
+    key = "sk-label-test-never-shown"
+    env = {**own, "CAUSAL_ASSETS_LLM_GIVE_UP_S": "5", "CAUSAL_ASSETS_LLM_MODEL": "fake-model",
+           "CAUSAL_ASSETS_LLM_API_KEY": key}
+    built = run_cli("build", "brindle_docs", env=env)   # what `label` would build first
+    assert built.returncode == 0, built.stderr[-3000:]
+
+    def label(url: str):
+        done = run_cli("label", "brindle", env={**env, "CAUSAL_ASSETS_LLM_BASE_URL": url})
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 1 and "Traceback" not in done.stderr and key not in done.stderr, done.stderr
+        assert lines[-1].startswith("causal-assets: labelling of 'brindle' failed: step mc_trials failed: "), lines
+        return lines
+
+    with FakeEndpoint(status(500, "internal boom")) as server:
+        lines = label(server.url)
+    retrying = [line for line in lines if "retrying in" in line]
+    assert retrying and all(f"LLM endpoint {server.url}: HTTP 500 (server error)" in line for line in retrying)
+    assert f"the LLM endpoint {server.url} failed every attempt for" in lines[-1] and "gave up after 5 s" in lines[-1]
+    assert "HTTP 500 (server error)" in lines[-1]
+    asked_for = server.requests[-1]["t"] - server.requests[0]["t"]
+    assert asked_for < 5 + load_scaled_s(2), asked_for          # the bound, plus the last attempt; no step retry
+
+    url = closed_port_url()
+    lines = label(url)
+    assert f"the LLM endpoint {url} failed every attempt for" in lines[-1] and "connection refused" in lines[-1]
+
+    # an edited page of the corpus: `label` says so and rebuilds the index before its first call, as search does
+    page = sorted((Path(own["CAUSAL_ASSETS_CORPORA"]).parent / "docs").glob("*.md"))[0]
+    page.write_text(page.read_text() + "\nAn added closing sentence.\n")
+    with FakeEndpoint(status(401, "invalid api key")) as server:
+        lines = label(server.url)
+    assert any("corpus 'brindle_docs': its source" in line and "contents changed); rebuilding from it" in line
+               for line in lines), lines
+    assert len(server.requests) == 1                            # not retried, by the client or the step
+    assert f"at {server.url} failed after 1 attempt(s) [auth]: HTTP 401 (authentication refused: check the API " \
+           "key)" in lines[-1]
+    assert not any("re-run" in line or "retrying" in line for line in lines), lines

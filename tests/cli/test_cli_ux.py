@@ -13,6 +13,7 @@ import pytest
 
 from causal_assets.cli import METHODS, build_parser
 from tests.conftest import HOTPOT, require
+from tests.helpers.endpoint import FakeEndpoint, status
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("dagster", "torch", "sklearn", "sentence_transformers", "openai", "llama_cpp", "duckdb", "matplotlib",
@@ -428,38 +429,6 @@ def test_quiet_terminal_drops_log_records_the_command_reports_as_its_error_line(
                                        "ERROR:some.library:a library error"], out.stderr
 
 
-class _RefusingEndpoint:
-    """An OpenAI-compatible endpoint on 127.0.0.1 that answers every request 400 (a model it does not have)."""
-
-    def __enter__(self):
-        import http.server
-        import threading
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                body = json.dumps({"error": {"message": "model does not exist",
-                                             "type": "invalid_request_error"}}).encode()
-                self.send_response(400)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.mark.slow
 def test_ask_whose_llm_call_fails_prints_one_error_line(tmp_path):
     import shutil
@@ -477,14 +446,30 @@ def test_ask_whose_llm_call_fails_prints_one_error_line(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     shutil.copy(ROOT / "data" / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    with _RefusingEndpoint() as url:
+    # an endpoint that answers every request 400 (a model it does not have)
+    with FakeEndpoint(status(400, "model does not exist")) as endpoint:
         out = run_cli("ask", "Who published Dijkstra's algorithm?", "--corpus", "default", env={
             "DAGSTER_HOME": str(home), "CAUSAL_ASSETS_CORPORA": str(registry), "CAUSAL_ASSETS_CATALOG": "none",
             "CAUSAL_ASSETS_BASE_PATH": str(tmp_path / "pq"), "CAUSAL_ASSETS_QUERIES": str(tmp_path / "queries"),
             "CAUSAL_ASSETS_REPORTS": str(tmp_path / "reports"), "CAUSAL_ASSETS_LLM_CACHE": str(tmp_path / "llm.sqlite"),
-            "CAUSAL_ASSETS_LLM_BASE_URL": url})
+            "CAUSAL_ASSETS_LLM_BASE_URL": endpoint.url})
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 1 and all(line.startswith("causal-assets: ") for line in lines), out.stderr
     assert lines[-1].startswith("causal-assets: answering failed: step causal_search failed: ") and \
         "Error code: 400 - model does not exist" in lines[-1], out.stderr
     assert sum("400" in line for line in lines) == 1, out.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "nan", "-1", "soon"])
+@pytest.mark.parametrize("command", [["ask", "Who wrote it?", "--corpus", "nope"], ["label", "nope"],
+                                     ["all", "nope"]])
+def test_a_wait_that_is_no_finite_number_of_seconds_is_refused_in_one_line(capsys, command, value):
+    """`--wait inf` (or `1e400`, `nan`) parsed as a float and reached the wait for a pool slot: a traceback (a
+    deadline of inf), or a wait that never ends. Refused with the arguments, before anything else."""
+    from causal_assets.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main([*command, "--wait", value])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    assert f"argument --wait: expected a finite number of seconds, 0 or more, not {value!r}" in err, err

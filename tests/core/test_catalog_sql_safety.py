@@ -189,3 +189,49 @@ def test_explain_wraps_only_queries(statement):
     for query in ("EXPLAIN ANALYZE select 1", "explain (analyze) with x as (select 1) select * from x",
                   "EXPLAIN from mc_labels", "EXPLAIN ANALYZE summarize select 1"):
         check_analysis_sql(query)
+
+
+def _sql(tmp_path, capsys, query: str) -> tuple[int, str, str]:
+    from causal_assets.cli import main
+
+    base = _base(tmp_path)
+    catalog_path = tmp_path / "catalog.duckdb"
+    if not catalog_path.exists():
+        DuckDBCatalog(catalog_path).refresh_from_storage(base)
+    code = main(["--base-path", str(base), "sql", query, "--catalog-path", str(catalog_path)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_statement_of_several_prints_its_result(tmp_path, capsys):
+    """`select 1; select 2` printed the second result only: the first was run and its result dropped."""
+    code, out, err = _sql(tmp_path, capsys, "select 1 as one; select count(*) as n from corpus_chunks")
+    assert code == 0, err
+    assert out.split() == ["one", "1", "n", "2"] and "\n\n" in out, out
+
+
+@pytest.mark.parametrize("query, said", [
+    ("/* c */ EXPLAIN ANALYZE COPY (select 1) TO 'x.csv'", "also under EXPLAIN; got EXPLAIN COPY"),
+    ("-- a note\nEXPLAIN /* x */ ANALYZE /* y */ COPY (select 1) TO 'x.csv'", "also under EXPLAIN; got EXPLAIN COPY"),
+    ("/* c */ COPY (select 1) TO 'x.csv'", "are allowed here; got COPY"),
+    ("select 1; -- then\n  /* write */ ATTACH ':memory:' AS m", "are allowed here; got ATTACH"),
+])
+def test_a_refusal_names_the_statement_not_the_comment_before_it(query, said):
+    """A comment before the statement (or between EXPLAIN and what it explains) was named as the statement:
+    `got EXPLAIN /*`."""
+    with pytest.raises(ValueError) as e:
+        check_analysis_sql(query)
+    assert str(e.value).endswith(said), str(e.value)
+
+
+@pytest.mark.parametrize("path", ["base://../outside.txt", "base://corpus_chunks/../../outside.txt",
+                                  "base://../*.txt"])
+def test_a_path_leaving_the_base_is_refused_not_read_as_nothing(tmp_path, capsys, path):
+    """The read-only file system refused such a path, but DuckDB reads files through a glob, whose walk swallowed
+    the refusal: the query returned no rows, as if the file were empty."""
+    (tmp_path / "outside.txt").write_text("outside")
+    code, out, err = _sql(tmp_path, capsys, f"select content from read_text('{path}')")
+    assert code == 2 and "outside" not in out, out
+    # refused by the read-only file system, or by DuckDB's allowed directories (which resolve some of the `..`)
+    assert err.startswith("causal-assets: sql: Permission") and path in err and err.count("\n") == 1, err
+    assert "outside the base path" in err or "disabled by configuration" in err, err

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
@@ -21,7 +19,7 @@ from causal_assets.core.labeling.solver import BlindSolver
 from causal_assets.core.labeling.validators import extract_expression, validate
 from causal_assets.core.llm import CallCache, LLMClient
 from causal_assets.core.corpus.mining import mine_examples
-from tests.core.test_llm import chat_completion
+from tests.helpers.endpoint import FakeEndpoint, chat_completion, send_json
 
 needs_bwrap = pytest.mark.system("bubblewrap")
 SUB = ["algorithms.shortest_paths.generic"]
@@ -89,37 +87,11 @@ def test_code_benchmark_loads_from_a_registry(tmp_path):
     assert list(bench.qrels[qid]) == ["networkx.algorithms.shortest_paths.generic.shortest_path"]
 
 
-class _Solver:
+def _solver_answer(h) -> None:
     """A stand-in LLM endpoint: it writes the right call only when the target function's source is in the context."""
-
-    def __init__(self):
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                user = body["messages"][-1]["content"]
-                answer = ("`nx.shortest_path(G, source=0, target=4)`" if "def shortest_path(" in user
-                          else "`nx.shortest_path(G, 0, 2)`")
-                data = json.dumps(chat_completion(answer)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    user = h.body["messages"][-1]["content"]
+    send_json(h, chat_completion("`nx.shortest_path(G, source=0, target=4)`" if "def shortest_path(" in user
+                                 else "`nx.shortest_path(G, 0, 2)`"))
 
 
 @needs_bwrap
@@ -129,7 +101,7 @@ def test_monte_carlo_labels_a_code_question_through_the_sandbox(mined, tmp_path)
     rows = frame.set_index("chunk_id")
     others = [c for c in frame["chunk_id"] if c != q.target_chunk_id and rows.loc[c, "kind"] == "function"][:5]
     pool = [(c, c, rows.loc[c, "text"][:600]) for c in [*others, q.target_chunk_id]]
-    with _Solver() as server:
+    with FakeEndpoint(_solver_answer) as server:
         client = LLMClient(server.url, "fake-model", cache=CallCache(tmp_path / "c.sqlite"), max_retries=0)
         out = label_question(q.question_id, q.question, q.gold, pool, BlindSolver(client, "pytest"),
                              LabelingParams(estimator="adaptive", outcome="success", budget=24, batch=8, threshold=0.1))

@@ -68,6 +68,7 @@ def test_unset_or_blank_is_the_default_and_values_are_stripped():
     ("CAUSAL_ASSETS_POOL_WAIT_S", "soon", "expected a number of seconds"),
     ("CAUSAL_ASSETS_POOL_WAIT_S", "-1", "expected a number of seconds"),
     ("CAUSAL_ASSETS_POOL_WAIT_S", "nan", "expected a number of seconds"),
+    ("CAUSAL_ASSETS_LLM_GIVE_UP_S", "inf", "expected a number of seconds"),
     ("CAUSAL_ASSETS_EXECUTOR", "celery", "expected one of multiprocess, in_process, k8s, docker"),
     ("CAUSAL_ASSETS_LLM_BASE_URL", "127.0.0.1:8080", "expected an http(s) URL"),
     # a superscript digit passes str.isdigit() but not int(); a huge shard count would build that many partition
@@ -75,6 +76,8 @@ def test_unset_or_blank_is_the_default_and_values_are_stripped():
     ("CAUSAL_ASSETS_MAX_CONCURRENT", "\u00b2", "expected a positive integer"),
     ("CAUSAL_ASSETS_EMBEDDING_SHARDS", "99999999999", "expected at most 1024 shards"),
     ("CAUSAL_ASSETS_LLM_BASE_URL", "http://127.0.0.1:99999/v1", "Port out of range 0-65535"),
+    # an unclosed IPv6 bracket made urllib raise a ValueError that every command printed as a traceback
+    ("CAUSAL_ASSETS_LLM_BASE_URL", "http://[::1/v1", "Invalid IPv6 URL"),
     # checked by the settings, not only where the Definitions load: the CLI's search and a labelling step read
     # them too
     ("CAUSAL_ASSETS_EMBEDDING_BACKEND", "onnx_int8", "expected one of torch, onnx, onnx-int8"),
@@ -102,6 +105,18 @@ def test_a_bad_value_stops_the_cli_with_one_line(monkeypatch, capsys):
     assert main(["--help"]) == 2
     err = capsys.readouterr().err
     assert err == "causal-assets: CAUSAL_ASSETS_POOL_WAIT_S='soon': expected a number of seconds (0 or more)\n"
+
+
+@pytest.mark.parametrize("command", [["sql", "select 1"], ["search", "x", "--no-build"], ["label", "x"]])
+def test_an_unparsable_llm_url_stops_every_command_with_one_line(monkeypatch, capsys, command):
+    """Even commands that never call the LLM (`sql`) read every setting first: one line, exit 2."""
+    from causal_assets.cli import main
+
+    monkeypatch.setenv("CAUSAL_ASSETS_LLM_BASE_URL", "http://[::1/v1")
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("causal-assets: CAUSAL_ASSETS_LLM_BASE_URL='http://[::1/v1': Invalid IPv6 URL; ") and \
+        err.count("\n") == 1, err
 
 
 def test_the_choices_the_settings_check_are_the_ones_the_code_knows():
@@ -213,7 +228,7 @@ def test_every_variable_reaches_what_it_configures_in_the_code_location(tmp_path
            "CAUSAL_ASSETS_ANN_MIN_CHUNKS": "7", "CAUSAL_ASSETS_LLM_BASE_URL": "http://127.0.0.1:9/v1",
            "CAUSAL_ASSETS_LLM_MODEL": "m1", "CAUSAL_ASSETS_LLM_API_KEY": "sk-not-printed",
            "CAUSAL_ASSETS_SOLVER": "smollm2-135m", "CAUSAL_ASSETS_EXECUTOR": "multiprocess",
-           "CAUSAL_ASSETS_MAX_CONCURRENT": "2"}
+           "CAUSAL_ASSETS_MAX_CONCURRENT": "2", "CAUSAL_ASSETS_LLM_GIVE_UP_S": "12.5"}
     code = """
 import json
 from causal_assets.definitions import defs
@@ -227,7 +242,7 @@ emb = corpus.EmbeddingConfig()
 print(json.dumps({
     "storage": [r["storage"].base_path, r["storage"].catalog_path, r["storage"].reports_dir],
     "llm": [r["llm"].base_url, r["llm"].model, r["llm"].cache_path, r["llm"].solver, r["llm"].models_dir,
-            type(r["llm"].api_key).__name__],
+            type(r["llm"].api_key).__name__, r["llm"].give_up_after_s],
     "registries": [r["corpus_registry"].path, r["benchmark_registry"].path, r["benchmark_registry"].corpora],
     "embedding": [emb.backend, emb.device, emb.models_dir],
     "shards": [scale_out.EMBEDDING_SHARDS, scale_out.LABEL_SHARDS], "ann": ANN.min_chunks,
@@ -243,7 +258,7 @@ print(json.dumps({
     t = str(tmp_path)
     assert got == {
         "storage": [f"{t}/parquet", f"{t}/c.duckdb", f"{t}/reports"],
-        "llm": ["http://127.0.0.1:9/v1", "m1", f"{t}/llm.sqlite", "smollm2-135m", f"{t}/m", "EnvVar"],
+        "llm": ["http://127.0.0.1:9/v1", "m1", f"{t}/llm.sqlite", "smollm2-135m", f"{t}/m", "EnvVar", 12.5],
         "registries": [f"{t}/corpora.yaml", f"{t}/benchmarks.yaml", f"{t}/corpora.yaml"],
         "embedding": ["torch", "cuda", f"{t}/m"], "shards": [3, 5], "ann": 7,
         "queries": [f"{t}/queries", f"{t}/queries"], "max_concurrent": 2, "partitions": True}

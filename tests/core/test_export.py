@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import datasets
 import pandas as pd
@@ -187,16 +188,21 @@ def test_an_export_replaces_only_an_earlier_export_never_a_users_files(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "mydocs", "notes.txt", "parquet"]
 
 
+def _exportable(tmp_path) -> Path:
+    base = tmp_path / "parquet"
+    for name, frame in (("mc_labels", make_labels()), ("candidate_pools", make_pools())):
+        (base / name).mkdir(parents=True)
+        frame.to_parquet(base / name / "hotpotqa.parquet", index=False)
+    return base
+
+
 def test_a_users_folder_holding_only_names_an_export_writes_is_not_replaced(tmp_path, capsys):
     """A folder of the user's own `README.md` and `data/` holds only names an export writes: it is refused in one
     line naming it, and survives whole; an export is recognised by the marker it writes itself."""
     from causal_assets.cli import main
 
     marker_name = "causal_assets_export.json"
-    base = tmp_path / "parquet"
-    for name, frame in (("mc_labels", make_labels()), ("candidate_pools", make_pools())):
-        (base / name).mkdir(parents=True)
-        frame.to_parquet(base / name / "hotpotqa.parquet", index=False)
+    base = _exportable(tmp_path)
     mine = tmp_path / "project"
     (mine / "data").mkdir(parents=True)
     (mine / "README.md").write_text("my project")
@@ -261,3 +267,45 @@ def test_ids_with_whitespace_round_trip_through_the_trec_and_beir_files(tmp_path
     assert {d for docs in qrels.values() for d in docs} <= corpus_ids and query_ids == set(qrels)
     # the JSON Lines and Parquet tables keep the ids as they are
     assert {json.loads(l)["doc_id"] for l in (out / "labels.jsonl").read_text().splitlines()} >= set(odd.values())
+
+
+def test_an_out_where_nothing_can_be_written_is_named_not_a_temporary_directory(tmp_path, capsys):
+    """`--out /proc/x`: the export's hidden temporary directory beside it cannot be made; the error named that
+    temporary name (`/proc/.x.k2j3h1`), which the user never typed."""
+    from causal_assets.cli import main
+
+    base = _exportable(tmp_path)
+    assert main(["--base-path", str(base), "export-labels", "hotpotqa", "--out", "/proc/x", "--no-hf"]) == 2
+    err = capsys.readouterr().err
+    assert err == "causal-assets: /proc/x: cannot write the export there (No such file or directory)\n", err
+
+
+FULL_DISK = """
+import sys
+from causal_assets.cli import main
+sys.exit(main(["--base-path", sys.argv[1], "export-labels", "hotpotqa", "--out", sys.argv[2], "--no-hf"]))
+"""
+
+
+def test_a_full_disk_during_the_export_names_the_file_and_leaves_nothing(tmp_path):
+    """The export written onto a 16 KiB tmpfs (mounted in a user and mount namespace of its own): the disk fills
+    while a file is written. The error names that file of `--out` (not the temporary directory's), and nothing is
+    left on the disk."""
+    import subprocess
+    import sys
+
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no user and mount namespaces here (unshare -rm) to mount a small tmpfs in")
+    base = _exportable(tmp_path)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    root = Path(__file__).resolve().parents[2]
+    script = (f'mount -t tmpfs -o size=16k tmpfs "$1" && "$2" -c "$3" "$4" "$1/export"; code=$?; '
+              f'echo "left: $(ls -A "$1")"; exit $code')
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", str(disk), sys.executable, FULL_DISK,
+                           str(base)], cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stdout.endswith("left: \n"), done.stdout               # no temporary directory left on the disk
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"causal-assets: {disk}/export/") and line.endswith(": No space left on device"), line

@@ -11,7 +11,7 @@ from causal_assets.core.labeling.runner import LabelingParams, estimate, label_q
 from causal_assets.core.labeling.solver import BlindSolver
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.client import LLMClient
-from tests.core.test_llm import FakeOpenAI
+from tests.helpers.endpoint import FakeOpenAI
 
 QUESTION = "Which island did the expedition finally reach?"
 NOTES = [(f"d{i}", f"Doc {i}", f"An unrelated note number {i} about weather.") for i in range(9)]

@@ -8,9 +8,7 @@ import hashlib
 import json
 import os
 import shutil
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 import numpy as np
@@ -35,6 +33,7 @@ from causal_assets.core.llm.scoring import EndpointScorer, LlamaCppScorer, Score
 from causal_assets.core.llm.server import LocalLlamaServer
 from tests.conftest import HOTPOT, load_scaled_s, require
 from tests.core.conftest import with_cache
+from tests.helpers.endpoint import chat_only
 
 # One Gemma-3-270M for the module (the `scorer` fixture, loaded once); a test that needs its own call cache, or none,
 # scores through `with_cache(scorer, ...)`: the same model behind that cache.
@@ -172,34 +171,8 @@ def test_question_span_is_read_off_the_answers_prompt_evaluation(tmp_path, score
     assert scorer.score_many([ScoreRequest(prompt, cont)])[0].span_logprob is None
 
 
-class _ChatOnly:
-    """A real HTTP server that, like hosted chat-only APIs, has no completions endpoint."""
-
-    def __enter__(self):
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                body = json.dumps({"error": {"message": "This is a chat model and not supported in the "
-                                                        "v1/completions endpoint", "type": "invalid_request_error"}})
-                self.send_response(404)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(body.encode())
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-
-
 def test_endpoint_without_prompt_logprobs_raises_the_documented_error(tmp_path):
-    with _ChatOnly() as server:
+    with chat_only() as server:
         client = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0)
         scorer = EndpointScorer(client, "gpt-chat-only", CallCache(tmp_path / "c.db"))
         with pytest.raises(ScoringUnsupported, match=r"outcome: success"):

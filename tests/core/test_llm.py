@@ -1,5 +1,5 @@
 """causal_assets.core.llm: a real local llama.cpp server end to end, plus fault injection against a real
-(stdlib) HTTP server on 127.0.0.1 that speaks just enough of the OpenAI API."""
+(stdlib) HTTP server on 127.0.0.1 that speaks just enough of the OpenAI API (tests/helpers/endpoint.py)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,6 @@ import textwrap
 import threading
 import time
 import traceback
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -21,115 +20,9 @@ from causal_assets.core.llm import (
     BudgetExceeded, CallBudget, CallCache, LLMClient, LLMInfrastructureError, LocalLlamaServer,
     LocalServerError, default_model_path, make_key)
 from causal_assets.core.llm import server as llm_server
+from tests.helpers.endpoint import FakeOpenAI
 
 MODEL = "fake-model"
-
-
-# ---------------------------------------------------------------------------------------------------
-# a real HTTP server with scripted faults
-# ---------------------------------------------------------------------------------------------------
-def chat_completion(content: str, prompt_tokens: int = 5, completion_tokens: int = 2) -> dict:
-    return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000, "model": MODEL,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "logprobs": None, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens}}
-
-
-class FakeOpenAI:
-    """Behaviours, consumed one per request from `script`, then `default`:
-    "ok" | "429" | "500" | "badjson" | "nochoices" | "echo_auth_500" | ("sleep", s) | "block"."""
-
-    def __init__(self, script=(), default="ok", delay_s: float = 0.0):
-        self.script = list(script)
-        self.default = default
-        self.delay_s = delay_s
-        self.requests: list[dict] = []
-        self.inflight = 0
-        self.max_inflight = 0
-        self.blocked = threading.Event()
-        self.release = threading.Event()
-        self._lock = threading.Lock()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                with fake._lock:
-                    fake.requests.append({"path": self.path, "auth": self.headers.get("Authorization"),
-                                          "body": body})
-                    behaviour = fake.script.pop(0) if fake.script else fake.default
-                    fake.inflight += 1
-                    fake.max_inflight = max(fake.max_inflight, fake.inflight)
-                try:
-                    fake.respond(self, behaviour, body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout) or was killed
-                finally:
-                    with fake._lock:
-                        fake.inflight -= 1
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def respond(self, h: BaseHTTPRequestHandler, behaviour, body: dict) -> None:
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        if isinstance(behaviour, tuple) and behaviour[0] == "sleep":
-            time.sleep(behaviour[1])
-            behaviour = "ok"
-        if behaviour == "block":
-            self.blocked.set()
-            self.release.wait(30)
-            behaviour = "ok"
-        if behaviour == "ok" and h.path.endswith("/completions") and "prompt" in body:
-            self.send(h, 200, {"id": "cmpl-fake", "object": "text_completion", "created": 1700000000,
-                               "model": MODEL, "choices": [{"index": 0, "text": body["prompt"] + " yes",
-                               "finish_reason": "length", "logprobs": {
-                                   "tokens": ["a", " yes"], "token_logprobs": [None, -0.5],
-                                   "top_logprobs": [None, {" yes": -0.5}], "text_offset": [0, 1]}}],
-                               "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
-        elif behaviour == "ok":
-            user = [m["content"] for m in body.get("messages", []) if m.get("role") == "user"]
-            self.send(h, 200, chat_completion(f"echo: {user[-1] if user else ''}"))
-        elif behaviour == "429":
-            self.send(h, 429, {"error": {"message": "rate limited", "type": "rate_limit"}},
-                      {"Retry-After": "0"})
-        elif behaviour == "500":
-            self.send(h, 500, {"error": {"message": "internal boom", "type": "server_error"}})
-        elif behaviour == "echo_auth_500":  # a careless server that reflects the credentials
-            self.send(h, 500, {"error": {"message": f"bad header {h.headers.get('Authorization')}"}})
-        elif behaviour == "badjson":
-            self.send(h, 200, b'{"id": "x", "choices": [ oops')
-        elif behaviour == "nochoices":
-            self.send(h, 200, {**chat_completion("x"), "choices": []})
-        else:  # pragma: no cover
-            raise AssertionError(behaviour)
-
-    @staticmethod
-    def send(h, code: int, payload, headers=None) -> None:
-        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        h.send_response(code)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
-        h.end_headers()
-        h.wfile.write(data)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def ask(client: LLMClient, q: str, **params):

@@ -7,9 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -17,53 +15,10 @@ from causal_assets.core.llm import CallCache, LLMClient, LLMInfrastructureError,
 from causal_assets.core.llm.errors import LLMRequestError
 from causal_assets.core.llm.scoring import EndpointScorer, LlamaCppScorer, ScoreRequest, ScoringUnsupported
 from causal_assets.resources import LLM
-from tests.core.test_llm import FakeOpenAI, chat_completion
+from tests.helpers.endpoint import FakeEndpoint, FakeOpenAI, chat_completion, send_json, status
 
 MODEL = "fake-model"
 MSGS = [{"role": "user", "content": "Who wrote Killing Pablo?"}]
-
-
-class Scripted:
-    """A server whose chat endpoint answers with `behaviour(handler)`."""
-
-    def __init__(self, behaviour):
-        outer = self
-        self.requests = 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                self.body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                outer.requests += 1
-                try:
-                    behaviour(self)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def _json(h, payload, extra_headers=None):
-    data = json.dumps(payload).encode()
-    h.send_response(200)
-    h.send_header("Content-Type", "application/json")
-    h.send_header("Content-Length", str(len(data)))
-    for k, v in (extra_headers or {}).items():
-        h.send_header(k, v)
-    h.end_headers()
-    h.wfile.write(data)
 
 
 @pytest.mark.parametrize("payload", [
@@ -73,11 +28,11 @@ def _json(h, payload, extra_headers=None):
 ])
 def test_a_200_error_text_is_an_infrastructure_error_never_cached_as_ok(tmp_path, payload):
     cache = CallCache(tmp_path / "c.sqlite")
-    with Scripted(lambda h: _json(h, payload)) as server:
+    with FakeEndpoint(lambda h: send_json(h, payload)) as server:
         client = LLMClient(server.url, MODEL, cache=cache, backoff_s=0.01, max_retries=2)
         with pytest.raises(LLMInfrastructureError) as e:
             client.chat(MSGS, max_tokens=8)
-        assert e.value.kind == "error_text" and server.requests == 3
+        assert e.value.kind == "error_text" and len(server.requests) == 3
     key = client.key_for("chat", MSGS, max_tokens=8)
     assert cache.get(key) is None                             # a later run asks again instead of replaying it
     assert [r.status for r in cache.history(key)] == ["error"]
@@ -110,10 +65,10 @@ def test_a_key_the_endpoint_echoes_in_an_answer_is_masked_before_it_is_kept(tmp_
     key = "ECHOEDKEYxyz123"
 
     def echo_headers(h):
-        _json(h, chat_completion(f"headers: {{'authorization': '{h.headers.get('Authorization')}'}}"))
+        send_json(h, chat_completion(f"headers: {{'authorization': '{h.headers.get('Authorization')}'}}"))
 
     cache = CallCache(tmp_path / "c.sqlite")
-    with Scripted(echo_headers) as server:
+    with FakeEndpoint(echo_headers) as server:
         answer = LLMClient(server.url, MODEL, api_key=key, cache=cache, max_retries=0).chat(MSGS)
     assert "Bearer ***REDACTED***" in answer.text and key not in answer.text
     assert key.encode() not in b"".join(p.read_bytes() for p in tmp_path.iterdir())   # the cache and its WAL
@@ -148,7 +103,7 @@ def _trickle_headers(h):
 def test_a_trickling_endpoint_is_cut_off_at_the_total_deadline(tmp_path, trickle):
     """A body or headers trickled a byte at a time: the call ends at the total deadline (a watchdog shuts the
     connection), not when the server stops sending."""
-    with Scripted(trickle) as server:
+    with FakeEndpoint(trickle) as server:
         client = LLMClient(server.url, MODEL, cache=CallCache(tmp_path / "c.sqlite"), timeout_s=1, max_retries=0)
         t0 = time.monotonic()
         with pytest.raises(LLMInfrastructureError) as e:
@@ -176,12 +131,12 @@ def _huge(h, chunked: bool):
 @pytest.mark.parametrize("chunked", [False, True])
 def test_a_20_mb_completion_is_refused(tmp_path, chunked):
     cache = CallCache(tmp_path / "c.sqlite")
-    with Scripted(lambda h: _huge(h, chunked)) as server:
+    with FakeEndpoint(lambda h: _huge(h, chunked)) as server:
         client = LLMClient(server.url, MODEL, cache=cache, max_retries=3, backoff_s=0.01,
                            max_response_bytes=2 * 1024 * 1024)
         with pytest.raises(LLMInfrastructureError) as e:
             client.chat(MSGS)
-        assert e.value.kind == "too_large" and server.requests == 1    # not retried
+        assert e.value.kind == "too_large" and len(server.requests) == 1    # not retried
     assert (tmp_path / "c.sqlite").stat().st_size < 1024 * 1024         # nothing of it stored
 
 
@@ -241,17 +196,6 @@ def _echo(h, value=-1.0, short=False):
     h.wfile.write(data)
 
 
-def _status(code, message="fake"):
-    def respond(h):
-        data = json.dumps({"error": {"message": message, "type": "x"}}).encode()
-        h.send_response(code)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
-    return respond
-
-
 def _scorer(server, tmp_path, retries=2, **kw):
     client = LLMClient(server.url, MODEL, api_key=KEY, backoff_s=0.01, max_retries=retries, timeout_s=5, **kw)
     return EndpointScorer(client, MODEL, CallCache(tmp_path / "c.sqlite"), mode="echo")
@@ -266,13 +210,13 @@ def test_a_content_filtered_completion_is_refused_never_cached_and_asked_again(t
         body = chat_completion("" if state["filter"] else "Pablo Escobar")
         if state["filter"]:
             body["choices"][0]["finish_reason"] = "content_filter"
-        _json(h, body)
+        send_json(h, body)
 
-    with Scripted(respond) as server:
+    with FakeEndpoint(respond) as server:
         client = LLMClient(server.url, MODEL, cache=cache, backoff_s=0.01, max_retries=2)
         with pytest.raises(LLMInfrastructureError) as e:
             client.chat(MSGS)
-        assert e.value.kind == "refused" and not e.value.transient and server.requests == 1
+        assert e.value.kind == "refused" and not e.value.transient and len(server.requests) == 1
         assert cache.get(client.key_for("chat", MSGS)) is None
         state["filter"] = False                     # the endpoint recovers: asked again, not served the refusal
         answer = client.chat(MSGS)
@@ -292,11 +236,11 @@ def _completion(text, finish="stop"):
 def test_the_endpoint_scorers_completion_refuses_what_the_client_refuses(tmp_path, answer, finish, kind, requests):
     """The likelihood answer model's greedy answer (`EndpointScorer.complete`) goes through the client's checks: a
     200 error text or a filtered completion raises, is journalled as an error and never served as an answer."""
-    with Scripted(lambda h: _json(h, _completion(answer, finish))) as server:
+    with FakeEndpoint(lambda h: send_json(h, _completion(answer, finish))) as server:
         scorer = _scorer(server, tmp_path)
         with pytest.raises(LLMInfrastructureError) as e:
             scorer.complete("Question: 1 + 1?\nAnswer:")
-        assert e.value.kind == kind and server.requests == requests
+        assert e.value.kind == kind and len(server.requests) == requests
     rows = scorer.cache.history()
     assert [r.status for r in rows] == ["error"] and rows[0].request["kind"] == "complete"
     assert scorer.cache.get(rows[0].key) is None
@@ -304,12 +248,12 @@ def test_the_endpoint_scorers_completion_refuses_what_the_client_refuses(tmp_pat
 
 def test_the_endpoint_scorers_completion_masks_an_echoed_key(tmp_path):
     def echo_headers(h):
-        _json(h, _completion(f" 2 (sent with {h.headers.get('Authorization')})"))
+        send_json(h, _completion(f" 2 (sent with {h.headers.get('Authorization')})"))
 
-    with Scripted(echo_headers) as server:
+    with FakeEndpoint(echo_headers) as server:
         scorer = _scorer(server, tmp_path)
         text = scorer.complete("Question: 1 + 1?\nAnswer:")
-        assert scorer.complete("Question: 1 + 1?\nAnswer:") == text and server.requests == 1   # cached
+        assert scorer.complete("Question: 1 + 1?\nAnswer:") == text and len(server.requests) == 1   # cached
     assert KEY not in text and "***REDACTED***" in text
     assert KEY.encode() not in b"".join(p.read_bytes() for p in tmp_path.iterdir())   # the cache and its WAL
 
@@ -317,11 +261,11 @@ def test_the_endpoint_scorers_completion_masks_an_echoed_key(tmp_path):
 def test_a_score_response_carrying_an_error_object_is_an_error_never_a_score(tmp_path):
     def respond(h):
         prompt = h.body.get("prompt", "")
-        _json(h, {**_completion(prompt), "error": {"message": "upstream overloaded"},
+        send_json(h, {**_completion(prompt), "error": {"message": "upstream overloaded"},
                   "choices": [{"index": 0, "text": prompt, "finish_reason": "length",
                                "logprobs": {"tokens": [prompt], "text_offset": [0], "token_logprobs": [None]}}]})
 
-    with Scripted(respond) as server:
+    with FakeEndpoint(respond) as server:
         [out] = _scorer(server, tmp_path).score_many([REQ])
     assert isinstance(out, LLMInfrastructureError) and out.kind == "error_text", out
 
@@ -331,23 +275,23 @@ def test_a_score_response_carrying_an_error_object_is_an_error_never_a_score(tmp
                                              (7.5, False, REQ), (-1.0, True, REQ), (-1.0, True, SPAN_REQ)],
                          ids=["nan", "-inf", "inf", "positive", "short", "short-span"])
 def test_impossible_log_probabilities_are_malformed_retried_and_never_cached(tmp_path, value, short, req):
-    with Scripted(lambda h: _echo(h, value, short)) as server:
+    with FakeEndpoint(lambda h: _echo(h, value, short)) as server:
         scorer = _scorer(server, tmp_path)
         [out] = scorer.score_many([req])
         assert isinstance(out, LLMInfrastructureError) and out.kind == "malformed", out
-        assert server.requests == 3                 # retried like any malformed answer
+        assert len(server.requests) == 3                 # retried like any malformed answer
     assert scorer.cache.get(scorer.key(req)) is None
 
 
 def test_a_sound_echo_is_scored(tmp_path):
-    with Scripted(_echo) as server:
+    with FakeEndpoint(_echo) as server:
         [out] = _scorer(server, tmp_path).score_many([SPAN_REQ])
     assert out.logprobs == (-1.0,) and out.span_logprob is not None and out.span_logprob < 0
 
 
 # -- the scorer's cache key names the endpoint -----------------------------------------------------------------------
 def test_the_scorer_key_names_the_endpoint_and_the_in_process_key_the_weights_and_binding(tmp_path):
-    with Scripted(lambda h: _echo(h, -1.0)) as a, Scripted(lambda h: _echo(h, -2.0)) as b:
+    with FakeEndpoint(lambda h: _echo(h, -1.0)) as a, FakeEndpoint(lambda h: _echo(h, -2.0)) as b:
         first = _scorer(a, tmp_path).score_many([REQ])[0]
         other = _scorer(b, tmp_path).score_many([REQ])[0]
     assert first.logprobs == (-1.0,) and not other.cached and other.logprobs == (-2.0,)
@@ -362,35 +306,41 @@ def test_the_scorer_key_names_the_endpoint_and_the_in_process_key_the_weights_an
 
 # -- failures of the endpoint are failures, not "cannot score" -------------------------------------------------------
 @pytest.mark.parametrize("respond,error,kind,requests", [
-    (_status(401), LLMInfrastructureError, "auth", 1),
-    (_status(403), LLMInfrastructureError, "auth", 1),
-    (_status(404, "model fake-model not found"), LLMInfrastructureError, "config", 1),
-    (_status(400), LLMRequestError, None, 1),
-    (lambda h: _json(h, {"id": "x", "object": "text_completion"}), LLMInfrastructureError, "malformed", 3),
-    (lambda h: _json(h, {"id": "x", "choices": []}), LLMInfrastructureError, "malformed", 3),
-    (_status(503, "upstream overloaded"), LLMInfrastructureError, "server_error", 3),
+    (status(401), LLMInfrastructureError, "auth", 1),
+    (status(403), LLMInfrastructureError, "auth", 1),
+    (status(404, "model fake-model not found"), LLMInfrastructureError, "config", 1),
+    (status(400), LLMRequestError, None, 1),
+    (lambda h: send_json(h, {"id": "x", "object": "text_completion"}), LLMInfrastructureError, "malformed", 3),
+    (lambda h: send_json(h, {"id": "x", "choices": []}), LLMInfrastructureError, "malformed", 3),
+    (status(503, "upstream overloaded"), LLMInfrastructureError, "server_error", 3),
     (lambda h: h.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n"
                              b"{not json"), LLMInfrastructureError, "malformed", 3),
 ], ids=["401", "403", "404", "400", "nochoices", "emptychoices", "503", "badjson"])
 def test_endpoint_failures_are_classified_as_the_client_does(tmp_path, respond, error, kind, requests):
-    with Scripted(respond) as server:
-        [out] = _scorer(server, tmp_path).score_many([REQ])
+    with FakeEndpoint(respond) as server:
+        try:
+            [out] = _scorer(server, tmp_path).score_many([REQ])
+            raised = False
+        except LLMInfrastructureError as e:
+            out, raised = e, True
+        # a refusal of every request (bad key, URL or model) ends the batch; any other failure is in its place
+        assert raised == (kind in ("auth", "config")), out
         assert type(out) is error, out
         assert kind is None or out.kind == kind
-        assert server.requests == requests
+        assert len(server.requests) == requests
         with pytest.raises(error):                  # not "use lexical"
             LLM(base_url=server.url, model=MODEL, api_key="none", max_retries=0,
                 cache_path=str(tmp_path / "r.sqlite")).scores_prompts()
 
 
 def test_a_chat_only_endpoint_still_cannot_score(tmp_path):
-    with Scripted(_status(404, "This is a chat model and not supported in the v1/completions endpoint")) as server:
+    with FakeEndpoint(status(404, "This is a chat model and not supported in the v1/completions endpoint")) as server:
         with pytest.raises(ScoringUnsupported, match="chat model"):
             _scorer(server, tmp_path).score_many([REQ])
 
 
 def test_a_scorer_error_names_the_status_and_a_redacted_excerpt(tmp_path):
-    with Scripted(_status(500, "boom " + "z" * 3000 + KEY)) as server:
+    with FakeEndpoint(status(500, "boom " + "z" * 3000 + KEY)) as server:
         [out] = _scorer(server, tmp_path, retries=0).score_many([REQ])
     assert "500" in str(out) and "boom" in str(out) and len(str(out)) < 2500
     assert KEY[:10] not in str(out)
@@ -419,12 +369,12 @@ def test_a_gzip_bomb_is_refused_by_its_decoded_size(tmp_path):
         seen.append(h.headers.get("Accept-Encoding"))
         _gzip(h, bomb if h.body["messages"][0]["content"] == "bomb" else answer)
 
-    with Scripted(respond) as server:
+    with FakeEndpoint(respond) as server:
         client = LLMClient(server.url, MODEL, max_retries=3, backoff_s=0.01, max_response_bytes=2 << 20)
         assert client.chat(MSGS).text == "Pablo Escobar"     # a small compressed answer still reads
         with pytest.raises(LLMInfrastructureError) as e:
             client.chat([{"role": "user", "content": "bomb"}])
-        assert e.value.kind == "too_large" and server.requests == 2
+        assert e.value.kind == "too_large" and len(server.requests) == 2
     assert seen == ["identity", "identity"]
 
 
@@ -435,7 +385,7 @@ def test_a_gzip_bomb_is_refused_by_its_decoded_size(tmp_path):
 ], ids=["error-object", "error-text"])
 def test_a_key_across_the_cut_of_an_error_message_leaves_no_prefix(tmp_path, caplog, body):
     caplog.set_level(logging.DEBUG)
-    with Scripted(lambda h: _json(h, body)) as server:
+    with FakeEndpoint(lambda h: send_json(h, body)) as server:
         client = LLMClient(server.url, MODEL, api_key=KEY, cache=CallCache(tmp_path / "c.sqlite"), max_retries=1,
                            backoff_s=0.01)
         with pytest.raises(LLMInfrastructureError) as e:

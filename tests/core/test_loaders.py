@@ -150,11 +150,17 @@ def test_a_beir_benchmark_refuses_judgements_of_documents_the_corpus_lacks(tmp_p
     assert load_benchmark(spec, "test").qrels == {"q1": {"d1": 1.0}}
 
 
-def test_missing_path_is_named(tmp_path):
+def test_a_missing_path_or_a_file_given_for_a_folder_is_named(tmp_path):
     with pytest.raises(CorpusError, match=f"{tmp_path}/nope/corpus.jsonl: file not found"):
         load_beir_corpus(tmp_path / "nope", "x")
     with pytest.raises(CorpusError, match="folder not found"):
         load_folder(tmp_path / "nope", "x")
+    # a path that exists but is no folder: said to be "not found", sending the user to look for it
+    (tmp_path / "notes.md").write_text("# Notes\n")
+    with pytest.raises(CorpusError, match=r"notes\.md: is a file, not a folder"):
+        load_folder(tmp_path / "notes.md", "x")
+    with pytest.raises(CorpusError, match=r"^/dev/null: is a character device, not a folder"):
+        load_folder("/dev/null", "x")
 
 
 def test_hotpotqa_real_paragraphs_and_gold_flags():

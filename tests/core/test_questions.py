@@ -308,6 +308,47 @@ def test_a_file_that_is_not_utf8_or_a_directory_or_another_format(tmp_path):
         load_questions(tmp_path / "q.xlsx")
 
 
+def test_a_jsonl_string_holding_a_line_separator_is_one_record(tmp_path):
+    """JSON allows U+2028, U+2029, U+0085 and form feeds unescaped inside a string, and str.splitlines() cut the
+    line at each: a valid file was refused as malformed JSON. Lines end at "\n" (and "\r\n")."""
+    from causal_assets.core.corpus.questions import load_questions
+
+    path = tmp_path / "questions.jsonl"
+    records = [{"id": "a", "question": "Which port\u2028does it use?", "answer": "7461"},
+               {"id": "b", "question": "Kept\u0085for\x0chow long?", "answer": "30 days\u2029"}]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in records), encoding="utf-8")
+    loaded = load_questions(path).records
+    assert [(r.question_id, r.question, r.where) for r in loaded] == [
+        ("a", "Which port\u2028does it use?", f"{path}:1"), ("b", "Kept\u0085for\x0chow long?", f"{path}:2")]
+
+
+@pytest.mark.parametrize("text", [_jsonl({"id": "a", "question": "Which port?", "answer": "7461"}),
+                                  json.dumps([{"id": "a", "question": "Which port?", "answer": "7461"}])],
+                         ids=["lines", "array"])
+def test_a_jsonl_file_with_a_byte_order_mark_is_read(tmp_path, text):
+    """Editors on Windows save UTF-8 with a BOM; the CSV loader took one, JSON Lines said "malformed JSON"."""
+    from causal_assets.core.corpus.questions import load_questions
+
+    path = tmp_path / "questions.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert [r.question_id for r in load_questions(path).records] == ["a"]
+
+
+def test_a_fifo_or_a_device_is_not_a_regular_file_not_missing(tmp_path):
+    """They exist: "questions file not found" sent the user looking for a file that was there."""
+    import os
+
+    from causal_assets.core.corpus.questions import load_questions
+
+    os.mkfifo(tmp_path / "questions.jsonl")
+    with pytest.raises(CorpusError, match=r"questions\.jsonl: not a regular file \(a FIFO\)"):
+        load_questions(tmp_path / "questions.jsonl")
+    with pytest.raises(CorpusError, match=r"^/dev/zero: not a regular file \(a character device\)"):
+        load_questions("/dev/zero")
+    with pytest.raises(CorpusError, match=r"gone\.jsonl: questions file not found"):
+        load_questions(tmp_path / "gone.jsonl")
+
+
 def test_a_gold_entry_the_corpus_lacks_names_the_line_and_the_closest_file(tmp_path):
     benchmarks, corpora = _registries(tmp_path, _jsonl(
         {"id": "a", "question": "Which port?", "answer": "7461", "gold": ["instal.md"]}))

@@ -41,6 +41,27 @@ def test_folder_fingerprint_changes_when_a_file_changes(tmp_path):
     assert source_fingerprint(CorpusSpec(name="x", loader="folder", path=str(tmp_path / "gone"))) == "missing"
 
 
+def test_a_source_change_is_read_from_stats_first_then_contents(tmp_path):
+    """What the commands compare with the state `corpus_chunks` recorded: a file touched but not changed is no
+    change (its contents are read only because its mtime moved); an edit and an added file are."""
+    from causal_assets.core.registry.fingerprint import source_change, source_record
+
+    page = tmp_path / "a.md"
+    page.write_text("one")
+    spec = CorpusSpec(name="docs", loader="folder", path=str(tmp_path))
+    recorded = source_record(spec)
+    assert source_change(spec, recorded) is None
+    os.utime(page, ns=(1, 2))
+    assert source_fingerprint(spec) not in recorded and source_change(spec, recorded) is None
+    page.write_text("two")
+    assert source_change(spec, recorded) == f"its source {tmp_path} changed since its chunks were built (1 file(s), " \
+                                            "contents changed)"
+    (tmp_path / "b.md").write_text("new")
+    assert source_change(spec, recorded).endswith("(1 file(s) then, 2 now)")
+    assert source_change(spec, None) is None                     # chunks that record no source: not judged
+    assert source_change(CorpusSpec(name="x", loader="folder", path=str(tmp_path / "gone")), recorded) is None
+
+
 def test_nightly_schedule_requests_every_benchmark():
     context = build_schedule_context(scheduled_execution_time=datetime(2026, 11, 22, 2, tzinfo=timezone.utc))
     requests = list(nightly_labels_and_evaluation(context))

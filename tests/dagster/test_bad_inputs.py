@@ -68,6 +68,8 @@ def test_io_manager_refuses_to_write_outside_the_base_path(resources, tmp_path):
 
 
 def test_cli_bad_queries_corpora_and_options(resources, capsys, monkeypatch):
+    # the registry the index is built from (under the shipped one its source differs, and search would rebuild)
+    monkeypatch.setenv("CAUSAL_ASSETS_CORPORA", resources["corpus_registry"].path)
     assert materialize([corpus_chunks, sparse_postings_and_vocabulary], resources=resources, partition_key="hotpotqa").success
     base = resources["storage"].base_path
 

@@ -138,9 +138,12 @@ def test_run_succeeds_while_a_user_holds_the_catalog(resources):
         assert con.execute("select count(*) from corpus_chunks").fetchone()[0] == 30
 
 
-def test_cli_search(resources, capsys):
+def test_cli_search(resources, capsys, monkeypatch):
     from causal_assets.cli import main
 
+    # the registry the index was built from: under another one, the corpus's source differs from the one its chunks
+    # were read from, and search would rebuild them
+    monkeypatch.setenv("CAUSAL_ASSETS_CORPORA", resources["corpus_registry"].path)
     _materialize(resources, "hotpotqa")
     base = resources["storage"].base_path
     assert main(["--base-path", base, "search", "Neil Peart drummer", "--corpus", "hotpotqa", "-k", "2", "--json"]) == 0
@@ -150,9 +153,10 @@ def test_cli_search(resources, capsys):
     assert "unknown corpus 'missing'" in capsys.readouterr().err
 
 
-def test_cli_search_with_cascade_and_entity_first(resources, capsys):
+def test_cli_search_with_cascade_and_entity_first(resources, capsys, monkeypatch):
     from causal_assets.cli import main
 
+    monkeypatch.setenv("CAUSAL_ASSETS_CORPORA", resources["corpus_registry"].path)
     _materialize(resources, "hotpotqa")
     # cascade and entity_first read the entity graph: built here with the test's registry (the CLI would build it
     # with the shipped one)

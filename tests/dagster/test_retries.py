@@ -55,11 +55,18 @@ def test_only_infrastructure_errors_that_can_go_away_are_retried(yields):
     def bad_key():
         raise LLMInfrastructureError("chat call failed after 1 attempt(s) [auth]", kind="auth")
 
+    def endpoint_given_up():   # the client retried for its whole give-up bound already
+        error = LLMInfrastructureError("the LLM endpoint http://127.0.0.1:9/v1 failed every attempt for 60 s in a "
+                                       "row (...); gave up after 60 s", kind="connection")
+        error.gave_up = True
+        raise error
+
     def bug():
         raise KeyError("node_id")
 
     assert _attempts(_run(endpoint_down, yields)) == 3
     assert _attempts(_run(bad_key, yields)) == 1
+    assert _attempts(_run(endpoint_given_up, yields)) == 1
     result = _run(bug, yields)
     assert _attempts(result) == 1
     assert failure_line(result) == "step the_step failed: KeyError: 'node_id'"

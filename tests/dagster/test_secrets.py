@@ -12,7 +12,7 @@ from causal_assets.defs.graph import graph_nodes_and_edges
 from causal_assets.defs.labels import candidate_pools, mc_labels, mc_trials
 from causal_assets.resources import llm_from_settings
 from causal_assets.settings import Settings
-from tests.core.test_llm import FakeOpenAI
+from tests.helpers.endpoint import FakeOpenAI
 
 SECRET = "sk-live-NeverLogThis0123456789abcdef"
 

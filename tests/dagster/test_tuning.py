@@ -30,8 +30,8 @@ from causal_assets.core.stored.reuse import reuse_or_fit
 from causal_assets.core.tuning.records import ENCODER_COLUMNS, adopted_reranker, kept_encoder
 from causal_assets.defs.tuning import tuned_encoder, tuned_reranker, tuned_retriever_configs
 from causal_assets.resources import LLM
-from tests.core.test_likelihood_labels import _ChatOnly
 from tests.conftest import SCIFACT, make_beir_subset, require
+from tests.helpers.endpoint import chat_only
 
 INDEX = [corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary]
 
@@ -278,7 +278,7 @@ def test_a_new_tuned_config_re_triggers_the_evaluation():
 def test_the_llm_resource_knows_a_chat_only_endpoint_cannot_score(tmp_path):
     """The tuning asks `scores_prompts()` before tuning the causal retriever with the answer likelihood, and falls
     back to the lexical model (named in its log and metadata) against an endpoint like this one."""
-    with _ChatOnly() as server:
+    with chat_only() as server:
         llm = LLM(base_url=server.url, model="gpt-chat-only", api_key="none", max_retries=0,
                   cache_path=str(tmp_path / "c.db"))
         assert llm.scores_prompts() is False

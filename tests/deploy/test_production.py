@@ -25,7 +25,6 @@ import threading
 import time
 import urllib.request
 from contextlib import ExitStack
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,7 @@ from causal_assets.core.llm.server import free_port
 from tests.conftest import require_system
 from tests.dagster.procs import ROOT, group_alive
 from tests.deploy.systemd_units import exec_start
+from tests.helpers.endpoint import FakeEndpoint, chat_completion, send_json
 
 pytestmark = pytest.mark.slow
 
@@ -100,59 +100,26 @@ class Postgres:
 
 
 # ------------------------------------------------------------------------------------------------ LLM endpoint
-class HoldingEndpoint:
-    """Just enough of the OpenAI chat API. While `hold` is set, a request is held open (and counted in `held`) until
-    the client goes away or `hold` is cleared; otherwise it is answered at once."""
+class Holding:
+    """A `respond` of the fake endpoint: while `hold` is set, each completion request is held open (and `held` set)
+    until the client goes away or `hold` is cleared; otherwise it is answered at once. The model list is always
+    answered at once."""
 
     def __init__(self):
         self.hold = threading.Event()
         self.hold.set()
         self.held = threading.Event()
-        self.answered = 0
-        endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                self._send({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                if endpoint.hold.is_set():
-                    endpoint.held.set()
-                    deadline = time.monotonic() + 600
-                    while endpoint.hold.is_set() and time.monotonic() < deadline:
-                        time.sleep(0.2)
-                user = [m["content"] for m in body.get("messages", []) if m.get("role") == "user"]
-                endpoint.answered += 1
-                self._send({"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000,
-                            "model": "fake-model", "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                                "role": "assistant",
-                                "content": f"Charles Babbage designed the Analytical Engine. ({len(user)} user turns)"}}],
-                            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
-
-            def _send(self, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client was killed
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.hold.clear()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def __call__(self, h) -> None:
+        if h.command == "GET":
+            send_json(h, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+            return
+        if self.hold.is_set():
+            self.held.set()
+            deadline = time.monotonic() + 600
+            while self.hold.is_set() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        send_json(h, chat_completion("Charles Babbage designed the Analytical Engine."))
 
 
 # ------------------------------------------------------------------------------------------------ processes
@@ -270,8 +237,9 @@ def deployment(tmp_path):
         t0 = time.monotonic()
         pg.start()
         pg_s = time.monotonic() - t0
-        llm = HoldingEndpoint()
-        stack.callback(llm.close)
+        llm = Holding()
+        llm_url = stack.enter_context(FakeEndpoint(llm)).url
+        stack.callback(llm.hold.clear)   # before the server closes
         code_port, web_port = free_port(), free_port()
         env = {**os.environ, **pg.env(), "DAGSTER_HOME": str(home), "PYTHONUNBUFFERED": "1",
                "DAGSTER_CODE_SERVER_HOST": "127.0.0.1", "DAGSTER_CODE_SERVER_PORT": str(code_port),
@@ -280,7 +248,7 @@ def deployment(tmp_path):
                "CAUSAL_ASSETS_BASE_PATH": str(root / "parquet"), "CAUSAL_ASSETS_CATALOG": str(root / "catalog.duckdb"),
                "CAUSAL_ASSETS_REPORTS": str(root / "reports"), "CAUSAL_ASSETS_QUERIES": str(root / "queries"),
                "CAUSAL_ASSETS_LLM_CACHE": str(root / "llm_calls.sqlite"),
-               "CAUSAL_ASSETS_LLM_BASE_URL": llm.url, "CAUSAL_ASSETS_LLM_MODEL": "fake-model",
+               "CAUSAL_ASSETS_LLM_BASE_URL": llm_url, "CAUSAL_ASSETS_LLM_MODEL": "fake-model",
                "CAUSAL_ASSETS_WEBSERVER_PORT": str(web_port)}
 
         def teardown():

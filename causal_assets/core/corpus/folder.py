@@ -97,7 +97,13 @@ def load_folder(root: str | Path, corpus: str, chunk_chars: ChunkChars = CHUNK_C
     root = Path(root)
     check_options(chunk_chars, overlap_chars)
     if not root.is_dir():
-        raise CorpusError(f"{root}: folder not found")
+        try:
+            mode = os.stat(root).st_mode
+        except OSError:
+            raise CorpusError(f"{root}: folder not found") from None
+        what = "a file" if stat.S_ISREG(mode) else file_kind(mode)
+        raise CorpusError(f"{root}: is {what}, not a folder (loader 'folder' reads every text file under a "
+                          "folder; give the folder that holds it)")
     real_root = root.resolve()
     suffixes = suffixes or TEXT_SUFFIXES
     report = {"files": 0, "skipped_binary": 0, "skipped_undecodable": 0, "skipped_oversize": 0,

@@ -14,11 +14,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from causal_assets.core.corpus.fields import duplicate_key_message, id_field, parse_json, split_field, text_value
+from causal_assets.core.corpus.folder import file_kind
 from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.foundation.limits import MAX_ANSWER_CHARS, MAX_QUERY_CHARS
 from causal_assets.core.foundation.strict_json import DECODER, DuplicateKey
@@ -196,10 +199,14 @@ def _evidence(where: str, obj: dict, gold: tuple[str, ...]) -> tuple[tuple[str, 
 
 
 def _jsonl_objects(path: Path, text: str):
+    text = text.removeprefix("\ufeff")   # a BOM, as editors on Windows write (the CSV loader takes one too)
     if text.lstrip().startswith("["):   # a whole-file JSON array of the same objects
         yield from _array_objects(path, text)
         return
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # lines end at "\n" only: str.splitlines() also cuts at U+2028, U+0085 and form feeds, which JSON allows
+    # unescaped inside a string
+    for lineno, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
@@ -250,10 +257,16 @@ def _csv_objects(path: Path, text: str, delimiter: str):
 def load_questions(path: str | Path) -> QuestionFile:
     """Every record of the questions file at `path` (module docstring), checked; in file order."""
     path = Path(path)
-    if path.is_dir():
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: questions file not found") from None
+    except OSError as e:
+        raise CorpusError(f"{path}: cannot read ({e.strerror or e})") from None
+    if stat.S_ISDIR(mode):
         raise CorpusError(f"{path}: is a directory, not a questions file")
-    if not path.is_file():
-        raise CorpusError(f"{path}: questions file not found")
+    if not stat.S_ISREG(mode):   # a FIFO would block the read, /dev/zero never end
+        raise CorpusError(f"{path}: not a regular file ({file_kind(mode)}); a questions file is a file of text")
     suffix = path.suffix.lower()
     if suffix not in CSV_SUFFIXES and suffix not in JSON_SUFFIXES:
         raise CorpusError(f"{path}: a questions file is JSON Lines ({', '.join(JSON_SUFFIXES)}) or CSV with a "

@@ -79,7 +79,10 @@ PER_ASSET = {
                       "path": "File path of the chunk's source, when it has one.",
                       "start_line": "First source line of a code chunk.", "end_line": "Last source line.",
                       "metadata": "JSON with loader-specific fields (e.g. HotpotQA's supporting flag).",
-                      "index_options": "JSON: how the corpus is analysed (e.g. split_identifiers)."},
+                      "index_options": "JSON: how the corpus is analysed (e.g. split_identifiers).",
+                      "source_fingerprint": "JSON: the state of the corpus's source when it was read (stat and "
+                                            "content digests, file count), which search, ask, build and label "
+                                            "compare with the source now."},
     "sparse_vocabulary": {"term": "The index term (stemmed; identifiers split for code corpora).",
                           "df": "Number of chunks containing the term.", "idf": "Inverse document frequency."},
     "graph_nodes": {"node_id": "Node id: a code symbol's full name, or chunk:/entity:/community: + key.",

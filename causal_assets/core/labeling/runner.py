@@ -169,6 +169,7 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
     kw = {"aliases": aliases or ()} if validator == "fqn_match" else {}
     continuations = answer_continuations(gold, aliases or ()) if scorer is not None else ()
     errors_in_a_row = 0
+    last_error: BaseException | None = None
     while True:
         if labeler is None and not len(pending) and len(later):
             if not decided(out.trials, doc_ids, config):
@@ -194,6 +195,9 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
                 if isinstance(r, BudgetExceeded):
                     out.stopped = "budget_exceeded"
                 out.calls.append(_error_call(question_id, members, r, k))
+                if isinstance(r, LLMInfrastructureError) and r.final:
+                    raise r   # a bad key or URL, or an endpoint past its give-up bound: no other call can succeed
+                last_error = r
             if bad:
                 failed_rows.append(row)
                 continue
@@ -227,8 +231,8 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
         if errors_in_a_row >= config.max_consecutive_errors:
             # an outage, not the question's failure: the step retries it (retries.py)
             raise LLMInfrastructureError(f"question {question_id}: {errors_in_a_row} batches in a row had "
-                                         "infrastructure errors; completed calls are cached, re-run to resume",
-                                         kind="outage")
+                                         f"infrastructure errors (the last: {str(last_error)[:500]}); completed "
+                                         "calls are cached, re-run to resume", kind="outage")
         if labeler is None:
             # fixed designs: retry only the errored subsets, once per batch
             pending = np.array(failed_rows, dtype=bool).reshape(-1, len(pool))

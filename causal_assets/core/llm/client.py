@@ -6,8 +6,9 @@ An infrastructure failure (timeouts, 429, 5xx, malformed or oversized responses,
 dead local server) raises `LLMInfrastructureError` once retries are exhausted, or at once where retrying cannot help;
 an invalid request raises `LLMRequestError`; a filtered completion is an error of kind "refused". None is ever
 returned or cached as an answer, so an outage is never mistaken for a solver's wrong answer. `timeout_s` is a total
-deadline per attempt. The cache key names the endpoint (`cache_endpoint`); the API key is never logged, stored or
-shown. The full contract: docs/operations.md ("Retries and limits").
+deadline per attempt; attempts failing in a row for `give_up_after_s` end the retrying (`health.py`). The cache key
+names the endpoint (`cache_endpoint`); the API key is never logged, stored or shown. The full contract:
+docs/operations.md ("Retries and limits").
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from causal_assets.core.foundation.urls import has_credentials, without_credenti
 
 from .cache import CallCache, CachedCall, make_key
 from .errors import BudgetExceeded, LLMError, LLMInfrastructureError, LLMRequestError, ResponseTooLarge
+from .health import FailureStreak, describe, to_terminal
 from .redact import REDACTED, Secret, redact
 
 if TYPE_CHECKING:
@@ -41,7 +43,10 @@ ERROR_TEXT = re.compile(
     r"server (?:is )?overloaded)\b\s*[:\-.!]", re.IGNORECASE)
 MAX_ERROR_TEXT_CHARS = 500
 DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+# Seconds of endpoint attempts failing in a row after which retrying stops (core/llm/health.py).
+DEFAULT_GIVE_UP_AFTER_S = 60.0
 _FROM_BASE_URL = object()
+
 
 
 @dataclass(frozen=True)
@@ -182,7 +187,8 @@ class LLMClient:
                  backoff_s: float = 0.5, max_concurrency: int = 2, *, budget: CallBudget | None = None,
                  max_backoff_s: float = 30.0, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
                  cache_endpoint: str | None | object = _FROM_BASE_URL, error_text: re.Pattern | None = ERROR_TEXT,
-                 server_failure: Callable[[], str | None] | None = None):
+                 server_failure: Callable[[], str | None] | None = None,
+                 give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S, notify: Callable[[str], None] | None = to_terminal):
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
         if base_url and has_credentials(base_url):
@@ -204,6 +210,8 @@ class LLMClient:
         # a local server's `failure()`: once it names a dead server, retrying against its port is pointless
         self.server_failure = server_failure
         self.cache_endpoint = base_url if cache_endpoint is _FROM_BASE_URL else cache_endpoint
+        # attempts failing in a row, across calls and threads: retrying stops once they have for give_up_after_s
+        self.failures = FailureStreak(give_up_after_s, notify)
         self._api_key = Secret(api_key or NO_KEY)  # the caller passes the key (resources: EnvVar of settings)
         # the openai SDK (~0.7 s to import) is loaded here, by the first client, not by every process that loads
         # the code location
@@ -237,14 +245,21 @@ class LLMClient:
                   **params: Any) -> list[LLMResult | BaseException]:
         """`chat` over many conversations on a pool of `max_concurrency` threads; results in input order.
         With `return_exceptions=True` failures are returned in place instead of raised (first one raised
-        otherwise; the calls that completed are in the cache either way)."""
+        otherwise; the calls that completed are in the cache either way), except a final one (a bad key, URL or
+        model, or an endpoint past its give-up bound: `LLMInfrastructureError.final`), which every other call
+        would meet too: it is raised."""
         items = list(list_of_messages)
+        final: list[LLMError] = []   # once one is met, the calls not yet started are not made
 
         def one(msgs):
+            if final:
+                raise final[0]
             try:
                 return self.chat(msgs, **params)
             except LLMError as e:
-                if return_exceptions:
+                if isinstance(e, LLMInfrastructureError) and e.final:
+                    final.append(e)
+                elif return_exceptions:
                     return e
                 raise
 
@@ -335,13 +350,13 @@ class LLMClient:
                          logprobs=choice.get("logprobs"), finish_reason=choice.get("finish_reason"),
                          key=row.key, model=row.model, attempts=0)
 
-    def _sleep_before_retry(self, attempt: int, retry_after: float | None) -> float:
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """The backoff before retry `attempt + 1`: exponential with jitter, at least the server's Retry-After."""
         with self._rng_lock:
             jitter = 0.5 + self._rng.random()  # in [0.5, 1.5)
         delay = min(self.max_backoff_s, self.backoff_s * (2 ** attempt) * jitter)
         if retry_after is not None:
             delay = min(self.max_backoff_s, max(delay, retry_after))
-        time.sleep(delay)
         return delay
 
     def _one_attempt(self, kind: str, payload: Any, params: dict) -> tuple[dict, str, int | None,
@@ -398,14 +413,22 @@ class LLMClient:
                 choice = data["choices"][0]
         return CheckedResponse(data, text, choice)
 
+    @property
+    def endpoint(self) -> str:
+        """The endpoint's address as messages show it (never the key: a URL with credentials is refused)."""
+        return self.base_url or "the default OpenAI endpoint"
+
     def retrying(self, label: str, attempt: Callable[[], Any],
                  on_failure: Callable[[str, int, float], None] | None = None) -> tuple[Any, int, float]:
         """`attempt()` under this client's concurrency bound and retry policy: (its result, attempts, latency of the
         successful attempt). Failures are classified by `classify`; the last one raises `LLMInfrastructureError`
-        (or `LLMRequestError` for a rejected request) with a redacted message naming `label`, after
-        `on_failure(message, attempts, total latency)` (the caller's journal)."""
+        (or `LLMRequestError` for a rejected request) with a redacted message naming `label`, the endpoint and
+        what failed, after `on_failure(message, attempts, total latency)` (the caller's journal). Once the
+        endpoint's attempts have failed in a row for `give_up_after_s` (`self.failures`), nothing is retried any
+        more: each call makes one attempt and its failure is final (`gave_up`)."""
         attempts = 0
         total_latency = 0.0
+        streak = self.failures
         while True:
             attempts += 1
             t0 = time.monotonic()
@@ -413,20 +436,37 @@ class LLMClient:
                 with self._sem:
                     t0 = time.monotonic()
                     result = attempt()
+                streak.succeeded()
                 return result, attempts, time.monotonic() - t0
             except Exception as exc:  # noqa: BLE001 - classified below; nothing escapes unredacted
                 total_latency += time.monotonic() - t0
                 err_kind, retryable, retry_after = classify(exc)
                 last_msg = self.redact_secrets(f"{type(exc).__name__}: {exc}")[:2000]
+                what = describe(exc, err_kind, self.timeout_s)
                 died = self.server_failure() if self.server_failure and retryable else None
                 if died:
                     err_kind, retryable, last_msg = "local_server_died", False, f"{last_msg} ({died})"
-                if retryable and attempts <= self.max_retries:
-                    delay = self._sleep_before_retry(attempts - 1, retry_after)
+                gave_up = False
+                if retryable:   # the endpoint failing, not refusing this request: part of the streak
+                    failing_s = streak.failed(what)
+                    gave_up = failing_s >= streak.give_up_after_s
+                if retryable and not gave_up and attempts <= self.max_retries:
+                    # never asleep past the bound: the attempt after the sleep is the last one
+                    delay = min(self._backoff(attempts - 1, retry_after), streak.left_s())
                     log.warning("llm %s attempt %d/%d failed (%s): %s; retrying in %.2fs", label, attempts,
                                 self.max_retries + 1, err_kind, last_msg, delay)
+                    streak.say(f"LLM endpoint {self.endpoint}: {what} on the {label} (attempt {attempts} of "
+                               f"{self.max_retries + 1}); retrying in {delay:.1f} s. Failing for {failing_s:.0f} s "
+                               f"in a row; giving up after {streak.give_up_after_s:g} s")
+                    time.sleep(delay)
                     continue
-                msg = f"{label} failed after {attempts} attempt(s) [{err_kind}]: {last_msg}"
+                if gave_up:
+                    msg = (f"the LLM endpoint {self.endpoint} failed every attempt for {failing_s:.0f} s in a row "
+                           f"({streak.attempts} attempts; the last, of a {label}: {what}: {last_msg}); gave up "
+                           f"after {streak.give_up_after_s:g} s")
+                else:
+                    msg = f"{label} at {self.endpoint} failed after {attempts} attempt(s) [{err_kind}]: {what}: " \
+                          f"{last_msg}"
                 if on_failure is not None:
                     on_failure(msg, attempts, total_latency)
                 log.error("llm %s", msg)
@@ -436,7 +476,7 @@ class LLMClient:
                     # a bug on our side, not the endpoint's: surface it (redacted) as what it is
                     raise LLMError(msg) from None
                 # `from None`: the SDK exception holds the request (and its Authorization header)
-                raise LLMInfrastructureError(msg, attempts=attempts, kind=err_kind) from None
+                raise LLMInfrastructureError(msg, attempts=attempts, kind=err_kind, gave_up=gave_up) from None
 
     def _call_endpoint(self, kind: str, key: str, payload: Any, params: dict, request: dict) -> LLMResult:
         def journal(msg: str, attempts: int, total_latency: float) -> None:

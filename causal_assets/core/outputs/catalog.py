@@ -145,6 +145,12 @@ class ReadOnlyBase(AbstractFileSystem):
     def modified(self, path):
         return self.target.modified(self._target(path))
 
+    def glob(self, path, **kwargs):
+        # a pattern leaving the base path is refused here: the listing under it would only swallow the refusal
+        # (fsspec's walk ignores errors) and match nothing
+        self._target(path)
+        return super().glob(path, **kwargs)
+
     def _open(self, path, mode="rb", **kwargs):
         if mode != "rb":
             self._refuse(path)
@@ -158,14 +164,40 @@ class ReadOnlyBase(AbstractFileSystem):
 
 
 ANALYSIS_STATEMENTS = ("SELECT", "EXPLAIN")
-_EXPLAIN_HEAD = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+|\((?:[^()']|'[^']*')*\)\s*)?", re.IGNORECASE)
 _CREATE_VIEW = re.compile(r'^CREATE VIEW (?:"(?:[^"]|"")*"|\S+) AS (.*)$', re.DOTALL | re.IGNORECASE)
 _PARQUET_PATH = re.compile(r"(read_parquet\()'((?:[^']|'')*)'", re.IGNORECASE)
 
 
-def check_analysis_sql(sql: str) -> None:
+_COMMENT = re.compile(r"\s*(?:--[^\n]*(?:\n|$)|/\*.*?\*/)", re.DOTALL)
+_EXPLAIN_OPTION = re.compile(r"ANALY[SZ]E\b|\((?:[^()']|'[^']*')*\)", re.IGNORECASE)
+
+
+def _after_comments(sql: str) -> str:
+    """`sql` from its first word on: leading whitespace and comments (`-- ...`, `/* ... */`) skipped."""
+    while True:
+        m = _COMMENT.match(sql)
+        if not m:
+            return sql.lstrip()
+        sql = sql[m.end():]
+
+
+def _first_word(sql: str, default: str) -> str:
+    return (_after_comments(sql).split() or [default])[0].upper()
+
+
+def _explained(sql: str) -> str:
+    """What an EXPLAIN statement explains: the text after `EXPLAIN` and its `ANALYZE` or `(options)`, comments
+    anywhere between them skipped."""
+    rest = _after_comments(sql)
+    rest = _after_comments(rest[len("EXPLAIN"):]) if rest[:7].upper() == "EXPLAIN" else rest
+    option = _EXPLAIN_OPTION.match(rest)
+    return _after_comments(rest[option.end():]) if option else rest
+
+
+def check_analysis_sql(sql: str) -> list[str]:
     """Refuse anything but queries (SELECT, EXPLAIN; `from x`, `describe`, `summarize` parse as SELECT): no COPY,
-    EXPORT, INSTALL/LOAD, ATTACH, SET, PRAGMA, CREATE, ... in `causal-assets sql`."""
+    EXPORT, INSTALL/LOAD, ATTACH, SET, PRAGMA, CREATE, ... in `causal-assets sql`. Returns the statements' texts,
+    in order. A refusal names the statement's own first word, comments before it skipped."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as e:
@@ -175,19 +207,20 @@ def check_analysis_sql(sql: str) -> None:
     for st in statements:
         kind = getattr(st.type, "name", str(st.type))
         if kind == "EXPLAIN":   # EXPLAIN ANALYZE runs what it explains: that must be a query too
-            inner = _EXPLAIN_HEAD.sub("", st.query, count=1)
+            inner = _explained(st.query)
             try:
                 wrapped = duckdb.extract_statements(inner)
             except duckdb.Error as e:
                 raise ValueError(f"sql: {e}") from None
             if len(wrapped) != 1 or getattr(wrapped[0].type, "name", "") != "SELECT":
-                said = (inner.split() or ["nothing"])[0].upper()
-                raise ValueError(f"sql: only queries are allowed here, also under EXPLAIN; got EXPLAIN {said}")
+                raise ValueError(f"sql: only queries are allowed here, also under EXPLAIN; got EXPLAIN "
+                                 f"{_first_word(inner, 'nothing')}")
             continue
         if kind not in ANALYSIS_STATEMENTS:
             # the statement's own first word: DuckDB's type of INSTALL is LOAD, of DROP ... DROP, and so on
-            said = (st.query.split() or [kind])[0].upper()
-            raise ValueError(f"sql: only queries ({', '.join(ANALYSIS_STATEMENTS)}) are allowed here; got {said}")
+            raise ValueError(f"sql: only queries ({', '.join(ANALYSIS_STATEMENTS)}) are allowed here; got "
+                             f"{_first_word(st.query, kind)}")
+    return [st.query for st in statements]
 
 
 def _lock_error(e: Exception) -> bool:

@@ -34,6 +34,8 @@ from urllib.parse import quote
 import pandas as pd
 import yaml
 
+from causal_assets.core.foundation.errors import CausalAssetsError, naming_file
+
 # Effect size at or above which a YES label is graded 2 ("strongly helps"), per outcome the effect is measured on:
 # 'success' -> ΔP in [-1, 1], three times the 0.1 YES threshold; likelihood outcomes -> nats, twice the 2-nat YES
 # threshold (a YES interval lies wholly above 2 nats, so a 1-nat cut would grade every YES 2).
@@ -283,6 +285,29 @@ def refuse_foreign(out: Path) -> None:
                          f"replaced; choose another directory, or empty it")
 
 
+def _beside(out: Path) -> Path:
+    """A new directory beside `out`, where the export is written before it is renamed into place; an error
+    creating it names `out` (the user's `--out`), not the temporary name."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as e:   # e.g. /proc/x: its temporary name would be the one named
+        raise CausalAssetsError(f"{out}: cannot write the export there ({e.strerror or e})") from None
+    mask = os.umask(0)
+    os.umask(mask)
+    tmp.chmod(0o777 & ~mask)   # mkdtemp's 0700 would become the export's own mode once renamed
+    return tmp
+
+
+def _naming_out(e: OSError, tmp: Path, out: Path) -> OSError:
+    """`e` naming the export's own path (`out/...`) where it named the temporary directory (or nothing)."""
+    name = os.fspath(e.filename) if e.filename is not None else None
+    if name is not None and not (name == str(tmp) or name.startswith(str(tmp) + os.sep)):
+        return e
+    where = str(out) + (name[len(str(tmp)):] if name is not None else "")
+    return OSError(e.errno, e.strerror or str(e).replace(str(tmp), str(out)), where)
+
+
 def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.PathLike, card: DatasetCard,
                   estimator: str | None = None, hf: bool = True) -> ExportResult:
     """Write the export into `out_dir`, replacing a previous one only once the new one is complete."""
@@ -293,38 +318,46 @@ def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.P
         card.estimator = est
     out = Path(out_dir)
     refuse_foreign(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    mask = os.umask(0)
-    os.umask(mask)
-    tmp.chmod(0o777 & ~mask)   # mkdtemp's 0700 would become the export's own mode once renamed
+    tmp = _beside(out)
+
+    def written(rel: str):   # a full disk names the export's file, not the temporary directory's
+        return naming_file(tmp / rel)
+
     try:
         beir = tmp / "beir"
         (beir / "qrels").mkdir(parents=True)
-        _write_jsonl(beir / "queries.jsonl", [{"_id": line_id(r["_id"]), "text": r["text"],
-                                               **({"metadata": {"answer": r["answer"]}} if "answer" in r else {})}
-                                              for r in queries.to_dict("records")])
-        _write_jsonl(beir / "corpus.jsonl", [{"_id": line_id(r["_id"]), "title": r["title"] or "", "text": r["text"]}
-                                             for r in corpus.to_dict("records")])
+        with written("beir/queries.jsonl"):
+            _write_jsonl(beir / "queries.jsonl", [{"_id": line_id(r["_id"]), "text": r["text"],
+                                                   **({"metadata": {"answer": r["answer"]}} if "answer" in r else {})}
+                                                  for r in queries.to_dict("records")])
+        with written("beir/corpus.jsonl"):
+            _write_jsonl(beir / "corpus.jsonl", [{"_id": line_id(r["_id"]), "title": r["title"] or "",
+                                                  "text": r["text"]} for r in corpus.to_dict("records")])
         judged = [(line_id(q), line_id(d), int(s)) for q, d, s in qrels[["question_id", "doc_id", "score"]]
                   .itertuples(index=False)]
-        with (beir / "qrels" / f"{card.split}.tsv").open("w", encoding="utf-8", newline="") as fh:
+        with written(f"beir/qrels/{card.split}.tsv"), \
+                (beir / "qrels" / f"{card.split}.tsv").open("w", encoding="utf-8", newline="") as fh:
             w = csv.writer(fh, delimiter="\t", lineterminator="\n")
             w.writerow(["query-id", "corpus-id", "score"])
             w.writerows(judged)
-        with (tmp / "qrels.trec").open("w", encoding="utf-8", newline="\n") as fh:
+        with written("qrels.trec"), (tmp / "qrels.trec").open("w", encoding="utf-8", newline="\n") as fh:
             for q, d, s in judged:
                 fh.write(f"{q} 0 {d} {s}\n")
-        _write_jsonl(tmp / "labels.jsonl", [{k: _clean(v) for k, v in r.items()} for r in qrels.to_dict("records")])
+        with written("labels.jsonl"):
+            _write_jsonl(tmp / "labels.jsonl", [{k: _clean(v) for k, v in r.items()}
+                                                for r in qrels.to_dict("records")])
         (tmp / "data").mkdir()
         tables = {"labels": qrels, "queries": queries, "corpus": corpus}
         for name, frame in tables.items():
-            frame.to_parquet(tmp / "data" / f"{name}.parquet", index=False)
+            with written(f"data/{name}.parquet"):
+                frame.to_parquet(tmp / "data" / f"{name}.parquet", index=False)
         readme = card_markdown(card, qrels, queries, corpus, est)
         marker = {"product": PRODUCT, "benchmark": card.benchmark, "estimator": est,
                   "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-        (tmp / "README.md").write_text(readme, encoding="utf-8")
+        with written(MARKER):
+            (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        with written("README.md"):
+            (tmp / "README.md").write_text(readme, encoding="utf-8")
         files = ["beir/corpus.jsonl", "beir/queries.jsonl", f"beir/qrels/{card.split}.tsv", "qrels.trec",
                  "labels.jsonl", "data/labels.parquet", "data/queries.parquet", "data/corpus.parquet", "README.md",
                  MARKER]
@@ -333,8 +366,9 @@ def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.P
 
             dd = datasets.DatasetDict({name: datasets.Dataset.from_pandas(frame, preserve_index=False)
                                        for name, frame in tables.items()})
-            dd.save_to_disk(str(tmp / "hf"))
-            (tmp / "hf" / "README.md").write_text(readme, encoding="utf-8")
+            with written("hf"):
+                dd.save_to_disk(str(tmp / "hf"))
+                (tmp / "hf" / "README.md").write_text(readme, encoding="utf-8")
             files.append("hf/")
         old = out.with_name(f".{out.name}.old")
         if old.exists():
@@ -343,6 +377,9 @@ def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.P
             out.rename(old)
         tmp.rename(out)
         shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _naming_out(e, tmp, out) from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

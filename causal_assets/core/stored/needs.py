@@ -5,7 +5,9 @@ from __future__ import annotations
 from causal_assets.core.index.provenance import (recorded_fingerprint, stale, stored_chunks_fingerprint,
                                                  stored_fingerprints)
 from causal_assets.core.foundation.errors import ParquetReadError
-from causal_assets.core.foundation.storage import asset_path
+from causal_assets.core.foundation.storage import asset_path, parquet_column_values
+from causal_assets.core.registry.corpora import CorpusSpec
+from causal_assets.core.registry.fingerprint import SOURCE_COLUMN, source_change as changed_since
 
 # Assets materialized together (a multi-asset's outputs) are listed together.
 CHUNKS = ("corpus_chunks",)
@@ -60,6 +62,26 @@ def outdated(base, corpus: str, assets: list[str]) -> list[str]:
     old = stale(expected, recorded)
     chunks = [a for a in assets if a in CHUNKS and not recorded_by_chunks]
     return chunks + [a for a in parts if a in old]
+
+
+def source_change(base, corpus: str, spec: CorpusSpec | None) -> str | None:
+    """What changed in the source of `corpus` (`spec`) since its `corpus_chunks` was read from it, in words; None
+    when nothing did, when the chunks are not built, record no source (written before they did) or cannot be
+    read. Stats first, contents only when they differ (`fingerprint.source_change`)."""
+    path = asset_path(base, CHUNKS[0], corpus)
+    if spec is None or not path.exists():
+        return None
+    try:
+        recorded = recorded_fingerprint(parquet_column_values(path, SOURCE_COLUMN))
+    except ParquetReadError:
+        return None
+    return changed_since(spec, recorded)
+
+
+def rebuilt(assets: list[str]) -> list[str]:
+    """What to materialize when the source changed: the chunks, and `assets` built again from them."""
+    return [a for g in GROUPS for a in g if a in CHUNKS or a in assets] + \
+        [a for a in assets if not any(a in g for g in GROUPS)]
 
 
 def describe(base, corpus: str, todo: list[str]) -> str:
