@@ -137,6 +137,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=None)
     ap.add_argument("--max-doc-chars", type=int, default=None)
     ap.add_argument("--solver", default=None)
+    ap.add_argument("--question-weight", type=float, default=None)
+    ap.add_argument("--threshold-nats", type=float, default=None)
     ap.add_argument("--questions-limit", type=int, default=0)
     ap.add_argument("--retest", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "benchmarks" / "own_documents.json")
@@ -158,7 +160,9 @@ def main() -> None:
     scorer = local_scorer(spec.monte_carlo.get("solver", SETTINGS.solver or "gemma3-270m"), cache,
                           SETTINGS.models_dir)
     t0 = time.time()
-    pools, labels, cost = label(index, bench, qids, spec, 0, scorer, {})
+    overrides = {k: v for k, v in (("question_weight", args.question_weight),
+                                   ("threshold_nats", args.threshold_nats)) if v is not None}
+    pools, labels, cost = label(index, bench, qids, spec, 0, scorer, overrides)
     out = {"settings": {k: str(v) for k, v in vars(args).items()}, "cost": cost,
            "figures": passage_figures(records, resolver, pools, labels)}
     f = out["figures"]
@@ -168,7 +172,7 @@ def main() -> None:
           f"{sum(x['contains_answer'] for x in f['yes_outside_evidence'])} of them contain the answer); "
           f"{cost['seconds_per_question']} s and {cost['calls_per_question']} calls per question (load {cost['load']})")
     if args.retest:
-        pools2, labels2, cost2 = label(index, bench, qids, spec, 1, scorer, {})
+        pools2, labels2, cost2 = label(index, bench, qids, spec, 1, scorer, overrides)
         out["retest"] = {"cost": cost2, **test_retest(labels, labels2)}
         out["retest_figures"] = passage_figures(records, resolver, pools2, labels2)
         r = out["retest"]

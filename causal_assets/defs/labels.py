@@ -104,7 +104,7 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     """Blind-solver trials on random context subsets. Errored calls are journalled, never counted as trials."""
     spec = benchmark_registry.spec(context.partition_key)
     meter = ledger.Meter.start(spec.name, "mc_trials", context.run_id)
-    cfg = mc_config(spec.monte_carlo, config)
+    cfg = mc_config(spec.monte_carlo_settings, config)
     if len(candidate_pools):   # what the run will cost, said (and held to the ceiling) before its first call
         plan = plan_labels(spec.name, int(candidate_pools["question_id"].nunique()), cfg.budget,
                            int(candidate_pools.groupby("question_id").size().max()),
@@ -161,7 +161,7 @@ def mc_labels(context: AssetExecutionContext, config: MonteCarloConfig, storage:
     """YES / NO / UNCERTAIN per (question, candidate): the candidate's effect on the solver's outcome (the gold
     answer's log-likelihood in nats, or the success probability) with its confidence interval, from the trials."""
     spec = benchmark_registry.spec(context.partition_key)
-    cfg = mc_config(spec.monte_carlo, config)
+    cfg = mc_config(spec.monte_carlo_settings, config)
     labels, pairs = label_table(candidate_pools, mc_trials, cfg)
     labels = labels.assign(benchmark=spec.name,
                            solver=str(mc_trials["solver"].iloc[0]) if "solver" in mc_trials and len(mc_trials) else "")
@@ -199,7 +199,7 @@ def label_quality(context: AssetExecutionContext, config: MonteCarloConfig, stor
     recall and F1 of the YES labels, top-2 precision and ROC AUC of the ranking by effect size, beside the
     heuristic "the document contains the answer string" on the same candidates."""
     spec = benchmark_registry.spec(context.partition_key)
-    cfg = mc_config(spec.monte_carlo, config)
+    cfg = mc_config(spec.monte_carlo_settings, config)
     bench = CorpusArtifacts(storage.base, spec.corpus).benchmark(spec, spec.label_split)
     if not set(bench.qrels) & set(mc_labels["question_id"].astype(str) if len(mc_labels) else ()):
         # a questions file without gold: the labels are the only truth, there is nothing to compare them with

@@ -79,7 +79,7 @@ def mc_trial_shards(context: AssetExecutionContext, config: MonteCarloConfig, ll
     question_ids = list(dict.fromkeys(candidate_pools["question_id"]))
     mine = shard_questions(question_ids, shard, LABEL_SHARDS)
     start, stop = shard_slice(len(question_ids), shard, LABEL_SHARDS)
-    cfg = mc_config(spec.monte_carlo, config)
+    cfg = mc_config(spec.monte_carlo_settings, config)
     run = trials_of(context, spec, cfg, llm, candidate_pools, mine)
     trials, calls, stopped, seconds = run.trials, run.calls, run.stopped, run.seconds
     ok = calls[calls["status"] == "ok"]

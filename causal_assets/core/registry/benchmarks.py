@@ -176,6 +176,10 @@ def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any])
 # A questions file's pools: the retrievers' top 4 candidates beside the gold (its questions may have no gold), and
 # 12 documents, room for two gold files' best chunks beside them and the negatives (docs/decisions.md).
 QUESTION_POOLING = {"top_candidates": 4, "size": 12}
+# ... and 32 solver calls a question: two orthogonal blocks of 16 for 12 documents, the second only where a label is
+# still undecided after the first (`stop_when_decided`). On the man pages 16 left the evidence chunk UNCERTAIN for a
+# third of the pairs (docs/decisions.md).
+QUESTION_MONTE_CARLO = {"budget": 32}
 HASH_SPLITS = ("dev", "train", "test")   # every loader without splits of its own: all, and the stable hash halves
 QUESTION_LOADERS = ("hotpotqa", "multihop", "questions")   # files whose records may carry their own `split`
 
@@ -328,9 +332,14 @@ class BenchmarkSpec(BaseModel):
         return int(self.pool_settings.get("size") or PoolingSpec().size)
 
     @property
+    def monte_carlo_settings(self) -> dict[str, Any]:
+        """`monte_carlo:` with the loader's defaults (`QUESTION_MONTE_CARLO` for a questions file)."""
+        return {**(QUESTION_MONTE_CARLO if self.loader == "questions" else {}), **self.monte_carlo}
+
+    @property
     def budget(self) -> int:
-        """Solver calls per question (`monte_carlo.budget`, else the labelling's default)."""
-        return int(self.monte_carlo.get("budget") or DEFAULT_BUDGET)
+        """Solver calls per question (`monte_carlo.budget`, else the loader's or the labelling's default)."""
+        return int(self.monte_carlo_settings.get("budget") or DEFAULT_BUDGET)
 
     @property
     def estimator(self) -> str:
@@ -349,7 +358,7 @@ class BenchmarkSpec(BaseModel):
         # interval (core/labeling/budget.py derives it from the estimators' intervals).
         problem = budget_problem(self.budget, self.pool_size, self.estimator)
         if problem:
-            default = "" if self.monte_carlo.get("budget") else f" ({DEFAULT_BUDGET} is the default: set it higher)"
+            default = "" if self.monte_carlo.get("budget") else f" ({self.budget} is the default: set it higher)"
             raise ValueError(f"monte_carlo.budget: {problem}{default}")
         return self
 
