@@ -293,6 +293,8 @@ def _rows(result: LabelingResult, qid: str, estimator: str, outcome: str, delta_
 def answer_holders(pool: pd.DataFrame) -> list[str]:
     """The documents of one question's pool whose text holds an accepted answer: where several do, each one's label
     depends on the others being in the pool (a second copy of the answer takes part of its effect)."""
+    if "answer" not in pool or "text" not in pool:
+        return []
     first = pool.iloc[0]
     aliases = first["aliases"] if "aliases" in pool else "[]"
     answers = [first["answer"], *(json.loads(aliases) if isinstance(aliases, str) else list(aliases or []))]
