@@ -26,7 +26,7 @@ from causal_assets.core.foundation.paths import DEFAULT_SHARED_DATA, PROJECT_ROO
 
 DATA_DIR = PROJECT_ROOT / "data"
 # Where steps may run (causal_assets.execution builds each).
-EXECUTORS = ("multiprocess", "in_process", "k8s", "docker")
+EXECUTORS = ("multiprocess", "in_process", "k8s", "docker", "celery")
 # Named here rather than imported, so that reading the settings imports nothing heavy, and checked when they are
 # read by every command, not only where the index or the LLM is imported (a test keeps them equal to
 # causal_assets.core.index.dense.BACKENDS and causal_assets.core.llm.models.LOCAL_MODELS).
@@ -204,7 +204,7 @@ class Settings:
                                      "multiprocess executor: steps running at once", positive_int,
                                      shown="the machine's core count")
     executor_config: Path | None = var("CAUSAL_ASSETS_EXECUTOR_CONFIG", None,
-                                       "YAML config of the k8s/docker executor, checked when the Definitions load",
+                                       "YAML config of the k8s/docker/celery executor, checked when the Definitions load",
                                        path, shown="none")
     dagster_home: Path = var("DAGSTER_HOME", DATA_DIR / "dagster_home",
                              "Dagster instance of the runs `causal-assets ask` / `search` / `build` start", path,
