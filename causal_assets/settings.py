@@ -132,6 +132,25 @@ def http_url(name: str, raw: str) -> str:
     return raw
 
 
+def cache_location(name: str, raw: str) -> Path | str:
+    """A SQLite file, or a PostgreSQL database URL (postgresql://user@host:port/db) shared by the workers of several
+    machines; its password comes from PGPASSWORD or ~/.pgpass, never from the URL (it would be logged)."""
+    if not raw.startswith(("postgresql://", "postgres://")):
+        return path(name, raw)
+    try:
+        parts = urlparse(raw)
+        password, host = parts.password, parts.hostname
+        parts.port
+    except ValueError as e:
+        raise ConfigError(f"{name}={without_credentials(raw)!r}: {e}") from None
+    if password:
+        raise ConfigError(f"{name}={without_credentials(raw)!r}: a password in the URL would be logged; give it in "
+                          f"PGPASSWORD or ~/.pgpass (libpq reads them) and the URL without it")
+    if not host:
+        raise ConfigError(f"{name}={raw!r}: expected postgresql://user@host:port/database")
+    return raw
+
+
 def secret(name: str, raw: str) -> SecretVar:
     return SecretVar(name)
 
@@ -158,8 +177,9 @@ class Settings:
     queries: Path = var("CAUSAL_ASSETS_QUERIES", DATA_DIR / "queries",
                         "submitted queries, and the inbox/ the queries_inbox_sensor watches", path,
                         shown="data/queries")
-    llm_cache: Path = var("CAUSAL_ASSETS_LLM_CACHE", DATA_DIR / "llm_calls.sqlite",
-                          "LLM call cache / journal (SQLite)", path, shown="data/llm_calls.sqlite")
+    llm_cache: Path | str = var("CAUSAL_ASSETS_LLM_CACHE", DATA_DIR / "llm_calls.sqlite",
+                                "LLM call cache / journal: a SQLite file, or a PostgreSQL URL shared by several machines",
+                                cache_location, shown="data/llm_calls.sqlite")
     models_dir: Path = var("CAUSAL_ASSETS_MODELS_DIR", DATA_DIR / "models",
                            "where local models are assembled and ONNX exports cached", path, shown="data/models")
     # registries and data

@@ -62,6 +62,10 @@ class Postgres:
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 
+    def url(self) -> str:
+        """The database as a libpq URL without the password (PGPASSWORD carries it)."""
+        return f"postgresql://dagster@127.0.0.1:{self.port}/postgres"
+
     def env(self) -> dict[str, str]:
         return {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(self.port), "DAGSTER_PG_USERNAME": "dagster",
                 "DAGSTER_PG_PASSWORD": self.password, "DAGSTER_PG_DB": "postgres"}
