@@ -4,7 +4,8 @@ cluster (the instance database) on 127.0.0.1, two `dagster-celery worker start` 
 
 The LLM call cache is a table in the same PostgreSQL (`CAUSAL_ASSETS_LLM_CACHE=postgresql://...`, the cache of several
 machines). The corpus is the shipped example folder (examples/own-documents, eight pages) with four of its questions, labelled
-by the packaged Gemma-3-270M in the workers; the reference is the same labelling run in this process. Then the
+by the packaged Gemma-3-270M in the workers; the reference is the same labelling run by the multiprocess executor,
+beside them (its own storage, call cache and SQLite instance). Then the
 faults: a worker killed by SIGKILL in the middle of a shard (the step goes to the other worker, the run succeeds, no
 call is paid twice), and the broker stopped under a running step (the run fails naming the broker's address, not its
 password, and leaves no partial file). No planted secret reaches a log or a step's metadata."""
@@ -32,7 +33,7 @@ from causal_assets.defs.graph import graph_nodes_and_edges
 from causal_assets.defs.labels import candidate_pools, mc_labels, mc_trials
 from causal_assets.resources import LLM, BenchmarkRegistry, CorpusRegistry, ParquetIOManagerFactory, Storage
 from tests.conftest import load_scaled_s, require_system
-from tests.dagster.procs import ROOT, group_alive, kill_group
+from tests.dagster.procs import ROOT, group_alive, init_instance, kill_group
 from tests.deploy.services import Postgres, Redis
 from tests.deploy.systemd_units import exec_start
 
@@ -78,7 +79,7 @@ def cluster(tmp_path_factory, models_dir):
     (root / "benchmarks.yaml").write_text(yaml.safe_dump({"benchmarks": [
         {"name": "default", "loader": "questions", "corpus": "default", "path": str(root / "questions.jsonl"),
          "pooling": {"size": 3}, "monte_carlo": {"budget": 8}}]}))
-    # The reference: index, pools and labels in this process (in-process executor).
+    # Index and pools in this process; the reference labels come from a multiprocess run (the test below).
     ref = resources(root / "ref", root / "ref_calls.sqlite", root, models_dir)
     assert materialize(UPSTREAM, resources=ref, partition_key="default").success
     # The workers' storage starts with the same index and pools, and no embedding cache.
@@ -187,15 +188,23 @@ def test_label_and_embedding_shards_run_on_two_celery_workers(cluster):
     t0, load0 = time.monotonic(), os.getloadavg()[0]
     procs = {f"{select}_{s}.log": launch(cluster, select, f"default|{s}", f"{select}_{s}.log")
              for select in ("mc_trial_shards", "embedding_shards") for s in range(SHARDS)}
-    codes = wait_all(cluster, procs, load_scaled_s(240))
+    # The reference: the whole labelling (mc_trials, then mc_labels) on the multiprocess executor, at the same time.
+    init_instance(root / "ref_home")
+    reference = start(materialize_cmd("mc_trials,solver_calls,mc_labels", "default"),
+                      {**cluster["env"], "CAUSAL_ASSETS_EXECUTOR": "multiprocess", "CAUSAL_ASSETS_EXECUTOR_CONFIG": "",
+                       "CAUSAL_ASSETS_BASE_PATH": str(root / "ref"), "DAGSTER_HOME": str(root / "ref_home"),
+                       "CAUSAL_ASSETS_LLM_CACHE": str(root / "ref_calls.sqlite")}, root / "reference.log")
+    codes = wait_all(cluster, {**procs, "reference.log": reference}, load_scaled_s(240))
     wall = time.monotonic() - t0
-    logs = {log: (root / log).read_text(errors="replace") for log in procs}
+    logs = {log: (root / log).read_text(errors="replace") for log in codes}
     assert all(c == 0 for c in codes.values()), {k: logs[k][-3000:] for k, c in codes.items() if c != 0}
 
     # Every step ran in a worker process, not in the run's own process, and both workers did work.
     shard_meta = {a: [meta(e) for e in materializations(instance, a)] for a in ("mc_trial_shards", "embedding_shards")}
     assert all(len(m) == SHARDS for m in shard_meta.values()), shard_meta
     launchers = {p.pid for p in procs.values()} | {os.getpid()}
+    multiprocess = "Executing steps using multiprocess executor"
+    assert multiprocess in logs["reference.log"] and not any(multiprocess in logs[k] for k in procs)
     ran_on = {}
     for asset, metas in shard_meta.items():
         for m in metas:
@@ -221,9 +230,7 @@ def test_label_and_embedding_shards_run_on_two_celery_workers(cluster):
     assert assembled.success
     calls = pd.read_parquet(root / "celery" / "solver_calls" / "default.parquet")
     assert calls["cached"].all() and len(calls) == sum(m["calls"] for m in shard_meta["mc_trial_shards"])
-    # The same labels and effects as the reference run in this process.
-    assert materialize(UPSTREAM + [mc_trials, mc_labels], resources=cluster["ref"], partition_key="default",
-                       selection=selection).success
+    # The same labels and effects as the multiprocess run's.
     celery, ref = (pd.read_parquet(root / side / "mc_labels" / "default.parquet") for side in ("celery", "ref"))
     keys = [c for c in ("question_id", "doc_id", "chunk_id", "estimator") if c in ref.columns]
     celery, ref = (f.sort_values(keys, ignore_index=True) for f in (celery, ref))
