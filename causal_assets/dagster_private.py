@@ -5,6 +5,9 @@
 - `instance_without_compute_logs(home)`: the instance of `home` with its `dagster.yaml`, except that runs keep no
   capture of stdout/stderr (`DagsterInstance.from_config` takes no overrides; that capture pipes output through
   helper processes that Ctrl-C kills mid-write).
+- `retry_mode_from_config(config)`, `celery_submit_task(...)`: what `dagster_celery.celery_executor` does with its
+  `retries` config and to submit one step as a Celery task, for the watched Celery executor
+  (`causal_assets/celery_executor.py`), which must build the same executor and submit the same task.
 
 Kept in one module, imported where used, so an upgrade of Dagster has one place to check.
 """
@@ -25,3 +28,15 @@ def instance_without_compute_logs(home: str) -> DagsterInstance:
     from dagster._core.instance.ref import InstanceRef
 
     return DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=NO_COMPUTE_LOGS))
+
+
+def retry_mode_from_config(config: dict):
+    from dagster._core.execution.retries import RetryMode
+
+    return RetryMode.from_config(config)
+
+
+def celery_submit_task(app, plan_context, step, queue, priority, known_state):
+    from dagster_celery.executor import _submit_task
+
+    return _submit_task(app, plan_context, step, queue, priority, known_state)

@@ -15,7 +15,7 @@ from causal_assets.core.foundation import orphan_guard
 from causal_assets.core.outputs.catalog import DuckDBCatalog
 from causal_assets.core.foundation.errors import CatalogError
 from causal_assets.core.foundation.schemas import column_docs
-from causal_assets.core.llm.cache import CallCache
+from causal_assets.core.llm.cache_location import is_database_url, open_call_cache
 from causal_assets.core.llm.client import CallBudget, LLMClient
 from causal_assets.core.llm.models import DEFAULT_SOLVER, SOLVER_CONTEXT_TOKENS, local_scorer
 from causal_assets.core.llm.cores import free_cores
@@ -176,13 +176,13 @@ class LLM(ConfigurableResource):
         name = local_model or self.solver
         if name not in self._scorers:
             if self.base_url is None:
-                self._scorers[name] = local_scorer(name, CallCache(self.cache_path), self.models_dir,
+                self._scorers[name] = local_scorer(name, open_call_cache(self.cache_path), self.models_dir,
                                                    n_threads=self.n_threads or None, n_ctx=self.n_ctx)
                 if self._log:
                     follows = "" if self.n_threads else " (follows the cores other processes leave free)"
                     self._log.info(f"in-process scorer {name} on {self._scorers[name].n_threads} thread(s){follows}")
             else:
-                self._scorers[name] = EndpointScorer(self.client, self.model, CallCache(self.cache_path),
+                self._scorers[name] = EndpointScorer(self.client, self.model, open_call_cache(self.cache_path),
                                                      mode=self.scoring_mode)
         return self._scorers[name]
 
@@ -216,7 +216,8 @@ class LLM(ConfigurableResource):
         if self._client is None:
             base_url = self.base_url
             if base_url is None:
-                log_dir = Path(self.cache_path).parent
+                # beside a cache file; a database cache's worker keeps the log with its models
+                log_dir = Path(self.models_dir) if is_database_url(self.cache_path) else Path(self.cache_path).parent
                 log_dir.mkdir(parents=True, exist_ok=True)
                 self._server = LocalLlamaServer(n_ctx=self.n_ctx, n_threads=self.threads(), alias=self.model,
                                                 log_path=log_dir / "llama_server.log")
@@ -228,7 +229,7 @@ class LLM(ConfigurableResource):
                 if (self.max_calls_per_run or self.max_tokens_per_run) else None
             # The cache key names the endpoint (base URL) when one is configured; the default local server gets a
             # new port every start and always serves the packaged model, so its keys leave the URL out.
-            self._client = LLMClient(base_url, self.model, api_key=self.api_key, cache=CallCache(self.cache_path),
+            self._client = LLMClient(base_url, self.model, api_key=self.api_key, cache=open_call_cache(self.cache_path),
                                      timeout_s=self.timeout_s, max_retries=self.max_retries,
                                      max_concurrency=self.max_concurrency, budget=budget,
                                      cache_endpoint=self.base_url, give_up_after_s=self.give_up_after_s,

@@ -26,7 +26,7 @@ from causal_assets.core.foundation.paths import DEFAULT_SHARED_DATA, PROJECT_ROO
 
 DATA_DIR = PROJECT_ROOT / "data"
 # Where steps may run (causal_assets.execution builds each).
-EXECUTORS = ("multiprocess", "in_process", "k8s", "docker")
+EXECUTORS = ("multiprocess", "in_process", "k8s", "docker", "celery")
 # Named here rather than imported, so that reading the settings imports nothing heavy, and checked when they are
 # read by every command, not only where the index or the LLM is imported (a test keeps them equal to
 # causal_assets.core.index.dense.BACKENDS and causal_assets.core.llm.models.LOCAL_MODELS).
@@ -136,6 +136,25 @@ def http_url(name: str, raw: str) -> str:
     return raw
 
 
+def cache_location(name: str, raw: str) -> Path | str:
+    """A SQLite file, or a PostgreSQL database URL (postgresql://user@host:port/db) shared by the workers of several
+    machines; its password comes from PGPASSWORD or ~/.pgpass, never from the URL (it would be logged)."""
+    if not raw.startswith(("postgresql://", "postgres://")):
+        return path(name, raw)
+    try:
+        parts = urlparse(raw)
+        password, host = parts.password, parts.hostname
+        parts.port
+    except ValueError as e:
+        raise ConfigError(f"{name}={without_credentials(raw)!r}: {e}") from None
+    if password:
+        raise ConfigError(f"{name}={without_credentials(raw)!r}: a password in the URL would be logged; give it in "
+                          f"PGPASSWORD or ~/.pgpass (libpq reads them) and the URL without it")
+    if not host:
+        raise ConfigError(f"{name}={raw!r}: expected postgresql://user@host:port/database")
+    return raw
+
+
 def secret(name: str, raw: str) -> SecretVar:
     return SecretVar(name)
 
@@ -162,8 +181,9 @@ class Settings:
     queries: Path = var("CAUSAL_ASSETS_QUERIES", DATA_DIR / "queries",
                         "submitted queries, and the inbox/ the queries_inbox_sensor watches", path,
                         shown="data/queries")
-    llm_cache: Path = var("CAUSAL_ASSETS_LLM_CACHE", DATA_DIR / "llm_calls.sqlite",
-                          "LLM call cache / journal (SQLite)", path, shown="data/llm_calls.sqlite")
+    llm_cache: Path | str = var("CAUSAL_ASSETS_LLM_CACHE", DATA_DIR / "llm_calls.sqlite",
+                                "LLM call cache / journal: a SQLite file, or a PostgreSQL URL shared by several machines",
+                                cache_location, shown="data/llm_calls.sqlite")
     models_dir: Path = var("CAUSAL_ASSETS_MODELS_DIR", DATA_DIR / "models",
                            "where local models are assembled and ONNX exports cached", path, shown="data/models")
     # registries and data
@@ -216,7 +236,7 @@ class Settings:
                                      "multiprocess executor: steps running at once", positive_int,
                                      shown="the machine's core count")
     executor_config: Path | None = var("CAUSAL_ASSETS_EXECUTOR_CONFIG", None,
-                                       "YAML config of the k8s/docker executor, checked when the Definitions load",
+                                       "YAML config of the k8s/docker/celery executor, checked when the Definitions load",
                                        path, shown="none")
     dagster_home: Path = var("DAGSTER_HOME", DATA_DIR / "dagster_home",
                              "Dagster instance of the runs `causal-assets ask` / `search` / `build` start", path,

@@ -138,10 +138,10 @@ def search(args) -> int:
         scorer = None
         if uses_scorer(args.method, params, False):   # a causal run keeps its lexical default here
             # the packaged local solver, in-process and through the call cache (the assets use the `llm` resource's)
-            from causal_assets.core.llm.cache import CallCache
+            from causal_assets.core.llm.cache_location import open_call_cache
             from causal_assets.core.llm.models import DEFAULT_SOLVER, local_scorer
 
-            scorer = local_scorer(args.settings.solver or DEFAULT_SOLVER, CallCache(args.settings.llm_cache),
+            scorer = local_scorer(args.settings.solver or DEFAULT_SOLVER, open_call_cache(args.settings.llm_cache),
                                   args.settings.models_dir)
         try:
             retriever = build_retriever(args.method, index, params,

@@ -7,6 +7,8 @@ yet cached into a cache file of its own; `corpus_embeddings` then finds them all
 trial from the LLM call cache without paying a call again. Shard counts are configuration
 (`CAUSAL_ASSETS_EMBEDDING_SHARDS`, `CAUSAL_ASSETS_LABEL_SHARDS`). See docs/operations.md ("Scaling").
 """
+import os
+import socket
 import time
 import warnings
 
@@ -29,6 +31,11 @@ GROUP = SCALE_OUT_GROUP
 def shard_of(content_hash: str, shards: int) -> int:
     """Stable bucket of a chunk: its content hash (sha256 hex) modulo the shard count."""
     return int(content_hash[:12], 16) % shards
+
+
+def where_it_ran() -> dict:
+    """The host and process that computed a shard: under the Celery executor a worker, which the metadata names."""
+    return {"worker_host": socket.gethostname(), "worker_pid": os.getpid()}
 
 
 def shard_cache_name(corpus: str, shard: int, shards: int) -> str:
@@ -63,7 +70,8 @@ def embedding_shards(context: AssetExecutionContext, config: EmbeddingConfig, st
         "corpus_chunks": len(corpus_chunks),
         "newly_embedded": stats["embedded"], "cache_hits": stats["cache_hits"],
         "embed_seconds": round(stats["embed_s"], 3), "total_seconds": round(time.perf_counter() - t0, 3),
-        "cache_file": str(cache.dir / f"{shard_cache_name(corpus, shard, EMBEDDING_SHARDS)}.parquet")})
+        "cache_file": str(cache.dir / f"{shard_cache_name(corpus, shard, EMBEDDING_SHARDS)}.parquet"),
+        **where_it_ran()})
 
 
 @asset(partitions_def=label_shard_partitions, group_name=GROUP, pool="llm", kinds={"openai"},
@@ -88,4 +96,4 @@ def mc_trial_shards(context: AssetExecutionContext, config: MonteCarloConfig, ll
         "question_range": f"[{start}, {stop}) of {len(question_ids)}", "questions": len(mine),
         "trials": len(trials), "calls": len(calls), "errors": int((calls["status"] == "error").sum()),
         "cache_hits": int(ok["cached"].sum()), "wall_seconds": round(seconds, 1),
-        "stopped": stopped or "complete", "model": llm.model})
+        "stopped": stopped or "complete", "model": llm.model, **where_it_ran()})

@@ -69,7 +69,7 @@ def test_unset_or_blank_is_the_default_and_values_are_stripped():
     ("CAUSAL_ASSETS_POOL_WAIT_S", "-1", "expected a number of seconds"),
     ("CAUSAL_ASSETS_POOL_WAIT_S", "nan", "expected a number of seconds"),
     ("CAUSAL_ASSETS_LLM_GIVE_UP_S", "inf", "expected a number of seconds"),
-    ("CAUSAL_ASSETS_EXECUTOR", "celery", "expected one of multiprocess, in_process, k8s, docker"),
+    ("CAUSAL_ASSETS_EXECUTOR", "dask", "expected one of multiprocess, in_process, k8s, docker, celery"),
     ("CAUSAL_ASSETS_LLM_BASE_URL", "127.0.0.1:8080", "expected an http(s) URL"),
     # a superscript digit passes str.isdigit() but not int(); a huge shard count would build that many partition
     # keys; a port out of range would fail only inside the run, after three retries

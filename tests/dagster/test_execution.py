@@ -92,8 +92,8 @@ def test_executor_kinds_from_environment(monkeypatch):
     assert executor_from_env("k8s").name == "k8s"
     with pytest.raises(ConfigError, match=r"CAUSAL_ASSETS_EXECUTOR=docker: needs the 'dagster-docker' package"):
         executor_from_env("docker")
-    with pytest.raises(ConfigError, match=r"expected one of multiprocess, in_process, k8s, docker"):
-        executor_from_env("celery")
+    with pytest.raises(ConfigError, match=r"expected one of multiprocess, in_process, k8s, docker, celery"):
+        executor_from_env("dask")
     monkeypatch.setenv("CAUSAL_ASSETS_MAX_CONCURRENT", "zero")
     with pytest.raises(ConfigError, match=r"CAUSAL_ASSETS_MAX_CONCURRENT='zero': expected a positive integer"):
         executor_from_env()
@@ -112,3 +112,32 @@ def test_shipped_instance_config_retries_runs_and_bounds_the_llm_pool(tmp_path):
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
         instance.event_log_storage.initialize_concurrency_limit_to_default("llm")
         assert instance.event_log_storage.get_concurrency_info("llm").slot_count == 1
+
+
+def test_celery_executor_config_is_nested_names_a_broker_and_never_shows_its_password(tmp_path, monkeypatch):
+    """`CAUSAL_ASSETS_EXECUTOR=celery` loads only with the file the workers start from: nested (`execution: config:`;
+    `dagster-celery worker start -y` ignores a flat one and waits on amqp://localhost:5672) and naming a broker."""
+    from causal_assets.settings import Settings
+
+    def load(config=None):
+        env = {"CAUSAL_ASSETS_EXECUTOR": "celery"}
+        if config is not None:
+            path = tmp_path / "celery.yaml"
+            path.write_text(config)
+            env["CAUSAL_ASSETS_EXECUTOR_CONFIG"] = str(path)
+        return executor_from_env(settings=Settings.from_env(env))
+
+    with pytest.raises(ConfigError, match=r"CAUSAL_ASSETS_EXECUTOR=celery needs CAUSAL_ASSETS_EXECUTOR_CONFIG"):
+        load()
+    with pytest.raises(ConfigError, match=r"nest the Celery config as `execution: config:.*top-level keys: broker"):
+        load("broker: redis://127.0.0.1:6379/0\n")
+    with pytest.raises(ConfigError, match=r"execution.config.broker is missing"):
+        load("execution: {config: {backend: redis://127.0.0.1:6379/1}}\n")
+    with pytest.raises(ConfigError, match=r"not a valid celery executor config: .*brokr") as bad_key:
+        load("execution: {config: {broker: redis://127.0.0.1:6379/0, brokr: x}}\n")
+    with pytest.raises(ConfigError, match=r"execution.config.broker='htp://10.0.0.5:6379/0': expected a URL") as e:
+        load("execution: {config: {broker: 'htp://:s3cret-pw@10.0.0.5:6379/0'}}\n")
+    assert "s3cret-pw" not in str(e.value) and "s3cret-pw" not in str(bad_key.value)
+    executor = load("execution: {config: {broker: 'redis://:s3cret-pw@10.0.0.5:6379/0', "
+                    "backend: 'redis://:s3cret-pw@10.0.0.5:6379/1'}}\n")
+    assert executor.name == "celery"

@@ -11,7 +11,6 @@ deploy/dagster.yaml is used as shipped except for two intervals shortened for th
 before freeing slots of finished runs). Everything runs in its own process group and is torn down in `finally`."""
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
@@ -20,7 +19,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -32,6 +30,7 @@ import yaml
 
 from causal_assets.core.llm.server import free_port
 from tests.conftest import require_system
+from tests.deploy.services import Postgres
 from tests.dagster.procs import ROOT, group_alive
 from tests.deploy.systemd_units import exec_start
 from tests.helpers.endpoint import FakeEndpoint, chat_completion, send_json
@@ -43,60 +42,6 @@ DEPLOY = ROOT / "deploy"
 STARTUP_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 300
 IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
-
-
-# ------------------------------------------------------------------------------------------------ PostgreSQL
-def pg_bin(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), key=lambda p: int(p.split("/")[4]))
-    return candidates[-1] if candidates else None
-
-
-class Postgres:
-    """A throwaway cluster: initdb into a fresh temp dir, pg_ctl start on 127.0.0.1:<free port>, stop -m immediate.
-    PostgreSQL refuses to run as root, so as root the cluster belongs to `nobody` (runuser)."""
-
-    def __init__(self):
-        self.initdb, self.pg_ctl = pg_bin("initdb"), pg_bin("pg_ctl")
-        self.dir = Path(tempfile.mkdtemp(prefix="causal_assets_pg_"))
-        self.data = self.dir / "data"
-        self.port = free_port()
-        self.password = "causal-assets-test"
-        self.started = False
-
-    def _run(self, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        prefix = ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
-        done = subprocess.run([*prefix, *cmd], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, start_new_session=True)
-        assert done.returncode == 0, f"{cmd[0]} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-        return done
-
-    def start(self) -> "Postgres":
-        if os.geteuid() == 0:
-            shutil.chown(self.dir, "nobody")
-        pwfile = self.dir / "pw"
-        pwfile.write_text(self.password + "\n")
-        if os.geteuid() == 0:
-            shutil.chown(pwfile, "nobody")
-        self._run(self.initdb, "-D", str(self.data), "-U", "dagster", "--auth=scram-sha-256", f"--pwfile={pwfile}",
-                  "-E", "UTF8", "--no-sync", "--no-instructions")
-        self._run(self.pg_ctl, "-D", str(self.data), "-l", str(self.dir / "postgres.log"), "-w", "-t", "60",
-                  "-o", f"-h 127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off -c full_page_writes=off", "start")
-        self.started = True
-        return self
-
-    def stop(self) -> None:
-        try:
-            if self.started:
-                self._run(self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "-t", "30", "stop", timeout=60)
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    def env(self) -> dict[str, str]:
-        return {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(self.port), "DAGSTER_PG_USERNAME": "dagster",
-                "DAGSTER_PG_PASSWORD": self.password, "DAGSTER_PG_DB": "postgres"}
 
 
 # ------------------------------------------------------------------------------------------------ LLM endpoint

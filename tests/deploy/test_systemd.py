@@ -46,3 +46,19 @@ def test_the_environment_file_names_every_variable_the_profile_reads():
     assert env["DAGSTER_CODE_SERVER_HOST"] == "127.0.0.1"
     assert env["DAGSTER_PG_PASSWORD"] == ""   # a template: no secret is shipped
     assert "chmod 600" in (UNITS / "causal-assets.env.example").read_text()
+
+
+def test_the_celery_worker_unit_runs_one_step_at_a_time_from_the_executor_file():
+    """The unit tests/deploy/test_celery.py starts its two workers with: the causal_assets Celery app (a started task
+    names its worker), the executor file of the code location, one step at a time, no port of its own; the variables
+    it reads are in the environment file (commented out: a one-machine install does not use them)."""
+    argv = exec_start("celery-worker", venv_bin=Path(sys.executable).parent)
+    assert Path(argv[0]).exists() and argv[1:3] == ["worker", "start"], argv
+    assert option(argv, "-A") == "causal_assets.celery_app" and option(argv, "-y") == "${CAUSAL_ASSETS_EXECUTOR_CONFIG}"
+    assert argv[argv.index("--") + 1:] == ["--concurrency=1"]
+    service = unit("celery-worker")["Service"]
+    assert service["User"] != "root" and service["Restart"] == "on-failure"
+    assert service["EnvironmentFile"] == "/etc/causal-assets/causal-assets.env"
+    template = (UNITS / "causal-assets.env.example").read_text()
+    for variable in re.findall(r"\$\{(\w+)\}", service["ExecStart"]) + ["CAUSAL_ASSETS_EXECUTOR"]:
+        assert f"#{variable}=" in template, variable
