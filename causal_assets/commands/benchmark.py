@@ -83,7 +83,8 @@ def _labelling_plan(args, spec: BenchmarkSpec, built: bool = True) -> tuple[int,
     history = history_rate(args.base_path, list(dict.fromkeys([spec.name, *_other_benchmarks(args)]))) \
         if not endpoint else None
     separate = spec.monte_carlo.get("document_encoding") != "joint"
-    shown = shown_chars(chunks["text"], pool_params(spec.pool_settings).doc_chars)
+    doc_chars = pool_params(spec.pool_settings).doc_chars   # a dry run before the build: the budget itself
+    shown = shown_chars(chunks["text"], doc_chars) if chunks is not None else doc_chars
     estimate = estimate_labels(n, spec.budget, spec.pool_size, shown, history=history, separate=separate)
     plan = plan_labels(spec.name, n, spec.budget, spec.pool_size, shown, history=history, remote=bool(endpoint),
                        separate=separate)

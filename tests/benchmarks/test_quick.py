@@ -48,6 +48,9 @@ NOT_QUICK = {
     "learned_fold_seeds": "tunes the learned model on materialized multi-hop benchmarks, scoring through the LLM",
     "binding_parity": "compares another llama.cpp binding, installed in a venv of its own, with the shipped one",
     "answer_utility": "reads a benchmark's evaluated answer utility and tuned configuration (an hour of LLM scoring)",
+    "own_documents": "labels a folder's questions with the LLM, twice with --retest (tens of minutes on the man pages)",
+    "celery_workers": "starts Redis, PostgreSQL and Celery workers and labels through them (what test_celery.py "
+                      "checks quickly)",
 }
 LIBRARIES = {"common", "synthetic_corpus"}   # imported by the scripts, not run
 

@@ -146,8 +146,10 @@ def test_tune_reranker_fits_its_members_on_the_rest_and_decides_on_the_held_out_
     index, bench = tiny_index(), tiny_benchmark()
     # lr 5e-4: six steps at the default 5e-5 leave the loss at chance (~ln 3), where whether it falls by the last
     # epoch is rounding noise that differs between CPUs (member-1: 1.0938 -> 1.0966); at 5e-4 both fall by ~0.15
+    # one torch thread: a fit repeated bit for bit needs the same thread count (the default follows the free cores,
+    # which change between the fits under a loaded machine, and torch's sums with them)
     spec = RerankerSpec(held_out=0.25, epochs=2, batch_size=2, negatives=2, pool=6, max_length=64, depth=6,
-                        mix=[0.5, 1.0], members=2, lr=5e-4)
+                        mix=[0.5, 1.0], members=2, lr=5e-4, threads=1)
     result = tune_reranker(index, bench, spec, "ndcg@10", tmp_path / "fit", seed=0)
     fit, held = held_out_split(list(bench.queries), 0.25, 0)
     assert (result.fit_queries, result.held_out_queries, result.groups) == (len(fit), len(held), len(fit)) == (6, 2, 6)
