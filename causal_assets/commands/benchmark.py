@@ -85,9 +85,12 @@ def _labelling_plan(args, spec: BenchmarkSpec, built: bool = True) -> tuple[int,
     separate = spec.monte_carlo.get("document_encoding") != "joint"
     doc_chars = pool_params(spec.pool_settings).doc_chars   # a dry run before the build: the budget itself
     shown = shown_chars(chunks["text"], doc_chars) if chunks is not None else doc_chars
-    estimate = estimate_labels(n, spec.budget, spec.pool_size, shown, history=history, separate=separate)
+    code = chunks is not None and bool(chunks["kind"].isin(needs.CODE_KINDS).mean() > 0.5)
+    stop = spec.monte_carlo_settings.get("stop_when_decided", True) and spec.estimator == "regression"
+    estimate = estimate_labels(n, spec.budget, spec.pool_size, shown, history=history, separate=separate, code=code,
+                               stop_when_decided=stop)
     plan = plan_labels(spec.name, n, spec.budget, spec.pool_size, shown, history=history, remote=bool(endpoint),
-                       separate=separate)
+                       separate=separate, code=code, stop_when_decided=stop)
     solver = (f"the endpoint {endpoint}" if endpoint else
               f"the local solver {spec.monte_carlo.get('solver') or args.settings.solver or 'gemma3-270m'} "
               f"in-process")

@@ -34,14 +34,15 @@ def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) ->
     try:
         benchmarks = BenchmarkRegistry().specs()
         spec = benchmarks.get(context.partition_key)
+        code = bool(frame["kind"].isin(needs.CODE_KINDS).mean() > 0.5)
         labels = None
         if spec is not None:
             questions = spec.label_limit or 20
             labels = estimate_labels(questions, spec.budget, spec.pool_size,
                                      shown_chars(frame["text"], pool_params(spec.pool_settings).doc_chars),
                                      history=history_rate(Storage().base, list(benchmarks)),
-                                     separate=spec.monte_carlo.get("document_encoding") != "joint")
-        code = bool(frame["kind"].isin(needs.CODE_KINDS).mean() > 0.5)
+                                     separate=spec.monte_carlo.get("document_encoding") != "joint", code=code,
+                                     stop_when_decided=spec.monte_carlo_settings.get("stop_when_decided", True))
         _, line = lineage_estimate(len(frame), code, labels)
         context.log.info(f"default_lineage_job for {context.partition_key!r}: {line}")
     except Exception as e:   # an estimate is a courtesy

@@ -110,6 +110,8 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
                            int(candidate_pools.groupby("question_id").size().max()),
                            float(candidate_pools["text"].astype(str).str.len().mean()),   # what the pools show
                            history=None if llm.base_url else history_rate(storage.base, [spec.name]),
+                           code=spec.loader.startswith("python_package"),
+                           stop_when_decided=cfg.stop_when_decided and cfg.estimator == "regression",
                            remote=llm.base_url is not None,
                            separate=spec.monte_carlo.get("document_encoding") != "joint")
         context.log.info(plan.line())

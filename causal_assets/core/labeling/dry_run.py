@@ -31,10 +31,14 @@ class LabelPlan:
 
 
 def plan_labels(benchmark: str, questions: int, budget: int, pool_size: int, doc_chars: float,
-                history: tuple[float, int] | None = None, remote: bool = False, separate: bool = True) -> LabelPlan:
-    estimate = estimate_labels(questions, budget, pool_size, doc_chars, history=history, separate=separate)
-    tokens = int(round(estimate.calls * evaluated_tokens(pool_size, doc_chars)))
-    return LabelPlan(benchmark, questions, budget, estimate.calls, tokens, None if remote else estimate.seconds,
+                history: tuple[float, int] | None = None, remote: bool = False, separate: bool = True,
+                code: bool = True, stop_when_decided: bool = True) -> LabelPlan:
+    """The plan: at most questions x budget calls (what the ceiling holds), the prompt tokens and seconds of the calls
+    expected (`sizing.expected_calls`: the second block only where a label is undecided)."""
+    estimate = estimate_labels(questions, budget, pool_size, doc_chars, history=history, separate=separate,
+                               code=code, stop_when_decided=stop_when_decided)
+    tokens = int(round(estimate.calls * evaluated_tokens(pool_size, doc_chars, code)))
+    return LabelPlan(benchmark, questions, budget, questions * budget, tokens, None if remote else estimate.seconds,
                      estimate.source)
 
 

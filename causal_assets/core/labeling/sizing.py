@@ -27,13 +27,21 @@ TOKENS_RATIO = 1.25
 # Seconds per evaluated prompt token, Gemma-3-270M in-process on 2 idle cores: the default lineage's 192 labelling
 # calls in 131 s at ~546 evaluated tokens each (docs/sizing.md).
 SECONDS_PER_TOKEN_2_CORES = 0.00125
-# The same with the documents encoded separately (`document_encoding`, the in-process default): a call evaluates the
-# question and the answer, each document once per question, so its time is a fixed part plus a smaller one per
-# prompt token (the documents' states are loaded and attended to). A line through HotpotQA's 91 train questions
-# (1,925 calls of 535 prompt tokens in 673 s, load 0.2-2.0) and the shared man pages' 384 calls of 800 prompt tokens
-# in 153 s (load 1.8) and of 2,000 in 680 s (load 4-5, scaled to 2 free cores).
-SECONDS_PER_CALL_SEPARATE_2_CORES = 0.14
-SECONDS_PER_TOKEN_SEPARATE_2_CORES = 0.00033
+# The same with the documents encoded separately (`document_encoding`, the in-process default): each document of the
+# pool is encoded once per question (a rate per pool token), and a call then evaluates the question and the answer
+# over the documents' loaded states (a fixed part and a small one per prompt token). Fitted to three runs of the shared
+# man pages one after the other (load 1.5-2.0; 16 calls of 803 and of 1,670 prompt tokens, 28.7 of 1,991); it
+# predicts HotpotQA's 6.6 s a question (21.6 calls of 535 tokens) within 10%.
+SECONDS_PER_POOL_TOKEN_2_CORES = 0.00184
+SECONDS_PER_CALL_SEPARATE_2_CORES = 0.148
+SECONDS_PER_TOKEN_SEPARATE_2_CORES = 0.0000685
+# Code's short tokens: prompt tokens per estimated token of code corpora (`TOKENS_RATIO`); prose holds ~4 characters
+# a token (the man pages: 1,991 prompt tokens a call against 1,990 estimated).
+PROSE_TOKENS_RATIO = 1.0
+# With `stop_when_decided` the rest of the budget after the design's first orthogonal block runs only where a label is
+# still undecided: on HotpotQA's train half for 70% of the rest (21.6 of 24 calls), on the man pages for 79% (28.7 of
+# 32).
+UNDECIDED_SHARE = 0.75
 MIN_HISTORY_CALLS = 20          # fewer uncached calls than this say little about the rate
 
 
@@ -49,10 +57,20 @@ class LabelEstimate:
         return self.seconds / max(1, self.questions)
 
 
-def evaluated_tokens(pool_size: int, doc_chars: float) -> float:
+def evaluated_tokens(pool_size: int, doc_chars: float, code: bool = True) -> float:
     """The prompt tokens a call evaluates: the text of half the pool's documents (a balanced subset) of `doc_chars`
-    characters each and the question, times the measured `TOKENS_RATIO`."""
-    return (pool_size / 2 * doc_chars / CHARS_PER_TOKEN + QUESTION_TOKENS) * TOKENS_RATIO
+    characters each and the question, times the measured `TOKENS_RATIO` (`PROSE_TOKENS_RATIO` for prose)."""
+    return (pool_size / 2 * doc_chars / CHARS_PER_TOKEN + QUESTION_TOKENS) * (TOKENS_RATIO if code else
+                                                                             PROSE_TOKENS_RATIO)
+
+
+def expected_calls(budget: int, pool_size: int, stop_when_decided: bool = True) -> float:
+    """Solver calls a question is expected to take: the budget, or with `stop_when_decided` the design's first
+    orthogonal block (the Hadamard order above the pool size) and `UNDECIDED_SHARE` of the rest."""
+    first = 1 << (pool_size).bit_length()     # the smallest power of two above the pool size
+    if not stop_when_decided or first >= budget:
+        return float(budget)
+    return first + UNDECIDED_SHARE * (budget - first)
 
 
 def shown_chars(texts: pd.Series, doc_chars: int) -> float:
@@ -86,15 +104,15 @@ def history_rate(base, benchmarks: list[str]) -> tuple[float, int] | None:
 def estimate_labels(questions: int, budget: int, pool_size: int, doc_chars: float,
                     history: tuple[float, int] | None = None, load: float | None = None,
                     cores: int | None = None, seconds_per_call: float | None = None,
-                    separate: bool = True) -> LabelEstimate:
+                    separate: bool = True, code: bool = True, stop_when_decided: bool = True) -> LabelEstimate:
     """Seconds to label `questions` questions (module docstring); `doc_chars`: the mean characters a pooled
-    document shows (`shown_chars`). `seconds_per_call`: a hosted endpoint's measured
-    latency, which replaces the per-token rate; `separate`: the documents encoded separately (the rate without
-    history)."""
-    calls = questions * budget
+    document shows (`shown_chars`); `code`: a code corpus (shorter tokens). `seconds_per_call`: a hosted endpoint's
+    measured latency, which replaces the per-token rate; `separate`: the documents encoded separately (the rate
+    without history); `stop_when_decided`: the calls `expected_calls` says, else the whole budget."""
+    calls = int(round(questions * expected_calls(budget, pool_size, stop_when_decided)))
     if seconds_per_call is not None:
         return LabelEstimate(questions, calls, calls * seconds_per_call, f"{seconds_per_call:.2f} s per call")
-    tokens = evaluated_tokens(pool_size, doc_chars)
+    tokens = evaluated_tokens(pool_size, doc_chars, code)
     if history is not None:
         rate, n = history
         return LabelEstimate(questions, calls, calls * tokens * rate,
@@ -102,9 +120,12 @@ def estimate_labels(questions: int, budget: int, pool_size: int, doc_chars: floa
     load = os.getloadavg()[0] if load is None else load
     cores = cores or os.cpu_count() or 1
     slowdown = max(1.0, load / cores) * max(1.0, 2 / cores)   # the rate is for 2 free cores
-    per_call = SECONDS_PER_CALL_SEPARATE_2_CORES + tokens * SECONDS_PER_TOKEN_SEPARATE_2_CORES if separate \
-        else tokens * SECONDS_PER_TOKEN_2_CORES
-    return LabelEstimate(questions, calls, calls * per_call * slowdown,
+    if separate:   # each document encoded once per question, then each call over their states
+        seconds = questions * 2 * tokens * SECONDS_PER_POOL_TOKEN_2_CORES + \
+            calls * (SECONDS_PER_CALL_SEPARATE_2_CORES + tokens * SECONDS_PER_TOKEN_SEPARATE_2_CORES)
+    else:
+        seconds = calls * tokens * SECONDS_PER_TOKEN_2_CORES
+    return LabelEstimate(questions, calls, seconds * slowdown,
                          f"the rate measured on 2 idle cores, at the load {load:.1f} now")
 
 
