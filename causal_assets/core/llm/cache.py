@@ -124,7 +124,28 @@ def _row(r: tuple) -> CachedCall:
     return CachedCall(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]) if r[4] else None, *r[5:])
 
 
-class CallCache:
+class ProcessConnection:
+    """A call cache's one connection per process (`_conn`, opened by `_pid`, guarded by `_lock`): closed by the
+    process that opened it, never by a forked child; a context manager that closes it."""
+
+    _conn: Any
+    _pid: int | None
+    _lock: threading.RLock
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class CallCache(ProcessConnection):
     def __init__(self, path: str | os.PathLike, busy_timeout_s: float = 60.0):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -221,17 +242,6 @@ class CallCache:
         ledger.record(model, "paid" if status == "ok" else "errored", prompt_tokens, completion_tokens, latency_s)
         return int(cur.lastrowid)
 
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
-
-    def __enter__(self) -> "CallCache":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"CallCache({str(self.path)!r})"

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg2
 
-from causal_assets.core.llm.cache import _COLS, CachedCall, canonical_json
+from causal_assets.core.llm.cache import _COLS, CachedCall, ProcessConnection, canonical_json
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_calls (
@@ -54,7 +54,7 @@ def _row(r: tuple) -> CachedCall:
     return CachedCall(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]) if r[4] else None, *r[5:])
 
 
-class PostgresCallCache:
+class PostgresCallCache(ProcessConnection):
     """`CallCache`'s interface over a PostgreSQL database (`url`: postgresql://user@host:port/db)."""
 
     def __init__(self, url: str, connect_timeout_s: int = 10):
@@ -164,17 +164,6 @@ class PostgresCallCache:
             cur.execute("SELECT id FROM llm_calls WHERE key = %s AND status = 'ok'", (key,))
             return int(cur.fetchone()[0])
 
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
-
-    def __enter__(self) -> "PostgresCallCache":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresCallCache({self.url!r})"
