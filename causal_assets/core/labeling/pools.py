@@ -80,16 +80,26 @@ def rank_in_file(index: CorpusIndex, text: str, chunk_ids: list[str]) -> list[st
     return list(dict.fromkeys(hits + list(chunk_ids)))
 
 
-def gold_file_seeds(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParams) -> list[str]:
+def chunks_by_file(index: CorpusIndex, bench: Benchmark) -> dict[str, list[str]]:
+    """Each gold file of `bench` -> its chunks in the index, in corpus order (read once for all its questions)."""
+    gold = {f for files in bench.gold_files.values() for f in files}
+    out: dict[str, list[str]] = {}
+    for chunk_id, f in bench.file_of.items():
+        if f in gold and chunk_id in index.position:
+            out.setdefault(f, []).append(chunk_id)
+    return out
+
+
+def gold_file_seeds(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParams,
+                    by_file: dict[str, list[str]] | None = None) -> list[str]:
     """The chunks of the question's gold files that seed its pool: each file's chunks ranked by the question and
-    its accepted answers, taken in turn from each file (at most `per_file` of one, `gold_room` in all)."""
+    its accepted answers, taken in turn from each file (at most `per_file` of one, `gold_room` in all).
+    `by_file`: `chunks_by_file(index, bench)`, made here when not given."""
     files = bench.gold_files.get(qid, ())
     if not files:
         return []
-    by_file: dict[str, list[str]] = {f: [] for f in files}
-    for chunk_id, f in bench.file_of.items():
-        if f in by_file and chunk_id in index.position:
-            by_file[f].append(chunk_id)
+    known = chunks_by_file(index, bench) if by_file is None else by_file
+    by_file = {f: known.get(f, []) for f in files}
     text = " ".join([bench.queries[qid], bench.answers.get(qid, ""), *bench.aliases.get(qid, [])])
     per_file = min(config.per_file, max(1, config.gold_room // len(files)))
     ranked = [rank_in_file(index, text, sorted(ids, key=index.position.get))[:per_file]
@@ -99,8 +109,9 @@ def gold_file_seeds(index: CorpusIndex, bench: Benchmark, qid: str, config: Pool
 
 
 def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParams,
-               neighbors: Callable[[str], list[tuple[str, str, float]]] | None = None) -> list[tuple[str, str]]:
-    """[(doc_id, origin)] for one question, shuffled."""
+               neighbors: Callable[[str], list[tuple[str, str, float]]] | None = None,
+               by_file: dict[str, list[str]] | None = None) -> list[tuple[str, str]]:
+    """[(doc_id, origin)] for one question, shuffled; `by_file` as `gold_file_seeds` takes it."""
     rng = _rng(config, qid)
     universe = bench.within[qid] if bench.within else None
     gold_files = set(bench.gold_files.get(qid, ()))
@@ -108,7 +119,7 @@ def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParam
     # the labels must be made the same way without it
     seeds = [d for d, rel in bench.qrels.get(qid, {}).items()
              if rel > 0 and d in index.position and bench.file_of.get(d) not in gold_files]
-    seeds += [d for d in gold_file_seeds(index, bench, qid, config) if d not in seeds]
+    seeds += [d for d in gold_file_seeds(index, bench, qid, config, by_file) if d not in seeds]
     chosen: dict[str, str] = {d: "seed" for d in seeds[: config.size]}
 
     def add_neighbors():
@@ -164,8 +175,9 @@ def build_pools(index: CorpusIndex, bench: Benchmark, question_ids: list[str], c
     rows = []
     budget = config.doc_chars
     split = bool(getattr(index, "split_identifiers", False))
+    by_file = chunks_by_file(index, bench)
     for qid in question_ids:
-        for pos, (doc_id, origin) in enumerate(build_pool(index, bench, qid, config, neighbors)):
+        for pos, (doc_id, origin) in enumerate(build_pool(index, bench, qid, config, neighbors, by_file)):
             row = index.chunks.iloc[index.position[doc_id]]
             path = str(row["path"]) if "path" in row and str(row.get("source", "")) in FILE_SOURCES else ""
             kept = fit_passage(str(row["text"]), bench.queries[qid], budget, split)
