@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from collections import Counter
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from common import busy_loops  # noqa: E402
 from causal_assets.core.registry.benchmarks import hash_half, load_benchmark_registry  # noqa: E402
 from causal_assets.core.corpus.multihop import read_multihop  # noqa: E402
 from causal_assets.core.labeling.quality import (auc, expected_precision_at, label_quality_rows,  # noqa: E402
-                                                summarize)
+                                                summarize, test_retest)
 from causal_assets.core.labeling.design import balanced_stages  # noqa: E402
 from causal_assets.core.labeling.runner import (LabelingParams, decided, estimate, label_question,  # noqa: E402
                                                 question_rng)
@@ -128,10 +129,19 @@ def main() -> None:
     ap.add_argument("--solver", choices=sorted(LOCAL_MODELS), default="gemma3-270m")
     ap.add_argument("--estimator", default=None, help="default: the registry entry's, else the product's")
     ap.add_argument("--outcome", default=None, choices=["likelihood", "qa_likelihood"])
-    ap.add_argument("--budget", type=int, default=None)
+    ap.add_argument("--budget", default=None, help='solver calls per question, or "auto" (default: the '
+                    "registry's, else the product's: auto)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--no-stop-when-decided", dest="stop_when_decided", action="store_false", default=None,
                     help="regression: run every trial of the budget, even where the first block decided every label")
+    ap.add_argument("--second-block", choices=["beside_yes", "balanced"], default=None,
+                    help="regression: the rows run after the first block where a label is undecided (default: "
+                         "the registry's, else LabelingParams')")
+    ap.add_argument("--no-beside-yes", dest="beside_yes", action="store_false", default=None,
+                    help="labels from the regression alone, not also from the effects beside the YES documents")
+    ap.add_argument("--previous", action="store_true",
+                    help="also label every question the previous way (balanced second block, no effects beside "
+                         "the YES documents), through the same call cache, and report both")
     ap.add_argument("--document-encoding", choices=["auto", "joint", "separate"], default=None,
                     help="documents read together, or each encoded on its own (default: the registry's, else "
                          "LabelingParams')")
@@ -149,12 +159,25 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=None, help="1 - confidence of the label intervals")
     ap.add_argument("--compare", type=Path, nargs=2, default=None, metavar=("BASE", "OTHER"),
                     help="two runs' JSONs: top-2 and AUC of each, and their paired difference (no LLM)")
+    ap.add_argument("--agreement", type=Path, nargs=2, default=None, metavar=("A", "B"),
+                    help="two runs' JSONs over the same questions (e.g. two solvers): Cohen's kappa on YES/NO, flips, "
+                         "interval overlap and the effects' rank correlation (no LLM)")
     ap.add_argument("--reanalyze", type=Path, nargs="+", default=None,
                     help="re-estimate labels from previous JSONs' trials (no LLM; per_question entries are merged)")
     ap.add_argument("--max-trials", type=int, default=0,
                     help="with --reanalyze: use only each question's first N recorded trials (what a smaller "
                          "budget would have given, up to the design's balance)")
     args = ap.parse_args()
+    if args.agreement:
+        runs = [json.loads(p.read_text()) for p in args.agreement]
+        result = {"a": {"path": str(args.agreement[0]), "solver": runs[0].get("solver")},
+                  "b": {"path": str(args.agreement[1]), "solver": runs[1].get("solver")},
+                  **test_retest(*(label_frame(r) for r in runs))}
+        print(json.dumps(result, indent=1))
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1))
+        return
     if args.compare:
         result = paired_comparison(*(json.loads(p.read_text()) for p in args.compare))
         if args.out:
@@ -176,8 +199,14 @@ def main() -> None:
     flags = {"estimator": args.estimator, "outcome": args.outcome, "budget": args.budget,
              "stop_when_decided": args.stop_when_decided, "threshold_nats": args.threshold_nats,
              "alpha": args.alpha, "question_weight": args.question_weight,
-             "document_encoding": args.document_encoding}
-    cfg = LabelingParams(**{**registry, **{k: v for k, v in flags.items() if v is not None}, "batch": args.batch})
+             "document_encoding": args.document_encoding, "second_block": args.second_block,
+             "beside_yes": args.beside_yes}
+    if isinstance(args.budget, str) and args.budget != "auto":
+        flags["budget"] = int(args.budget) if args.budget.lstrip("-").isdigit() else args.budget
+    try:   # refused as the product refuses it, with its message, before any solver call
+        cfg = LabelingParams(**{**registry, **{k: v for k, v in flags.items() if v is not None}, "batch": args.batch})
+    except ValueError as e:
+        sys.exit(f"label_quality: {e}")
 
     data = read_multihop(SETTINGS.shared_data / DATASETS[args.dataset])
     questions = [q for q in data.questions if args.split == "all" or hash_half(q.question_id) == args.split]
@@ -185,6 +214,12 @@ def main() -> None:
     if args.questions:
         questions = questions[: args.questions]
 
+    for q in questions:   # each question's own paragraphs are its pool
+        try:
+            cfg.check_budget(len(q.paragraphs))
+        except ValueError as e:
+            sys.exit(f"label_quality: {e} (question {q.question_id} has {len(q.paragraphs)} paragraphs); no solver "
+                     "call made")
     prior = None
     if args.reanalyze:
         prior = {"per_question": {}, "calls": {}}
@@ -194,6 +229,14 @@ def main() -> None:
         questions = [q for q in questions if q.question_id in prior["per_question"]]
     with busy_loops(args.busy):
         run(args, cfg, data, questions, prior, out)
+
+
+def label_frame(run: dict) -> pd.DataFrame:
+    """A run's labels as `mc_labels`-like rows: question, document (its position), label, interval, average effect."""
+    return pd.DataFrame([{"question_id": qid, "doc_id": i, "label": lab, "ci_low": ci[0], "ci_high": ci[1],
+                          "average_effect": eff}
+                         for qid, p in run["per_question"].items()
+                         for i, (lab, ci, eff) in enumerate(zip(p["labels"], p["ci"], p["effects"]))])
 
 
 def ranked_effects(result) -> list[float]:
@@ -208,7 +251,7 @@ def trials_run(question_id: str, trials: list[dict], doc_ids: list[str], cfg: La
     """Of a question's recorded trials of the whole balanced design, those the labeller runs when it stops after the
     first block where every label is decided (`LabelingParams.stop_when_decided`): the first block's own rows, or
     all of them."""
-    design, stage = balanced_stages(len(doc_ids), cfg.budget, question_rng(question_id, cfg.seed))
+    design, stage = balanced_stages(len(doc_ids), cfg.budget_for(len(doc_ids)), question_rng(question_id, cfg.seed))
     first = Counter(tuple(np.flatnonzero(row).tolist()) for row in design[stage == 0])
     position = {d: i for i, d in enumerate(doc_ids)}
     block = []
@@ -220,76 +263,110 @@ def trials_run(question_id: str, trials: list[dict], doc_ids: list[str], cfg: La
     return block if len(block) < len(trials) and decided(block, doc_ids, cfg) else trials
 
 
+def label_one(q, cfg: LabelingParams, scorer, prior, max_doc_chars: int, max_trials: int = 0) -> dict:
+    """One question labelled (or re-estimated from `prior`'s trials): its labels, effects, calls and trials."""
+    pool = [(f"{q.question_id}/{i}", p.title, cut(p.text, max_doc_chars)) for i, p in enumerate(q.paragraphs)]
+    doc_ids = [d for d, _, _ in pool]
+    t0 = time.time()
+    if prior:
+        old = prior["per_question"][q.question_id]
+        trials = old["trials"][: max_trials or None]
+        if cfg.estimator == "regression" and cfg.stop_when_decided and not max_trials:
+            trials = trials_run(q.question_id, trials, doc_ids, cfg)
+        result = estimate(trials, doc_ids, cfg)
+        calls = {k: old.get(k) for k in ("calls", "paid", "seconds", "errors", "tokens_evaluated",
+                                         "tokens_requested")}
+        if old.get("calls"):
+            calls["calls"] = min(old["calls"], len(trials))
+    else:
+        ev0, rq0 = scorer.tokens_evaluated, scorer.tokens_requested
+        solver = LikelihoodSolver(scorer, "answer_f1", cfg.separate_documents(scorer))
+        o = label_question(q.question_id, q.question, q.answer, pool, solver, cfg, aliases=list(q.aliases))
+        trials = [{"subset": t["subset"], "loglik": t["loglik"], "loglik_question": t["loglik_question"]}
+                  for t in o.trials]
+        result = o.result
+        paid = [c for c in o.calls if c["status"] == "ok" and not c["cached"]]
+        calls = {"calls": len(o.calls), "paid": len(paid), "seconds": round(time.time() - t0, 2),
+                 "errors": sum(c["status"] == "error" for c in o.calls),
+                 "tokens_evaluated": scorer.tokens_evaluated - ev0,
+                 "tokens_requested": scorer.tokens_requested - rq0}
+    contains = [contains_answer(text, [q.answer, *q.aliases]) for _, _, text in pool]
+    return {"question_id": q.question_id, "type": q.type, "gold": q.gold, "contains": contains,
+            "effects": ranked_effects(result), "context_effects": [float(e.delta_p) for e in result.docs],
+            "labels": [e.label for e in result.docs], "partners": [list(e.partners) for e in result.docs],
+            "beside_yes": [[float(e.conditional_delta_p), float(e.conditional_ci_low), float(e.conditional_ci_high)]
+                           for e in result.docs],
+            "ci": [[float(e.ci_low), float(e.ci_high)] for e in result.docs], **calls, "trials": trials}
+
+
+def previous_way(cfg: LabelingParams) -> LabelingParams:
+    """The labelling before the effects beside the YES documents: the design's balanced second block, labels from
+    the regression alone."""
+    return replace(cfg, second_block="balanced", beside_yes=False)
+
+
+def bridge_share(per_q: list[dict]) -> dict:
+    """Of the gold paragraphs that do not hold the answer (the first hop of a bridge question), the share labelled
+    YES, and UNCERTAIN."""
+    labels = [lab for p in per_q for i, (c, lab) in enumerate(zip(p["contains"], p["labels"]))
+              if i in set(p["gold"]) and not c]
+    n = len(labels)
+    return {"first_hop_paragraphs": n, "yes": sum(v == "YES" for v in labels) / n if n else None,
+            "uncertain": sum(v == "UNCERTAIN" for v in labels) / n if n else None}
+
+
+def figures(per_q: list[dict]) -> dict:
+    """The summary of one way of labelling: overall, by hash half and by question type, and its cost."""
+    secs = [p["seconds"] for p in per_q if p.get("seconds") is not None]
+    return {"summary": summarize(label_quality_rows(per_q)),
+            # the threshold and interval were calibrated on train questions: the test half is the honest figure
+            "summary_by_half": {half: summarize(label_quality_rows([p for p in per_q
+                                                                    if hash_half(p["question_id"]) == half]))
+                                for half in ("train", "test")},
+            "summary_by_type": {t: summarize(label_quality_rows([p for p in per_q if p["type"] == t]))
+                                for t in sorted({str(p["type"]) for p in per_q})},
+            "first_hop": bridge_share(per_q),
+            "top2_interval_95": top2_interval(per_q),
+            "calls_per_question": float(np.mean([p["calls"] for p in per_q])) if per_q else None,
+            "paid_calls": int(sum(p.get("paid") or 0 for p in per_q)),
+            "seconds_per_question_paid": float(np.mean(secs)) if secs else None,
+            "tokens_evaluated_share": (sum(p.get("tokens_evaluated") or 0 for p in per_q)
+                                       / max(1, sum(p.get("tokens_requested") or 0 for p in per_q)))}
+
+
 def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
     scorer = None if prior else local_scorer(args.solver, CallCache(args.cache), SETTINGS.models_dir,
                                          n_threads=args.threads or None)
     load0, t_start = os.getloadavg(), time.time()
-    per_q = []
+    per_q, per_q_prev = [], []
     for n, q in enumerate(questions, 1):
-        pool = [(f"{q.question_id}/{i}", p.title, cut(p.text, args.max_doc_chars)) for i, p in enumerate(q.paragraphs)]
-        doc_ids = [d for d, _, _ in pool]
-        t0 = time.time()
-        if prior:
-            old = prior["per_question"][q.question_id]
-            trials = old["trials"][: args.max_trials or None]
-            if cfg.estimator == "regression" and cfg.stop_when_decided and not args.max_trials:
-                trials = trials_run(q.question_id, trials, doc_ids, cfg)
-            result = estimate(trials, doc_ids, cfg)
-            calls = {k: old.get(k) for k in ("calls", "paid", "seconds", "errors", "tokens_evaluated",
-                                             "tokens_requested")}
-            if old.get("calls"):
-                calls["calls"] = min(old["calls"], len(trials))
-        else:
-            ev0, rq0 = scorer.tokens_evaluated, scorer.tokens_requested
-            solver = LikelihoodSolver(scorer, "answer_f1", cfg.separate_documents(scorer))
-            o = label_question(q.question_id, q.question, q.answer, pool, solver, cfg,
-                               aliases=list(q.aliases))
-            trials = [{"subset": t["subset"], "loglik": t["loglik"], "loglik_question": t["loglik_question"]}
-                      for t in o.trials]
-            result = o.result
-            paid = [c for c in o.calls if c["status"] == "ok" and not c["cached"]]
-            calls = {"calls": len(o.calls), "paid": len(paid), "seconds": round(time.time() - t0, 2),
-                     "errors": sum(c["status"] == "error" for c in o.calls),
-                     "tokens_evaluated": scorer.tokens_evaluated - ev0,
-                     "tokens_requested": scorer.tokens_requested - rq0}
-        contains = [contains_answer(text, [q.answer, *q.aliases]) for _, _, text in pool]
-        per_q.append({"question_id": q.question_id, "type": q.type, "gold": q.gold, "contains": contains,
-                      "effects": ranked_effects(result), "context_effects": [float(e.delta_p) for e in result.docs],
-                      "labels": [e.label for e in result.docs],
-                      "ci": [[float(e.ci_low), float(e.ci_high)] for e in result.docs], **calls, "trials": trials})
+        per_q.append(label_one(q, cfg, scorer, prior, args.max_doc_chars, args.max_trials))
+        if args.previous:   # second: its first block comes from the cache, its own second block is paid
+            per_q_prev.append(label_one(q, previous_way(cfg), scorer, prior, args.max_doc_chars, args.max_trials))
         if n % 5 == 0 or n == len(questions):
             s = summarize(label_quality_rows(per_q))
             print(f"[{n}/{len(questions)}] labels F1 {s['labels']['f1']:.3f} top-2 P {s['ranking']['top2_precision']:.3f} "
                   f"AUC {s['ranking']['auc']:.3f} UNCERTAIN {s['labels']['uncertain_share']:.2f} | containment F1 "
                   f"{s['containment']['f1']:.3f} top-2 {s['containment_ranking']['top2_precision']:.3f} "
                   f"| {time.time() - t_start:.0f}s load {os.getloadavg()[0]:.1f}", flush=True)
-    summary = summarize(label_quality_rows(per_q))
-    # the threshold and interval were calibrated on train questions: the test half is the honest figure
-    by_half = {half: summarize(label_quality_rows([p for p in per_q if hash_half(p["question_id"]) == half]))
-               for half in ("train", "test")}
-    by_type = {t: summarize(label_quality_rows([p for p in per_q if p["type"] == t]))
-               for t in sorted({str(p["type"]) for p in per_q})}
-    secs = [p["seconds"] for p in per_q if p.get("seconds") is not None]
+    mine = figures(per_q)
     result = {"dataset": args.dataset, "quick": args.quick, "questions": len(per_q), "split": args.split,
               "solver": args.solver,
-              "config": cfg.__dict__, "max_doc_chars": args.max_doc_chars, "summary": summary,
+              "config": cfg.__dict__, "max_doc_chars": args.max_doc_chars, **mine,
               "document_encoding": ("separate" if cfg.separate_documents(scorer) else "joint") if scorer else None,
-              "summary_by_half": by_half, "summary_by_type": by_type,
-              "top2_interval_95": top2_interval(per_q),
-              "calls_per_question": float(np.mean([p["calls"] for p in per_q])),
-              "paid_calls": int(sum(p.get("paid") or 0 for p in per_q)),
-              "seconds_per_question_paid": float(np.mean(secs)) if secs else None,
-              "tokens_evaluated_share": (sum(p.get("tokens_evaluated") or 0 for p in per_q)
-                                         / max(1, sum(p.get("tokens_requested") or 0 for p in per_q))),
+              **({"previous": {"config": previous_way(cfg).__dict__, **figures(per_q_prev),
+                               "note": "labelled after this run's question, through the same call cache: its "
+                                       "seconds exclude the first block (cached)"}} if per_q_prev else {}),
               "skipped_without_paragraphs": len(data.skipped_without_paragraphs),
               "load_average_start": load0, "load_average_end": os.getloadavg(),
               "threads": getattr(scorer, "thread_history", None), "busy_loops": args.busy,
               "wall_seconds": round(time.time() - t_start, 1),
               "written_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-              "per_question": {p["question_id"]: p for p in per_q}}
+              "per_question": {p["question_id"]: p for p in per_q},
+              **({"per_question_previous": {p["question_id"]: p for p in per_q_prev}} if per_q_prev else {})}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=float))
-    print(json.dumps({k: v for k, v in result.items() if k != "per_question"}, indent=1, default=float))
+    print(json.dumps({k: v for k, v in result.items() if not k.startswith("per_question")}, indent=1, default=float))
     print("wrote", out)
 
 

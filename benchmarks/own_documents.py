@@ -81,7 +81,7 @@ def label(index, bench, qids, spec, seed: int, scorer, cfg_overrides: dict) -> t
             "cached_calls": int(calls["cached"].sum()), "prompt_tokens_per_call": round(float(
                 calls["prompt_tokens"].mean()), 1) if len(calls) else None,
             "load": [round(load0, 2), round(os.getloadavg()[0], 2)], "pool_size": params.size,
-            "doc_chars": params.doc_chars, "budget": cfg.budget,
+            "doc_chars": params.doc_chars, "budget": cfg.budget_for(params.size),
             "documents_shortened": int((pools["kept_end"] - pools["kept_start"] < pools["doc_chars"]).sum())}
     return pools, labels, cost
 

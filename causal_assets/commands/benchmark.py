@@ -20,7 +20,8 @@ from causal_assets.commands.build import cli_instance, ensure_built, execute, fa
 from causal_assets.core.stored import needs
 from causal_assets.exit_codes import EXIT_POOL_BLOCKED, EXIT_REGRESSION
 from causal_assets.core.labeling.dry_run import LabelPlan, ceiling_problem, plan_labels
-from causal_assets.core.registry.benchmarks import BenchmarkSpec, load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import (DEFAULT_BUDGET, BenchmarkSpec, budget_line, load_benchmark,
+                                                  load_benchmark_registry)
 from causal_assets.core.outputs.checks import labels_decided_problem
 from causal_assets.core.registry.corpora import require_available
 from causal_assets.core.foundation.errors import CausalAssetsError
@@ -99,6 +100,8 @@ def _labelling_plan(args, spec: BenchmarkSpec, built: bool = True) -> tuple[int,
             + (f"about {duration(estimate.seconds)} ({estimate.seconds_per_question:.0f} s per question, from "
                f"{estimate.source})" if not endpoint else "its time depends on the endpoint's latency")
             + f"; about {plan.prompt_tokens:,} prompt tokens")
+    if (spec.monte_carlo_settings.get("budget") or DEFAULT_BUDGET) == "auto":
+        line += f"\n{budget_line(spec.pool_size)}"
     return n, line, plan
 
 

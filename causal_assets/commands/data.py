@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import duckdb
 
 from causal_assets.commands import say
-from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmarks import DEFAULT_BUDGET, load_benchmark_registry
 from causal_assets.core.outputs.catalog import READONLY_PROTOCOL, DuckDBCatalog, check_analysis_sql
 from causal_assets.core.outputs.checks import labels_decided_problem
 from causal_assets.core.foundation.errors import CausalAssetsError
@@ -100,7 +99,7 @@ def export_labels(args) -> int:
     mc = dict(specs[args.benchmark].monte_carlo or {}) if args.benchmark in specs else {}
     split = specs[args.benchmark].label_split if args.benchmark in specs else "labels"
     estimator = pick_estimator(labels, args.estimator)
-    budgets = {k: v for k, v in {"solver calls per question (configured)": mc.get("budget"),
+    budgets = {k: v for k, v in {"solver calls per question (configured)": mc.get("budget") or DEFAULT_BUDGET,
                                  "label threshold": mc.get("threshold"),
                                  "questions labelled": int(labels["question_id"].nunique())}.items() if v is not None}
     recorded = labels_solver(labels)

@@ -16,6 +16,7 @@ from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Config, Fa
 from pydantic import Field
 
 from causal_assets.core.foundation.limits import MAX_POOL_SIZE, MAX_QUESTIONS
+from causal_assets.core.registry.benchmarks import budget_line
 from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.outputs.checks import (check_labels, check_labels_decided, check_pools, check_trials_from_ok_calls,
                                       labels_decided_problem)
@@ -105,9 +106,12 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     spec = benchmark_registry.spec(context.partition_key)
     meter = ledger.Meter.start(spec.name, "mc_trials", context.run_id)
     cfg = mc_config(spec.monte_carlo_settings, config)
+    largest = int(candidate_pools.groupby("question_id").size().max()) if len(candidate_pools) else 0
     if len(candidate_pools):   # what the run will cost, said (and held to the ceiling) before its first call
-        plan = plan_labels(spec.name, int(candidate_pools["question_id"].nunique()), cfg.budget,
-                           int(candidate_pools.groupby("question_id").size().max()),
+        if cfg.budget == "auto":
+            context.log.info(budget_line(largest))
+        plan = plan_labels(spec.name, int(candidate_pools["question_id"].nunique()), cfg.budget_for(largest),
+                           largest,
                            float(candidate_pools["text"].astype(str).str.len().mean()),   # what the pools show
                            history=None if llm.base_url else history_rate(storage.base, [spec.name]),
                            code=spec.loader.startswith("python_package"),
@@ -119,7 +123,6 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
         if problem:
             raise Failure(problem)
     if len(candidate_pools):   # before any solver call: a budget that cannot decide these pools (run config too)
-        largest = int(candidate_pools.groupby("question_id").size().max())
         try:
             cfg.check_budget(largest)
         except ValueError as e:
@@ -134,7 +137,7 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     cost = record_cost(context, storage, meter)
     yield Output(trials_df, output_name="mc_trials", metadata={**threads, **cost,
         "questions": n_questions, "trials": len(trials_df), "estimator": cfg.estimator, "outcome": cfg.outcome,
-        "budget_per_question": cfg.budget, "trials_per_question": round(len(trials_df) / max(1, n_questions), 2),
+        "budget_per_question": cfg.budget_for(largest), "budget_setting": str(cfg.budget), "trials_per_question": round(len(trials_df) / max(1, n_questions), 2),
         "wall_seconds": round(seconds, 1),
         "seconds_per_question": round(seconds / max(1, n_questions), 2),
         "mean_loglik": float(trials_df["loglik"].mean()) if trials_df["loglik"].notna().any() else None,

@@ -83,3 +83,19 @@ def test_quick_run_writes_its_json(script, tmp_path, models_dir):
         assert result["figures"]
     if script == "run_all":
         assert "| metrics_speed (quick) |" in (out / "SUMMARY.md").read_text()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--dataset", "musique", "--budget", "4"],
+     "monte_carlo.budget: budget 4 cannot decide a label of a pool of 20 documents"),
+    (["--dataset", "hotpotqa", "--budget", "0"], "monte_carlo.budget must be a whole number from 1 to 10,000"),
+    (["--dataset", "hotpotqa", "--budget", "many"], "monte_carlo.budget must be a whole number from 1 to 10,000"),
+])
+def test_label_quality_refuses_a_budget_the_product_refuses_before_any_solver_call(tmp_path, flags, message):
+    require(HOTPOT.parents[1] / ("musique" if "musique" in flags else "hotpotqa"))
+    cache = tmp_path / "calls.sqlite"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "label_quality.py"), *flags, "--cache", str(cache),
+                           "--out", str(tmp_path / "out.json")], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=load_scaled_s(120))
+    assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
+    assert not cache.exists() and not (tmp_path / "out.json").exists()   # no solver loaded, nothing written

@@ -85,9 +85,9 @@ def test_a_question_longer_than_a_query_is_refused_before_any_run(own, monkeypat
 
 
 @pytest.mark.parametrize("section, key, value, message", [
-    ("monte_carlo", "budget", 10**30, "Input should be less than or equal to 10000"),
-    ("monte_carlo", "budget", "16", "Input should be a valid integer"),
-    ("monte_carlo", "budget", True, "Input should be a valid integer"),
+    ("monte_carlo", "budget", 10**30, "must be a whole number from 1 to 10,000 or \"auto\""),
+    ("monte_carlo", "budget", "16", "must be a whole number from 1 to 10,000 or \"auto\", got '16'"),
+    ("monte_carlo", "budget", True, "must be a whole number from 1 to 10,000 or \"auto\", got True"),
     ("monte_carlo", "max_questions", 10**12, "Input should be less than or equal to 1000000"),
     ("pooling", "size", 10**9, "Input should be less than or equal to 1000"),
     ("answers", "ks", [1, 10**9], "Input should be less than or equal to 1000"),

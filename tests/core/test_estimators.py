@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from causal_assets.core.labeling.design import balanced_design, bernoulli_design, leave_one_out_design
-from causal_assets.core.labeling.estimators import NO, UNCERTAIN, YES, AdaptiveLabeler, naive, regression
+from causal_assets.core.labeling.adaptive import AdaptiveLabeler
+from causal_assets.core.labeling.estimators import NO, UNCERTAIN, YES, naive, regression
 from causal_assets.core.labeling.simulation import Scenario, label_f1, run_adaptive, simulate
 
 

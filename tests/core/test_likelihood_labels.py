@@ -19,7 +19,8 @@ import pytest
 from causal_assets.core.corpus.multihop import read_multihop
 from causal_assets.core.outputs.checks import check_labels
 from causal_assets.core.labeling.design import balanced_design
-from causal_assets.core.labeling.estimators import YES, AdaptiveLabeler, regression
+from causal_assets.core.labeling.adaptive import AdaptiveLabeler
+from causal_assets.core.labeling.estimators import YES, regression
 from causal_assets.core.labeling.runner import LabelingParams, label_question, label_table
 from causal_assets.core.labeling.solver import (LikelihoodSolver, answer_continuations, question_span,
                                                 solver_prompt)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmarks import budget_for, load_benchmark_registry
 from causal_assets.core.corpus.beir import load_beir_qrels, load_beir_queries
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.registry.corpora import load_corpus_registry
@@ -91,7 +91,6 @@ def test_the_budget_floor_is_where_the_estimators_interval_becomes_finite(pool, 
     ({"budget": 2}, {}, r"monte_carlo\.budget: budget 2 cannot decide a label of a pool of 10 documents: .* at least "
                         r"pool size \+ 2 = 12"),
     ({"budget": 10}, {"size": 9}, r"monte_carlo\.budget: budget 10 cannot decide a label of a pool of 9 documents"),
-    ({}, {"size": 20}, r"monte_carlo\.budget: budget 16 cannot decide a label of a pool of 20 .*\(16 is the default"),
     ({"budget": 3, "estimator": "naive"}, {}, r"monte_carlo\.budget: budget 3 cannot decide a label: the naive "
                                               r"estimator needs at least 4"),
 ])
@@ -102,6 +101,17 @@ def test_a_budget_that_cannot_decide_a_label_is_refused_naming_it(tmp_path, mc, 
     from causal_assets.core.registry.benchmarks import budget_problem
 
     assert budget_problem(12, 10) is None and budget_problem(4, 10, "naive") is None
+
+
+@pytest.mark.parametrize("pool, budget", [(8, 24), (10, 24), (12, 25), (15, 28), (20, 48)])
+def test_the_default_budget_is_derived_from_the_pool_size(tmp_path, pool, budget):
+    # `budget: auto`: the first orthogonal block, then the rows beside a YES document, 4 residual degrees of freedom
+    spec = load_benchmark_registry(_write(tmp_path, {**HOTPOT, "pooling": {"size": pool}}))["hotmini"]
+    assert spec.budget == budget and budget_for("auto", pool) == budget
+    assert LabelingParams().budget == "auto" and LabelingParams().budget_for(pool) == budget
+    for bad in ("16", True, "automatic", 0):
+        with pytest.raises(ValueError, match=r"monte_carlo\.budget must be a whole number from 1 to .* or \"auto\""):
+            LabelingParams(budget=bad)
 
 
 def test_the_shipped_registry_budgets_decide():
@@ -297,7 +307,7 @@ def _registry(tmp_path, **extra):
 
 @pytest.mark.parametrize("section, value, message", [
     ("monte_carlo", {"budjet": 4}, r"monte_carlo\.budjet: unknown key; known keys: .*budget"),
-    ("monte_carlo", {"budget": "many"}, r"monte_carlo\.budget: Input should be a valid integer"),
+    ("monte_carlo", {"budget": "many"}, r"monte_carlo\.budget: Value error, must be a whole number from 1 to 10,000 or \"auto\", got 'many'"),
     ("monte_carlo", {"outcome": "vibes"}, r"monte_carlo\.outcome: Input should be 'qa_likelihood', 'likelihood', 'success' or 'both'"),
     ("monte_carlo", {"split": "test"}, r"monte_carlo.split 'test' is not one of splits \['dev'\]"),
     ("pooling", {"sise": 8}, r"pooling\.sise: unknown key; known keys: size"),
@@ -316,11 +326,11 @@ def test_registry_typos_are_refused(tmp_path, section, value, message):
 
 
 @pytest.mark.parametrize("section, value, message", [
-    ("monte_carlo", {"budget": 10**30}, r"monte_carlo\.budget: Input should be less than or equal to 10000"),
+    ("monte_carlo", {"budget": 10**30}, r"monte_carlo\.budget: Value error, must be a whole number from 1 to 10,000 or \"auto\", got 10{30}"),
     ("monte_carlo", {"batch": 10**6}, r"monte_carlo\.batch: Input should be less than or equal to 10000"),
-    ("monte_carlo", {"budget": "16"}, r"monte_carlo\.budget: Input should be a valid integer"),
-    ("monte_carlo", {"budget": True}, r"monte_carlo\.budget: Input should be a valid integer"),
-    ("monte_carlo", {"budget": 16.0}, r"monte_carlo\.budget: Input should be a valid integer"),
+    ("monte_carlo", {"budget": "16"}, r"monte_carlo\.budget: Value error, must be a whole number from 1 to 10,000 or \"auto\", got '16'"),
+    ("monte_carlo", {"budget": True}, r"monte_carlo\.budget: Value error, must be a whole number from 1 to 10,000 or \"auto\", got True"),
+    ("monte_carlo", {"budget": 16.0}, r"monte_carlo\.budget: Value error, must be a whole number from 1 to 10,000 or \"auto\", got 16\.0"),
     ("monte_carlo", {"max_consecutive_errors": 10**5}, r"max_consecutive_errors: Input should be less than or equal"),
     ("pooling", {"size": 10**4}, r"pooling\.size: Input should be less than or equal to 1000"),
     ("pooling", {"max_doc_chars": 10**7}, r"pooling\.max_doc_chars: Input should be less than or equal to 100000"),
@@ -344,7 +354,7 @@ def test_every_count_is_a_whole_number_below_its_bound(tmp_path, section, value,
 def test_labelling_params_of_run_config_have_the_same_bounds():
     """Run config reaches the labelling through `LabelingParams` (mc_config), checked before any trial."""
     for name in ("budget", "batch"):
-        with pytest.raises(ValueError, match=rf"monte_carlo\.{name} must be a whole number from 1 to 10,000, got 10{{30}}"
+        with pytest.raises(ValueError, match=rf"monte_carlo\.{name} must be a whole number from 1 to 10,000(| or \"auto\"), got 10{{30}}"
                                              .replace("10{30}", str(10**30))):
             LabelingParams(**{name: 10**30})
     with pytest.raises(ValueError, match=r"monte_carlo\.max_consecutive_errors must be a whole number from 1 to 1,000"):

@@ -155,7 +155,13 @@ PER_ASSET = {
                   "delta_p": "Difference of success rates with and without the document (success outcomes).",
                   "trials_used": "Solver trials the label is estimated from.",
                   "estimator": "regression, adaptive or naive (the simple rule on the same trials).",
-                  "base_outcome": "Mean outcome over trials.", "mean_outcome": "Mean outcome with the document."},
+                  "base_outcome": "Mean outcome over trials.", "mean_outcome": "Mean outcome with the document.",
+                  "partners": "JSON list of the YES documents beside which this one was labelled YES ([]: on its "
+                              "own): a bridge document that helps only together with them.",
+                  "effect_beside_yes": "Effect in the trials that hold every document YES on its own (NaN: not "
+                                       "measured), with its interval in beside_yes_ci_low / beside_yes_ci_high.",
+                  "beside_yes_ci_low": "Lower end of effect_beside_yes's interval.",
+                  "beside_yes_ci_high": "Upper end of effect_beside_yes's interval."},
     "candidate_pools": {"answer": "The gold answer.", "aliases": "Accepted answer spellings (JSON).",
                         "position": "Position of the document in the shuffled pool.",
                         "path": "The document's file, relative to the corpus's root (folder and package corpora; "

@@ -165,10 +165,13 @@ def quality_table(summary: dict) -> pd.DataFrame:
 def test_retest(first: pd.DataFrame, second: pd.DataFrame) -> dict:
     """How far two labellings of the same questions agree on the (question, document) pairs judged in both (one
     estimator's `mc_labels` rows each, e.g. two pool draws and Monte Carlo seeds): Cohen's kappa on the pairs decided
-    (YES or NO) in both, the YES<->NO flips among all shared pairs, and how often the two intervals overlap."""
+    (YES or NO) in both, the YES<->NO flips among all shared pairs, and how often the two intervals overlap. Also two
+    solvers' labels of the same pools; with `average_effect` in both, the mean per-question rank correlation of the
+    effects."""
     keys = ["question_id", "doc_id"]
-    both = first[keys + ["label", "ci_low", "ci_high"]].merge(second[keys + ["label", "ci_low", "ci_high"]],
-                                                               on=keys, suffixes=("_a", "_b"))
+    cols = keys + ["label", "ci_low", "ci_high"] + (["average_effect"] if "average_effect" in first
+                                                     and "average_effect" in second else [])
+    both = first[cols].merge(second[cols], on=keys, suffixes=("_a", "_b"))
     decided = both[both["label_a"].isin(["YES", "NO"]) & both["label_b"].isin(["YES", "NO"])]
     a, b = (decided["label_a"] == "YES").to_numpy(), (decided["label_b"] == "YES").to_numpy()
     observed = float((a == b).mean()) if len(decided) else float("nan")
@@ -176,6 +179,13 @@ def test_retest(first: pd.DataFrame, second: pd.DataFrame) -> dict:
     kappa = (observed - chance) / (1 - chance) if len(decided) and chance < 1 else float("nan")
     flips = int((a != b).sum())
     overlap = (both["ci_low_a"] <= both["ci_high_b"]) & (both["ci_low_b"] <= both["ci_high_a"])
-    return {"pairs": len(both), "decided_both": len(decided), "kappa": kappa, "agreement": observed,
-            "flips": flips, "flip_share": flips / len(both) if len(both) else float("nan"),
-            "overlap_share": float(overlap.mean()) if len(both) else float("nan")}
+    out = {"pairs": len(both), "decided_both": len(decided), "kappa": kappa, "agreement": observed,
+           "flips": flips, "flip_share": flips / len(both) if len(both) else float("nan"),
+           "overlap_share": float(overlap.mean()) if len(both) else float("nan")}
+    if "average_effect_a" in both:   # the effects' order within each question (Spearman), averaged over questions
+        rho = [g["average_effect_a"].rank().corr(g["average_effect_b"].rank())
+               for _, g in both.dropna(subset=["average_effect_a", "average_effect_b"]).groupby("question_id")
+               if len(g) > 2]
+        rho = [r for r in rho if np.isfinite(r)]
+        out["effect_rank_correlation"] = float(np.mean(rho)) if rho else float("nan")
+    return out

@@ -24,9 +24,11 @@ import numpy as np
 import pandas as pd
 
 from causal_assets.core.foundation.limits import MAX_BUDGET, MAX_CONSECUTIVE_ERRORS
-from causal_assets.core.registry.benchmarks import DEFAULT_BUDGET, budget_problem
+from causal_assets.core.registry.benchmarks import DEFAULT_BUDGET, budget_for, budget_problem
+from causal_assets.core.labeling.conditional import second_block, with_partners
 from causal_assets.core.labeling.design import balanced_stages, bernoulli_design
-from causal_assets.core.labeling.estimators import UNCERTAIN, AdaptiveLabeler, LabelingResult, naive, regression
+from causal_assets.core.labeling.adaptive import AdaptiveLabeler
+from causal_assets.core.labeling.estimators import UNCERTAIN, LabelingResult, naive, regression
 from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver, answer_continuations
 from causal_assets.core.labeling.validators import contains_answer, validate
 from causal_assets.core.llm.errors import BudgetExceeded, LLMInfrastructureError
@@ -34,6 +36,7 @@ from causal_assets.core.llm.errors import BudgetExceeded, LLMInfrastructureError
 OUTCOMES = ("likelihood", "qa_likelihood", "success", "both")
 ESTIMATORS = ("adaptive", "regression", "naive")
 DOCUMENT_ENCODINGS = ("auto", "joint", "separate")
+SECOND_BLOCKS = ("beside_yes", "balanced")
 
 
 @dataclass(frozen=True)
@@ -51,13 +54,20 @@ class LabelingParams:
     threshold: float = 0.1         # ΔP above which a document is relevant (pass/fail outcomes)
     threshold_nats: float = 2.0    # effect on the (question-and-)answer log-likelihood above which it is relevant
     question_weight: float = 0.5   # weight of the question's own log-likelihood in the qa_likelihood outcome
-    budget: int = DEFAULT_BUDGET   # trials per question (adaptive: at most; otherwise exactly)
+    # trials per question (adaptive: at most; otherwise exactly); "auto": derived from each pool's size
+    budget: int | str = DEFAULT_BUDGET
     batch: int = 8
     alpha: float = 0.2             # 80% intervals
     seed: int = 0
     # regression: run the design's first orthogonal block (16 trials for 8-15 documents), and the rest of the
     # budget only where a label is still UNCERTAIN after it. Chosen on HotpotQA's train half (docs/decisions.md).
     stop_when_decided: bool = True
+    # regression: the rows run after the first block where a label is undecided. "beside_yes" holds the documents
+    # already YES in and balances the others (a bridge document's effect beside its partner); "balanced" runs the
+    # design's own rows. With no YES document yet both run the balanced rows (core/labeling/conditional.py).
+    second_block: str = "beside_yes"
+    # label a document YES when its effect in the trials holding every YES document is decided above the threshold
+    beside_yes: bool = True
     max_consecutive_errors: int = 3
     # scoring outcomes: "joint" (the solver reads the documents together, as a generating solver does),
     # "separate" (each document encoded once per question on its own, and only the question and the answer read
@@ -70,6 +80,8 @@ class LabelingParams:
         if self.document_encoding not in DOCUMENT_ENCODINGS:
             raise ValueError(f"monte_carlo.document_encoding must be one of {DOCUMENT_ENCODINGS}, "
                              f"got {self.document_encoding!r}")
+        if self.second_block not in SECOND_BLOCKS:
+            raise ValueError(f"monte_carlo.second_block must be one of {SECOND_BLOCKS}, got {self.second_block!r}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"monte_carlo.estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         # The registry refuses these when it loads; run config overrides (MonteCarloConfig) come through here,
@@ -81,11 +93,16 @@ class LabelingParams:
                     or value < low or (value >= high if high_open else value > high) or (name == "alpha" and value <= 0):
                 bounds = {"threshold": "in [0, 1)", "alpha": "in (0, 1)"}.get(name, "finite and at least 0")
                 raise ValueError(f"monte_carlo.{name} must be {bounds}, got {value!r}")
-        for name, most in (("budget", MAX_BUDGET), ("batch", MAX_BUDGET),
+        for name, most in ((("budget", MAX_BUDGET),) if self.budget != "auto" else ()) + (("batch", MAX_BUDGET),
                            ("max_consecutive_errors", MAX_CONSECUTIVE_ERRORS)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= most:
-                raise ValueError(f"monte_carlo.{name} must be a whole number from 1 to {most:,}, got {value!r}")
+                also = ' or "auto"' if name == "budget" else ""
+                raise ValueError(f"monte_carlo.{name} must be a whole number from 1 to {most:,}{also}, got {value!r}")
+
+    def budget_for(self, pool_size: int) -> int:
+        """Solver calls per question for a pool of `pool_size` documents (`budget: auto` derives them)."""
+        return budget_for(self.budget, pool_size)
 
     def separate_documents(self, scorer) -> bool:
         """Whether likelihood trials encode the documents separately with this scorer (``document_encoding``);
@@ -98,7 +115,7 @@ class LabelingParams:
 
     def check_budget(self, pool_size: int) -> None:
         """ValueError when this budget cannot decide a label of a `pool_size`-document pool (`labeling.budget`)."""
-        problem = budget_problem(self.budget, pool_size, self.estimator)
+        problem = budget_problem(self.budget_for(pool_size), pool_size, self.estimator)
         if problem:
             raise ValueError(f"monte_carlo.budget: {problem}")
 
@@ -157,23 +174,26 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
     rng = question_rng(question_id, config.seed)
     out = QuestionOutcome()
     threshold = config.label_threshold
-    labeler = AdaptiveLabeler(len(pool), threshold, config.budget, config.batch, rng=rng, doc_ids=doc_ids) \
+    budget = config.budget_for(len(pool))
+    labeler = AdaptiveLabeler(len(pool), threshold, budget, config.batch, rng=rng, doc_ids=doc_ids) \
         if config.estimator == "adaptive" else None
     later = np.zeros((0, len(pool)), dtype=bool)   # the regression's rows after its first block, where needed
     if config.estimator == "regression":
-        pending, stage = balanced_stages(len(pool), config.budget, rng)
+        pending, stage = balanced_stages(len(pool), budget, rng)
         if config.stop_when_decided:
             pending, later = pending[stage == 0], pending[stage != 0]
     elif config.estimator == "naive":
-        pending = bernoulli_design(len(pool), config.budget, 0.5, rng)
+        pending = bernoulli_design(len(pool), budget, 0.5, rng)
     kw = {"aliases": aliases or ()} if validator == "fqn_match" else {}
     continuations = answer_continuations(gold, aliases or ()) if scorer is not None else ()
     errors_in_a_row = 0
     last_error: BaseException | None = None
     while True:
         if labeler is None and not len(pending) and len(later):
-            if not decided(out.trials, doc_ids, config):
-                pending = later
+            so_far = estimate(out.trials, doc_ids, config)
+            if any(e.label == UNCERTAIN for e in so_far.docs):
+                beside = second_block(so_far, len(later), rng) if config.second_block == "beside_yes" else None
+                pending = later if beside is None else beside
             later = later[:0]
         subsets = labeler.next_subsets() if labeler else pending
         pending = np.zeros((0, len(pool)), dtype=bool)
@@ -269,8 +289,9 @@ def estimate(trials: list[dict], doc_ids: list[str], config: LabelingParams, est
         return naive(x, y, threshold, config.alpha, doc_ids=doc_ids)
     # Same model as AdaptiveLabeler's defaults, re-fitted on all trials (labels can differ slightly from the
     # online labeler's last batch, which also prefers documents it had already found).
-    return regression(x, y, threshold, config.alpha, interactions=True, max_candidates=4, interaction_z=1.5,
-                      interaction_z_or=2.5, doc_ids=doc_ids)
+    result = regression(x, y, threshold, config.alpha, interactions=True, max_candidates=4, interaction_z=1.5,
+                        interaction_z_or=2.5, doc_ids=doc_ids)
+    return with_partners(result, x, y, config.alpha) if config.beside_yes else result
 
 
 def decided(trials: list[dict], doc_ids: list[str], config: LabelingParams) -> bool:
@@ -279,14 +300,17 @@ def decided(trials: list[dict], doc_ids: list[str], config: LabelingParams) -> b
 
 
 LABEL_COLUMNS = ["question_id", "doc_id", "label", "effect", "ci_low", "ci_high", "average_effect", "outcome",
-                 "delta_p", "trials_used", "estimator", "base_outcome", "mean_outcome"]
+                 "delta_p", "trials_used", "estimator", "base_outcome", "mean_outcome", "partners",
+                 "effect_beside_yes", "beside_yes_ci_low", "beside_yes_ci_high"]
 
 
 def _rows(result: LabelingResult, qid: str, estimator: str, outcome: str, delta_p: dict) -> list[dict]:
     return [dict(question_id=qid, doc_id=e.doc, label=e.label, effect=float(e.delta_p), ci_low=float(e.ci_low),
                  ci_high=float(e.ci_high), average_effect=float(e.marginal_delta_p), outcome=outcome,
                  delta_p=delta_p.get(e.doc, float("nan")), trials_used=int(e.trials_used), estimator=estimator,
-                 base_outcome=float(result.base_success_rate), mean_outcome=float(result.success_rate))
+                 base_outcome=float(result.base_success_rate), mean_outcome=float(result.success_rate),
+                 partners=json.dumps(list(e.partners)), effect_beside_yes=float(e.conditional_delta_p),
+                 beside_yes_ci_low=float(e.conditional_ci_low), beside_yes_ci_high=float(e.conditional_ci_high))
             for e in result.docs]
 
 
@@ -341,6 +365,12 @@ def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParam
              "average_effect": round(r["average_effect"], 4),
              **({"delta_p": round(r["delta_p"], 4)} if delta_p else {}),
              "trials_used": r["trials_used"], "origin": origin[r["doc_id"]],
+             **({"effect_beside_yes": round(r["effect_beside_yes"], 4),
+                 "ci_beside_yes": [round(r["beside_yes_ci_low"], 4), round(r["beside_yes_ci_high"], 4)]}
+                if math.isfinite(r["effect_beside_yes"]) else {}),
+             **({"helps_with": json.loads(r["partners"]),
+                 "why": f"helps together with {', '.join(json.loads(r['partners']))}: decided by its effect in the "
+                        f"trials that hold them"} if r["partners"] != "[]" else {}),
              **({"note": f"the answer is also in {', '.join(d for d in answering if d != r['doc_id'])} of this pool: "
                          f"its effect is measured beside them, and would be larger without them"}
                 if r["doc_id"] in answering and len(answering) > 1 else {})} for r in main_rows],

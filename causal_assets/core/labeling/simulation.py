@@ -16,7 +16,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from .design import bernoulli_design
-from .estimators import AdaptiveLabeler, LabelingResult, naive, regression
+from .adaptive import AdaptiveLabeler
+from .estimators import LabelingResult, naive, regression
 
 __all__ = ["Scenario", "random_scenario", "random_scenarios", "likelihood_scenarios", "label_f1", "run_fixed", "run_adaptive",
            "simulate", "KINDS"]

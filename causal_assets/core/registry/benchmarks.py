@@ -51,13 +51,43 @@ from causal_assets.core.foundation.yaml_registry import load_entries
 #   decision possible; the balanced estimators guarantee theirs.
 #
 # This is the floor, not a recommendation: at the floor the t quantile of one degree of freedom (3.08 for 80%
-# intervals) leaves most labels UNCERTAIN. The defaults (16 calls for 10 documents, 24 on HotpotQA) were measured
-# (docs/results.md, "Monte Carlo labels").
+# intervals) leaves most labels UNCERTAIN.
+#
+# `budget: auto` (the default) is what the regression needs to decide a pool, its first orthogonal block and the
+# second block run where a label is undecided (`labeling.conditional`): the Hadamard order (the smallest power of two
+# above the pool size: every main effect estimated independently) plus enough rows that the trials holding a YES
+# document still leave 4 residual degrees of freedom for the other documents' effects beside it, and at least half
+# a block: 24 calls for pools of 8 to 12 documents, 48 for 20 (docs/decisions.md, "Labels").
 
 BUDGET_ESTIMATORS = ("adaptive", "regression", "naive")
-# Trials per question when a benchmark's `monte_carlo.budget` names none (`runner.LabelingParams.budget`).
-DEFAULT_BUDGET = 16
+# `monte_carlo.budget` when a benchmark names none (`runner.LabelingParams.budget`).
+DEFAULT_BUDGET = "auto"
 NAIVE_MIN_TRIALS = 4   # two trials with the document and two without, for a finite Welch interval
+BESIDE_YES_DOF = 4     # residual degrees of freedom of the effects beside one YES document (`auto_budget`)
+
+
+def first_block(pool_size: int) -> int:
+    """Rows of the balanced design's first orthogonal block: the smallest power of two above the pool size."""
+    return max(2, 1 << int(math.ceil(math.log2(int(pool_size) + 1))))
+
+
+def auto_budget(pool_size: int) -> int:
+    """`budget: auto` for a pool of `pool_size` documents (the derivation above)."""
+    order = first_block(pool_size)
+    return order + max(order // 2, int(pool_size) + 1 + BESIDE_YES_DOF - order // 2)
+
+
+def budget_line(pool_size: int) -> str:
+    """What `budget: auto` chose for pools of up to `pool_size` documents, and why (said before the first call)."""
+    order, total = first_block(pool_size), auto_budget(pool_size)
+    return (f"budget auto: {total} solver calls a question for pools of up to {pool_size} documents: a first "
+            f"orthogonal block of {order}, then {total - order} more only where a label is still undecided, with "
+            f"the documents already YES held in (set monte_carlo.budget to choose another)")
+
+
+def budget_for(budget: int | str, pool_size: int) -> int:
+    """A budget setting (a whole number, or "auto") as solver calls per question for a pool of this size."""
+    return auto_budget(pool_size) if budget == "auto" else int(budget)
 
 
 def min_budget(pool_size: int, estimator: str = "regression") -> int:
@@ -127,7 +157,7 @@ class MonteCarloSpec(BaseModel):
 
     estimator: Literal["adaptive", "regression", "naive"] | None = None
     threshold: float | None = Field(default=None, ge=0, lt=1)   # ΔP of a success probability
-    budget: int | None = Field(default=None, ge=1, le=MAX_BUDGET, strict=True)
+    budget: int | str | None = None   # solver calls per question, or "auto" (`budget_for`)
     batch: int | None = Field(default=None, ge=1, le=MAX_BUDGET, strict=True)
     alpha: float | None = Field(default=None, gt=0, lt=1)
     seed: int | None = Field(default=None, strict=True)
@@ -140,6 +170,16 @@ class MonteCarloSpec(BaseModel):
     question_weight: float | None = Field(default=None, ge=0)
     stop_when_decided: bool | None = None   # regression: the rest of the budget only where a label is undecided
     document_encoding: Literal["auto", "joint", "separate"] | None = None   # scoring outcomes (LabelingParams)
+
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget_known(cls, value):
+        if value is None or value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BUDGET:
+            raise ValueError(f'must be a whole number from 1 to {MAX_BUDGET:,} or "auto", got {value!r}')
+        return value
 
 
 class AnswersSpec(BaseModel):
@@ -338,8 +378,9 @@ class BenchmarkSpec(BaseModel):
 
     @property
     def budget(self) -> int:
-        """Solver calls per question (`monte_carlo.budget`, else the loader's or the labelling's default)."""
-        return int(self.monte_carlo_settings.get("budget") or DEFAULT_BUDGET)
+        """Solver calls per question for this benchmark's pools (`monte_carlo.budget`, else the loader's or the
+        labelling's default; `auto` derives it from the pool size)."""
+        return budget_for(self.monte_carlo_settings.get("budget") or DEFAULT_BUDGET, self.pool_size)
 
     @property
     def estimator(self) -> str:
