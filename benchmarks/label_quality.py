@@ -140,8 +140,9 @@ def main() -> None:
     ap.add_argument("--no-beside-yes", dest="beside_yes", action="store_false", default=None,
                     help="labels from the regression alone, not also from the effects beside the YES documents")
     ap.add_argument("--previous", action="store_true",
-                    help="also label every question the previous way (balanced second block, no effects beside "
-                         "the YES documents), through the same call cache, and report both")
+                    help="also label every question with the balanced second block and no effects beside the YES "
+                         "documents (the defaults), through the same call cache, and report both: the comparison "
+                         "for --second-block beside_yes")
     ap.add_argument("--document-encoding", choices=["auto", "joint", "separate"], default=None,
                     help="documents read together, or each encoded on its own (default: the registry's, else "
                          "LabelingParams')")
@@ -300,8 +301,8 @@ def label_one(q, cfg: LabelingParams, scorer, prior, max_doc_chars: int, max_tri
 
 
 def previous_way(cfg: LabelingParams) -> LabelingParams:
-    """The labelling before the effects beside the YES documents: the design's balanced second block, labels from
-    the regression alone."""
+    """The labelling without the effects beside the YES documents (the defaults): the design's balanced second
+    block, labels from the regression alone."""
     return replace(cfg, second_block="balanced", beside_yes=False)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from causal_assets.core.labeling.conditional import second_block, with_partners
-from causal_assets.core.labeling.estimators import NO, UNCERTAIN, YES, regression
+from causal_assets.core.labeling.estimators import NO, YES, regression
 from causal_assets.core.labeling.runner import LabelingParams, label_question, label_table
 from causal_assets.core.labeling.solver import LikelihoodSolver
 from causal_assets.core.llm.scoring import ScoreResult
@@ -45,7 +45,8 @@ class PlantedScorer:
         return out
 
 
-CONFIG = LabelingParams(outcome="likelihood", threshold_nats=2.0)
+CONFIG = LabelingParams(outcome="likelihood", threshold_nats=2.0, second_block="beside_yes", beside_yes=True)
+BEFORE = LabelingParams(outcome="likelihood", threshold_nats=2.0)   # the defaults: balanced rows, no effect beside
 
 
 def _label(scorer: PlantedScorer, config: LabelingParams = CONFIG):
@@ -63,8 +64,8 @@ def test_a_document_that_helps_only_beside_its_partner_is_yes_with_that_partner(
     assert bridge.conditional_ci_low > 2.0 and bridge.conditional_delta_p == pytest.approx(4.0, abs=0.5)
     assert bridge.marginal_ci_low < 2.0 < bridge.ci_low
     assert all(labels[d].label == NO for d, _, _ in NOTES)
-    # `budget: auto` for 12 documents: the first block of 16, then 9 rows holding the YES document in
-    assert len(out.trials) == 25 and all("b" in t["subset"] for t in out.trials[16:])
+    # `budget: auto` for 12 documents: the first block of 16, then 8 rows holding the YES document in
+    assert len(out.trials) == 24 and all("b" in t["subset"] for t in out.trials[16:])
 
 
 def test_the_label_table_says_with_whom_a_bridge_document_helps():
@@ -84,7 +85,7 @@ def test_the_label_table_says_with_whom_a_bridge_document_helps():
 def test_an_additive_pool_is_labelled_as_before():
     # the bridge document adds 1 nat on its own and nothing with its partner: below the threshold either way
     now = _label(PlantedScorer(together=0.0, alone=1.0))
-    before = _label(PlantedScorer(together=0.0, alone=1.0), replace(CONFIG, second_block="balanced", beside_yes=False))
+    before = _label(PlantedScorer(together=0.0, alone=1.0), BEFORE)
     assert now.result.labels() == before.result.labels()
     assert now.result.labels()["a"] == NO and now.result.labels()["b"] == YES
     assert all(e.partners == () for e in now.result.docs)

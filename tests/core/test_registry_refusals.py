@@ -103,9 +103,9 @@ def test_a_budget_that_cannot_decide_a_label_is_refused_naming_it(tmp_path, mc, 
     assert budget_problem(12, 10) is None and budget_problem(4, 10, "naive") is None
 
 
-@pytest.mark.parametrize("pool, budget", [(8, 24), (10, 24), (12, 25), (15, 28), (20, 48)])
+@pytest.mark.parametrize("pool, budget", [(1, 3), (5, 12), (8, 24), (10, 24), (15, 24), (16, 48), (20, 48)])
 def test_the_default_budget_is_derived_from_the_pool_size(tmp_path, pool, budget):
-    # `budget: auto`: the first orthogonal block, then the rows beside a YES document, 4 residual degrees of freedom
+    # `budget: auto`: the first orthogonal block and half a block more where a label is undecided
     spec = load_benchmark_registry(_write(tmp_path, {**HOTPOT, "pooling": {"size": pool}}))["hotmini"]
     assert spec.budget == budget and budget_for("auto", pool) == budget
     assert LabelingParams().budget == "auto" and LabelingParams().budget_for(pool) == budget

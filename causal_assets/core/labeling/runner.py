@@ -62,12 +62,14 @@ class LabelingParams:
     # regression: run the design's first orthogonal block (16 trials for 8-15 documents), and the rest of the
     # budget only where a label is still UNCERTAIN after it. Chosen on HotpotQA's train half (docs/decisions.md).
     stop_when_decided: bool = True
-    # regression: the rows run after the first block where a label is undecided. "beside_yes" holds the documents
-    # already YES in and balances the others (a bridge document's effect beside its partner); "balanced" runs the
-    # design's own rows. With no YES document yet both run the balanced rows (core/labeling/conditional.py).
-    second_block: str = "beside_yes"
-    # label a document YES when its effect in the trials holding every YES document is decided above the threshold
-    beside_yes: bool = True
+    # regression: the rows run after the first block where a label is undecided. "balanced" runs the design's own
+    # rows; "beside_yes" holds the documents already YES in and balances the others (a bridge document's effect
+    # beside its partner; with no YES document yet, the balanced rows). `beside_yes`: also label a document YES when
+    # its effect in the trials holding every YES document is decided above the threshold (core/labeling/
+    # conditional.py). Both off by default: with Gemma-3-270M they found no bridge document on HotpotQA's train
+    # half and cost precision (docs/decisions.md, "Labels"); they are for a solver that composes two hops.
+    second_block: str = "balanced"
+    beside_yes: bool = False
     max_consecutive_errors: int = 3
     # scoring outcomes: "joint" (the solver reads the documents together, as a generating solver does),
     # "separate" (each document encoded once per question on its own, and only the question and the answer read

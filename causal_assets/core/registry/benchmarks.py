@@ -53,17 +53,16 @@ from causal_assets.core.foundation.yaml_registry import load_entries
 # This is the floor, not a recommendation: at the floor the t quantile of one degree of freedom (3.08 for 80%
 # intervals) leaves most labels UNCERTAIN.
 #
-# `budget: auto` (the default) is what the regression needs to decide a pool, its first orthogonal block and the
-# second block run where a label is undecided (`labeling.conditional`): the Hadamard order (the smallest power of two
-# above the pool size: every main effect estimated independently) plus enough rows that the trials holding a YES
-# document still leave 4 residual degrees of freedom for the other documents' effects beside it, and at least half
-# a block: 24 calls for pools of 8 to 12 documents, 48 for 20 (docs/decisions.md, "Labels").
+# `budget: auto` (the default) is the regression's first orthogonal block, the Hadamard order (the smallest power of
+# two above the pool size: every main effect estimated independently), and half a block more, run only where a label
+# is still undecided after it: 24 calls for pools of 8 to 15 documents, the budget measured on HotpotQA's 10, and 48
+# for MuSiQue's 20, where 16 decided nothing and 32 left 6% UNCERTAIN (docs/decisions.md, "Labels"). Always at
+# least the floor above (1.5 x the order >= pool size + 2).
 
 BUDGET_ESTIMATORS = ("adaptive", "regression", "naive")
 # `monte_carlo.budget` when a benchmark names none (`runner.LabelingParams.budget`).
 DEFAULT_BUDGET = "auto"
 NAIVE_MIN_TRIALS = 4   # two trials with the document and two without, for a finite Welch interval
-BESIDE_YES_DOF = 4     # residual degrees of freedom of the effects beside one YES document (`auto_budget`)
 
 
 def first_block(pool_size: int) -> int:
@@ -74,15 +73,15 @@ def first_block(pool_size: int) -> int:
 def auto_budget(pool_size: int) -> int:
     """`budget: auto` for a pool of `pool_size` documents (the derivation above)."""
     order = first_block(pool_size)
-    return order + max(order // 2, int(pool_size) + 1 + BESIDE_YES_DOF - order // 2)
+    return order + order // 2
 
 
 def budget_line(pool_size: int) -> str:
     """What `budget: auto` chose for pools of up to `pool_size` documents, and why (said before the first call)."""
     order, total = first_block(pool_size), auto_budget(pool_size)
     return (f"budget auto: {total} solver calls a question for pools of up to {pool_size} documents: a first "
-            f"orthogonal block of {order}, then {total - order} more only where a label is still undecided, with "
-            f"the documents already YES held in (set monte_carlo.budget to choose another)")
+            f"orthogonal block of {order}, then {total - order} more only where a label is still undecided (set "
+            f"monte_carlo.budget to choose another)")
 
 
 def budget_for(budget: int | str, pool_size: int) -> int:
@@ -170,6 +169,8 @@ class MonteCarloSpec(BaseModel):
     question_weight: float | None = Field(default=None, ge=0)
     stop_when_decided: bool | None = None   # regression: the rest of the budget only where a label is undecided
     document_encoding: Literal["auto", "joint", "separate"] | None = None   # scoring outcomes (LabelingParams)
+    second_block: Literal["beside_yes", "balanced"] | None = None   # regression: rows run where a label is undecided
+    beside_yes: bool | None = None   # YES also from the effect beside the documents already YES
 
 
     @field_validator("budget", mode="before")
