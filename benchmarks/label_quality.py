@@ -350,25 +350,35 @@ def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
                   f"AUC {s['ranking']['auc']:.3f} UNCERTAIN {s['labels']['uncertain_share']:.2f} | containment F1 "
                   f"{s['containment']['f1']:.3f} top-2 {s['containment_ranking']['top2_precision']:.3f} "
                   f"| {time.time() - t_start:.0f}s load {os.getloadavg()[0]:.1f}", flush=True)
-    mine = figures(per_q)
-    result = {"dataset": args.dataset, "quick": args.quick, "questions": len(per_q), "split": args.split,
-              "solver": args.solver,
-              "config": cfg.__dict__, "max_doc_chars": args.max_doc_chars, **mine,
-              "document_encoding": ("separate" if cfg.separate_documents(scorer) else "joint") if scorer else None,
-              **({"previous": {"config": previous_way(cfg).__dict__, **figures(per_q_prev),
-                               "note": "labelled after this run's question, through the same call cache: its "
-                                       "seconds exclude the first block (cached)"}} if per_q_prev else {}),
-              "skipped_without_paragraphs": len(data.skipped_without_paragraphs),
-              "load_average_start": load0, "load_average_end": os.getloadavg(),
-              "threads": getattr(scorer, "thread_history", None), "busy_loops": args.busy,
-              "wall_seconds": round(time.time() - t_start, 1),
-              "written_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-              "per_question": {p["question_id"]: p for p in per_q},
-              **({"per_question_previous": {p["question_id"]: p for p in per_q_prev}} if per_q_prev else {})}
+            if n < len(questions):   # a run stopped part-way keeps what it measured ("complete": false)
+                partial = report(args, cfg, data, scorer, per_q, per_q_prev, load0, t_start, done=False)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(partial, indent=1, default=float))
+    result = report(args, cfg, data, scorer, per_q, per_q_prev, load0, t_start, done=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=float))
     print(json.dumps({k: v for k, v in result.items() if not k.startswith("per_question")}, indent=1, default=float))
     print("wrote", out)
+
+
+def report(args, cfg: LabelingParams, data, scorer, per_q: list[dict], per_q_prev: list[dict], load0, t_start: float,
+           done: bool) -> dict:
+    """The run's JSON: its figures, the comparison's where labelled both ways, the load and the questions."""
+    mine = figures(per_q)
+    return {"dataset": args.dataset, "quick": args.quick, "questions": len(per_q), "split": args.split,
+            "solver": args.solver, "complete": done,
+            "config": cfg.__dict__, "max_doc_chars": args.max_doc_chars, **mine,
+            "document_encoding": ("separate" if cfg.separate_documents(scorer) else "joint") if scorer else None,
+            **({"previous": {"config": previous_way(cfg).__dict__, **figures(per_q_prev),
+                             "note": "labelled after this run's question, through the same call cache: its "
+                                     "seconds exclude the first block (cached)"}} if per_q_prev else {}),
+            "skipped_without_paragraphs": len(data.skipped_without_paragraphs),
+            "load_average_start": load0, "load_average_end": os.getloadavg(),
+            "threads": getattr(scorer, "thread_history", None), "busy_loops": args.busy,
+            "wall_seconds": round(time.time() - t_start, 1),
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "per_question": {p["question_id"]: p for p in per_q},
+            **({"per_question_previous": {p["question_id"]: p for p in per_q_prev}} if per_q_prev else {})}
 
 
 if __name__ == "__main__":
