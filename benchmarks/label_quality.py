@@ -4,6 +4,8 @@
         [--solver gemma3-270m] [--outcome likelihood] [--estimator adaptive] [--budget 32] [--max-doc-chars 0]
         [--no-stop-when-decided] [--document-encoding separate] [--threads 0] [--busy N]
     .venv/bin/python benchmarks/label_quality.py --compare BASE.json OTHER.json   # paired, no LLM
+    .venv/bin/python benchmarks/label_quality.py --agreement A.json B.json   # two solvers' labels, no LLM
+    .venv/bin/python benchmarks/label_quality.py --second-block beside_yes --previous   # both ways, one run
     .venv/bin/python benchmarks/label_quality.py --quick --out /tmp/label_quality.json   # a smoke run
 
 Each question's own paragraphs are its pool; the labelling is the product's (`label_question`, local solver,
