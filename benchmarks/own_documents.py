@@ -41,6 +41,7 @@ from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
 from causal_assets.core.llm.models import local_scorer  # noqa: E402
 from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
+from causal_assets.core.foundation.errors import ConfigError  # noqa: E402
 from causal_assets.core.corpus.questions import load_questions  # noqa: E402
 from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry  # noqa: E402
 from causal_assets.core.registry.gold import GoldResolver  # noqa: E402
@@ -189,4 +190,7 @@ def _records(spec):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ConfigError as e:   # refused as the product refuses it (a budget, a registry value), before any call
+        sys.exit(f"own_documents: {e}")

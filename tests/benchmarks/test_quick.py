@@ -85,17 +85,28 @@ def test_quick_run_writes_its_json(script, tmp_path, models_dir):
         assert "| metrics_speed (quick) |" in (out / "SUMMARY.md").read_text()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--dataset", "musique", "--budget", "4"],
+MANPAGES = HOTPOT.parents[1] / "manpages"
+
+
+@pytest.mark.parametrize("script, flags, data, message", [
+    ("label_quality", ["--dataset", "musique", "--budget", "4"], HOTPOT.parents[1] / "musique",
      "monte_carlo.budget: budget 4 cannot decide a label of a pool of 20 documents"),
-    (["--dataset", "hotpotqa", "--budget", "0"], "monte_carlo.budget must be a whole number from 1 to 10,000"),
-    (["--dataset", "hotpotqa", "--budget", "many"], "monte_carlo.budget must be a whole number from 1 to 10,000"),
+    ("label_quality", ["--dataset", "hotpotqa", "--budget", "0"], HOTPOT,
+     "monte_carlo.budget must be a whole number from 1 to 10,000"),
+    ("label_quality", ["--dataset", "hotpotqa", "--budget", "many"], HOTPOT,
+     "monte_carlo.budget must be a whole number from 1 to 10,000"),
+    ("own_documents", ["--folder", str(MANPAGES / "docs"), "--questions", str(MANPAGES / "questions.jsonl"),
+                       "--budget", "4"], MANPAGES,
+     "monte_carlo.budget: budget 4 cannot decide a label of a pool of 12 documents"),
 ])
-def test_label_quality_refuses_a_budget_the_product_refuses_before_any_solver_call(tmp_path, flags, message):
-    require(HOTPOT.parents[1] / ("musique" if "musique" in flags else "hotpotqa"))
+def test_a_benchmark_refuses_a_budget_the_product_refuses_before_any_solver_call(tmp_path, script, flags, data,
+                                                                                 message):
+    require(data)
     cache = tmp_path / "calls.sqlite"
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "label_quality.py"), *flags, "--cache", str(cache),
+    extra = ["--cache", str(cache)] if script == "label_quality" else []
+    done = subprocess.run([sys.executable, str(BENCHMARKS / f"{script}.py"), *flags, *extra,
                            "--out", str(tmp_path / "out.json")], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=load_scaled_s(120))
     assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr   # one line, no traceback
     assert not cache.exists() and not (tmp_path / "out.json").exists()   # no solver loaded, nothing written
