@@ -11,13 +11,18 @@ import pandas as pd
 import pytest
 
 from causal_assets.core.outputs.checks import check_answers, check_metrics
+from causal_assets.core.corpus.chunk import Chunk, chunks_to_frame
 from causal_assets.core.evaluation.answers import (ANSWER_COLUMNS, GOLD, LABELS, RANDOM, answer_metrics,
-                                                   build_questions, label_rankings, measure_answers, planned_calls,
-                                                   reference_rankings)
+                                                   build_questions, document_cut, label_rankings, measure_answers,
+                                                   planned_calls, reference_rankings)
+from causal_assets.core.index.build import build_index
+from causal_assets.core.labeling.pools import PoolParams, build_pools
+from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.evaluation.report import answer_section, answer_table
 from causal_assets.core.labeling.solver import solver_prompt
 from causal_assets.core.llm.cache import CallCache
 from causal_assets.core.llm.models import local_scorer
+from tests.core.tiny_corpus import tiny_index
 
 DOCS = {
     "port": ("Brindle scheduler", "The Brindle scheduler daemon exposes its metrics on port 7461."),
@@ -32,6 +37,11 @@ ANSWERS = {"q_port": "7461", "q_cipher": "XChaCha20-Poly1305"}
 GOLD_DOC = {"q_port": "port", "q_cipher": "cipher"}
 DISTRACTORS = ["paris", "plants", "chess"]
 KS = (1, 3)
+
+
+def doc(doc_id: str, question: str) -> tuple[str, str]:
+    """The planted documents are short: each shown whole, beside any question."""
+    return DOCS[doc_id]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +83,7 @@ class Spy:
 @pytest.mark.slow
 def test_a_retriever_ranking_the_answer_first_gains_more_than_distractors_and_a_rerun_is_free(scorer):
     spy = Spy(scorer)
-    run = measure_answers(questions(), DOCS.get, spy, "answer_f1", KS)
+    run = measure_answers(questions(), doc, spy, "answer_f1", KS)
     rows = run.rows
     assert list(rows.columns) == ANSWER_COLUMNS[2:] and not run.errors
     gain = rows.set_index(["retriever", "k", "query_id"])["answer_gain"]
@@ -95,7 +105,7 @@ def test_a_retriever_ranking_the_answer_first_gains_more_than_distractors_and_a_
     assert run.scored == run.prompts > 0
     # a second run: every prompt from the call cache, no token through the model
     evaluated = scorer.tokens_evaluated
-    again = measure_answers(questions(), DOCS.get, Spy(scorer), "answer_f1", KS)
+    again = measure_answers(questions(), doc, Spy(scorer), "answer_f1", KS)
     assert again.scored == 0 and again.prompts == run.prompts and scorer.tokens_evaluated == evaluated
     pd.testing.assert_frame_equal(again.rows, rows)
     assert check_answers(rows.assign(benchmark="toy", split="test")).passed
@@ -216,7 +226,7 @@ def test_a_generating_solver_s_answers_are_judged_per_prompt(scorer, tmp_path):
     with LocalLlamaServer(n_threads=1, n_ctx=2048, log_path=tmp_path / "server.log", startup_timeout_s=90) as srv, \
             LLMClient(srv.base_url, srv.alias, cache=CallCache(tmp_path / "chat.sqlite"), timeout_s=60,
                       max_retries=1) as client:
-        run = measure_answers(questions(), DOCS.get, scorer, "answer_containment", (1,),
+        run = measure_answers(questions(), doc, scorer, "answer_containment", (1,),
                               solver=BlindSolver(client, "answer_containment"))
     rows = run.rows.set_index(["retriever", "query_id"])
     assert not run.errors and rows["answer_passed"].notna().all()
@@ -246,3 +256,31 @@ def test_the_truths_choices_are_scored_and_the_answers_choice_paired_with_the_ju
     text = "\n".join(lines)
     assert "| answers | `bm25_tuned`  |" in text and "| qrels   | `dense_tuned` |" in text
     assert f"answer gain Δ {d['delta']:+.3f} nats" in text and "it helps the solver more" in text
+
+
+MANUAL = "\n".join(["Brindle installation notes.", "Copy the brindle binary to /usr/local/bin.",
+                    "Restart the shell before the first run.",
+                    "The Brindle scheduler daemon exposes its metrics on port 7461."])
+
+
+def test_a_long_document_is_shown_as_its_candidate_pool_cut_it_not_from_its_start():
+    """One cut for the labels and the answer utility: a document longer than `pooling.max_doc_chars` shows the
+    lines that best match the question (`text.passages.fit_passage`), as the candidate pool kept them, so the
+    answer's line in the manual's last line is shown where its first 80 characters hold no answer."""
+    chunks = [Chunk(chunk_id="manual", corpus="cut", source="test", path="", title="Brindle manual", text=MANUAL,
+                    kind="paragraph"),
+              *[Chunk(chunk_id=d, corpus="cut", source="test", path="", title=t, text=x, kind="paragraph")
+                for d, (t, x) in DOCS.items() if d != "port"]]
+    index = build_index(chunks_to_frame(chunks), "cut", embedder=tiny_index().embedder)
+    question = QUERIES["q_port"]
+    bench = Benchmark("cut", "test", {"q_port": question}, {"q_port": {"manual": 1.0}}, answers={"q_port": "7461"})
+    params = PoolParams(size=4, hard_negatives=2, max_doc_chars=80)
+    pools = build_pools(index, bench, ["q_port"], params)
+    cut = document_cut(index, params.doc_chars)
+    assert len(pools) == 4 and "manual" in set(pools["doc_id"])
+    for doc_id, title, text in zip(pools["doc_id"], pools["title"], pools["text"]):
+        assert cut(doc_id, question) == (title, text), doc_id
+    title, text = cut("manual", question)
+    assert "7461" not in MANUAL[:80] and "port 7461" in text and len(text) <= 80
+    # beside another question the same document shows other lines: the cut follows the question
+    assert cut("manual", "Where do I copy the binary?")[1] != text

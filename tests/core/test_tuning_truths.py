@@ -52,7 +52,7 @@ def test_the_answer_gain_selects_with_the_real_solver_and_scores_no_context_once
     index, bench = tiny_index(), tiny_benchmark()
     docs = {c: (index.chunks.iloc[index.position[c]]["title"], index.chunks.iloc[index.position[c]]["text"])
             for c in index.ids}
-    judge = AnswerJudge(bench.queries, bench.answers, {}, docs.get, scorer, "answer_containment")
+    judge = AnswerJudge(bench.queries, bench.answers, {}, lambda d, question: docs[d], scorer, "answer_containment")
     result = tune(index, bench, TuningSpec(**SPEC, select_by="answers", answer_k=1), {}, judge=judge,
                   answer_questions=5)
     truths = result.truths

@@ -3,8 +3,9 @@
 For one question and one ranking, the gain at k is the solver's teacher-forced log-likelihood of the gold answer
 (the best of its accepted answers, as the labels score it) given the ranking's top k documents in rank order, minus
 the same with no context, in nats. The prompt is the labels' (`labeling.solver.solver_prompt`), the documents are
-cut as the candidate pools cut them (title, then the first `pooling.max_doc_chars` characters of the text), and
-the scorer is the labels' (the call cache's keys are shared, so a re-run pays nothing).
+cut as the candidate pools cut them (`document_cut`: the title, then the text whole where it fits
+`pooling.max_doc_chars`, else its run of whole lines that best matches the question), and the scorer is the
+labels' (the call cache's keys are shared, so a re-run pays nothing).
 
 Reference rankings on the same questions show how far a retriever is from what helps:
 
@@ -37,6 +38,7 @@ from causal_assets.core.llm.scoring import ScoreRequest, Scorer
 from causal_assets.core.foundation.schemas import ranking_effect
 from causal_assets.core.measures.significance import bootstrap_ci, randomization_p
 from causal_assets.core.registry.benchmarks import AnswersSpec, BenchmarkSpec
+from causal_assets.core.text.passages import fit_passage
 
 GOLD, LABELS, RANDOM = "@gold", "@labels", "@random"
 REFERENCES = (GOLD, LABELS, RANDOM)
@@ -123,14 +125,15 @@ def reference_rankings(query_id: str, relevant: dict[str, float], candidates: Se
     return out
 
 
-def measure_answers(questions: Sequence[AnswerQuestion], doc: Callable[[str], tuple[str, str]], scorer: Scorer,
-                    validator: str, ks: Sequence[int], log: Callable[[str], None] = lambda m: None,
+def measure_answers(questions: Sequence[AnswerQuestion], doc: Callable[[str, str], tuple[str, str]],
+                    scorer: Scorer, validator: str, ks: Sequence[int], log: Callable[[str], None] = lambda m: None,
                     solver: Any = None) -> AnswerRun:
-    """The answer gain of every ranking of every question at every k (module docstring). `doc(id)`: the
-    document's (title, text) as the solver sees it. One `score_many` batch per question; a failed scoring leaves
-    its rows out (and is listed in `errors`); when every scoring fails, the first failure is raised. `solver`: a
-    generating solver (`labeling.solver.BlindSolver`): each distinct prompt's greedy answer is also validated
-    (`answer_score`, `answer_passed`; a failed generation leaves them NaN and is listed in `errors`)."""
+    """The answer gain of every ranking of every question at every k (module docstring). `doc(id, question)`: the
+    document's (title, text) as the solver sees it beside that question (`document_cut`). One `score_many` batch
+    per question; a failed scoring leaves its rows out (and is listed in `errors`); when every scoring fails, the
+    first failure is raised. `solver`: a generating solver (`labeling.solver.BlindSolver`): each distinct prompt's
+    greedy answer is also validated (`answer_score`, `answer_passed`; a failed generation leaves them NaN and is
+    listed in `errors`)."""
     t0 = time.perf_counter()
     rows, errors = [], []
     prompts = scored = ok = 0
@@ -142,7 +145,7 @@ def measure_answers(questions: Sequence[AnswerQuestion], doc: Callable[[str], tu
         planned = []   # (ranking, k, prompt index, documents shown)
         for name, ranking in q.rankings.items():
             for k in ks:
-                shown = [doc(d) for d in ranking[:k]]
+                shown = [doc(d, q.text) for d in ranking[:k]]
                 prompt = solver_prompt(q.text, shown, validator) if shown else baseline
                 if prompt not in index:
                     index[prompt] = len(index)
@@ -185,7 +188,7 @@ class AnswerJudge:
     call cache). A failed scoring is an infrastructure failure and is raised, never a gain of 0."""
 
     def __init__(self, queries: dict[str, str], answers: dict[str, str], aliases: dict[str, list[str]],
-                 doc: Callable[[str], tuple[str, str]], scorer: Scorer, validator: str):
+                 doc: Callable[[str, str], tuple[str, str]], scorer: Scorer, validator: str):
         self.queries, self.answers, self.aliases = queries, answers, aliases
         self.doc, self.scorer, self.validator = doc, scorer, validator
         self._without: dict[str, float] = {}
@@ -204,7 +207,7 @@ class AnswerJudge:
             if q not in self._without:
                 requests.append(ScoreRequest(solver_prompt(self.queries[q], [], self.validator), continuations))
                 slots.append((q, True))
-            shown = [self.doc(d) for d in list(rankings[q])[:k]]
+            shown = [self.doc(d, self.queries[q]) for d in list(rankings[q])[:k]]
             requests.append(ScoreRequest(solver_prompt(self.queries[q], shown, self.validator), continuations))
             slots.append((q, False))
         with_context: dict[str, float] = {}
@@ -223,14 +226,16 @@ def doc_chars(spec: BenchmarkSpec) -> int:
     return pool_params(spec.pool_settings).doc_chars
 
 
-def document_cut(index, max_doc_chars: int) -> Callable[[str], tuple[str, str]]:
-    """A chunk of `index` as the candidate pools cut it for the solver: its title, then the first `max_doc_chars`
-    characters of its text."""
+def document_cut(index, max_doc_chars: int) -> Callable[[str, str], tuple[str, str]]:
+    """`doc(chunk_id, question)`: a chunk of `index` as the candidate pools cut it for the solver beside that
+    question (`labeling.pools.build_pools`): its title, then its text whole where it fits `max_doc_chars`, else the
+    run of whole lines that best matches the question (`text.passages.fit_passage`), not the text's beginning."""
     chunks, position = index.chunks, index.position
+    split = bool(getattr(index, "split_identifiers", False))
 
-    def doc(chunk_id: str) -> tuple[str, str]:
+    def doc(chunk_id: str, question: str) -> tuple[str, str]:
         row = chunks.iloc[position[chunk_id]]
-        return str(row["title"]), str(row["text"])[:max_doc_chars]
+        return str(row["title"]), fit_passage(str(row["text"]), question, max_doc_chars, split).text
 
     return doc
 

@@ -349,8 +349,9 @@ def answer_utility(spec: BenchmarkSpec, artifacts: CorpusArtifacts,
         run = measure_answers(questions, doc, scorer, spec.validator, params.ks, log, solver)
         frames.append(run.rows.assign(benchmark=spec.name, split=split)[ANSWER_COLUMNS])
         notes.append(f"`{split}`: {len(questions)} questions with an answer (at most `answers.max_questions` "
-                     f"{params.max_questions}), k in {list(params.ks)}, documents cut to {params.max_doc_chars} "
-                     f"characters; {run.prompts} distinct prompts of at most {calls}, {run.scored} scored by "
+                     f"{params.max_questions}), k in {list(params.ks)}, documents cut as the pools cut them (at "
+                     f"most {params.max_doc_chars} characters, the lines best matching the question); "
+                     f"{run.prompts} distinct prompts of at most {calls}, {run.scored} scored by "
                      f"`{scorer.model_id}` (the rest from the call cache) in {run.seconds:.0f} s"
                      + (f"; each prompt's greedy answer judged by `{spec.validator}` (answer_score, answer_passed)"
                         if solver is not None else "")
