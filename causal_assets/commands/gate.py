@@ -6,6 +6,7 @@ from upath import UPath
 
 from causal_assets.commands import say
 from causal_assets.core.evaluation import gate as gates
+from causal_assets.core.evaluation.answers import is_reference
 
 
 def accept(args) -> int:
@@ -32,7 +33,12 @@ def compare(args) -> int:
             "questions)")
         return 1
     print(f"A: {name_a}\nB: {name_b}\n")
-    print(gates.comparison_table(diffs).drop(columns=["worse most", "better most"]).to_markdown(index=False))
+    # the table as formatted (Δ keeps its sign, p its four decimals), not re-read as numbers
+    print(gates.comparison_table(diffs).drop(columns=["worse most", "better most"])
+          .to_markdown(index=False, disable_numparse=True, floatfmt=".4f"))
+    if any(is_reference(str(r)) for r in (*a["retriever"].unique(), *b["retriever"].unique())):
+        print("\n(the answer utility's references @gold, @labels and @random are not compared: their candidates are "
+              "the documents each run's retrievers returned)")
     for d in diffs:
         if d.worse or d.better:
             print(f"\n{d.retriever} {d.metric} on `{d.split}` ({d.truth}): worse most: "

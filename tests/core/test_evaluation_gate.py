@@ -86,3 +86,15 @@ def test_accept_resolve_and_compare_read_the_stored_runs(tmp_path):
     [d] = gates.compare_runs(gates.resolve(base, "b")[1], latest)
     assert d.worse[0][0] == "q7" and d.worse[0][1] == pytest.approx(-0.4) and not d.better
     assert set(by_version["run_id"]) == {"run-one"}
+
+
+def test_compare_leaves_out_the_answer_utility_s_references():
+    """`@random` draws from the documents the run's retrievers returned: it moves when a retriever changes, and is
+    not a retriever to compare; the retrievers' own figures are compared as ever."""
+    a = pd.concat([values(BASE, "hybrid"), values(BASE, "@random", "answer_gain", 3)])
+    moved = {q: v - 0.5 for q, v in BASE.items()}
+    b = pd.concat([values(moved, "hybrid"), values(moved, "@random", "answer_gain", 3)])
+    a["truth"] = b["truth"] = np.where(a["metric"] == "answer_gain", "answers", "qrels")
+    diffs = gates.compare_runs(a, b)
+    assert [(d.retriever, d.metric) for d in diffs] == [("hybrid", "ndcg@10")]
+    assert diffs[0].delta == pytest.approx(-0.5)

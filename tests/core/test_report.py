@@ -90,3 +90,21 @@ def test_a_selected_retriever_below_bm25_is_said_with_its_difference():
     assert "p = 0.00" in line
     better = worse.assign(value=[v if r == "bm25" else v + 0.4 for r, v in zip(worse["retriever"], worse["value"])])
     assert below_bm25(better, "learned", "ndcg@10") == [] and below_bm25(worse, None, "ndcg@10") == []
+
+
+def test_the_randomization_test_is_exact_enough_and_gives_the_same_p_every_time():
+    """On 10 queries every one of the 1,024 sign patterns can be enumerated: the seeded draws agree with the exact
+    p within sampling error, and the same scores give the same p on every call (the gate's verdict must not move
+    between two evaluations of the same run)."""
+    import itertools
+
+    rng = np.random.default_rng(7)
+    control = rng.uniform(0.2, 0.8, 10)
+    treatment = control + rng.normal(0.05, 0.08, 10)
+    diff = treatment - control
+    exact = np.mean([abs(np.dot(s, diff)) >= abs(diff.sum()) * (1 - 1e-12)
+                     for s in itertools.product((-1, 1), repeat=10)])
+    p = randomization_p(control, treatment)
+    assert abs(p - exact) < 0.015, (p, exact)
+    assert randomization_p(control, treatment) == p == randomization_p(treatment, control)
+    assert randomization_p(control, control + 1.0) < 0.01   # every query better: only 2 of 1,024 patterns as far
