@@ -2,7 +2,8 @@
 README.md and in docs/*.md runs exactly as written, from the checkout, after README command 1 (the default
 lineage); the commands that need more data (HotpotQA) build it themselves, as the pages say. Each page is a shell of
 its own (its `export` lines hold for its later commands only), README.md first, then the docs pages by name. Exit
-codes and outputs are checked.
+codes and outputs are checked: 0, or the code a command's comment names (`# exits 4: ...`, the regression gate of
+docs/gate.md).
 
 Also `ask` on `default` and `hotpotqa` from a fresh data directory (nothing built): opt-in with
 CAUSAL_ASSETS_FRESH_ASK=1, since it embeds both corpora and HotpotQA's 14,596 entities (about 10 min on 2 idle
@@ -39,6 +40,12 @@ def walkthrough_commands(text: str) -> list[str]:
     return commands
 
 
+def expected_exit(command: str) -> int:
+    """The exit code a command's own comment names (`... --fail-on-regression   # exits 4: ...`), else 0."""
+    found = re.search(r"#\s*exits (\d+)\b", command)
+    return int(found.group(1)) if found else 0
+
+
 def documented_pages(docs: Path = DOCS) -> list[Path]:
     """README.md, then every page of the documentation site by name (docs/_incoming/ is not part of it)."""
     return [README, *sorted(docs.glob("*.md"))]
@@ -67,6 +74,13 @@ def test_marked_blocks_of_the_docs_pages_are_collected_and_incoming_text_is_not(
     pages = walkthrough_by_page(tmp_path)
     assert [p.name for p, _ in pages] == ["README.md", "a.md", "b.md"]
     assert pages[1][1] == [".venv/bin/causal-assets sql 'select 1'"] and pages[2][1] == [".venv/bin/causal-assets --help"]
+
+
+def test_a_command_s_comment_names_the_exit_code_it_must_end_with():
+    assert expected_exit(".venv/bin/causal-assets evaluate default --fail-on-regression   # exits 4: the gate") == 4
+    assert expected_exit(".venv/bin/causal-assets evaluate default   # the report's path") == 0
+    gate = dict(walkthrough_by_page())[DOCS / "gate.md"]
+    assert [expected_exit(c) for c in gate if "--fail-on-regression" in c] == [4, 0], gate
 
 
 def run(command: str, exports: list[str], timeout: float = 3600) -> subprocess.CompletedProcess:
@@ -112,8 +126,8 @@ def test_readme_walkthrough_runs_as_written():
                 done = run(command, exports)
                 took = time.monotonic() - t0
                 report.append(f"{took:7.1f}s rc={done.returncode} {command}")
-                assert done.returncode == 0, (f"{page.name}: {command}\n--- stdout\n{done.stdout[-3000:]}\n"
-                                              f"--- stderr\n{done.stderr[-3000:]}")
+                assert done.returncode == expected_exit(command), (
+                    f"{page.name}: {command}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
                 assert "Traceback" not in done.stderr, done.stderr[-3000:]
                 check_output(command, done)
     finally:
@@ -143,6 +157,17 @@ def check_output(command: str, done: subprocess.CompletedProcess) -> None:
             assert "chunk_id" in out and "corpus_chunks.chunk_id" in out, out
     elif "duckdb.connect" in command:
         assert re.search(r"\d", out), out
+    elif "evaluate" in words and "--fail-on-regression" in words:
+        regression = [ln for ln in err.splitlines() if ": regression: " in ln]
+        if done.returncode == 4:   # the gate's one line: retriever, metric, the drop with its interval and p
+            assert len(regression) == 1 and re.search(r"fell [\d.]+ -> [\d.]+: Δ -[\d.]+ \[.*\], p [\d.]+",
+                                                      regression[0]), err
+        else:
+            assert not regression and "report:" in out, err
+    elif "accept" in words:
+        assert "as its baseline" in err and re.fullmatch(r"[0-9a-f-]{36}", out.strip()), (out, err)
+    elif "compare" in words:
+        assert "| retriever" in out and "Δ 95% interval" in out and "worse most:" in out, out
     elif "export-labels" in words:
         assert "judgements" in out and "->" in out, out
     elif "mkdocs" in words[0]:
