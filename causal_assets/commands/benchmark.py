@@ -14,6 +14,7 @@ import os
 import time
 
 import pandas as pd
+from upath import UPath
 
 from causal_assets.commands import say
 from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
@@ -26,7 +27,7 @@ from causal_assets.core.outputs.checks import labels_decided_problem
 from causal_assets.core.registry.corpora import require_available
 from causal_assets.core.foundation.errors import CausalAssetsError
 from causal_assets.core.labeling.pools import pool_params
-from causal_assets.core.labeling.sizing import estimate_labels, history_rate, shown_chars
+from causal_assets.core.labeling.sizing import machine_now, shown_chars, solver_file
 from causal_assets.core.foundation.progress import duration
 from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.run_health import LLM_POOL, wait_for_slot
@@ -81,24 +82,21 @@ def _labelling_plan(args, spec: BenchmarkSpec, built: bool = True) -> tuple[int,
                                 "likelihood of the answer: add answers to label them")
     n = min(len(labelable), spec.label_limit or len(labelable))
     endpoint = args.settings.llm_base_url
-    history = history_rate(args.base_path, list(dict.fromkeys([spec.name, *_other_benchmarks(args)]))) \
-        if not endpoint else None
     separate = spec.monte_carlo.get("document_encoding") != "joint"
     doc_chars = pool_params(spec.pool_settings).doc_chars   # a dry run before the build: the budget itself
     shown = shown_chars(chunks["text"], doc_chars) if chunks is not None else doc_chars
     code = chunks is not None and bool(chunks["kind"].isin(needs.CODE_KINDS).mean() > 0.5)
     stop = spec.monte_carlo_settings.get("stop_when_decided", True) and spec.estimator == "regression"
-    estimate = estimate_labels(n, spec.budget, spec.pool_size, shown, history=history, separate=separate, code=code,
-                               stop_when_decided=stop)
-    plan = plan_labels(spec.name, n, spec.budget, spec.pool_size, shown, history=history, remote=bool(endpoint),
+    local = spec.monte_carlo.get('solver') or args.settings.solver or 'gemma3-270m'
+    machine = None if endpoint else machine_now(UPath(args.base_path), None,
+                                                solver_file(local, args.settings.models_dir), separate)
+    plan = plan_labels(spec.name, n, spec.budget, spec.pool_size, shown, machine=machine, remote=bool(endpoint),
                        separate=separate, code=code, stop_when_decided=stop)
-    solver = (f"the endpoint {endpoint}" if endpoint else
-              f"the local solver {spec.monte_carlo.get('solver') or args.settings.solver or 'gemma3-270m'} "
-              f"in-process")
+    solver = f"the endpoint {endpoint}" if endpoint else f"the local solver {local} in-process"
     line = (f"labelling {n} questions of benchmark {spec.name!r} (split {spec.label_split!r}): pools of "
-            f"{spec.pool_size} documents, {spec.budget} solver calls each ({estimate.calls} calls with {solver}); "
-            + (f"about {duration(estimate.seconds)} ({estimate.seconds_per_question:.0f} s per question, from "
-               f"{estimate.source})" if not endpoint else "its time depends on the endpoint's latency")
+            f"{spec.pool_size} documents, {spec.budget} solver calls each ({plan.expected_calls} calls with {solver}); "
+            + (f"about {duration(plan.seconds)} ({plan.seconds / n:.0f} s per question, from "
+               f"{plan.source})" if plan.seconds is not None else "its time depends on the endpoint's latency")
             + f"; about {plan.prompt_tokens:,} prompt tokens")
     if (spec.monte_carlo_settings.get("budget") or DEFAULT_BUDGET) == "auto":
         line += f"\n{budget_line(spec.pool_size)}"
@@ -110,14 +108,6 @@ def _within_ceiling(args, plan: LabelPlan) -> None:
     problem = ceiling_problem(plan, args.settings.label_max_calls)
     if problem:
         raise CausalAssetsError(problem)
-
-
-def _other_benchmarks(args) -> list[str]:
-    folder = asset_path(args.base_path, "solver_calls", "x").parent
-    try:
-        return sorted(p.stem for p in folder.glob("*.parquet"))
-    except OSError:
-        return []
 
 
 def _wait_for_llm(args) -> float | None:

@@ -28,7 +28,7 @@ def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) ->
     took 65 min on a loaded 2-core machine, with no word of it up front). Never fails the step."""
     from causal_assets.core.stored import needs
     from causal_assets.core.labeling.pools import pool_params
-    from causal_assets.core.labeling.sizing import estimate_labels, history_rate, lineage_estimate, shown_chars
+    from causal_assets.core.labeling.sizing import estimate_labels, lineage_estimate, machine_now, shown_chars
     from causal_assets.resources import BenchmarkRegistry, Storage
 
     try:
@@ -38,10 +38,11 @@ def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) ->
         labels = None
         if spec is not None:
             questions = spec.label_limit or 20
+            separate = spec.monte_carlo.get("document_encoding") != "joint"
             labels = estimate_labels(questions, spec.budget, spec.pool_size,
                                      shown_chars(frame["text"], pool_params(spec.pool_settings).doc_chars),
-                                     history=history_rate(Storage().base, list(benchmarks)),
-                                     separate=spec.monte_carlo.get("document_encoding") != "joint", code=code,
+                                     machine=machine_now(Storage().base, None, separate=separate),
+                                     separate=separate, code=code,
                                      stop_when_decided=spec.monte_carlo_settings.get("stop_when_decided", True))
         _, line = lineage_estimate(len(frame), code, labels)
         context.log.info(f"default_lineage_job for {context.partition_key!r}: {line}")

@@ -26,8 +26,8 @@ from causal_assets.core.evaluation.report import quality_png
 from causal_assets.core.labeling.runner import label_table
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import CORPUS_ARTIFACTS, benchmark_partitions
+from causal_assets.core.labeling.sizing import machine_now, solver_file
 from causal_assets.core.labeling.dry_run import ceiling_problem, plan_labels
-from causal_assets.core.labeling.sizing import history_rate
 from causal_assets.core.llm import ledger
 from causal_assets.defs.shared import LABELS_GROUP, MonteCarloConfig, mc_config, record_cost, trials_of
 from causal_assets.retries import LLM_RETRY, infrastructure_retries
@@ -113,11 +113,14 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
         plan = plan_labels(spec.name, int(candidate_pools["question_id"].nunique()), cfg.budget_for(largest),
                            largest,
                            float(candidate_pools["text"].astype(str).str.len().mean()),   # what the pools show
-                           history=None if llm.base_url else history_rate(storage.base, [spec.name]),
                            code=spec.loader.startswith("python_package"),
                            stop_when_decided=cfg.stop_when_decided and cfg.estimator == "regression",
                            remote=llm.base_url is not None,
-                           separate=spec.monte_carlo.get("document_encoding") != "joint")
+                           separate=spec.monte_carlo.get("document_encoding") != "joint",
+                           machine=None if llm.base_url else machine_now(
+                               storage.base, None, solver_file(spec.monte_carlo.get("solver") or llm.solver,
+                                                               llm.models_dir),
+                               spec.monte_carlo.get("document_encoding") != "joint"))
         context.log.info(plan.line())
         problem = ceiling_problem(plan, SETTINGS.label_max_calls)
         if problem:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from upath import UPath
 
 from causal_assets.core.labeling.dry_run import ceiling_problem, plan_labels
+from causal_assets.core.labeling.sizing import Machine
 from causal_assets.core.llm import ledger
 from causal_assets.core.llm.cache import CallCache
 
@@ -34,11 +35,12 @@ def test_a_stage_without_calls_has_one_empty_row():
 
 
 def test_the_dry_run_plan_and_its_ceiling():
-    plan = plan_labels("mine", 12, 16, 8, 1000, history=(0.001, 100))
-    assert plan.calls == 192 and plan.prompt_tokens > 0 and plan.seconds > 0
+    plan = plan_labels("mine", 12, 16, 8, 1000, machine=Machine(2.0, "the solver timed now"))
+    assert plan.calls == 192 and plan.expected_calls == 192 and plan.prompt_tokens > 0 and plan.seconds > 0
     assert "12 questions x 16 solver calls = 192 calls" in plan.line() and "about" in plan.line()
     remote = plan_labels("mine", 12, 16, 8, 1000, remote=True)
     assert remote.seconds is None and "depends on the endpoint's latency" in remote.line()
+    assert remote.prompt_tokens == plan.prompt_tokens   # the same calls, without timing anything
     assert ceiling_problem(plan, 0) is None and ceiling_problem(plan, 192) is None
     problem = ceiling_problem(plan, 100)
     assert "192 solver calls" in problem and "ceiling of 100 (CAUSAL_ASSETS_LABEL_MAX_CALLS)" in problem

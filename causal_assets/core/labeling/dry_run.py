@@ -1,14 +1,14 @@
 """What a labelling run will cost, said before its first call: questions x budget = solver calls, the prompt tokens
-they evaluate (`sizing.evaluated_tokens`), and, with the local solver, the minutes at this machine's measured rate
-(`sizing.estimate_labels`: this data directory's own solver_calls, else the rate measured on 2 idle cores scaled
-by the load); with a remote endpoint the tokens only (its time is its latency). A run planned above the ceiling
-of solver calls (`CAUSAL_ASSETS_LABEL_MAX_CALLS`) stops before the first call."""
+they evaluate (`sizing.evaluated_tokens`), and, with the local solver, the minutes on this machine now
+(`sizing.estimate_labels`: the rate measured on 2 idle cores, times how much slower the solver runs here now,
+measured); with a remote endpoint the tokens only (its time is its latency). A run planned above the ceiling of
+solver calls (`CAUSAL_ASSETS_LABEL_MAX_CALLS`) stops before the first call."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from causal_assets.core.foundation.progress import duration
-from causal_assets.core.labeling.sizing import estimate_labels, evaluated_tokens
+from causal_assets.core.labeling.sizing import Machine, estimate_labels, evaluated_tokens, expected_calls
 
 CEILING_VARIABLE = "CAUSAL_ASSETS_LABEL_MAX_CALLS"
 
@@ -22,6 +22,7 @@ class LabelPlan:
     prompt_tokens: int
     seconds: float | None        # None: a remote endpoint (tokens only)
     source: str                  # where the rate came from
+    expected_calls: int = 0      # the calls expected (`sizing.expected_calls`), at most `calls`
 
     def line(self) -> str:
         time = (f"about {duration(self.seconds)} on this machine (from {self.source})" if self.seconds is not None
@@ -31,15 +32,21 @@ class LabelPlan:
 
 
 def plan_labels(benchmark: str, questions: int, budget: int, pool_size: int, doc_chars: float,
-                history: tuple[float, int] | None = None, remote: bool = False, separate: bool = True,
-                code: bool = True, stop_when_decided: bool = True) -> LabelPlan:
+                machine: Machine | None = None, remote: bool = False, separate: bool = True, code: bool = True,
+                stop_when_decided: bool = True) -> LabelPlan:
     """The plan: at most questions x budget calls (what the ceiling holds), the prompt tokens and seconds of the calls
-    expected (`sizing.expected_calls`: the second block only where a label is undecided)."""
-    estimate = estimate_labels(questions, budget, pool_size, doc_chars, history=history, separate=separate,
-                               code=code, stop_when_decided=stop_when_decided)
-    tokens = int(round(estimate.calls * evaluated_tokens(pool_size, doc_chars, code)))
-    return LabelPlan(benchmark, questions, budget, questions * budget, tokens, None if remote else estimate.seconds,
-                     estimate.source)
+    expected (`sizing.expected_calls`: the second block only where a label is undecided). `machine`: what the
+    machine gives the local scorer (None: measured now, `sizing.measure_machine`); `remote`: an endpoint, whose
+    time is not estimated."""
+    if remote:
+        calls = int(round(questions * expected_calls(budget, pool_size, stop_when_decided)))
+        seconds, source = None, "the endpoint"
+    else:
+        estimate = estimate_labels(questions, budget, pool_size, doc_chars, machine=machine, separate=separate,
+                                   code=code, stop_when_decided=stop_when_decided)
+        calls, seconds, source = estimate.calls, estimate.seconds, estimate.source
+    tokens = int(round(calls * evaluated_tokens(pool_size, doc_chars, code)))
+    return LabelPlan(benchmark, questions, budget, questions * budget, tokens, seconds, source, calls)
 
 
 def ceiling_problem(plan: LabelPlan, max_calls: int | None) -> str | None:

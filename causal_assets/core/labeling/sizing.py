@@ -2,18 +2,22 @@
 
 A question costs `budget` solver calls, one prompt evaluation each; a call's time grows with its prompt, about half
 the pool's text (`pool size / 2 x` the mean characters a pooled document shows, ~4 a token: `shown_chars`) plus the
-question. Seconds per token
-come from this data directory's own `solver_calls` history (this machine, under the load it had), else from the
-rate measured on 2 idle cores with the packaged Gemma-3-270M (`SECONDS_PER_TOKEN_2_CORES`, docs/sizing.md) scaled
-by the load now. A hosted endpoint changes the second factor only.
+question. Seconds per token come from the rates measured on 2 idle cores with the packaged Gemma-3-270M
+(`SECONDS_PER_*_2_CORES`, docs/sizing.md), times what this machine gives the scorer now (`measure_machine`): the
+solver itself timed on a short passage where its file is on disk, else the share of a core a busy thread gets on
+the threads the scorer would take. A hosted endpoint changes the second factor only.
 """
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
+from causal_assets.core.llm.cores import CoreMeter, free_cores_by_load, free_from_busy
+from causal_assets.core.llm.models import LOCAL_MODELS, local_model_path
 from causal_assets.core.stored.needs import build_seconds
 from causal_assets.core.foundation.progress import duration
 from causal_assets.core.foundation.storage import asset_path, read_parquet
@@ -42,7 +46,111 @@ PROSE_TOKENS_RATIO = 1.0
 # still undecided: on HotpotQA's train half for 70% of the rest (21.6 of 24 calls), on the man pages for 79% (28.7 of
 # 32).
 UNDECIDED_SHARE = 0.75
+# This data directory's latest labelling says how much slower than quiet the machine runs the solver, where it is
+# this recent and this large (`history_machine`). Beside other sessions' jobs, HotpotQA's labelling took 1.24 and 1.01
+# times what the run before it said, where readings of the solver a few seconds long missed by up to 1.46 times:
+# such load holds for the hour, and a few seconds of it vary by half (docs/sizing.md).
+HISTORY_MAX_AGE_S = 3600.0
 MIN_HISTORY_CALLS = 20          # fewer uncached calls than this say little about the rate
+# The rates above are two cores' worth of llama.cpp threads (`Machine.slowdown`).
+QUIET_CORES = 2
+# How long the estimate watches the machine where it cannot time the solver itself: a busy thread's share of a core,
+# and the cores other processes keep busy meanwhile. Three 2-s readings in a row agreed within 0.01 at load 3.9.
+PROBE_S = 2.0
+# Where there is no recent labelling, the solver timed: a passage of about 270 prompt tokens evaluated on the threads
+# the scorer would take, in ms a token, against the reading that goes with the quiet rates. That reference is
+# measured, not the 2 ms a token of plain prompt evaluation on 2 idle cores: beside other sessions' jobs (load 5-7)
+# the probe read 4.7-9.3 ms (median 6.5) while HotpotQA's labelling ran 4.1-4.3 times its quiet time; a labelling
+# call's output-layer reads stream memory, which other jobs slow more than the probe's batched evaluation.
+PROBE_TEXT = ("The river rose through the night, and by morning the old mill stood in water up to its second "
+              "floor. The miller's daughter rowed the ledgers to the church on the hill, where the village kept "
+              "its records dry until the flood went down in the spring. ") * 5
+QUIET_SECONDS_PER_PROMPT_TOKEN = 0.0016
+# Two readings 7 s apart at load 6 said 5.6 and 9.3 ms a token: the median of three, about 3 s at that load.
+PROBE_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this machine gives the in-process scorer now, as a factor on the quiet rates: `slowdown` seconds per
+    second on 2 idle cores, and how it was measured."""
+
+    slowdown: float
+    how: str
+
+    def describe(self) -> str:
+        return f"{self.how}: {self.slowdown:.1f} times the quiet time"
+
+
+def cpu_share_machine(threads: int, share: float) -> Machine:
+    """Two cores' worth of work over what `threads` llama.cpp threads get at `share` of a core each (at least the
+    quiet time: more cores than the rates' two are not promised)."""
+    slowdown = max(1.0, QUIET_CORES / (max(1, threads) * max(share, 0.05)))
+    return Machine(slowdown, f"{threads} llama.cpp thread(s) getting {share:.2f} of a core each now")
+
+
+def busy_share(seconds: float) -> float:
+    """The share of a core this thread gets while it keeps busy for `seconds`: its CPU time over the wall time."""
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    x = 0
+    while time.perf_counter() - wall0 < seconds:
+        for i in range(10_000):
+            x += i
+    wall = time.perf_counter() - wall0
+    return min(1.0, (time.thread_time() - cpu0) / wall) if wall > 0 else 1.0
+
+
+def time_solver(model_path: Path, threads: int, repeats: int = PROBE_REPEATS) -> float:
+    """Seconds per prompt token of the GGUF at `model_path` on `threads` threads now: the median of `repeats`
+    evaluations of `PROBE_TEXT` after a short warm-up (the load and the warm-up are not timed)."""
+    from llama_cpp import Llama
+    from llama_cpp._utils import suppress_stdout_stderr
+
+    with suppress_stdout_stderr(disable=False):
+        llm = Llama(model_path=str(model_path), n_ctx=1024, n_threads=threads, n_threads_batch=threads, n_batch=512,
+                    logits_all=False, verbose=False)
+    try:
+        tokens = llm.tokenize(PROBE_TEXT.encode("utf-8"), add_bos=True)
+        llm.eval(tokens[:16])
+        times = []
+        for _ in range(repeats):
+            llm.reset()
+            t0 = time.perf_counter()
+            llm.eval(tokens)
+            times.append((time.perf_counter() - t0) / len(tokens))
+        return float(sorted(times)[len(times) // 2])
+    finally:
+        llm.close()
+
+
+def measure_machine(solver_path: Path | None = None, cores: int | None = None,
+                    seconds: float = PROBE_S) -> Machine:
+    """`Machine` now: the solver's GGUF at `solver_path` timed on the threads the scorer would take, where it is on
+    disk (an estimate assembles nothing); else a busy thread's share of a core for `seconds`, beside the cores other
+    processes keep busy meanwhile (`CoreMeter`; the load average where `/proc/stat` cannot be read)."""
+    meter = CoreMeter(cores, sleep=lambda _s: None)
+    meter.others_busy()                    # the first reading: the window starts here
+    if solver_path is not None and Path(solver_path).is_file():
+        time.sleep(0.5)
+        threads = meter.free()
+        rate = time_solver(Path(solver_path), threads)
+        return Machine(max(0.5, rate / QUIET_SECONDS_PER_PROMPT_TOKEN),
+                       f"the solver timed now on {threads} thread(s), {rate * 1000:.1f} ms a prompt token")
+    share = busy_share(seconds)
+    busy = meter.others_busy()
+    threads = free_cores_by_load(meter.total) if busy is None else free_from_busy(busy, meter.total)
+    return cpu_share_machine(threads, share)
+
+
+def solver_file(name: str, models_dir: str | Path | None) -> Path | None:
+    """The packaged local solver `name`'s GGUF where it is on disk already (None: unknown, or not assembled yet)."""
+    model = LOCAL_MODELS.get(name)
+    if model is None:
+        return None
+    if model.assembled:
+        path = Path(models_dir) / model.gguf if models_dir else None
+        return path if path is not None and path.is_file() else None
+    return local_model_path(name, models_dir)
 
 
 @dataclass(frozen=True)
@@ -79,54 +187,73 @@ def shown_chars(texts: pd.Series, doc_chars: int) -> float:
     return float(texts.astype(str).str.len().clip(upper=doc_chars).mean()) if len(texts) else float(doc_chars)
 
 
-def history_rate(base, benchmarks: list[str]) -> tuple[float, int] | None:
-    """(seconds per evaluated prompt token, calls it is the median of) over the uncached ok calls recorded in the
-    `solver_calls` tables of `benchmarks` under `base`, or None when they hold fewer than `MIN_HISTORY_CALLS`."""
-    rates = []
+def quiet_seconds(questions: int, calls: float, tokens: float, separate: bool = True) -> float:
+    """Seconds of `calls` solver calls of `tokens` evaluated prompt tokens each, over `questions` questions, on 2 idle
+    cores: with the documents encoded separately, each question's pool once (about twice a call's prompt) and then
+    each call over their states; read jointly, every call's prompt."""
+    if separate:
+        return questions * 2 * tokens * SECONDS_PER_POOL_TOKEN_2_CORES + \
+            calls * (SECONDS_PER_CALL_SEPARATE_2_CORES + tokens * SECONDS_PER_TOKEN_SEPARATE_2_CORES)
+    return calls * tokens * SECONDS_PER_TOKEN_2_CORES
+
+
+def history_machine(base, benchmarks: list[str] | None = None, separate: bool = True,
+                    now: float | None = None) -> Machine | None:
+    """The slowdown of this data directory's latest labelling (its uncached ok solver calls in `solver_calls` of
+    `benchmarks`, default every benchmark's: their seconds over `quiet_seconds` of the same calls, question by
+    question), where it is at most `HISTORY_MAX_AGE_S` old and holds `MIN_HISTORY_CALLS` calls; else None. The same
+    encoding as now is assumed."""
+    now = time.time() if now is None else now
+    if benchmarks is None:
+        try:
+            benchmarks = sorted(p.stem for p in asset_path(base, "solver_calls", "x").parent.glob("*.parquet"))
+        except OSError:
+            benchmarks = []
+    latest = None
     for name in benchmarks:
         path = asset_path(base, "solver_calls", name)
-        if not path.exists():
-            continue
         try:
-            calls = read_parquet(path, columns=["status", "cached", "latency_s", "prompt_tokens"])
-        except Exception:   # a table from an older schema: no history from it
+            age = now - path.stat().st_mtime
+            calls = read_parquet(path, columns=["question_id", "status", "cached", "latency_s", "prompt_tokens"])
+        except Exception:   # missing, unreadable, or a table from an older schema: no history from it
             continue
         ok = calls[(calls["status"] == "ok") & ~calls["cached"].astype(bool)].dropna(subset=["latency_s",
                                                                                             "prompt_tokens"])
         ok = ok[ok["prompt_tokens"] > 0]
-        rates.append(ok["latency_s"] / ok["prompt_tokens"])
-    joined = pd.concat(rates) if rates else pd.Series(dtype=float)
-    if len(joined) < MIN_HISTORY_CALLS:
+        if len(ok) >= MIN_HISTORY_CALLS and age <= HISTORY_MAX_AGE_S and (latest is None or age < latest[0]):
+            latest = (age, name, ok)
+    if latest is None:
         return None
-    return float(joined.median()), len(joined)
+    age, name, ok = latest
+    per_question = ok.groupby("question_id").agg(n=("latency_s", "size"), tokens=("prompt_tokens", "mean"),
+                                                 seconds=("latency_s", "sum"))
+    quiet = sum(quiet_seconds(1, r.n, r.tokens, separate) for r in per_question.itertuples())
+    slowdown = max(0.5, float(per_question["seconds"].sum()) / quiet) if quiet > 0 else 1.0
+    return Machine(slowdown, f"the labelling of {name!r} {duration(age)} ago ({len(ok)} solver calls)")
 
 
-def estimate_labels(questions: int, budget: int, pool_size: int, doc_chars: float,
-                    history: tuple[float, int] | None = None, load: float | None = None,
-                    cores: int | None = None, seconds_per_call: float | None = None,
-                    separate: bool = True, code: bool = True, stop_when_decided: bool = True) -> LabelEstimate:
+def estimate_labels(questions: int, budget: int, pool_size: int, doc_chars: float, machine: Machine | None = None,
+                    seconds_per_call: float | None = None, separate: bool = True, code: bool = True,
+                    stop_when_decided: bool = True) -> LabelEstimate:
     """Seconds to label `questions` questions (module docstring); `doc_chars`: the mean characters a pooled
-    document shows (`shown_chars`); `code`: a code corpus (shorter tokens). `seconds_per_call`: a hosted endpoint's
-    measured latency, which replaces the per-token rate; `separate`: the documents encoded separately (the rate
-    without history); `stop_when_decided`: the calls `expected_calls` says, else the whole budget."""
+    document shows (`shown_chars`); `code`: a code corpus (shorter tokens). `machine`: what the machine gives the
+    scorer (None: `measure_machine` now, without timing the solver). `seconds_per_call`: a hosted endpoint's
+    measured latency, which replaces the per-token rate; `separate`: the documents encoded separately;
+    `stop_when_decided`: the calls `expected_calls` says, else the whole budget."""
     calls = int(round(questions * expected_calls(budget, pool_size, stop_when_decided)))
     if seconds_per_call is not None:
         return LabelEstimate(questions, calls, calls * seconds_per_call, f"{seconds_per_call:.2f} s per call")
-    tokens = evaluated_tokens(pool_size, doc_chars, code)
-    if history is not None:
-        rate, n = history
-        return LabelEstimate(questions, calls, calls * tokens * rate,
-                             f"this data directory's {n} earlier solver calls")
-    load = os.getloadavg()[0] if load is None else load
-    cores = cores or os.cpu_count() or 1
-    slowdown = max(1.0, load / cores) * max(1.0, 2 / cores)   # the rate is for 2 free cores
-    if separate:   # each document encoded once per question, then each call over their states
-        seconds = questions * 2 * tokens * SECONDS_PER_POOL_TOKEN_2_CORES + \
-            calls * (SECONDS_PER_CALL_SEPARATE_2_CORES + tokens * SECONDS_PER_TOKEN_SEPARATE_2_CORES)
-    else:
-        seconds = calls * tokens * SECONDS_PER_TOKEN_2_CORES
-    return LabelEstimate(questions, calls, seconds * slowdown,
-                         f"the rate measured on 2 idle cores, at the load {load:.1f} now")
+    machine = machine or measure_machine()
+    seconds = quiet_seconds(questions, calls, evaluated_tokens(pool_size, doc_chars, code), separate)
+    return LabelEstimate(questions, calls, seconds * machine.slowdown,
+                         f"the rate measured on 2 idle cores, times {machine.describe()}")
+
+
+def machine_now(base, benchmarks: list[str] | None = None, solver_path: Path | None = None,
+                separate: bool = True) -> Machine:
+    """What the estimate scales the quiet rate by: this data directory's latest labelling where it is recent
+    (`history_machine`), else a measurement now (`measure_machine`)."""
+    return history_machine(base, benchmarks, separate) or measure_machine(solver_path)
 
 
 # Tuning and evaluation of the default lineage on 2 idle cores: 56 s + 33 s measured at load ~2.5 (docs/sizing.md);
