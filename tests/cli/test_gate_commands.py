@@ -26,7 +26,7 @@ def registries(tmp_path: Path, rrf: dict | None = None) -> None:
         "name": "default", "loader": "python_package_api", "corpus": "default", "options": {"max_questions": 200},
         "splits": ["dev", "train", "test"], "eval_splits": ["test"], "tune_split": "train", "validator": "fqn_match",
         "retrievers": {"bm25": {}, "rrf": rrf or {}}, "answers": {"enabled": False},
-        "monte_carlo": {"split": "dev", "max_questions": 12}, "pooling": {"size": 8},
+        "monte_carlo": {"split": "dev", "max_questions": 12, "budget": 16}, "pooling": {"size": 8},
         "gate": {"retriever": "rrf"}}]}))
 
 
