@@ -208,6 +208,36 @@ def test_hotpotqa_duplicate_question_id_is_named(tmp_path):
         load_hotpotqa(bad, "h")
 
 
+def test_beir_a_key_given_twice_in_a_record_is_refused(tmp_path):
+    """`"text": "ok", "text": "other"` loaded as "other" (JSON keeps the last value, silently), in the corpus and in
+    the queries alike: refused naming file, line and key, as a questions file's loader does."""
+    folder = _beir(tmp_path, '{"_id": "1", "text": "ok"}\n{"_id": "2", "text": "ok", "text": "other"}\n')
+    with pytest.raises(CorpusError, match=r"corpus.jsonl:2: key 'text' given twice in one record"):
+        load_beir_corpus(folder, "twice")
+    folder = _beir(tmp_path, '{"_id": "1", "text": "ok"}\n')
+    (folder / "queries.jsonl").write_text('{"_id": "q1", "_id": "q2", "text": "a question"}\n')
+    with pytest.raises(CorpusError, match=r"queries.jsonl:1: key '_id' given twice in one record"):
+        load_beir_queries(folder)
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "array"])
+def test_hotpotqa_a_key_given_twice_in_a_record_is_refused(tmp_path, layout):
+    """`"answer": "x", "answer": "y"` loaded with the answer "y" (JSON keeps the last value, silently): refused naming
+    file, line and key, in JSON Lines and in a whole-file JSON array (the line its record starts on). 2Wiki and
+    MuSiQue files are read by the same function."""
+    record = {"_id": "a", "question": "q?", "answer": "x", "supporting_facts": [["T", 0]],
+              "context": [["T", ["A sentence."]]]}
+    twice = json.dumps(record | {"_id": "b"}).replace('"answer": "x"', '"answer": "x", "answer": "y"')
+    bad = tmp_path / f"h.{'jsonl' if layout == 'jsonl' else 'json'}"
+    bad.write_text(json.dumps(record) + "\n" + twice + "\n" if layout == "jsonl" else
+                   "[\n" + json.dumps(record) + ",\n" + twice + "\n]\n")
+    line = 2 if layout == "jsonl" else 3
+    with pytest.raises(CorpusError, match=rf"h.jsonl?:{line}: key 'answer' given twice in one record"):
+        load_hotpotqa(bad, "h")
+    bad.write_text(bad.read_text().replace('"answer": "x", "answer": "y"', '"answer": "y"'))
+    assert [q.answer for q in load_hotpotqa(bad, "h")[1]] == ["x", "y"]
+
+
 def test_split_with_overlap_covers_text_with_overlap():
     text = "\n\n".join(f"Paragraph {i}. " + "word " * 60 for i in range(20))
     spans = split_with_overlap(text, 500, 100)

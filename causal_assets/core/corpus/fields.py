@@ -5,16 +5,18 @@ which failed the evaluation's fourth output after three were written)."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.foundation.strict_json import DECODER, DuplicateKey
 
 
-def parse_json(where: str, line: str, unique_keys: bool = False):
-    """One JSON document; `where` names it (file and line, or the file of a whole-file document) in the error.
-    `unique_keys`: a key given twice in one object is refused (json keeps the last one, silently)."""
+def parse_json(where: str, line: str):
+    """One JSON document; `where` names it (file and line, or the file of a whole-file document) in the error. A
+    key given twice in one object is refused (json keeps the last one, silently), and so are NaN and Infinity."""
     try:
-        return DECODER.decode(line) if unique_keys else json.loads(line, parse_constant=_not_json)
+        return DECODER.decode(line)
     except DuplicateKey as e:
         raise CorpusError(duplicate_key_message(where, e.key)) from None
     except json.JSONDecodeError as e:
@@ -31,9 +33,48 @@ def duplicate_key_message(where: str, key) -> str:
             "give it once")
 
 
-def _not_json(constant: str):
-    """Python's json reads NaN and Infinity, which JSON does not have ("text": NaN became the text "nan")."""
-    raise ValueError(f"{constant} is not a JSON value")
+_BLANK = re.compile(r"[ \t\n\r]*")   # JSON's whitespace
+
+
+def array_objects(path: Path, text: str):
+    """(`path:line`, object) of each element of a whole-file JSON array, each parsed on its own with its keys
+    given once, so that an error (a key given twice) names the line the element starts on."""
+    pos = _BLANK.match(text, text.index("[") + 1).end()
+    line, seen = 1, 0
+
+    def line_of(at: int) -> int:
+        nonlocal line, seen
+        line, seen = line + text.count("\n", seen, at), at
+        return line
+
+    if text.startswith("]", pos):
+        pos = _BLANK.match(text, pos + 1).end()
+    else:
+        while True:
+            where = f"{path}:{line_of(pos)}"
+            try:
+                obj, pos = DECODER.raw_decode(text, pos)
+            except DuplicateKey as e:
+                raise CorpusError(duplicate_key_message(where, e.key)) from None
+            except json.JSONDecodeError as e:
+                raise CorpusError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from None
+            except RecursionError:
+                raise CorpusError(f"{where}: JSON nested too deeply to read") from None
+            except ValueError as e:   # NaN / Infinity, or an integer of more digits than Python converts
+                raise CorpusError(f"{where}: malformed JSON ({e})") from None
+            if not isinstance(obj, dict):
+                raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            yield where, obj
+            pos = _BLANK.match(text, pos).end()
+            if text.startswith(",", pos):
+                pos = _BLANK.match(text, pos + 1).end()
+                continue
+            if not text.startswith("]", pos):
+                raise CorpusError(f"{path}:{line_of(pos)}: malformed JSON (expected ',' or ']' after an element)")
+            pos = _BLANK.match(text, pos + 1).end()
+            break
+    if pos != len(text):
+        raise CorpusError(f"{path}:{line_of(pos)}: malformed JSON (extra data after the array)")
 
 
 def text_value(where: str, field: str, value) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from causal_assets.core.corpus.chunk import Chunk
-from causal_assets.core.corpus.fields import id_field, parse_json, split_field, text_field, text_value
+from causal_assets.core.corpus.fields import array_objects, id_field, parse_json, split_field, text_field, text_value
 from causal_assets.core.foundation.errors import CorpusError
 
 
@@ -32,9 +32,8 @@ def _records(path: Path) -> list[tuple[str, dict]]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise CorpusError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
-    if text.lstrip().startswith("["):
-        data = parse_json(str(path), text)
-        return [(f"{path}[{i}]", obj) for i, obj in enumerate(data)]
+    if text.lstrip().startswith("["):   # a whole-file JSON array: each element named by the line it starts on
+        return list(array_objects(path, text))
     out = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if line.strip():

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
-import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from causal_assets.core.corpus.fields import duplicate_key_message, id_field, parse_json, split_field, text_value
+from causal_assets.core.corpus.fields import array_objects, id_field, parse_json, split_field, text_value
 from causal_assets.core.corpus.folder import file_kind
 from causal_assets.core.foundation.errors import CorpusError
 from causal_assets.core.foundation.limits import MAX_ANSWER_CHARS, MAX_QUERY_CHARS
-from causal_assets.core.foundation.strict_json import DECODER, DuplicateKey
 
 FIELDS = ("id", "question", "answer", "gold", "evidence", "split", "metadata")
 REQUIRED = ("id", "question")
@@ -132,50 +129,6 @@ def _within(where: str, field: str, text: str, limit: int) -> None:
         raise CorpusError(f"{where}: field {field!r} is {len(text):,} characters; the limit is {limit:,}")
 
 
-_BLANK = re.compile(r"[ \t\n\r]*")   # JSON's whitespace
-
-
-def _array_objects(path: Path, text: str):
-    """The elements of a whole-file JSON array, each parsed on its own, so that an error (a key given twice) names
-    the line the element starts on."""
-    pos = _BLANK.match(text, text.index("[") + 1).end()
-    line, seen = 1, 0
-
-    def line_of(at: int) -> int:
-        nonlocal line, seen
-        line, seen = line + text.count("\n", seen, at), at
-        return line
-
-    if text.startswith("]", pos):
-        pos = _BLANK.match(text, pos + 1).end()
-    else:
-        while True:
-            where = f"{path}:{line_of(pos)}"
-            try:
-                obj, pos = DECODER.raw_decode(text, pos)
-            except DuplicateKey as e:
-                raise CorpusError(duplicate_key_message(where, e.key)) from None
-            except json.JSONDecodeError as e:
-                raise CorpusError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from None
-            except RecursionError:
-                raise CorpusError(f"{where}: JSON nested too deeply to read") from None
-            except ValueError as e:   # NaN / Infinity, or an integer of more digits than Python converts
-                raise CorpusError(f"{where}: malformed JSON ({e})") from None
-            if not isinstance(obj, dict):
-                raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            yield where, obj
-            pos = _BLANK.match(text, pos).end()
-            if text.startswith(",", pos):
-                pos = _BLANK.match(text, pos + 1).end()
-                continue
-            if not text.startswith("]", pos):
-                raise CorpusError(f"{path}:{line_of(pos)}: malformed JSON (expected ',' or ']' after an element)")
-            pos = _BLANK.match(text, pos + 1).end()
-            break
-    if pos != len(text):
-        raise CorpusError(f"{path}:{line_of(pos)}: malformed JSON (extra data after the array)")
-
-
 def _evidence(where: str, obj: dict, gold: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """`evidence` ({gold entry: passage}), or `metadata.evidence` in the same form; each key one of the record's
     gold entries, each passage non-blank text."""
@@ -201,7 +154,7 @@ def _evidence(where: str, obj: dict, gold: tuple[str, ...]) -> tuple[tuple[str, 
 def _jsonl_objects(path: Path, text: str):
     text = text.removeprefix("\ufeff")   # a BOM, as editors on Windows write (the CSV loader takes one too)
     if text.lstrip().startswith("["):   # a whole-file JSON array of the same objects
-        yield from _array_objects(path, text)
+        yield from array_objects(path, text)
         return
     # lines end at "\n" only: str.splitlines() also cuts at U+2028, U+0085 and form feeds, which JSON allows
     # unescaped inside a string
@@ -210,7 +163,7 @@ def _jsonl_objects(path: Path, text: str):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        obj = parse_json(where, line, unique_keys=True)
+        obj = parse_json(where, line)
         if not isinstance(obj, dict):
             raise CorpusError(f"{where}: expected a JSON object per line, got {type(obj).__name__}")
         yield where, obj
