@@ -11,6 +11,7 @@ from causal_assets.core.stored import needs
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import METHODS, CorpusIndex
 from causal_assets.core.foundation.limits import MAX_QUERY_CHARS
+from causal_assets.core.registry.retriever_params import params_problem
 from causal_assets.core.registry.retrievers import kind, may_need
 from causal_assets.core.foundation.storage import safe_name
 from causal_assets.core.registry.corpora import DEFAULT_CORPUS
@@ -99,6 +100,9 @@ def search(args) -> int:
     args.method = args.method or "bm25"
     if args.method in METHODS and params:   # these search the index as it is: a setting would be silently ignored
         raise ValueError(f"--method {args.method} takes no --params (given: {', '.join(sorted(params))})")
+    problem = params_problem(args.method, params)   # a weight, depth or k out of its bound, before any build
+    if problem:
+        raise ValueError(f"--params {problem[0]}: {problem[1]}")
 
     if kind(args.method).tuning == "fit" and "model_path" not in params:
         # the model a benchmark over this corpus fitted, when exactly one did

@@ -333,6 +333,21 @@ def test_params_with_a_number_that_is_not_finite_are_refused(tmp_path, monkeypat
     assert not (tmp_path / "pq").exists()
 
 
+@pytest.mark.parametrize("method, params, message", [
+    ("hybrid", '{"weight": 7}', "--params weight: must be a number in [0, 1] (value: 7)"),
+    ("rrf", '{"depth": 0}', "--params depth: must be a whole number from 1 to 10,000 (value: 0)"),
+    ("fusion", '{"members": {"bm25": {}}, "c": 1e6}', "--params c: must be a number from 0 to 10,000"),
+    ("causal", '{"shortlist": "dense"}', "--params shortlist: unknown shortlist 'dense'; known: bm25, hybrid"),
+])
+def test_params_outside_their_bounds_are_refused_before_the_index_loads(tmp_path, monkeypatch, capsys, method,
+                                                                        params, message):
+    """`--params '{"weight": 7}'` ranked by seven times the dense score minus six times BM25's, with exit code 0."""
+    code, err = run_main(monkeypatch, capsys, "--base-path", str(tmp_path / "pq"), "search", "x", "--method", method,
+                         "--params", params)
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "pq").exists()
+
+
 def test_learned_without_a_model_says_how_to_get_one(tmp_path, monkeypatch, capsys):
     """`search --method learned` with no benchmark over the corpus having fitted one says how to get it (tune a
     benchmark, or name its model), in one line, before loading anything; `--tuned` of an untuned benchmark too."""

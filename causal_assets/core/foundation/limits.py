@@ -29,6 +29,11 @@ MAX_QUESTIONS = 1_000_000
 MAX_K = 1_000
 MAX_DEPTH = 10_000
 
+# A retriever's params (`retrievers:`, `search --params`) beside its ranks: a weight that is not a share (a bonus, a
+# reranker's mix; the shipped spaces go up to 3) and the hops of a graph walk (2-4).
+MAX_WEIGHT = 1_000
+MAX_HOPS = 100
+
 # Folder corpora: characters per chunk (1,500; overlap below it) and bytes of a file read (2,000,000).
 MAX_CHUNK_CHARS = 100_000
 MAX_FILE_BYTES = 1_000_000_000

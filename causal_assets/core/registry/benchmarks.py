@@ -29,6 +29,7 @@ from causal_assets.core.measures.metrics import Qrels
 from causal_assets.core.corpus.mining import mine_examples, mine_questions
 from causal_assets.core.foundation.paths import DEFAULT_SHARED_DATA, REGISTRY_DIR
 from causal_assets.core.registry.gate import GateSpec
+from causal_assets.core.registry.retriever_params import check_retrievers
 from causal_assets.core.registry.tuning import TuningSpec
 from causal_assets.core.foundation.yaml_registry import load_entries
 
@@ -407,6 +408,7 @@ class BenchmarkSpec(BaseModel):
     @model_validator(mode="after")
     def _tuning_valid(self) -> "BenchmarkSpec":
         _validated_section("tuning", TuningSpec, self.tuning)   # one line naming tuning.<key>
+        check_retrievers(self.retrievers)   # one line naming retrievers.<name>.<param> and its value
         return self
 
     @model_validator(mode="after")
