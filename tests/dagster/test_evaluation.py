@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 import yaml
 
@@ -117,12 +118,17 @@ def test_answer_utility_rows_metrics_and_report_section(resources):
 
 @pytest.mark.slow
 def test_a_failed_evaluation_writes_nothing(resources):
-    """A hybrid whose weight gives non-finite scores (1e308 passes as a number) failed the blocking checks only
-    after all six evaluation tables and the report were written. The checks now run on the tables in memory first:
-    the step fails naming them and nothing is written. A NaN in run config stops the step as it starts."""
+    """Non-finite scores (here the stored BM25 weights of the index are infinite, as a file written by other means
+    may be; a hybrid `weight: 1e308` is refused when the registry loads) failed the blocking checks
+    only after all six evaluation tables and the report were written. The checks now run on the tables in memory
+    first: the step fails naming them and nothing is written. A NaN in run config stops the step as it starts."""
     base, reports = resources["storage"].base, resources["storage"].reports_path
     assert materialize([corpus_chunks, corpus_embeddings, sparse_postings_and_vocabulary], resources=resources,
                        partition_key="hotpotqa").success
+    postings_path = base / "sparse_postings" / "hotpotqa.parquet"
+    postings = pd.read_parquet(postings_path)
+    postings.loc[postings["method"] == "bm25", "weight"] = np.float32(np.inf)
+    postings.to_parquet(postings_path)
     before = sorted(p.relative_to(base) for p in base.rglob("*.parquet"))
 
     def evaluate(**config):
@@ -139,7 +145,7 @@ def test_a_failed_evaluation_writes_nothing(resources):
         assert result.get_asset_check_evaluations() == []
         return error.message
 
-    configure(resources, "hotpotqa", retrievers={"bm25": {}, "hybrid": {"weight": 1e308}})
+    configure(resources, "hotpotqa", retrievers={"bm25": {}, "hybrid": {}})
     message = evaluate(tuned=False)
     assert "evaluation of 'hotpotqa': check evaluation_runs runs_ranked: bad_non_finite_scores" in message, message
     assert "nothing was written" in message
