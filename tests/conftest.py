@@ -38,19 +38,42 @@ NOT_UNIT = {"test_sandbox.py", "test_code_benchmark.py", "test_llm.py", "test_ll
             "test_encoder_tuning.py", "test_labels_early_stop.py"}
 
 
-@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by markers, and before xdist reads the groups
-def pytest_collection_modifyitems(config, items) -> None:
-    """The unit lane (`-m unit`): tests/core's pure-logic tests, none slow, none with a real model or process.
+def xdist_group(nodeid: str) -> str:
+    """The group of a test under `--dist loadgroup`: its file, or `e2e` for every file of tests/e2e (their tests
+    drive the commands on the checkout's own `data/`: the README walkthrough fills it, the tutorial and the
+    screenshots read it, so they run in order on one worker). Read from the node id alone (any `@name` suffix an
+    xdist release may add is ignored), so the controller, which collects nothing, computes it too."""
+    path = nodeid.split("::", 1)[0].split("@", 1)[0]
+    return "e2e" if Path(path).parent.name == "e2e" else path
 
-    Under xdist (`-n auto --dist loadgroup`, the README's test command) each file's tests run on one worker, in
-    order, so a module's fixtures are built once; tests/e2e is one group, in order, because its tests drive the
-    commands on the checkout's own `data/` (the README walkthrough fills it, the tutorial and the screenshots read
-    it). The longest groups are handed out first."""
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` as the README's test command means it: every test of a group on one worker, in file order,
+    so a module's fixtures (a loaded model, a built index, a server) are built once; groups handed out in the order
+    of the collection (`pytest_collection_modifyitems`: the longest first), not by their number of tests.
+
+    xdist's own loadgroup reads the group from a suffix it appends to each node id, which pytest 9.2's structured node
+    ids no longer take: without this scheduler every test was handed out alone, a file's tests ran on both workers
+    and each worker built the module fixtures of a file again whenever it came back to it."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FileGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    config.option.loadscopereorder = False   # the collection's order, not the groups' sizes
+    return FileGroups(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by markers
+def pytest_collection_modifyitems(config, items) -> None:
+    """The unit lane (`-m unit`): tests/core's pure-logic tests, none slow, none with a real model or process. Under
+    xdist, the groups (`xdist_group`) in the order they are handed out: the longest first."""
     for item in items:
         path = Path(str(item.fspath))
-        if not item.get_closest_marker("xdist_group"):
-            group = "e2e" if path.parent.name == "e2e" else str(path.relative_to(Path(__file__).parent))
-            item.add_marker(pytest.mark.xdist_group(group))
         if (path.parent.name == "core" and path.parent.parent.name == "tests" and path.name not in NOT_UNIT
                 and not any(item.get_closest_marker(m) for m in ("slow", "llm"))
                 and "scorer" not in getattr(item, "fixturenames", ())):
