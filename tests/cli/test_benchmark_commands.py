@@ -22,21 +22,12 @@ EXAMPLE = ROOT / "examples" / "own-documents"
 
 
 @pytest.fixture
-def own(tmp_path) -> dict[str, str]:
+def own(tmp_path, cli_env) -> dict[str, str]:
     """The example's folder, questions and registries copied into tmp_path, and the environment that points the
     CLI at them and at tmp_path's own data directory and instance (as shipped: one `llm` slot)."""
     for name in ("docs", "questions.jsonl", "corpora.yaml", "benchmarks.yaml"):
         (shutil.copytree if name == "docs" else shutil.copy)(EXAMPLE / name, tmp_path / name)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(ROOT / "data" / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    with DagsterInstance.from_config(str(home)) as instance:
-        instance.get_runs(limit=1)
-    return {"CAUSAL_ASSETS_CORPORA": str(tmp_path / "corpora.yaml"),
-            "CAUSAL_ASSETS_BENCHMARKS": str(tmp_path / "benchmarks.yaml"),
-            "CAUSAL_ASSETS_BASE_PATH": str(tmp_path / "parquet"), "CAUSAL_ASSETS_CATALOG": str(tmp_path / "c.duckdb"),
-            "CAUSAL_ASSETS_REPORTS": str(tmp_path / "reports"), "CAUSAL_ASSETS_QUERIES": str(tmp_path / "queries"),
-            "CAUSAL_ASSETS_LLM_CACHE": str(tmp_path / "llm.sqlite"), "DAGSTER_HOME": str(home)}
+    return cli_env
 
 
 def runs(env: dict[str, str]) -> list:

@@ -5,17 +5,13 @@ naming the retriever, metric, Δ, interval and p; `compare` shows the questions 
 without building or calling anything, and a plan above the ceiling is refused."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from dagster import DagsterInstance
 
 from causal_assets.exit_codes import EXIT_REGRESSION
 from tests.cli.test_cli_ux import run_cli, run_main
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def registries(tmp_path: Path, rrf: dict | None = None) -> None:
@@ -31,18 +27,9 @@ def registries(tmp_path: Path, rrf: dict | None = None) -> None:
 
 
 @pytest.fixture
-def env(tmp_path) -> dict[str, str]:
+def env(tmp_path, cli_env) -> dict[str, str]:
     registries(tmp_path)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(ROOT / "data" / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    with DagsterInstance.from_config(str(home)) as instance:
-        instance.get_runs(limit=1)
-    return {"CAUSAL_ASSETS_CORPORA": str(tmp_path / "corpora.yaml"),
-            "CAUSAL_ASSETS_BENCHMARKS": str(tmp_path / "benchmarks.yaml"),
-            "CAUSAL_ASSETS_BASE_PATH": str(tmp_path / "parquet"), "CAUSAL_ASSETS_CATALOG": str(tmp_path / "c.duckdb"),
-            "CAUSAL_ASSETS_REPORTS": str(tmp_path / "reports"), "CAUSAL_ASSETS_LLM_CACHE": str(tmp_path / "llm.sqlite"),
-            "DAGSTER_HOME": str(home)}
+    return cli_env
 
 
 def test_label_dry_run_plans_without_building_and_the_ceiling_refuses(env, monkeypatch, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,15 +33,32 @@ def project_env(resources: dict, dagster_home: Path, **extra: str) -> dict[str, 
     return env
 
 
+_EMPTY_INSTANCE: list[Path] = []   # this test process's empty SQLite instance, made once
+
+
 def init_instance(dagster_home: Path) -> None:
     """Create the SQLite instance schema once. Two processes opening a fresh DAGSTER_HOME at the same moment race on
     `CREATE TABLE runs` (measured here: the second run dies with "table runs already exists"), so concurrent runs
-    need an initialized instance (or Postgres run storage)."""
+    need an initialized instance (or Postgres run storage). The databases are those of an empty instance this test
+    process created once (its schema's migrations take a second or more, loaded seconds more), copied beside the
+    home's own dagster.yaml, which is kept."""
+    import atexit
+    import tempfile
+
     from dagster import DagsterInstance
 
+    if not _EMPTY_INSTANCE:
+        empty = Path(tempfile.mkdtemp(prefix="empty-dagster-instance-"))
+        atexit.register(shutil.rmtree, empty, True)
+        with DagsterInstance.from_config(str(empty)) as instance:
+            instance.get_runs(limit=1)
+        _EMPTY_INSTANCE.append(empty)
     dagster_home.mkdir(parents=True, exist_ok=True)
+    if not (dagster_home / "history").exists():   # a home with databases of its own keeps them
+        shutil.copytree(_EMPTY_INSTANCE[0], dagster_home, dirs_exist_ok=True,
+                        ignore=lambda folder, names: ["dagster.yaml"] if Path(folder) == _EMPTY_INSTANCE[0] else [])
     with DagsterInstance.from_config(str(dagster_home)) as instance:
-        instance.get_runs(limit=1)
+        instance.get_runs(limit=1)   # opens as the home's own config says (its storage, its pools)
 
 
 def start_materialize(select: str, partition: str, env: dict, run_config: dict | None = None,

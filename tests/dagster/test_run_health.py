@@ -20,7 +20,7 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus
 
 from causal_assets.run_health import LLM_POOL, pool_holders, reap_dead_runs
-from tests.dagster.procs import ROOT, kill_group
+from tests.dagster.procs import ROOT, init_instance, kill_group
 from tests.conftest import HOTPOT, require
 
 HOLDER = textwrap.dedent("""
@@ -45,8 +45,7 @@ def home(tmp_path) -> Path:
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "data" / "dagster_home" / "dagster.yaml", home / "dagster.yaml")  # as shipped: 1 llm slot
-    with DagsterInstance.from_config(str(home)) as instance:
-        instance.get_runs(limit=1)  # create the schema once, before two processes open it
+    init_instance(home)  # the schema exists before two processes open it
     return home
 
 
