@@ -7,6 +7,7 @@ comparison and whether it passed, so `run_all.py` can write the summary without 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -190,12 +191,27 @@ def run_script(topic: str, run: Callable[..., tuple[list[Figure], dict]], doc: s
     return write_result(topic, figures, details, started, args.quick, args.out)
 
 
+class _QuickCache(argparse.Action):
+    """`--quick-cache DIR`: where `quick_base` keeps what it builds, for the quick runs after this one."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        global QUICK_CACHE
+        QUICK_CACHE = Path(values)
+        setattr(namespace, self.dest, QUICK_CACHE)
+
+
+QUICK_CACHE: Path | None = None
+
+
 def add_common_options(ap: argparse.ArgumentParser) -> None:
     """`--quick` (a smoke run of seconds to a minute: small inputs, few repeats, figures not comparable with the
-    targets) and `--out DIR` (where the JSON goes)."""
+    targets), `--out DIR` (where the JSON goes) and `--quick-cache DIR` (`quick_base`)."""
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: small inputs and few repeats; writes <topic>_quick.json")
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="directory for the JSON (default data/benchmarks)")
+    ap.add_argument("--quick-cache", action=_QuickCache, metavar="DIR",
+                    help="with --quick: keep the small indexes it builds in DIR and take them from there in later "
+                         "quick runs (the test suite runs every script's; default: built afresh each run)")
 
 
 def _jsonable(x):
@@ -243,39 +259,65 @@ def quick_base(corpora: dict[str, int], dense: bool = True) -> Path:
     `sparse_vocabulary`) for each corpus, built as the corpus index assets build it from the first n chunks of the
     registry's corpus: what `--quick` reads instead of data/parquet, so a smoke run needs no materialization.
     `corpora`: corpus name -> chunks; `dense=False` leaves out the vectors. A new temporary directory each time,
-    its embedding cache included, removed when the process exits: nothing under data/ is read or written."""
-    import json as _json
+    removed when the process exits: nothing under data/ is read or written. With `--quick-cache DIR` each corpus's
+    tables are built once into DIR (its vectors through an embedding cache there) and copied from it afterwards."""
+    import shutil
     import tempfile
+
+    base = quick_tmp()
+    for corpus, n in corpora.items():
+        if QUICK_CACHE is None:
+            _build_quick_index(base, corpus, n, dense, base / "cache" / "embeddings")
+            continue
+        kept = QUICK_CACHE / f"{corpus}-{n}{'-dense' if dense else ''}"
+        if not kept.is_dir():
+            QUICK_CACHE.mkdir(parents=True, exist_ok=True)
+            building = Path(tempfile.mkdtemp(prefix=f"{kept.name}.", dir=QUICK_CACHE))
+            _build_quick_index(building, corpus, n, dense, QUICK_CACHE / "embeddings")
+            try:
+                building.rename(kept)   # whole or not at all, should two quick runs build it at once
+            except OSError:
+                shutil.rmtree(building, ignore_errors=True)
+        shutil.copytree(kept, base, dirs_exist_ok=True)
+    return base
+
+
+@functools.lru_cache(maxsize=1)
+def _embedder():
+    """The packaged MiniLM, loaded once per process."""
+    from causal_assets.core.index.dense import Embedder
+
+    return Embedder()
+
+
+def _build_quick_index(base: Path, corpus: str, n: int, dense: bool, embedding_cache: Path) -> None:
+    import json as _json
 
     from causal_assets.core.corpus.chunk import chunks_to_frame
     from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry
     from causal_assets.core.index.build import build_sparse, chunk_texts, sparse_frames
-    from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache, embed_incremental
+    from causal_assets.core.index.dense import DEFAULT_MODEL, EmbeddingCache, embed_incremental
     from causal_assets.core.index.provenance import FINGERPRINT, compute_fingerprint
     from causal_assets.core.foundation.storage import asset_path, write_parquet_atomic
     from causal_assets.settings import Settings
 
     settings = Settings.from_env()
-    base = quick_tmp()
-    registry = load_corpus_registry(settings.corpora, settings.shared_data)
-    embedder = Embedder()
-    cache = EmbeddingCache.for_embedder(base / "cache" / "embeddings", embedder)
-    for corpus, n in corpora.items():
-        spec = registry[corpus]
-        frame = chunks_to_frame(load_corpus(spec)[0]).head(n).reset_index(drop=True)
-        frame.insert(0, "chunk_idx", range(len(frame)))
-        frame["index_options"] = _json.dumps({"split_identifiers": spec.split_identifiers})
-        frame[FINGERPRINT] = compute_fingerprint(frame)
-        fingerprint = frame[FINGERPRINT].iloc[0]
-        postings, vocab = sparse_frames(build_sparse(frame, spec.split_identifiers)[0], corpus, fingerprint)
-        tables = {"corpus_chunks": frame, "sparse_postings": postings, "sparse_vocabulary": vocab}
-        if dense:
-            vectors, _ = embed_incremental(chunk_texts(frame), frame["content_hash"].tolist(), embedder, cache, corpus)
-            tables["corpus_embeddings"] = pd.DataFrame({"corpus": corpus, "chunk_id": frame["chunk_id"], "chunk_idx": frame["chunk_idx"],
-                            "content_hash": frame["content_hash"], "model": DEFAULT_MODEL, "backend": embedder.backend,
-                            "embedding": list(vectors), FINGERPRINT: fingerprint})
-        for asset, table in tables.items():
-            path = asset_path(base, asset, corpus)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_parquet_atomic(table, path)
-    return base
+    spec = load_corpus_registry(settings.corpora, settings.shared_data)[corpus]
+    frame = chunks_to_frame(load_corpus(spec)[0]).head(n).reset_index(drop=True)
+    frame.insert(0, "chunk_idx", range(len(frame)))
+    frame["index_options"] = _json.dumps({"split_identifiers": spec.split_identifiers})
+    frame[FINGERPRINT] = compute_fingerprint(frame)
+    fingerprint = frame[FINGERPRINT].iloc[0]
+    postings, vocab = sparse_frames(build_sparse(frame, spec.split_identifiers)[0], corpus, fingerprint)
+    tables = {"corpus_chunks": frame, "sparse_postings": postings, "sparse_vocabulary": vocab}
+    if dense:
+        embedder = _embedder()
+        cache = EmbeddingCache.for_embedder(embedding_cache, embedder)
+        vectors, _ = embed_incremental(chunk_texts(frame), frame["content_hash"].tolist(), embedder, cache, corpus)
+        tables["corpus_embeddings"] = pd.DataFrame({"corpus": corpus, "chunk_id": frame["chunk_id"], "chunk_idx": frame["chunk_idx"],
+                        "content_hash": frame["content_hash"], "model": DEFAULT_MODEL, "backend": embedder.backend,
+                        "embedding": list(vectors), FINGERPRINT: fingerprint})
+    for asset, table in tables.items():
+        path = asset_path(base, asset, corpus)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_parquet_atomic(table, path)

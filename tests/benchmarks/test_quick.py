@@ -61,15 +61,24 @@ def test_every_script_is_smoke_run_or_says_why_not():
     assert not set(QUICK) & set(NOT_QUICK)
 
 
+@pytest.fixture(scope="module")
+def quick_cache(tmp_path_factory) -> Path:
+    """Where the quick runs keep the small indexes they build (`--quick-cache`): each corpus's first chunks are
+    chunked, indexed and embedded once for the module, by the first script that needs them, not once per script."""
+    return tmp_path_factory.mktemp("quick_cache")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.llm) if s == "label_quality" else s
                                     for s in QUICK])
-def test_quick_run_writes_its_json(script, tmp_path, models_dir):
+def test_quick_run_writes_its_json(script, tmp_path, models_dir, quick_cache):
     extra, data, written, keys = QUICK[script]
     for path in data:
         require(path)
     out = tmp_path / "out"
     target = ["--out", str(out / written)] if script == "label_quality" else ["--out", str(out)]
+    if "quick_base(" in (BENCHMARKS / f"{script}.py").read_text():
+        target += ["--quick-cache", str(quick_cache)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if script == "label_quality":
         env["CAUSAL_ASSETS_MODELS_DIR"] = str(models_dir)   # the session's assembled Gemma-3-270M
