@@ -38,6 +38,19 @@ NOT_UNIT = {"test_sandbox.py", "test_code_benchmark.py", "test_llm.py", "test_ll
             "test_encoder_tuning.py", "test_labels_early_stop.py"}
 
 
+# The longest groups, in CPU seconds of one full run (self and waited-for children, the same run for all): handed
+# out first, longest first, so that the two workers finish together (the rest follow in collection order). Refresh
+# from a run's `--durations` when a file's cost changes much.
+GROUP_SECONDS = {
+    "tests/cli/test_benchmark_commands.py": 460, "tests/benchmarks/test_quick.py": 400,
+    "tests/deploy/test_celery.py": 290, "e2e": 180, "tests/cli/test_gate_commands.py": 150,
+    "tests/cli/test_cli_ux.py": 140, "tests/core/test_sandbox.py": 115, "tests/deploy/test_dg.py": 90,
+    "tests/deploy/test_production.py": 90, "tests/core/test_reranker_tuning.py": 75,
+    "tests/cli/test_corpus_changes.py": 70, "tests/dagster/test_reliability.py": 70,
+    "tests/dagster/test_labels.py": 70, "tests/dagster/test_tuning.py": 70, "tests/dagster/test_run_health.py": 70,
+}
+
+
 def xdist_group(nodeid: str) -> str:
     """The group of a test under `--dist loadgroup`: its file, or `e2e` for every file of tests/e2e (their tests
     drive the commands on the checkout's own `data/`: the README walkthrough fills it, the tutorial and the
@@ -79,8 +92,8 @@ def pytest_collection_modifyitems(config, items) -> None:
                 and "scorer" not in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.unit)
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        first = {"e2e": 0, "deploy": 1}
-        items.sort(key=lambda item: first.get(Path(str(item.fspath)).parent.name, 2))
+        root = Path(__file__).parent.parent
+        items.sort(key=lambda item: -GROUP_SECONDS.get(xdist_group(str(Path(str(item.fspath)).relative_to(root))), 0))
 
 
 def in_ci() -> bool:
