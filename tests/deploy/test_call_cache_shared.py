@@ -69,10 +69,26 @@ def test_two_processes_paying_one_key_at_once_in_postgres(tmp_path):
             assert [c.status for c in cache.history(KEY)] == ["ok"]
             assert cache.stats()["ok"] == cache.stats()["cached_keys"] == ROUNDS
             cache.close()
+            with open_call_cache(url) as cache, open_call_cache(str(tmp_path / "calls.sqlite")) as sqlite:
+                assert journal(cache) == journal(sqlite)   # the same rows, written and read alike
         finally:
             del os.environ["PGPASSWORD"]
     finally:
         pg.stop()
+
+
+def journal(cache) -> list[tuple]:
+    """An error row and an ok row of one key journalled in `cache`, as read back (ids and times aside); a status
+    that is neither is refused, nothing written."""
+    key = "b" * 64
+    with pytest.raises(ValueError, match="status must be 'ok' or 'error', not 'maybe'"):
+        cache.put(key, "gemma", {"prompt": "x"}, status="maybe")
+    cache.put(key, "gemma", {"prompt": "x"}, status="error", error="HTTP 500", attempts=3, latency_s=0.5)
+    cache.put(key, "gemma", {"prompt": "x"}, {"choices": [{"text": "y"}]}, text="y", prompt_tokens=2,
+              completion_tokens=1, latency_s=0.25, attempts=1)
+    assert cache.get(key).text == "y"
+    return [(c.key, c.model, c.request, c.response, c.text, c.prompt_tokens, c.completion_tokens, c.latency_s,
+             c.status, c.error, c.attempts) for c in cache.history(key)]
 
 
 def test_two_processes_paying_one_key_at_once_in_sqlite(tmp_path):

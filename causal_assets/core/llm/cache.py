@@ -120,8 +120,24 @@ _COLS = ("id, key, model, request, response, text, prompt_tokens, completion_tok
          "created_at, status, error, attempts")
 
 
-def _row(r: tuple) -> CachedCall:
+def row_call(r: tuple) -> CachedCall:
+    """A `_COLS` row as a CachedCall (either cache's reads)."""
     return CachedCall(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]) if r[4] else None, *r[5:])
+
+
+# The columns a journalled call is written in (`journal_row` gives the values in this order).
+INSERT_COLS = ("key, model, request, response, text, prompt_tokens, completion_tokens, latency_s, created_at, "
+               "status, error, attempts")
+
+
+def journal_row(key: str, model: str, request: dict, response: dict | None, text: str | None,
+                prompt_tokens: int | None, completion_tokens: int | None, latency_s: float | None, status: str,
+                error: str | None, attempts: int | None) -> tuple:
+    """The values of one journalled call, in `INSERT_COLS` order (either cache's `put`)."""
+    if status not in ("ok", "error"):
+        raise ValueError(f"status must be 'ok' or 'error', not {status!r}")
+    return (key, model, canonical_json(request), canonical_json(response) if response is not None else None,
+            text, prompt_tokens, completion_tokens, latency_s, time.time(), status, error, attempts)
 
 
 class ProcessConnection:
@@ -186,7 +202,7 @@ class CallCache(ProcessConnection):
                 (key,)).fetchone()
         if not r:
             return None
-        hit = _row(r)
+        hit = row_call(r)
         if hit.response:   # served from the cache (a row without a response is not): the cost ledger's cached call
             ledger.record(hit.model, "cached", hit.prompt_tokens, hit.completion_tokens)
         return hit
@@ -198,7 +214,7 @@ class CallCache(ProcessConnection):
             sql, args = sql + " WHERE key = ?", (key,)
         with self._lock:
             rows = self._connection().execute(sql + " ORDER BY id", args).fetchall()
-        return [_row(r) for r in rows]
+        return [row_call(r) for r in rows]
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -230,14 +246,11 @@ class CallCache(ProcessConnection):
             latency_s: float | None = None, status: str = "ok", error: str | None = None,
             attempts: int | None = None) -> int:
         """Journal one call and commit immediately. Returns the row id."""
-        if status not in ("ok", "error"):
-            raise ValueError(f"status must be 'ok' or 'error', not {status!r}")
-        row = (key, model, canonical_json(request), canonical_json(response) if response is not None else None,
-               text, prompt_tokens, completion_tokens, latency_s, time.time(), status, error, attempts)
+        row = journal_row(key, model, request, response, text, prompt_tokens, completion_tokens, latency_s, status,
+                          error, attempts)
         with self._lock:
             cur = self._connection().execute(
-                "INSERT INTO llm_calls (key, model, request, response, text, prompt_tokens, completion_tokens, "
-                "latency_s, created_at, status, error, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO llm_calls ({INSERT_COLS}) VALUES ({', '.join('?' * len(row))})",
                 row)  # autocommit mode: durable when execute returns
         ledger.record(model, "paid" if status == "ok" else "errored", prompt_tokens, completion_tokens, latency_s)
         return int(cur.lastrowid)

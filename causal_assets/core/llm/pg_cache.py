@@ -9,15 +9,14 @@ reads it from PGPASSWORD or ~/.pgpass); psycopg2 comes with `dagster-postgres` (
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
-import time
 from typing import Any
 
 import psycopg2
 
-from causal_assets.core.llm.cache import _COLS, CachedCall, ProcessConnection, canonical_json
+from causal_assets.core.llm.cache import (_COLS, INSERT_COLS, CachedCall, ProcessConnection, journal_row,
+                                           row_call)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_calls (
@@ -48,10 +47,6 @@ CREATE TABLE IF NOT EXISTS file_digests (
 # Two processes creating the schema at once race on CREATE ... IF NOT EXISTS (a unique violation on pg_type): the
 # schema is created under this advisory lock.
 _SCHEMA_LOCK = 0x6C6C6D5F63616368
-
-
-def _row(r: tuple) -> CachedCall:
-    return CachedCall(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]) if r[4] else None, *r[5:])
 
 
 class PostgresCallCache(ProcessConnection):
@@ -105,7 +100,7 @@ class PostgresCallCache(ProcessConnection):
             cur.execute(f"SELECT {_COLS} FROM llm_calls WHERE key = %s AND status = 'ok' ORDER BY id DESC LIMIT 1",
                         (key,))
             r = cur.fetchone()
-        return _row(r) if r else None
+        return row_call(r) if r else None
 
     def history(self, key: str | None = None) -> list[CachedCall]:
         sql, args = f"SELECT {_COLS} FROM llm_calls", ()
@@ -114,7 +109,7 @@ class PostgresCallCache(ProcessConnection):
         with self._cursor() as cur:
             cur.execute(sql + " ORDER BY id", args)
             rows = cur.fetchall()
-        return [_row(r) for r in rows]
+        return [row_call(r) for r in rows]
 
     def stats(self) -> dict[str, Any]:
         with self._cursor() as cur:
@@ -146,13 +141,9 @@ class PostgresCallCache(ProcessConnection):
             attempts: int | None = None) -> int:
         """Journal one call, committed when this returns; for an `ok` call of a key that already has one, the id of
         the row that was there first (nothing is written)."""
-        if status not in ("ok", "error"):
-            raise ValueError(f"status must be 'ok' or 'error', not {status!r}")
-        row = (key, model, canonical_json(request), canonical_json(response) if response is not None else None,
-               text, prompt_tokens, completion_tokens, latency_s, time.time(), status, error, attempts)
-        insert = ("INSERT INTO llm_calls (key, model, request, response, text, prompt_tokens, completion_tokens, "
-                  "latency_s, created_at, status, error, attempts) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                  "%s, %s)")
+        row = journal_row(key, model, request, response, text, prompt_tokens, completion_tokens, latency_s, status,
+                          error, attempts)
+        insert = f"INSERT INTO llm_calls ({INSERT_COLS}) VALUES ({', '.join(['%s'] * len(row))})"
         with self._cursor() as cur:
             if status == "error":
                 cur.execute(insert + " RETURNING id", row)
