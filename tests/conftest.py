@@ -65,6 +65,12 @@ GROUP_SECONDS = {
     "tests/dagster/test_labels.py": 70, "tests/dagster/test_tuning.py": 70, "tests/dagster/test_run_health.py": 70,
 }
 
+# Once README command 1 has run in the checkout (its lineage's last output exists), tests/e2e also runs the README's
+# and the docs' walkthrough and the tutorial: then it is the longest group.
+COMMAND_1_OUTPUT = Path(__file__).resolve().parent.parent / "data" / "parquet" / "evaluation_metrics" / \
+    "default.parquet"
+E2E_AFTER_COMMAND_1 = {"e2e": 1000}
+
 
 def xdist_group(nodeid: str) -> str:
     """The group of a test under `--dist loadgroup`: its file, or `e2e` for every file of tests/e2e (their tests
@@ -108,7 +114,8 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.unit)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = Path(__file__).parent.parent
-        items.sort(key=lambda item: -GROUP_SECONDS.get(xdist_group(str(Path(str(item.fspath)).relative_to(root))), 0))
+        seconds = {**GROUP_SECONDS, **(E2E_AFTER_COMMAND_1 if COMMAND_1_OUTPUT.exists() else {})}
+        items.sort(key=lambda item: -seconds.get(xdist_group(str(Path(str(item.fspath)).relative_to(root))), 0))
 
 
 def in_ci() -> bool:

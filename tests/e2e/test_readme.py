@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import in_ci
+from tests.conftest import COMMAND_1_OUTPUT, in_ci
 
 pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.e2e]
 
@@ -29,7 +29,6 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 # Long-running servers: started and checked by tests/e2e/test_ui.py (dagster dev) and tests/deploy/test_dg.py (dg dev).
 SERVERS = re.compile(r"(^|[\s/])(dg|dagster) dev\b")
-COMMAND_1_OUTPUT = ROOT / "data" / "parquet" / "evaluation_metrics" / "default.parquet"
 
 
 def walkthrough_commands(text: str) -> list[str]:
