@@ -314,9 +314,10 @@ def _build_quick_index(base: Path, corpus: str, n: int, dense: bool, embedding_c
         embedder = _embedder()
         cache = EmbeddingCache.for_embedder(embedding_cache, embedder)
         vectors, _ = embed_incremental(chunk_texts(frame), frame["content_hash"].tolist(), embedder, cache, corpus)
-        tables["corpus_embeddings"] = pd.DataFrame({"corpus": corpus, "chunk_id": frame["chunk_id"], "chunk_idx": frame["chunk_idx"],
-                        "content_hash": frame["content_hash"], "model": DEFAULT_MODEL, "backend": embedder.backend,
-                        "embedding": list(vectors), FINGERPRINT: fingerprint})
+        tables["corpus_embeddings"] = pd.DataFrame({
+            "corpus": corpus, "chunk_id": frame["chunk_id"], "chunk_idx": frame["chunk_idx"],
+            "content_hash": frame["content_hash"], "model": DEFAULT_MODEL, "backend": embedder.backend,
+            "embedding": list(vectors), FINGERPRINT: fingerprint})
     for asset, table in tables.items():
         path = asset_path(base, asset, corpus)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from dagster import DagsterInstance
 
+from tests.cli.conftest import cli_environment
 from tests.cli.test_cli_ux import run_cli, run_main
 from tests.dagster.test_run_health import kill_group, start_holder
 
@@ -21,13 +22,34 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "own-documents"
 
 
+def copy_example(root: Path) -> None:
+    for name in ("docs", "questions.jsonl", "corpora.yaml", "benchmarks.yaml"):
+        (shutil.copytree if name == "docs" else shutil.copy)(EXAMPLE / name, root / name)
+
+
 @pytest.fixture
 def own(tmp_path, cli_env) -> dict[str, str]:
     """The example's folder, questions and registries copied into tmp_path, and the environment that points the
     CLI at them and at tmp_path's own data directory and instance (as shipped: one `llm` slot)."""
-    for name in ("docs", "questions.jsonl", "corpora.yaml", "benchmarks.yaml"):
-        (shutil.copytree if name == "docs" else shutil.copy)(EXAMPLE / name, tmp_path / name)
+    copy_example(tmp_path)
     return cli_env
+
+
+@pytest.fixture(scope="module")
+def built_example(tmp_path_factory) -> Path:
+    """The example's corpus built once for the module by `build brindle_docs` (its index and graph, what `label`
+    builds first): its Parquet directory, for the tests whose point comes after the build (`start_built`)."""
+    root = tmp_path_factory.mktemp("built_example")
+    copy_example(root)
+    env = cli_environment(root)
+    done = run_cli("build", "brindle_docs", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return Path(env["CAUSAL_ASSETS_BASE_PATH"])
+
+
+def start_built(own: dict[str, str], built_example: Path) -> None:
+    """The test's data directory starts with the module's build (the same example files, built elsewhere)."""
+    shutil.copytree(built_example, own["CAUSAL_ASSETS_BASE_PATH"])
 
 
 def runs(env: dict[str, str]) -> list:
@@ -171,9 +193,10 @@ def test_a_labelling_run_that_waits_for_the_llm_pool_says_at_once_who_holds_it(o
 
 
 @pytest.mark.slow
-def test_ctrl_c_of_label_ends_its_run_canceled_with_exit_130(own, tmp_path):
+def test_ctrl_c_of_label_ends_its_run_canceled_with_exit_130(own, built_example, tmp_path):
     """Ctrl-C in the middle of the labelling (after its first question): exit 130, no traceback, the labelling
     run CANCELED, not FAILURE, so nothing of it holds the `llm` pool for the next command."""
+    start_built(own, built_example)
     import os
     import signal
     import subprocess
@@ -206,7 +229,7 @@ def test_ctrl_c_of_label_ends_its_run_canceled_with_exit_130(own, tmp_path):
 
 
 @pytest.mark.slow
-def test_label_against_a_failing_endpoint_says_what_failed_within_the_give_up_bound(own):
+def test_label_against_a_failing_endpoint_says_what_failed_within_the_give_up_bound(own, built_example):
     """`label` with CAUSAL_ASSETS_LLM_BASE_URL at an endpoint that fails every call: retry lines on the terminal
     while it tries, then one line naming the endpoint and what failed, within the give-up bound; a 401 is asked
     once and never advised to be re-run. Measured without a bound: every call HTTP 500 kept `label` silent for
@@ -217,8 +240,7 @@ def test_label_against_a_failing_endpoint_says_what_failed_within_the_give_up_bo
     key = "sk-label-test-never-shown"
     env = {**own, "CAUSAL_ASSETS_LLM_GIVE_UP_S": "5", "CAUSAL_ASSETS_LLM_MODEL": "fake-model",
            "CAUSAL_ASSETS_LLM_API_KEY": key}
-    built = run_cli("build", "brindle_docs", env=env)   # what `label` would build first
-    assert built.returncode == 0, built.stderr[-3000:]
+    start_built(own, built_example)   # what `label` would build first
 
     def label(url: str):
         done = run_cli("label", "brindle", env={**env, "CAUSAL_ASSETS_LLM_BASE_URL": url})
