@@ -35,3 +35,34 @@ def test_install_snippets_import_modules_that_exist():
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     assert importlib.util.find_spec(alias.name) is not None, f"scripts: `import {alias.name}`"
+
+
+def imported_modules(tree: ast.AST) -> dict[str, object]:
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                names[alias.asname or alias.name] = importlib.import_module(f"{node.module}.{alias.name}")
+    return names
+
+
+@pytest.mark.unit
+def test_install_snippets_call_functions_that_exist():
+    """`for module in (metrics, sparse): module.warm_up()`: each module the loop names has the function it calls (a
+    function removed from one module broke CI's install while the import check above still passed)."""
+    for script in sorted((ROOT / "scripts").iterdir()):
+        if not script.is_file():
+            continue
+        for code in snippets(script):
+            tree = ast.parse(code)
+            modules = imported_modules(tree)
+            for loop in (n for n in ast.walk(tree) if isinstance(n, ast.For)):
+                if not (isinstance(loop.iter, ast.Tuple) and isinstance(loop.target, ast.Name)):
+                    continue
+                called = {n.func.attr for n in ast.walk(loop) if isinstance(n, ast.Call)
+                          and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+                          and n.func.value.id == loop.target.id}
+                for element in loop.iter.elts:
+                    for attr in called:
+                        assert hasattr(modules[element.id], attr), \
+                            f"{script.name}: {element.id}.{attr}() does not exist"
