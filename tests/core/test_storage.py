@@ -193,3 +193,24 @@ def test_a_file_with_the_old_id_names_reads_with_todays(tmp_path):
     assert [json.loads(m) for m in read_parquet(chunks)["metadata"]] == [
         {"position": 0, "query_id": "q1", "supporting": True}, {"doc": 'say "question_id": x'}]
 
+
+def test_views_over_files_of_both_ages_show_todays_id_names(tmp_path):
+    """A view over partitions written before and after the renaming has one column per id, under today's name
+    (filled from either), with its comment; a view over old files alone renames them."""
+    base = tmp_path / "pq"
+    _old_labels(asset_path(base, "mc_labels", "old"), "q1", "q1/0")
+    write_parquet_atomic(pd.DataFrame({"query_id": ["q2"], "chunk_id": ["q2/0"], "label": ["NO"]}),
+                         asset_path(base, "mc_labels", "new"))
+    _old_labels(asset_path(base, "candidate_pools", "old"), "q1", "q1/0")
+    catalog = DuckDBCatalog(tmp_path / "cat.duckdb")
+    assert catalog.refresh_from_storage(base) == {"candidate_pools": "created", "mc_labels": "created"}
+    with catalog.connect() as con:
+        for view in ("mc_labels", "candidate_pools"):
+            comments = dict(con.execute("select column_name, comment from duckdb_columns() where table_name = ?",
+                                        [view]).fetchall())
+            assert set(comments) == {"query_id", "chunk_id", "label"} and "corpus_chunks" in comments["chunk_id"]
+        assert con.execute("select query_id, chunk_id from mc_labels order by all").fetchall() == \
+            [("q1", "q1/0"), ("q2", "q2/0")]
+    with catalog.connect_for_analysis(base) as con:
+        assert con.execute("select count(*) from mc_labels join candidate_pools using (query_id, chunk_id)"
+                           ).fetchone() == (1,)

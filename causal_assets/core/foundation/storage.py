@@ -105,7 +105,7 @@ def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: UPath) -> None:
 
 
 # Ids stored under other names by files written before every table named them `chunk_id` and `query_id`: read
-# under today's names here, so no stage sees the old ones.
+# under today's names here, and in the catalog's views (`catalog.todays_names`), so no stage sees the old ones.
 RENAMED_COLUMNS = {"doc_id": "chunk_id", "question_id": "query_id"}
 # The same id as a key of a chunk's `metadata` JSON (the multi-hop loaders' question); a quote inside a JSON string
 # is escaped, so the quoted key followed by its colon matches keys only.
