@@ -65,7 +65,7 @@ def top2_interval(per_q: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
     rows = label_quality_rows(per_q)
     by_q = {}
     for r in rows:
-        by_q.setdefault(r["question_id"], []).append(r)
+        by_q.setdefault(r["query_id"], []).append(r)
     pairs = []
     for items in by_q.values():
         items = sorted(items, key=lambda r: r["position"])
@@ -92,10 +92,11 @@ def paired_comparison(base: dict, other: dict, n_boot: int = 2000, seed: int = 0
         raise SystemExit("--compare: the two runs share no question")
     per = []
     for run in (base, other):
-        rows = label_quality_rows([run["per_question"][q] for q in common])
+        # the id from the report's key: entries written by earlier versions name it otherwise
+        rows = label_quality_rows([{**run["per_question"][q], "query_id": q} for q in common])
         by_q: dict[str, list[dict]] = {}
         for r in rows:
-            by_q.setdefault(r["question_id"], []).append(r)
+            by_q.setdefault(r["query_id"], []).append(r)
         values = {}
         for qid, items in by_q.items():
             items = sorted(items, key=lambda r: r["position"])
@@ -212,7 +213,7 @@ def main() -> None:
         sys.exit(f"label_quality: {e}")
 
     data = read_multihop(SETTINGS.shared_data / DATASETS[args.dataset])
-    questions = [q for q in data.questions if args.split == "all" or hash_half(q.question_id) == args.split]
+    questions = [q for q in data.questions if args.split == "all" or hash_half(q.query_id) == args.split]
     questions = questions[args.offset:]
     if args.questions:
         questions = questions[: args.questions]
@@ -221,7 +222,7 @@ def main() -> None:
         try:
             cfg.check_budget(len(q.paragraphs))
         except ValueError as e:
-            sys.exit(f"label_quality: {e} (question {q.question_id} has {len(q.paragraphs)} paragraphs); no solver "
+            sys.exit(f"label_quality: {e} (question {q.query_id} has {len(q.paragraphs)} paragraphs); no solver "
                      "call made")
     prior = None
     if args.reanalyze:
@@ -229,14 +230,14 @@ def main() -> None:
         for path in args.reanalyze:
             old = json.loads(path.read_text())
             prior["per_question"].update(old["per_question"])
-        questions = [q for q in questions if q.question_id in prior["per_question"]]
+        questions = [q for q in questions if q.query_id in prior["per_question"]]
     with busy_loops(args.busy):
         run(args, cfg, data, questions, prior, out)
 
 
 def label_frame(run: dict) -> pd.DataFrame:
     """A run's labels as `mc_labels`-like rows: question, document (its position), label, interval, average effect."""
-    return pd.DataFrame([{"question_id": qid, "doc_id": i, "label": lab, "ci_low": ci[0], "ci_high": ci[1],
+    return pd.DataFrame([{"query_id": qid, "chunk_id": i, "label": lab, "ci_low": ci[0], "ci_high": ci[1],
                           "average_effect": eff}
                          for qid, p in run["per_question"].items()
                          for i, (lab, ci, eff) in enumerate(zip(p["labels"], p["ci"], p["effects"]))])
@@ -250,33 +251,33 @@ def ranked_effects(result) -> list[float]:
     return [float(v) for v in ranking_effect(table)]
 
 
-def trials_run(question_id: str, trials: list[dict], doc_ids: list[str], cfg: LabelingParams) -> list[dict]:
+def trials_run(query_id: str, trials: list[dict], chunk_ids: list[str], cfg: LabelingParams) -> list[dict]:
     """Of a question's recorded trials of the whole balanced design, those the labeller runs when it stops after the
     first block where every label is decided (`LabelingParams.stop_when_decided`): the first block's own rows, or
     all of them."""
-    design, stage = balanced_stages(len(doc_ids), cfg.budget_for(len(doc_ids)), question_rng(question_id, cfg.seed))
+    design, stage = balanced_stages(len(chunk_ids), cfg.budget_for(len(chunk_ids)), question_rng(query_id, cfg.seed))
     first = Counter(tuple(np.flatnonzero(row).tolist()) for row in design[stage == 0])
-    position = {d: i for i, d in enumerate(doc_ids)}
+    position = {d: i for i, d in enumerate(chunk_ids)}
     block = []
     for t in trials:
         row = tuple(sorted(position[d] for d in t["subset"]))
         if first[row] > 0:
             first[row] -= 1
             block.append(t)
-    return block if len(block) < len(trials) and decided(block, doc_ids, cfg) else trials
+    return block if len(block) < len(trials) and decided(block, chunk_ids, cfg) else trials
 
 
 def label_one(q, cfg: LabelingParams, scorer, prior, max_doc_chars: int, max_trials: int = 0) -> dict:
     """One question labelled (or re-estimated from `prior`'s trials): its labels, effects, calls and trials."""
-    pool = [(f"{q.question_id}/{i}", p.title, cut(p.text, max_doc_chars)) for i, p in enumerate(q.paragraphs)]
-    doc_ids = [d for d, _, _ in pool]
+    pool = [(f"{q.query_id}/{i}", p.title, cut(p.text, max_doc_chars)) for i, p in enumerate(q.paragraphs)]
+    chunk_ids = [d for d, _, _ in pool]
     t0 = time.time()
     if prior:
-        old = prior["per_question"][q.question_id]
+        old = prior["per_question"][q.query_id]
         trials = old["trials"][: max_trials or None]
         if cfg.estimator == "regression" and cfg.stop_when_decided and not max_trials:
-            trials = trials_run(q.question_id, trials, doc_ids, cfg)
-        result = estimate(trials, doc_ids, cfg)
+            trials = trials_run(q.query_id, trials, chunk_ids, cfg)
+        result = estimate(trials, chunk_ids, cfg)
         calls = {k: old.get(k) for k in ("calls", "paid", "seconds", "errors", "tokens_evaluated",
                                          "tokens_requested")}
         if old.get("calls"):
@@ -284,7 +285,7 @@ def label_one(q, cfg: LabelingParams, scorer, prior, max_doc_chars: int, max_tri
     else:
         ev0, rq0 = scorer.tokens_evaluated, scorer.tokens_requested
         solver = LikelihoodSolver(scorer, "answer_f1", cfg.separate_documents(scorer))
-        o = label_question(q.question_id, q.question, q.answer, pool, solver, cfg, aliases=list(q.aliases))
+        o = label_question(q.query_id, q.question, q.answer, pool, solver, cfg, aliases=list(q.aliases))
         trials = [{"subset": t["subset"], "loglik": t["loglik"], "loglik_question": t["loglik_question"]}
                   for t in o.trials]
         result = o.result
@@ -294,7 +295,7 @@ def label_one(q, cfg: LabelingParams, scorer, prior, max_doc_chars: int, max_tri
                  "tokens_evaluated": scorer.tokens_evaluated - ev0,
                  "tokens_requested": scorer.tokens_requested - rq0}
     contains = [contains_answer(text, [q.answer, *q.aliases]) for _, _, text in pool]
-    return {"question_id": q.question_id, "type": q.type, "gold": q.gold, "contains": contains,
+    return {"query_id": q.query_id, "type": q.type, "gold": q.gold, "contains": contains,
             "effects": ranked_effects(result), "context_effects": [float(e.delta_p) for e in result.docs],
             "labels": [e.label for e in result.docs], "partners": [list(e.partners) for e in result.docs],
             "beside_yes": [[float(e.conditional_delta_p), float(e.conditional_ci_low), float(e.conditional_ci_high)]
@@ -324,7 +325,7 @@ def figures(per_q: list[dict]) -> dict:
     return {"summary": summarize(label_quality_rows(per_q)),
             # the threshold and interval were calibrated on train questions: the test half is the honest figure
             "summary_by_half": {half: summarize(label_quality_rows([p for p in per_q
-                                                                    if hash_half(p["question_id"]) == half]))
+                                                                    if hash_half(p["query_id"]) == half]))
                                 for half in ("train", "test")},
             "summary_by_type": {t: summarize(label_quality_rows([p for p in per_q if p["type"] == t]))
                                 for t in sorted({str(p["type"]) for p in per_q})},
@@ -379,8 +380,8 @@ def report(args, cfg: LabelingParams, data, scorer, per_q: list[dict], per_q_pre
             "threads": getattr(scorer, "thread_history", None), "busy_loops": args.busy,
             "wall_seconds": round(time.time() - t_start, 1),
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "per_question": {p["question_id"]: p for p in per_q},
-            **({"per_question_previous": {p["question_id"]: p for p in per_q_prev}} if per_q_prev else {})}
+            "per_question": {p["query_id"]: p for p in per_q},
+            **({"per_question_previous": {p["query_id"]: p for p in per_q_prev}} if per_q_prev else {})}
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def solver_summary(base: Path, mc_step_s: float | None) -> dict:
         return {}
     calls = pd.read_parquet(path)
     ok = calls[calls["status"] == "ok"]
-    questions = int(calls["question_id"].nunique())
+    questions = int(calls["query_id"].nunique())
     out = {"calls": len(calls), "ok_calls": len(ok), "errored_calls": int((calls["status"] != "ok").sum()),
            "questions": questions, "calls_per_question": round(len(calls) / max(questions, 1), 2),
            "cache_hits": int(ok["cached"].sum()), "cache_hit_rate": float(ok["cached"].mean()) if len(ok) else None,

@@ -89,9 +89,9 @@ def label(index, bench, qids, spec, seed: int, scorer, cfg_overrides: dict) -> t
 
 def passage_figures(records, resolver: GoldResolver, pools, labels) -> dict:
     """The passage judge's figures from the stored tables (module docstring)."""
-    verdict = {(q, d): lab for q, d, lab in zip(labels["question_id"], labels["doc_id"], labels["label"])}
-    pooled = {(q, d) for q, d in zip(pools["question_id"], pools["doc_id"])}
-    texts = {(q, d): t for q, d, t in zip(pools["question_id"], pools["doc_id"], pools["text"])}
+    verdict = {(q, d): lab for q, d, lab in zip(labels["query_id"], labels["chunk_id"], labels["label"])}
+    pooled = {(q, d) for q, d in zip(pools["query_id"], pools["chunk_id"])}
+    texts = {(q, d): t for q, d, t in zip(pools["query_id"], pools["chunk_id"], pools["text"])}
     pairs, truth = [], set()
     for r in records:
         ev = dict(r.evidence)
@@ -99,12 +99,12 @@ def passage_figures(records, resolver: GoldResolver, pools, labels) -> dict:
             if gold not in ev:
                 continue
             chunks = resolver.resolve((gold,), r.where, {gold: ev[gold]}).qrels
-            truth |= {(r.question_id, c) for c in chunks}
-            inpool = [c for c in chunks if (r.question_id, c) in pooled]
-            pairs.append({"question": r.question_id, "gold": gold, "evidence_chunks": sorted(chunks),
-                          "pooled": inpool, "labels": [verdict.get((r.question_id, c), "-") for c in inpool],
+            truth |= {(r.query_id, c) for c in chunks}
+            inpool = [c for c in chunks if (r.query_id, c) in pooled]
+            pairs.append({"question": r.query_id, "gold": gold, "evidence_chunks": sorted(chunks),
+                          "pooled": inpool, "labels": [verdict.get((r.query_id, c), "-") for c in inpool],
                           "two_file": len(r.gold) > 1})
-    answers = {r.question_id: r.answers for r in records}
+    answers = {r.query_id: r.answers for r in records}
     yes = {k for k, v in verdict.items() if v == "YES"}
     contains = {k for k in pooled if k[0] in answers and contains_answer(texts[k], list(answers[k[0]]))}
     judged = truth & pooled
@@ -155,7 +155,7 @@ def main() -> None:
                         cache=EmbeddingCache.for_embedder(args.out.parent / "embeddings", embedder))
     bench = load_benchmark(spec, "dev", chunks)
     qids = bench.labelable_ids()[: args.questions_limit or None]
-    records = [r for r in _records(spec) if r.question_id in qids]
+    records = [r for r in _records(spec) if r.query_id in qids]
     resolver = GoldResolver(chunks, "own_docs", "folder")
     cache = CallCache(args.cache or args.out.with_suffix(".calls.sqlite"))
     scorer = local_scorer(spec.monte_carlo.get("solver", SETTINGS.solver or "gemma3-270m"), cache,

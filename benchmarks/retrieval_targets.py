@@ -42,7 +42,7 @@ SHOWN = [("precision", 2), ("recall", 5), ("all_gold", 2), ("ndcg", 10), ("mrr",
 
 def all_gold_hits(runs, qrels, k: int) -> np.ndarray:
     """Per judged query of one retriever's runs: 1 when its top k holds every relevant document."""
-    top = runs[runs["rank"] <= k].groupby("query_id")["doc_id"].apply(set).to_dict()
+    top = runs[runs["rank"] <= k].groupby("query_id")["chunk_id"].apply(set).to_dict()
     return np.array([float(set(qrels[q]) <= top.get(q, set())) for q in sorted(qrels) if qrels[q]])
 
 
@@ -62,7 +62,7 @@ def interval(runs, qrels, metric: str, k: int) -> dict[str, float]:
     if metric == "all_gold":
         values = all_gold_hits(runs, qrels, k)
     else:
-        run = {q: dict(zip(g["doc_id"].astype(str), g["score"].astype(float))) for q, g in runs.groupby("query_id")}
+        run = {q: dict(zip(g["chunk_id"].astype(str), g["score"].astype(float))) for q, g in runs.groupby("query_id")}
         per_query = evaluate_per_query(qrels, run, ks=(k,), map_k=k)
         # in query order: the resampling is seeded, so the interval is the same in every process
         values = per_query[(per_query["metric"] == metric) & (per_query["k"] == k)].sort_values("query_id")["value"]

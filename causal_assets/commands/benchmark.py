@@ -157,7 +157,7 @@ def _label_summary(args, spec: BenchmarkSpec) -> None:
     main = labels[labels["estimator"] != "naive"] if (labels["estimator"] != "naive").any() else labels
     counts = main["label"].value_counts()
     shares = ", ".join(f"{lab} {int(counts.get(lab, 0))}" for lab in ("YES", "NO", "UNCERTAIN"))
-    print(f"labels of {spec.name!r}: {main['question_id'].nunique()} questions, {len(main)} (question, document) "
+    print(f"labels of {spec.name!r}: {main['query_id'].nunique()} questions, {len(main)} (question, document) "
           f"pairs: {shares}")
     quality = asset_path(args.base_path, "label_quality", spec.name)
     if quality.exists():
@@ -166,7 +166,7 @@ def _label_summary(args, spec: BenchmarkSpec) -> None:
         figures = {m: v for m, v in zip(q["metric"], q["value"]) if m in ("precision", "recall", "top2_precision")}
         if figures:
             bench = load_benchmark(spec, spec.label_split, _chunks(args, spec))
-            files = len(set(main["question_id"].astype(str)) & bench.file_level)
+            files = len(set(main["query_id"].astype(str)) & bench.file_level)
             grain = f" ({files} question(s) without evidence judged by file: a file's best chunk)" if files else ""
             print("  against the gold documents: " + ", ".join(f"{m} {v:.2f}" for m, v in figures.items()) + grain)
     dataset = args.settings.reports.parent / "datasets" / f"retrieval_dataset_{spec.name}.yaml"

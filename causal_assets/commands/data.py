@@ -101,7 +101,7 @@ def export_labels(args) -> int:
     estimator = pick_estimator(labels, args.estimator)
     budgets = {k: v for k, v in {"solver calls per question (configured)": mc.get("budget") or DEFAULT_BUDGET,
                                  "label threshold": mc.get("threshold"),
-                                 "questions labelled": int(labels["question_id"].nunique())}.items() if v is not None}
+                                 "questions labelled": int(labels["query_id"].nunique())}.items() if v is not None}
     recorded = labels_solver(labels)
     if args.solver and recorded and args.solver != recorded:   # the card would name a model that did not answer
         raise ValueError(f"--solver {args.solver!r}: these labels record their solver, {recorded!r}")

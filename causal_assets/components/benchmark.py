@@ -54,7 +54,7 @@ class BenchmarkComponent(Component, Model, Resolvable):
 
     name: str = Field(description="The benchmark's name and partition key: lower case letters, digits and _.")
     corpus: str = Field(description="The folder of documents (text, Markdown, code), relative to this defs.yaml.")
-    questions: str = Field(description="The questions file (JSONL: question_id, question, optional answer and gold "
+    questions: str = Field(description="The questions file (JSONL: id, question, optional answer and gold "
                                        "documents), relative to this defs.yaml.")
     corpus_options: dict = Field(default_factory=dict,
                                  description="Options of the folder loader: chunk_chars, overlap_chars, suffixes.")

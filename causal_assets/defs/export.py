@@ -58,7 +58,7 @@ def labels_export(context: AssetExecutionContext, config: ExportConfig, storage:
     budgets = {k: v for k, v in {
         "solver calls per question (configured)": labelled.get("budget_per_question", mc.get("budget")),
         "label threshold": mc.get("threshold"),
-        "questions labelled": int(mc_labels["question_id"].nunique()),
+        "questions labelled": int(mc_labels["query_id"].nunique()),
         "trials recorded": labelled.get("trials"),
         "labelling wall seconds": labelled.get("wall_seconds"),
         "labelling run stopped": labelled.get("stopped"),

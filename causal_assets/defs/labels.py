@@ -69,7 +69,7 @@ def candidate_pools(context: AssetExecutionContext, config: PoolsConfig, storage
         "documents_whole": int((pools["kept_end"] - pools["kept_start"] == pools["doc_chars"]).sum()),
         "documents_shortened": int((pools["kept_end"] - pools["kept_start"] < pools["doc_chars"]).sum()),
         "by_origin": MetadataValue.json(pools["origin"].value_counts().to_dict()),
-        "seed_recall": float(pools.groupby("question_id")["origin"].apply(lambda o: (o == "seed").any()).mean()),
+        "seed_recall": float(pools.groupby("query_id")["origin"].apply(lambda o: (o == "seed").any()).mean()),
     })
     yield check_result("candidate_pools", "pools_valid", check_pools(pools, artifacts.index.ids))
 
@@ -106,11 +106,11 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     spec = benchmark_registry.spec(context.partition_key)
     meter = ledger.Meter.start(spec.name, "mc_trials", context.run_id)
     cfg = mc_config(spec.monte_carlo_settings, config)
-    largest = int(candidate_pools.groupby("question_id").size().max()) if len(candidate_pools) else 0
+    largest = int(candidate_pools.groupby("query_id").size().max()) if len(candidate_pools) else 0
     if len(candidate_pools):   # what the run will cost, said (and held to the ceiling) before its first call
         if cfg.budget == "auto":
             context.log.info(budget_line(largest))
-        plan = plan_labels(spec.name, int(candidate_pools["question_id"].nunique()), cfg.budget_for(largest),
+        plan = plan_labels(spec.name, int(candidate_pools["query_id"].nunique()), cfg.budget_for(largest),
                            largest,
                            float(candidate_pools["text"].astype(str).str.len().mean()),   # what the pools show
                            code=spec.loader.startswith("python_package"),
@@ -134,7 +134,7 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     run = trials_of(context, spec, cfg, llm, candidate_pools)
     trials_df, calls_df, stopped, seconds = run.trials, run.calls, run.stopped, run.seconds
     ok = calls_df[calls_df["status"] == "ok"]
-    n_questions = int(trials_df["question_id"].nunique())
+    n_questions = int(trials_df["query_id"].nunique())
     history = getattr(llm.scorer(spec.monte_carlo.get("solver")), "thread_history", None) if cfg.scores else None
     threads = {"llama_threads": ", ".join(f"{n} from {t:g} s" for t, n in history)} if history else {}
     cost = record_cost(context, storage, meter)
@@ -185,7 +185,7 @@ def mc_labels(context: AssetExecutionContext, config: MonteCarloConfig, storage:
     tmp.replace(out)
     main_rows = labels[labels["estimator"] == cfg.estimator]
     yield Output(labels, metadata={
-        "questions": int(labels["question_id"].nunique()) if len(labels) else 0,
+        "questions": int(labels["query_id"].nunique()) if len(labels) else 0,
         "outcome": cfg.label_outcome, "threshold": cfg.label_threshold,
         **({"question_weight": cfg.question_weight} if cfg.label_outcome == "qa_likelihood" else {}),
         "by_label": MetadataValue.json(main_rows["label"].value_counts().to_dict() if len(labels) else {}),
@@ -209,7 +209,7 @@ def label_quality(context: AssetExecutionContext, config: MonteCarloConfig, stor
     spec = benchmark_registry.spec(context.partition_key)
     cfg = mc_config(spec.monte_carlo_settings, config)
     bench = CorpusArtifacts(storage.base, spec.corpus).benchmark(spec, spec.label_split)
-    if not set(bench.qrels) & set(mc_labels["question_id"].astype(str) if len(mc_labels) else ()):
+    if not set(bench.qrels) & set(mc_labels["query_id"].astype(str) if len(mc_labels) else ()):
         # a questions file without gold: the labels are the only truth, there is nothing to compare them with
         context.log.info(f"{spec.name}: no labelled question has gold documents: label quality not measured")
         return Output(pd.DataFrame(columns=["source", "metric", "value", "estimator", "benchmark", "outcome",
@@ -230,7 +230,7 @@ def label_quality(context: AssetExecutionContext, config: MonteCarloConfig, stor
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(png)
     main = summaries.get(cfg.estimator, {})
-    judged = set(mc_labels["question_id"].astype(str)) & set(bench.qrels)
+    judged = set(mc_labels["query_id"].astype(str)) & set(bench.qrels)
     return Output(table, metadata={
         "questions": int(main.get("questions", 0)),
         # the grain of the gold the labels are held to (`registry.gold`): files are judged by their best chunk

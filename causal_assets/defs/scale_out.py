@@ -84,16 +84,16 @@ def mc_trial_shards(context: AssetExecutionContext, config: MonteCarloConfig, ll
     keys = context.partition_key.keys_by_dimension
     spec = benchmark_registry.spec(keys["benchmark"])
     shard = int(keys["shard"])
-    question_ids = list(dict.fromkeys(candidate_pools["question_id"]))
-    mine = shard_questions(question_ids, shard, LABEL_SHARDS)
-    start, stop = shard_slice(len(question_ids), shard, LABEL_SHARDS)
+    query_ids = list(dict.fromkeys(candidate_pools["query_id"]))
+    mine = shard_questions(query_ids, shard, LABEL_SHARDS)
+    start, stop = shard_slice(len(query_ids), shard, LABEL_SHARDS)
     cfg = mc_config(spec.monte_carlo_settings, config)
     run = trials_of(context, spec, cfg, llm, candidate_pools, mine)
     trials, calls, stopped, seconds = run.trials, run.calls, run.stopped, run.seconds
     ok = calls[calls["status"] == "ok"]
     return MaterializeResult(metadata={
         "benchmark": spec.name, "shard": shard, "shards": LABEL_SHARDS,
-        "question_range": f"[{start}, {stop}) of {len(question_ids)}", "questions": len(mine),
+        "question_range": f"[{start}, {stop}) of {len(query_ids)}", "questions": len(mine),
         "trials": len(trials), "calls": len(calls), "errors": int((calls["status"] == "error").sum()),
         "cache_hits": int(ok["cached"].sum()), "wall_seconds": round(seconds, 1),
         "stopped": stopped or "complete", "model": llm.model, **where_it_ran()})

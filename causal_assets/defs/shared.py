@@ -66,14 +66,14 @@ def mc_config(spec_mc: dict, config: MonteCarloConfig) -> LabelingParams:
 
 
 def trials_of(context: AssetExecutionContext, spec, cfg: LabelingParams, llm: LLM, pools: pd.DataFrame,
-              question_ids: list[str] | None = None) -> TrialRun:
+              query_ids: list[str] | None = None) -> TrialRun:
     """`run_trials` with this step's LLM: the client (and the local server) only for outcomes that generate, the
     scorer only for outcomes that score."""
     local = spec.monte_carlo.get("solver")
     return run_trials(pools, cfg, spec.name, spec.validator, llm.solver_name(local, cfg.outcome),
                       client=llm.client if cfg.generates else None,
                       scorer=llm.scorer(local) if cfg.scores else None,
-                      question_ids=question_ids, log=context.log.info, warn=context.log.warning)
+                      query_ids=query_ids, log=context.log.info, warn=context.log.warning)
 
 
 def ensure_view(context: AssetExecutionContext, storage, name: str) -> None:

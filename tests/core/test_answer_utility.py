@@ -39,9 +39,9 @@ DISTRACTORS = ["paris", "plants", "chess"]
 KS = (1, 3)
 
 
-def doc(doc_id: str, question: str) -> tuple[str, str]:
+def doc(chunk_id: str, question: str) -> tuple[str, str]:
     """The planted documents are short: each shown whole, beside any question."""
-    return DOCS[doc_id]
+    return DOCS[chunk_id]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def runs_frame() -> pd.DataFrame:
     for q, gold in GOLD_DOC.items():
         for retriever, docs in (("planted", [gold, *DISTRACTORS]), ("distractors", DISTRACTORS)):
             rows += [(retriever, q, d, rank) for rank, d in enumerate(docs, 1)]
-    return pd.DataFrame(rows, columns=["retriever", "query_id", "doc_id", "rank"])
+    return pd.DataFrame(rows, columns=["retriever", "query_id", "chunk_id", "rank"])
 
 
 def questions():
@@ -118,7 +118,7 @@ def test_references_gold_first_then_random_labels_by_effect_random_seeded_by_que
     assert refs[RANDOM] == reference_rankings("q1", {}, ["a", "b", "c", "d", "e"], None)[RANDOM]
     assert sorted(refs[RANDOM]) == ["a", "b", "c", "d", "e"]
     assert LABELS not in reference_rankings("q1", {}, ["a"], None) and GOLD not in reference_rankings("q1", {}, ["a"], None)
-    labels = pd.DataFrame({"question_id": ["q", "q", "q", "q"], "doc_id": ["x", "y", "x", "y"],
+    labels = pd.DataFrame({"query_id": ["q", "q", "q", "q"], "chunk_id": ["x", "y", "x", "y"],
                            "estimator": ["regression", "regression", "naive", "naive"],
                            "average_effect": [0.5, 3.0, 9.0, -9.0]})
     assert label_rankings(labels) == {"q": ["y", "x"]}   # the labels' own estimator, largest effect first
@@ -277,9 +277,9 @@ def test_a_long_document_is_shown_as_its_candidate_pool_cut_it_not_from_its_star
     params = PoolParams(size=4, hard_negatives=2, max_doc_chars=80)
     pools = build_pools(index, bench, ["q_port"], params)
     cut = document_cut(index, params.doc_chars)
-    assert len(pools) == 4 and "manual" in set(pools["doc_id"])
-    for doc_id, title, text in zip(pools["doc_id"], pools["title"], pools["text"]):
-        assert cut(doc_id, question) == (title, text), doc_id
+    assert len(pools) == 4 and "manual" in set(pools["chunk_id"])
+    for chunk_id, title, text in zip(pools["chunk_id"], pools["title"], pools["text"]):
+        assert cut(chunk_id, question) == (title, text), chunk_id
     title, text = cut("manual", question)
     assert "7461" not in MANUAL[:80] and "port 7461" in text and len(text) <= 80
     # beside another question the same document shows other lines: the cut follows the question

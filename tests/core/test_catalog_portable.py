@@ -1,5 +1,5 @@
 """A copied or moved `data/` keeps reading its own Parquet (views name paths relative to the catalog, so a copy never
-reads the original's files); views carry column comments and the shared id names."""
+reads the original's files); views carry column comments and join on `chunk_id` and `query_id`."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,7 @@ from causal_assets.core.foundation.storage import asset_path, write_parquet_atom
 
 def make_data(root):
     base = root / "parquet"
-    write_parquet_atomic(pd.DataFrame({"query_id": ["q1"], "doc_id": ["c1"], "rank": [1], "score": [2.0]}),
+    write_parquet_atomic(pd.DataFrame({"query_id": ["q1"], "chunk_id": ["c1"], "rank": [1], "score": [2.0]}),
                          asset_path(base, "evaluation_runs", "toy"))
     write_parquet_atomic(pd.DataFrame({"chunk_id": ["c1"], "text": ["hello"]}), asset_path(base, "corpus_chunks", "toy"))
     catalog = DuckDBCatalog(root / "causal_assets.duckdb")
@@ -31,7 +31,7 @@ def test_a_moved_copy_reads_its_own_files(tmp_path):
     shutil.rmtree(tmp_path / "data")  # the original is gone: a view naming it would fail, not read stale files
     with DuckDBCatalog(tmp_path / "copy" / "causal_assets.duckdb").connect() as con:
         assert con.execute("select count(*) from corpus_chunks").fetchall()[0][0] == 2
-        # every view joins on chunk_id / query_id, whatever the table stores
+        # every view joins on chunk_id / query_id
         assert con.sql("select c.text from evaluation_runs r join corpus_chunks c using (chunk_id)").fetchall() == \
             [("hello",)]
         comments = dict(con.sql("select column_name, comment from duckdb_columns() where table_name = "

@@ -78,21 +78,21 @@ def test_graph_pools_metrics_and_rankings(tables):
     assert check_graph(nodes, dangling, chunks["chunk_id"]).metadata["bad_dangling_edges"] == 1
 
     ids = chunks["chunk_id"].tolist()
-    pools = pd.DataFrame({"question_id": ["q1"] * 3, "question": "What?", "answer": "x", "origin": ["seed", "random", "random"],
-                          "doc_id": ids[:3]})
+    pools = pd.DataFrame({"query_id": ["q1"] * 3, "question": "What?", "answer": "x", "origin": ["seed", "random", "random"],
+                          "chunk_id": ids[:3]})
     assert check_pools(pools, ids).passed
-    assert check_pools(pools.assign(doc_id=[ids[0], ids[0], "ghost"]), ids).metadata["failing"] == \
+    assert check_pools(pools.assign(chunk_id=[ids[0], ids[0], "ghost"]), ids).metadata["failing"] == \
         "bad_unknown_docs, bad_duplicate_candidates"
 
     metrics = pd.DataFrame({"metric": ["ndcg", "recall"], "k": [10, 10], "value": [0.5, 1.0]})
     assert check_metrics(metrics).passed
     assert not check_metrics(metrics.assign(value=[1.2, np.nan])).passed
 
-    runs = pd.DataFrame({"query_id": ["a", "a", "b"], "doc_id": ["d1", "d2", "d1"], "rank": [1, 2, 1],
+    runs = pd.DataFrame({"query_id": ["a", "a", "b"], "chunk_id": ["d1", "d2", "d1"], "rank": [1, 2, 1],
                          "score": [2.0, 1.0, 0.3]})
     assert check_ranked_results(runs, ["query_id"]).passed
     assert not check_ranked_results(runs.assign(rank=[1, 3, 1]), ["query_id"]).passed
-    assert not check_ranked_results(runs.assign(doc_id=["d1", "d1", "d1"]), ["query_id"]).passed
+    assert not check_ranked_results(runs.assign(chunk_id=["d1", "d1", "d1"]), ["query_id"]).passed
 
 
 def test_tuning_trials_check():
@@ -109,12 +109,12 @@ def test_tuning_trials_check():
 
 
 def _calls():
-    return pd.DataFrame({"question_id": ["q1", "q1", "q1"], "status": ["ok", "ok", "error"],
+    return pd.DataFrame({"query_id": ["q1", "q1", "q1"], "status": ["ok", "ok", "error"],
                          "call_key": ["k1", "k2", None]})
 
 
 def _trials(keys):
-    return pd.DataFrame({"question_id": ["q1"] * len(keys), "call_key": keys, "success": [True] * len(keys)})
+    return pd.DataFrame({"query_id": ["q1"] * len(keys), "call_key": keys, "success": [True] * len(keys)})
 
 
 def _key_only_no_trial_from_errored_call(trials, calls) -> bool:
@@ -131,12 +131,12 @@ def test_trial_from_an_errored_call_fails_the_check():
     assert not outcome.passed
     assert outcome.metadata["bad_trials_not_from_an_ok_call"] == 1
     assert outcome.metadata["bad_questions_with_more_trials_than_ok_calls"] == 1
-    other_question = pd.DataFrame({"question_id": ["q2"], "call_key": ["k1"], "success": [True]})
+    other_question = pd.DataFrame({"query_id": ["q2"], "call_key": ["k1"], "success": [True]})
     assert not check_trials_from_ok_calls(other_question, _calls()).passed
 
 
 def _labels(**change):
-    frame = pd.DataFrame({"question_id": ["q1", "q1"], "doc_id": ["a", "b"], "label": ["YES", "NO"],
+    frame = pd.DataFrame({"query_id": ["q1", "q1"], "chunk_id": ["a", "b"], "label": ["YES", "NO"],
                           "delta_p": [0.4, -0.1], "ci_low": [0.2, -0.3], "ci_high": [0.6, 0.1],
                           "base_success_rate": [0.3, 0.3], "success_rate": [0.5, 0.5]})
     return frame.assign(**change)
@@ -145,7 +145,7 @@ def _labels(**change):
 def _range_only_labels_sane(labels) -> bool:
     """A check by value ranges and a missing success rate alone: it lets each corruption below through."""
     in_range = bool(labels[["delta_p", "ci_low", "ci_high"]].abs().le(1).all().all())
-    no_base = int(labels.groupby("question_id")["success_rate"].apply(lambda x: x.isna().all()).sum())
+    no_base = int(labels.groupby("query_id")["success_rate"].apply(lambda x: x.isna().all()).sum())
     return in_range and no_base == 0
 
 
@@ -164,6 +164,6 @@ def test_labels_without_a_base_rate_fail_labels_sane():
 
 def test_empty_outputs_pass_and_missing_columns_fail():
     assert check_labels(pd.DataFrame([]).assign(benchmark="b")).passed
-    assert not check_labels(pd.DataFrame({"question_id": ["q"]})).passed
-    empty_trials = pd.DataFrame(columns=["question_id", "call_key"])
+    assert not check_labels(pd.DataFrame({"query_id": ["q"]})).passed
+    empty_trials = pd.DataFrame(columns=["query_id", "call_key"])
     assert check_trials_from_ok_calls(empty_trials, _calls()).passed

@@ -103,7 +103,7 @@ def test_monte_carlo_labels_a_code_question_through_the_sandbox(mined, tmp_path)
     pool = [(c, c, rows.loc[c, "text"][:600]) for c in [*others, q.target_chunk_id]]
     with FakeEndpoint(_solver_answer) as server:
         client = LLMClient(server.url, "fake-model", cache=CallCache(tmp_path / "c.sqlite"), max_retries=0)
-        out = label_question(q.question_id, q.question, q.gold, pool, BlindSolver(client, "pytest"),
+        out = label_question(q.query_id, q.question, q.gold, pool, BlindSolver(client, "pytest"),
                              LabelingParams(estimator="adaptive", outcome="success", budget=24, batch=8, threshold=0.1))
     labels = out.result.labels()
     assert labels[q.target_chunk_id] == "YES", labels

@@ -20,7 +20,7 @@ def test_run_keeps_the_retrievers_ranking_per_judged_query():
     expected = retriever.retrieve_many([bench.queries[q] for q in bench.query_ids()], 5)
     for q, hits in zip(bench.query_ids(), expected):
         rows = rr.frame[rr.frame["query_id"] == q]
-        assert rows["doc_id"].tolist() == [h.chunk_id for h in hits]
+        assert rows["chunk_id"].tolist() == [h.chunk_id for h in hits]
         assert rows["rank"].tolist() == list(range(1, 6))
         # ranx scores derived from the rank: the order is the retriever's, never re-sorted by raw score ties
         assert sorted(rr.run[q], key=rr.run[q].get, reverse=True) == [h.chunk_id for h in hits]
@@ -32,7 +32,7 @@ def test_within_restricts_each_query_to_its_candidates_and_the_name_can_be_given
     within = {q: list(dict.fromkeys(["seine", "thames", "danube", doc])) for q, (_, doc) in QUESTIONS.items()}
     rr = run_benchmark(build_retriever("bm25", index, {}), tiny_benchmark(within=within), depth=10, name="bm25_within")
     assert rr.retriever == "bm25_within"
-    for q, docs in rr.frame.groupby("query_id")["doc_id"]:
+    for q, docs in rr.frame.groupby("query_id")["chunk_id"]:
         assert sorted(docs) == sorted(within[q])
 
 
@@ -42,7 +42,7 @@ def test_score_run_matches_the_metrics_of_its_run():
     rr = run_benchmark(build_retriever("dense", index, {}), bench)
     metrics = score_run(bench, rr, ks=(1, 10))
     assert set(metrics["retriever"]) == {"dense"}
-    top1 = rr.frame[rr.frame["rank"] == 1].set_index("query_id")["doc_id"]
+    top1 = rr.frame[rr.frame["rank"] == 1].set_index("query_id")["chunk_id"]
     # precision@1 is the share of questions whose first hit is their relevant paragraph (the dense model puts
     # the Eiffel Tower above its engineer for q2: below 1, above 0)
     hit_rate = sum(top1[q] == doc for q, (_, doc) in QUESTIONS.items()) / len(QUESTIONS)

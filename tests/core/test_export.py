@@ -23,8 +23,8 @@ def make_pools() -> pd.DataFrame:
                                 ("q2", "Where is Bletchley Park?", "Milton Keynes")):
         for pos, (doc, origin) in enumerate(((f"{q}/d0", "seed"), (f"{q}/d1", "seed"), (f"{q}/d2", "hard_negative"),
                                              ("shared/d9", "random"))):
-            rows.append({"benchmark": "hotpotqa", "question_id": q, "question": question, "answer": answer,
-                         "aliases": "[]", "doc_id": doc, "origin": origin, "position": pos,
+            rows.append({"benchmark": "hotpotqa", "query_id": q, "question": question, "answer": answer,
+                         "aliases": "[]", "chunk_id": doc, "origin": origin, "position": pos,
                          "title": f"Title {doc}", "text": f"Text of {doc} about {answer}."})
     return pd.DataFrame(rows)
 
@@ -34,12 +34,12 @@ def make_labels() -> pd.DataFrame:
     main = [("q1", "q1/d0", "YES", 0.45), ("q1", "q1/d1", "YES", 0.12), ("q1", "q1/d2", "NO", -0.05),
             ("q1", "shared/d9", "UNCERTAIN", 0.02), ("q2", "q2/d0", "YES", 0.31), ("q2", "q2/d1", "UNCERTAIN", 0.08),
             ("q2", "q2/d2", "NO", -0.2), ("q2", "shared/d9", "NO", -0.01)]
-    origin = {r["doc_id"]: r["origin"] for r in make_pools().to_dict("records")}
+    origin = {r["chunk_id"]: r["origin"] for r in make_pools().to_dict("records")}
     rows = []
     for est in ("adaptive", "naive"):
         for q, d, label, dp in main:
             label = label if est == "adaptive" else ("YES" if dp > 0.1 else "NO")
-            rows.append({"question_id": q, "doc_id": d, "label": label, "delta_p": dp, "ci_low": dp - 0.1,
+            rows.append({"query_id": q, "chunk_id": d, "label": label, "delta_p": dp, "ci_low": dp - 0.1,
                          "ci_high": dp + 0.1, "trials_used": 24, "estimator": est, "base_success_rate": 0.3,
                          "success_rate": 0.5, "benchmark": "hotpotqa", "origin": origin[d]})
     return pd.DataFrame(rows)
@@ -74,7 +74,7 @@ def test_export_round_trip_with_datasets_ranx_and_beir(tmp_path):
     dd = datasets.load_from_disk(str(out / "hf"))
     assert set(dd) == {"labels", "queries", "corpus"}
     assert dd["labels"].num_rows == 8 and {"score", "effect", "ci_low", "ci_high", "label"} <= set(dd["labels"].column_names)
-    row = next(r for r in dd["labels"] if r["doc_id"] == "q1/d0")
+    row = next(r for r in dd["labels"] if r["chunk_id"] == "q1/d0")
     assert row["score"] == 2 and row["effect"] == pytest.approx(0.45) and row["outcome"] == "success"
     assert dd["queries"].num_rows == 2 and dd["corpus"].num_rows == 7
     card_text = (out / "README.md").read_text()
@@ -117,7 +117,7 @@ def test_export_refuses_what_it_cannot_map(tmp_path):
     with pytest.raises(ValueError, match="lacks columns"):
         build_tables(labels.drop(columns=["label"]), pools)
     with pytest.raises(ValueError, match="in no candidate pool"):
-        build_tables(labels, pools[pools["doc_id"] != "q1/d0"])
+        build_tables(labels, pools[pools["chunk_id"] != "q1/d0"])
     both = pd.concat([labels, labels.assign(estimator="other")])
     with pytest.raises(ValueError, match="several estimators"):
         build_tables(both, pools)
@@ -233,8 +233,8 @@ def test_ids_with_whitespace_round_trip_through_the_trec_and_beir_files(tmp_path
     from causal_assets.cli import main
 
     odd = {"q1/d0": "my notes.md", "q1/d1": "new\nline.md", "q1/d2": "100% sure\t.md"}
-    pools = make_pools().replace({"question_id": {"q1": "q 1"}, "doc_id": odd})
-    labels = make_labels().replace({"question_id": {"q1": "q 1"}, "doc_id": odd})
+    pools = make_pools().replace({"query_id": {"q1": "q 1"}, "chunk_id": odd})
+    labels = make_labels().replace({"query_id": {"q1": "q 1"}, "chunk_id": odd})
     base = tmp_path / "parquet"
     for name, frame in (("mc_labels", labels), ("candidate_pools", pools)):
         (base / name).mkdir(parents=True)
@@ -266,7 +266,7 @@ def test_ids_with_whitespace_round_trip_through_the_trec_and_beir_files(tmp_path
     query_ids = {json.loads(l)["_id"] for l in (out / "beir" / "queries.jsonl").read_text().splitlines()}
     assert {d for docs in qrels.values() for d in docs} <= corpus_ids and query_ids == set(qrels)
     # the JSON Lines and Parquet tables keep the ids as they are
-    assert {json.loads(l)["doc_id"] for l in (out / "labels.jsonl").read_text().splitlines()} >= set(odd.values())
+    assert {json.loads(l)["chunk_id"] for l in (out / "labels.jsonl").read_text().splitlines()} >= set(odd.values())
 
 
 def test_an_out_where_nothing_can_be_written_is_named_not_a_temporary_directory(tmp_path, capsys):

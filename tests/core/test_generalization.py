@@ -74,7 +74,7 @@ def test_a_record_without_context_is_skipped_counted_and_warned(tmp_path):
     with pytest.warns(CorpusWarning, match="1 record"):
         chunks, report = load_corpus(CorpusSpec(name="w", loader="multihop", path=str(path)))
     assert report["skipped_without_paragraphs"] == 1 and report["skipped_records"] == [f"{path}:2"]
-    assert {c.metadata["question_id"] for c in chunks} == {rec["_id"]}
+    assert {c.metadata["query_id"] for c in chunks} == {rec["_id"]}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert list(load_benchmark(_bench_spec("w", path), "dev").queries) == [rec["_id"]]

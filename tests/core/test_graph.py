@@ -188,8 +188,8 @@ def test_full_networkx_graph_resolves_reexports():
 @pytest.fixture(scope="module")
 def hotpot5():
     chunks, questions = load_hotpotqa(require(HOTPOT), "hotpot")
-    qids = {q.question_id for q in questions[:5]}
-    frame = chunks_to_frame(c for c in chunks if c.metadata["question_id"] in qids)
+    qids = {q.query_id for q in questions[:5]}
+    frame = chunks_to_frame(c for c in chunks if c.metadata["query_id"] in qids)
     return frame, questions[:5]
 
 
@@ -214,14 +214,14 @@ def test_text_graph_title_mentions_bridge(hotpot5, text_graph):
     assert (tm["source"].str.split("/").str[0] == tm["target"].str.split("/").str[0]).all()
     q = questions[0]  # "Which Canadian rock band released a song called "Counterparts" ..." -> Rush
     assert set(q.supporting_titles) == {"Nobody's Hero", "Neil Peart"}
-    hero = chunk_by_title(frame, q.question_id, "Nobody's Hero")
-    peart = chunk_by_title(frame, q.question_id, "Neil Peart")
+    hero = chunk_by_title(frame, q.query_id, "Nobody's Hero")
+    peart = chunk_by_title(frame, q.query_id, "Neil Peart")
     bridge = tm[(tm["source"] == f"chunk:{hero}") & (tm["target"] == f"chunk:{peart}")]
     assert len(bridge) == 1 and "Neil Peart" in bridge["evidence"].iloc[0]
     # Gold-to-gold bridges found for the bridge questions whose titles appear verbatim.
     bridged = 0
     for q in questions:
-        gold = {f"chunk:{chunk_by_title(frame, q.question_id, t)}" for t in q.supporting_titles}
+        gold = {f"chunk:{chunk_by_title(frame, q.query_id, t)}" for t in q.supporting_titles}
         bridged += any(s in gold and t in gold for s, t in zip(tm["source"], tm["target"]))
     assert bridged >= 3
 
@@ -261,13 +261,13 @@ def test_text_graph_networkx_and_neighbors(hotpot5, text_graph):
     assert stats["edges_by_type"]["title_mention"] == int((edges["edge_type"] == "title_mention").sum())
     nb = chunk_neighbors(nodes, edges)
     q = questions[0]
-    hero = chunk_by_title(frame, q.question_id, "Nobody's Hero")
-    peart = chunk_by_title(frame, q.question_id, "Neil Peart")
+    hero = chunk_by_title(frame, q.query_id, "Nobody's Hero")
+    peart = chunk_by_title(frame, q.query_id, "Neil Peart")
     assert (peart, "title_mention") in {(c, r) for c, r, _ in nb(hero)}
     assert (hero, "title_mentioned_by") in {(c, r) for c, r, _ in nb(peart)}
     out = nb(hero)
     assert any(r == "shared_entity" for _, r, _ in out)
-    assert all(c.startswith(q.question_id + "/") for c, _, _ in out)  # scoped to the question
+    assert all(c.startswith(q.query_id + "/") for c, _, _ in out)  # scoped to the question
     assert [w for _, _, w in out] == sorted((w for _, _, w in out), reverse=True)
 
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.unit
 
 
 def _labels(rows):
-    return pd.DataFrame(rows, columns=["question_id", "doc_id", "label", "ci_low", "ci_high", "average_effect"])
+    return pd.DataFrame(rows, columns=["query_id", "chunk_id", "label", "ci_low", "ci_high", "average_effect"])
 
 
 def test_kappa_flips_overlap_and_rank_correlation_on_a_worked_example():

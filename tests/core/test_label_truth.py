@@ -13,8 +13,8 @@ from causal_assets.core.labeling.quality import (auc, expected_precision_at, lab
 
 def _labels():
     return pd.DataFrame({
-        "question_id": ["q1"] * 3 + ["q2"] * 2 + ["q1"] * 3,
-        "doc_id": ["a", "b", "c", "d", "e", "a", "b", "c"],
+        "query_id": ["q1"] * 3 + ["q2"] * 2 + ["q1"] * 3,
+        "chunk_id": ["a", "b", "c", "d", "e", "a", "b", "c"],
         "label": ["YES", "NO", "YES", "UNCERTAIN", "NO", "NO", "YES", "NO"],
         "effect": [5.0, -1.0, 3.5, 1.0, -2.0, 0.0, 4.0, 0.0],
         "estimator": ["regression"] * 5 + ["naive"] * 3})
@@ -37,7 +37,7 @@ def test_expected_precision_counts_ties_as_random_order():
 
 
 def test_summary_compares_labels_with_the_containment_heuristic():
-    per_q = [{"question_id": "q", "gold": [0, 1], "effects": [4.0, 3.0, 0.1, -1.0],
+    per_q = [{"query_id": "q", "gold": [0, 1], "effects": [4.0, 3.0, 0.1, -1.0],
               "labels": ["YES", "UNCERTAIN", "NO", "NO"], "contains": [False, True, True, False]}]
     s = summarize(label_quality_rows(per_q))
     assert s["labels"]["precision"] == 1.0 and s["labels"]["recall"] == 0.5 and s["labels"]["uncertain_share"] == 0.25
@@ -53,7 +53,7 @@ def test_labels_are_graded_and_ranked_by_their_average_effect():
     assert label_qrels(labels) == {"q1": {"a": 2.0, "c": 3.5}}
     labels.loc[0, "average_effect"] = -0.2          # a YES label stays relevant
     assert label_qrels(labels)["q1"]["a"] == 1e-6
-    pools = pd.DataFrame({"question_id": ["q1"] * 3, "doc_id": ["a", "b", "c"], "position": [0, 1, 2],
+    pools = pd.DataFrame({"query_id": ["q1"] * 3, "chunk_id": ["a", "b", "c"], "position": [0, 1, 2],
                           "answer": ["x"] * 3, "aliases": ["[]"] * 3, "text": ["x", "y", "z"]})
     labels = _labels().assign(average_effect=[1.0, 4.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     per_q = per_question_from_tables(labels, pools, {"q1": {"a": 1, "c": 1}}, "regression")

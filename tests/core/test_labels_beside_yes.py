@@ -72,11 +72,11 @@ def test_the_label_table_says_with_whom_a_bridge_document_helps():
     import pandas as pd
 
     out = _label(PlantedScorer(together=4.0))
-    pools = pd.DataFrame([dict(question_id="q1", doc_id=d, title=t, text=x, position=i, origin="seed",
+    pools = pd.DataFrame([dict(query_id="q1", chunk_id=d, title=t, text=x, position=i, origin="seed",
                                question=QUESTION, answer="Quenmore", aliases="[]")
                           for i, (d, t, x) in enumerate(POOL)])
     labels, pairs = label_table(pools, pd.DataFrame(out.trials), CONFIG)
-    row = labels[(labels["doc_id"] == "a") & (labels["estimator"] == "regression")].iloc[0]
+    row = labels[(labels["chunk_id"] == "a") & (labels["estimator"] == "regression")].iloc[0]
     assert row["label"] == YES and row["partners"] == '["b"]' and row["beside_yes_ci_low"] > 2.0
     bridge = next(c for c in pairs[0]["candidates"] if c["fqn"] == "a")
     assert bridge["helps_with"] == ["b"] and "helps together with b" in bridge["why"]

@@ -29,7 +29,7 @@ def labels(kind: str) -> pd.DataFrame:
                     label, lo, hi = "UNCERTAIN", -math.inf, math.inf
                 else:                       # every label UNCERTAIN although the intervals are finite
                     label, lo, hi = "UNCERTAIN", -1.0, 3.0
-                rows.append({"question_id": q, "doc_id": d, "label": label, "effect": (lo + hi) / 2 if math.isfinite(lo)
+                rows.append({"query_id": q, "chunk_id": d, "label": label, "effect": (lo + hi) / 2 if math.isfinite(lo)
                              else float("nan"), "ci_low": lo, "ci_high": hi, "average_effect": 0.0,
                              "outcome": "qa_likelihood", "delta_p": float("nan"), "trials_used": 8,
                              "estimator": est, "base_outcome": -20.0, "mean_outcome": -19.0, "benchmark": "mine",
@@ -38,8 +38,8 @@ def labels(kind: str) -> pd.DataFrame:
 
 
 def pools() -> pd.DataFrame:
-    return pd.DataFrame([{"benchmark": "mine", "question_id": q, "question": f"Question {q}?", "answer": "7461",
-                          "aliases": "[]", "doc_id": d, "origin": "seed" if i == 0 else "random", "position": i,
+    return pd.DataFrame([{"benchmark": "mine", "query_id": q, "question": f"Question {q}?", "answer": "7461",
+                          "aliases": "[]", "chunk_id": d, "origin": "seed" if i == 0 else "random", "position": i,
                           "title": d.split("#")[0], "text": f"Text of {d}", "path": f"docs/{d.split('#')[0]}"}
                          for q in ("q1", "q2") for i, d in enumerate(DOCS)])
 
@@ -88,5 +88,5 @@ def test_the_export_names_titles_and_files_beside_ids(tmp_path):
                            DatasetCard(benchmark="mine", split="dev", solver="local/gemma3-270m",
                                        estimator="regression", budgets={}, quality={}), hf=False)
     rows = [json.loads(line) for line in (result.path / "labels.jsonl").read_text().splitlines()]
-    assert {(r["doc_id"], r["title"], r["path"]) for r in rows} == {(d, d.split("#")[0], f"docs/{d.split('#')[0]}")
+    assert {(r["chunk_id"], r["title"], r["path"]) for r in rows} == {(d, d.split("#")[0], f"docs/{d.split('#')[0]}")
                                                                    for d in DOCS}

@@ -99,22 +99,22 @@ def test_bridge_features_link_candidates_that_name_each_other():
     assert len(extractor.candidates(question, np.zeros(index.embeddings.shape[1]), ["not-a-chunk"]).positions) == 0
 
 
-def _table(index, question_ids):
+def _table(index, query_ids):
     extractor = FeatureExtractor(index, depth=12)
-    queries = {q: QUESTIONS[q][0] for q in question_ids}
+    queries = {q: QUESTIONS[q][0] for q in query_ids}
     return extractor, candidate_table(extractor, queries, index.embedder.encode_queries(list(queries.values())))
 
 
 def test_targets_from_qrels_and_from_monte_carlo_labels():
     index = tiny_index()
     _, table = _table(index, ["q1", "q2"])
-    assert len(table) == 24 and list(table.columns[:3]) == ["query_id", "doc_id", "rank"]
+    assert len(table) == 24 and list(table.columns[:3]) == ["query_id", "chunk_id", "rank"]
     qrels = {"q1": {"seine": 1.0}}
-    y = attach_target(table, "qrels", qrels).set_index(["query_id", "doc_id"])["target"]
+    y = attach_target(table, "qrels", qrels).set_index(["query_id", "chunk_id"])["target"]
     assert y[("q1", "seine")] == 1.0 and y.loc["q1"].sum() == 1.0 and y.loc["q2"].isna().all()   # q2 unjudged
-    labels = pd.DataFrame({"question_id": ["q1", "q1", "q1"], "doc_id": ["seine", "seine", "danube"],
+    labels = pd.DataFrame({"query_id": ["q1", "q1", "q1"], "chunk_id": ["seine", "seine", "danube"],
                            "estimator": ["naive", "adaptive", "adaptive"], "effect": [0.1, 2.5, -0.3]})
-    dp = attach_target(table, "delta_p", mc_labels=labels).set_index(["query_id", "doc_id"])["target"]
+    dp = attach_target(table, "delta_p", mc_labels=labels).set_index(["query_id", "chunk_id"])["target"]
     assert dp[("q1", "seine")] == 2.5 and dp[("q1", "danube")] == -0.3          # the configured estimator's row
     assert dp.notna().sum() == 2
     with pytest.raises(ValueError, match="needs qrels"):
@@ -130,7 +130,7 @@ def test_the_fitted_model_ranks_its_judged_paragraphs_first_and_round_trips(tmp_
     model = fit_model(attach_target(table, "qrels", bench.qrels), "qrels", PARAMS, extractor.settings())
     assert model.metadata == {"train_queries": 8, "train_rows": 96, "positives": 8}
     scores = model.predict(table)
-    relevant = np.array([bench.qrels[q].get(d, 0) > 0 for q, d in zip(table["query_id"], table["doc_id"])])
+    relevant = np.array([bench.qrels[q].get(d, 0) > 0 for q, d in zip(table["query_id"], table["chunk_id"])])
     assert scores[relevant].min() > np.median(scores[~relevant])
     # saved and loaded: the same predictions and fingerprint; the factory builds the retriever from the file
     path = model.save(tmp_path / "models" / "learned.joblib")
@@ -168,14 +168,14 @@ def test_lambdamart_ranks_each_query_with_its_candidates_grouped_and_round_trips
     shuffled = target.sample(frac=1.0, random_state=3)          # queries interleaved: the fit must group them
     model = fit_model(shuffled, "qrels", ranker, extractor.settings())
     scores = model.predict(table)
-    relevant = np.array([bench.qrels[q].get(d, 0) > 0 for q, d in zip(table["query_id"], table["doc_id"])])
+    relevant = np.array([bench.qrels[q].get(d, 0) > 0 for q, d in zip(table["query_id"], table["chunk_id"])])
     top = pd.Series(scores).groupby(table["query_id"].to_numpy()).idxmax()
     assert relevant[top.to_numpy()].sum() >= 7                 # its judged paragraph first for 7 of 8 questions
     loaded = CausalRelevanceModel.load(model.save(tmp_path / "ranker.joblib"))
     assert np.allclose(loaded.predict(table), scores)
     with pytest.raises(ValueError, match="LambdaMART fits graded relevance"):
         fit_model(attach_target(table, "delta_p", mc_labels=pd.DataFrame(
-            {"question_id": ["q1", "q2"], "doc_id": ["seine", "danube"], "effect": [1.0, 0.5]})), "delta_p", ranker, {})
+            {"query_id": ["q1", "q2"], "chunk_id": ["seine", "danube"], "effect": [1.0, 0.5]})), "delta_p", ranker, {})
 
 
 def test_fitting_refuses_what_it_cannot_learn_from():

@@ -183,12 +183,12 @@ def test_endpoint_without_prompt_logprobs_raises_the_documented_error(tmp_path):
 @pytest.mark.slow
 def test_rerun_is_served_entirely_from_the_cache(tmp_path, scorer, hotpot_question):
     q = hotpot_question
-    pool = [(f"{q.question_id}/{i}", p.title, p.text[:60]) for i, p in enumerate(q.paragraphs[:6])]
+    pool = [(f"{q.query_id}/{i}", p.title, p.text[:60]) for i, p in enumerate(q.paragraphs[:6])]
     cfg = LabelingParams(estimator="regression", outcome="likelihood", budget=8)
-    first = label_question(q.question_id, q.question, q.answer, pool,
+    first = label_question(q.query_id, q.question, q.answer, pool,
                            LikelihoodSolver(with_cache(scorer, CallCache(tmp_path / "c.db")), "answer_f1"), cfg)
     # the rerun: the cache's file opened again
-    again = label_question(q.question_id, q.question, q.answer, pool,
+    again = label_question(q.query_id, q.question, q.answer, pool,
                            LikelihoodSolver(with_cache(scorer, CallCache(tmp_path / "c.db")), "answer_f1"), cfg)
     assert len(again.trials) == cfg.budget and all(t["cached"] for t in again.trials)
     assert [t["loglik"] for t in again.trials] == [t["loglik"] for t in first.trials]
@@ -225,15 +225,15 @@ def test_continuous_outcome_recovers_and_or_structure(estimator):
 
 
 def test_label_table_and_check_on_likelihood_trials():
-    pools = pd.DataFrame({"question_id": ["q"] * 3, "doc_id": ["a", "b", "c"], "position": [0, 1, 2],
+    pools = pd.DataFrame({"query_id": ["q"] * 3, "chunk_id": ["a", "b", "c"], "position": [0, 1, 2],
                           "question": ["?"] * 3, "origin": ["seed", "random", "random"], "text": ["x", "y", "z"]})
     rng = np.random.default_rng(0)
     x = balanced_design(3, 16, rng)
-    trials = pd.DataFrame({"question_id": "q", "subset": [[d for d, keep in zip("abc", row) if keep] for row in x],
+    trials = pd.DataFrame({"query_id": "q", "subset": [[d for d, keep in zip("abc", row) if keep] for row in x],
                            "loglik": -5 + 3.0 * x[:, 0] + rng.normal(0, 0.2, 16), "success": pd.NA})
     labels, pairs = label_table(pools, trials, LabelingParams(estimator="regression", outcome="likelihood",
                                                               alpha=0.05, threshold_nats=0.5))
-    main = labels[labels.estimator == "regression"].set_index("doc_id")
+    main = labels[labels.estimator == "regression"].set_index("chunk_id")
     assert main.loc["a", "label"] == "YES" and main.loc["a", "effect"] > 2.5 and main["delta_p"].isna().all()
     assert pairs[0]["candidates"][0]["empirical_relevance"] in ("YES", "NO", "UNCERTAIN")
     assert check_labels(labels).passed
@@ -247,17 +247,17 @@ def test_label_table_and_check_on_likelihood_trials():
 def test_question_weight_scales_the_question_part_of_qa_likelihood(weight, expected):
     """`b` raises only the question's own log-likelihood (a first-hop paragraph): it is relevant exactly when
     the question part counts, and its effect is the weight times the question's gain."""
-    pools = pd.DataFrame({"question_id": ["q"] * 3, "doc_id": ["a", "b", "c"], "position": [0, 1, 2],
+    pools = pd.DataFrame({"query_id": ["q"] * 3, "chunk_id": ["a", "b", "c"], "position": [0, 1, 2],
                           "question": ["?"] * 3, "origin": ["seed"] * 3, "text": ["x", "y", "z"]})
     rng = np.random.default_rng(1)
     x = balanced_design(3, 16, rng)
-    trials = pd.DataFrame({"question_id": "q", "subset": [[d for d, keep in zip("abc", row) if keep] for row in x],
+    trials = pd.DataFrame({"query_id": "q", "subset": [[d for d, keep in zip("abc", row) if keep] for row in x],
                            "loglik": -5 + 4.0 * x[:, 0] + rng.normal(0, 0.1, 16),
                            "loglik_question": -60 + 8.0 * x[:, 1] + rng.normal(0, 0.1, 16), "success": pd.NA})
     cfg = LabelingParams(estimator="regression", outcome="qa_likelihood", alpha=0.05, threshold_nats=2.0,
                          question_weight=weight)
     labels, _ = label_table(pools, trials, cfg)
-    main = labels[labels.estimator == "regression"].set_index("doc_id")
+    main = labels[labels.estimator == "regression"].set_index("chunk_id")
     assert main.loc["a", "label"] == "YES"
     assert main.loc["b", "label"] == expected
     assert main.loc["b", "effect"] == pytest.approx(8.0 * weight, abs=0.3)
@@ -268,16 +268,16 @@ def test_labels_rank_by_the_average_effect_and_decide_by_the_context_effect():
     label is decided in its context (`effect` ≈ 6: with its partner), while the effect size labels are ranked by
     is the average over the random subsets of the others (`average_effect` ≈ 3: the partner is there half the
     time), which is the plain main-effect regression's estimate."""
-    pools = pd.DataFrame({"question_id": ["q"] * 4, "doc_id": list("abcd"), "position": range(4),
+    pools = pd.DataFrame({"query_id": ["q"] * 4, "chunk_id": list("abcd"), "position": range(4),
                           "question": ["?"] * 4, "origin": ["seed"] * 4, "text": list("wxyz")})
     rng = np.random.default_rng(3)
     x = balanced_design(4, 32, rng)
     y = -8 + 6.0 * (x[:, 0] & x[:, 1]) + 2.5 * x[:, 2] + rng.normal(0, 0.1, 32)
-    trials = pd.DataFrame({"question_id": "q", "subset": [[d for d, keep in zip("abcd", row) if keep] for row in x],
+    trials = pd.DataFrame({"query_id": "q", "subset": [[d for d, keep in zip("abcd", row) if keep] for row in x],
                            "loglik": y, "success": pd.NA})
     labels, pairs = label_table(pools, trials, LabelingParams(estimator="regression", outcome="likelihood",
                                                               alpha=0.05, threshold_nats=1.0))
-    main = labels[labels.estimator == "regression"].set_index("doc_id")
+    main = labels[labels.estimator == "regression"].set_index("chunk_id")
     assert (main.loc[["a", "b", "c"], "label"] == "YES").all() and main.loc["d", "label"] == "NO"
     assert main.loc["a", "effect"] == pytest.approx(6.0, abs=0.5)
     assert main.loc["c", "effect"] == pytest.approx(2.5, abs=0.3)

@@ -167,7 +167,7 @@ def test_hotpotqa_real_paragraphs_and_gold_flags():
     chunks, questions = load_hotpotqa(require(HOTPOT), "hotpotqa")
     assert len(questions) == 200 and len(chunks) == 200 * 10 - 8  # 8 real questions have 9 paragraphs
     q = questions[0]
-    gold = [c for c in chunks if c.metadata["question_id"] == q.question_id and c.metadata["supporting"]]
+    gold = [c for c in chunks if c.metadata["query_id"] == q.query_id and c.metadata["supporting"]]
     assert sorted(c.title for c in gold) == sorted(q.supporting_titles)
     assert all(c.text for c in chunks)
 
@@ -199,7 +199,7 @@ def test_hotpotqa_fields_are_typed(tmp_path, change, message):
         load_hotpotqa(bad, "h")
 
 
-def test_hotpotqa_duplicate_question_id_is_named(tmp_path):
+def test_hotpotqa_duplicate_query_id_is_named(tmp_path):
     record = {"_id": "a", "question": "q?", "answer": "x", "supporting_facts": [["T", 0]],
               "context": [["T", ["A sentence."]]]}
     bad = tmp_path / "h.jsonl"

@@ -63,7 +63,7 @@ def test_mean_equals_mean_of_per_query():
         assert value == pytest.approx(per_query[key], abs=1e-12)
 
 
-def test_ties_are_broken_by_doc_id_descending_like_trec_eval():
+def test_ties_are_broken_by_chunk_id_descending_like_trec_eval():
     df = evaluate({"q": {"a": 1}}, {"q": {"a": 1.0, "b": 1.0}}, ks=(1,))
     assert value(df, "mrr", 0) == 0.5  # "b" > "a", so "b" is ranked first
 
@@ -142,9 +142,9 @@ def test_k_column_is_int_and_rejects_bad_cutoffs():
         evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, ks=(0, 5))
 
 
-def ranks(doc_ids):
+def ranks(chunk_ids):
     """A run giving the listed docs descending scores, first is best."""
-    return {d: float(len(doc_ids) - i) for i, d in enumerate(doc_ids)}
+    return {d: float(len(chunk_ids) - i) for i, d in enumerate(chunk_ids)}
 
 
 def value(df, metric, k):

@@ -26,7 +26,7 @@ def test_2wiki_sentences_are_joined_with_a_space_and_hotpot_keeps_its_own():
     assert join_sentences(["He was a screenwriter.", "He died."]) == "He was a screenwriter. He died."
     assert join_sentences(["Rush is a band.", " It is Canadian."]) == "Rush is a band. It is Canadian."
     raw = [json.loads(l) for l in require(TWOWIKI).read_text().splitlines() if l.strip()]
-    wiki = {q.question_id: q for q in read_multihop(TWOWIKI).questions}
+    wiki = {q.query_id: q for q in read_multihop(TWOWIKI).questions}
     boundaries = 0
     for r in raw:
         for (title, sentences), para in zip(r.get("context") or [], getattr(wiki.get(r["_id"]), "paragraphs", ())):
@@ -44,7 +44,7 @@ def test_a_record_without_context_is_skipped_and_counted(tmp_path):
     path = tmp_path / "w.jsonl"
     path.write_text(json.dumps(rec) + "\n" + json.dumps(bare) + "\n")
     data = read_multihop(path)
-    assert [q.question_id for q in data.questions] == [rec["_id"]]
+    assert [q.query_id for q in data.questions] == [rec["_id"]]
     assert data.skipped_without_paragraphs == [f"{path}:2"]
     with pytest.raises(CorpusError, match=r"w.jsonl:2: record has no paragraphs"):
         read_multihop(path, strict=True)

@@ -45,7 +45,7 @@ def test_pool_is_seeded_per_question_and_shuffled():
     # a question's pool does not depend on which other questions are pooled
     alone = build_pools(index, bench, ["q1"], params)
     together = build_pools(index, bench, ["q5", "q1"], params)
-    assert together[together["question_id"] == "q1"].reset_index(drop=True).equals(alone)
+    assert together[together["query_id"] == "q1"].reset_index(drop=True).equals(alone)
     # shuffled: over the questions the relevant paragraph is not always in the same position
     positions = {build_pool(index, bench, q, params).index((doc, "seed")) for q, (_, doc) in QUESTIONS.items()}
     assert len(positions) > 1
@@ -66,11 +66,11 @@ def test_pools_frame_carries_question_answer_and_clipped_text():
     frame = build_pools(index, bench, ["q3", "q7"], PoolParams(size=5, hard_negatives=2, max_doc_chars=20))
     assert list(frame.columns) == POOL_COLUMNS and len(frame) == 10
     assert set(frame["benchmark"]) == {"tiny"}
-    for q, rows in frame.groupby("question_id"):
+    for q, rows in frame.groupby("query_id"):
         assert rows["position"].tolist() == list(range(5))
         assert set(rows["question"]) == {QUESTIONS[q][0]}
         assert set(rows["answer"]) == {PARAGRAPHS[QUESTIONS[q][1]][0]}
-    for doc, title, text in zip(frame["doc_id"], frame["title"], frame["text"]):
+    for doc, title, text in zip(frame["chunk_id"], frame["title"], frame["text"]):
         assert title == PARAGRAPHS[doc][0] and text == PARAGRAPHS[doc][1][:20]
 
 
@@ -160,14 +160,14 @@ def test_a_long_gold_files_answer_chunk_is_pooled_and_read_whole(tmp_path):
     assert int(answer_chunk.split("#")[1]) >= 35
     params = pool_params(spec.pool_settings)
     pools = build_pools(index, bench, ["delay"], params)
-    row = pools[pools["doc_id"] == answer_chunk]
+    row = pools[pools["chunk_id"] == answer_chunk]
     assert len(row) == 1 and row["origin"].iloc[0] == "seed"
     # read whole: the solver's text is the chunk's, and the pool says so
     assert row["text"].iloc[0] == index.chunks["text"].iloc[index.position[answer_chunk]]
     assert row["kept_start"].iloc[0] == 0 and row["kept_end"].iloc[0] == row["doc_chars"].iloc[0]
     # at most `per_file` chunks of the page, and documents of other files beside them
-    assert (pools["doc_id"].str.startswith("transfer.txt#")).sum() <= params.per_file + params.top_candidates
-    assert (~pools["doc_id"].str.startswith("transfer.txt#")).sum() >= params.size - params.gold_room - \
+    assert (pools["chunk_id"].str.startswith("transfer.txt#")).sum() <= params.per_file + params.top_candidates
+    assert (~pools["chunk_id"].str.startswith("transfer.txt#")).sum() >= params.size - params.gold_room - \
         params.top_candidates
 
 
@@ -185,7 +185,7 @@ def test_a_two_file_question_pools_both_files_best_chunks(tmp_path):
     pools = build_pools(index, bench, ["algo"], pool_params(spec.pool_settings))
     holding = {c for c in index.ids if "-Z flag of copy passes" in index.text(c) or "with the zlib" in index.text(c)}
     assert {c.split("#")[0] for c in holding} == {"copy.txt", "tunnel.txt"}
-    assert holding <= set(pools["doc_id"])
+    assert holding <= set(pools["chunk_id"])
 
 
 def test_a_long_gold_file_is_scored_at_file_level(tmp_path):
@@ -210,7 +210,7 @@ def test_a_long_gold_file_is_scored_at_file_level(tmp_path):
     assert set(run["delay"]) == {"transfer.txt", "backup.txt"}          # one entry per file, its best chunk's
     assert named_metric_per_query(bench.qrels, run, "ndcg@10")["delay"] == 1.0
     pools = build_pools(index, bench, ["delay"], PoolParams(size=8, top_candidates=2, per_file=3))
-    labels = pd.DataFrame({"question_id": "delay", "doc_id": pools["doc_id"], "estimator": "regression",
+    labels = pd.DataFrame({"query_id": "delay", "chunk_id": pools["chunk_id"], "estimator": "regression",
                            "label": ["YES" if "17 minutes" in t else "NO" for t in pools["text"]],
                            "effect": [5.0 if "17 minutes" in t else 0.0 for t in pools["text"]],
                            "average_effect": 0.0})
@@ -228,6 +228,6 @@ def test_answer_holders_name_the_pool_members_a_label_shares_the_answer_with():
 
     from causal_assets.core.labeling.runner import answer_holders
 
-    pool = pd.DataFrame({"doc_id": ["a", "b", "c"], "answer": "17 minutes", "aliases": json.dumps(["17 min"]),
+    pool = pd.DataFrame({"chunk_id": ["a", "b", "c"], "answer": "17 minutes", "aliases": json.dumps(["17 min"]),
                          "text": ["waits 17 minutes at most", "up to 17 min between tries", "no delay here"]})
     assert answer_holders(pool) == ["a", "b"]

@@ -32,7 +32,7 @@ def test_the_question_is_likelier_after_the_paragraph_that_answers_it(scorer):
     assert extractor.features == (*FEATURES, *QUESTION_LIKELIHOOD) and extractor.settings()["question_likelihood"]
     table = _table(extractor, list(QUESTIONS))
     assert list(table.columns[3:]) == list(extractor.features)
-    z = table.set_index(["query_id", "doc_id"])["question_likelihood_z"]
+    z = table.set_index(["query_id", "chunk_id"])["question_likelihood_z"]
     # z-scored per question: mean 0 over its candidates
     assert np.allclose(table.groupby("query_id")["question_likelihood_z"].mean(), 0.0)
     above = [z[(q, doc)] > 0 for q, (_, doc) in QUESTIONS.items()]

@@ -286,7 +286,7 @@ def test_a_json_array_of_questions_loads_with_each_records_line(tmp_path):
     path.write_text(' [\n {"id": "q0", "question": "Q?", "answer": "x"} ,\n\n {"id": "q1", "question": "R?", '
                     '"answer": ["y", "z"]}\n ]\n', encoding="utf-8")
     records = load_questions(path).records
-    assert [(r.question_id, r.answers, r.where) for r in records] == [
+    assert [(r.query_id, r.answers, r.where) for r in records] == [
         ("q0", ("x",), f"{path}:2"), ("q1", ("y", "z"), f"{path}:4")]
     path.write_text("[]", encoding="utf-8")
     with pytest.raises(CorpusError, match=r"questions\.json: no questions"):
@@ -318,7 +318,7 @@ def test_a_jsonl_string_holding_a_line_separator_is_one_record(tmp_path):
                {"id": "b", "question": "Kept\u0085for\x0chow long?", "answer": "30 days\u2029"}]
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in records), encoding="utf-8")
     loaded = load_questions(path).records
-    assert [(r.question_id, r.question, r.where) for r in loaded] == [
+    assert [(r.query_id, r.question, r.where) for r in loaded] == [
         ("a", "Which port\u2028does it use?", f"{path}:1"), ("b", "Kept\u0085for\x0chow long?", f"{path}:2")]
 
 
@@ -331,7 +331,7 @@ def test_a_jsonl_file_with_a_byte_order_mark_is_read(tmp_path, text):
 
     path = tmp_path / "questions.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + text.encode())
-    assert [r.question_id for r in load_questions(path).records] == ["a"]
+    assert [r.query_id for r in load_questions(path).records] == ["a"]
 
 
 def test_a_fifo_or_a_device_is_not_a_regular_file_not_missing(tmp_path):

@@ -49,7 +49,7 @@ def test_report_has_n_fitting_columns_intervals_examples_and_labels(tmp_path):
     pq = pq[(pq.metric == "ndcg") & (pq.k == 10)]
     failures = pd.DataFrame([{"split": "test", "retriever": "learned", "query_id": "q3", "bucket": "vocabulary_mismatch",
                               "rule": "r", "detail": "gold shares 0 of 3 query terms"}])
-    labels = pd.DataFrame({"question_id": ["q1", "q1", "q2"], "doc_id": ["a", "b", "c"],
+    labels = pd.DataFrame({"query_id": ["q1", "q1", "q2"], "chunk_id": ["a", "b", "c"],
                            "label": ["YES", "NO", "UNCERTAIN"], "estimator": "regression", "trials_used": 16,
                            "origin": ["seed", "random", "seed"]})
     queries = {"test": {f"q{i}": f"question number {i}" for i in range(40)}}

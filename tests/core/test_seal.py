@@ -35,9 +35,9 @@ def setup():
 
     chunks, questions = load_hotpotqa(DATA, "hotpotqa")
     keep = set(COMPARISON) | set(BRIDGE)
-    qs = {q.question_id: q for q in questions if q.question_id in keep}
+    qs = {q.query_id: q for q in questions if q.query_id in keep}
     assert set(qs) == keep
-    frame = chunks_to_frame([c for c in chunks if c.metadata["question_id"] in keep])
+    frame = chunks_to_frame([c for c in chunks if c.metadata["query_id"] in keep])
     index = build_index(frame, "hotpotqa_seal_test", dense=True, cache=None)
     return index, qs
 

@@ -65,7 +65,7 @@ def test_separate_encoding_needs_a_scorer_that_does_it():
 
 def _pools():
     import pandas as pd
-    return pd.DataFrame({"question_id": ["q"] * 3, "position": [0, 1, 2], "doc_id": ["a", "b", "c"],
+    return pd.DataFrame({"query_id": ["q"] * 3, "position": [0, 1, 2], "chunk_id": ["a", "b", "c"],
                          "title": [t for t, _ in DOCS], "text": [x for _, x in DOCS], "question": ["Where?"] * 3,
                          "answer": ["Norway"] * 3, "aliases": ["[]"] * 3})
 

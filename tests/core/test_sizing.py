@@ -43,7 +43,7 @@ def test_the_quiet_rate_is_scaled_by_what_the_machine_gives_the_solver_now():
 
 def calls(questions: int, per_question: int, latency: float, tokens: int, cached: bool = False) -> pd.DataFrame:
     n = questions * per_question
-    return pd.DataFrame({"question_id": [f"q{i // per_question}" for i in range(n)], "status": ["ok"] * n,
+    return pd.DataFrame({"query_id": [f"q{i // per_question}" for i in range(n)], "status": ["ok"] * n,
                          "cached": [cached] * n, "latency_s": [latency] * n, "prompt_tokens": [tokens] * n})
 
 

@@ -1,6 +1,7 @@
 """Atomic Parquet writes and the DuckDB catalog under a concurrent reader."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -106,14 +107,14 @@ def test_an_unchanged_view_needs_no_write_lock(tmp_path):
     SQL), so a reader holding the catalog does not defer every refresh; a changed one (a new column) is
     re-created."""
     base = tmp_path / "pq"
-    write_parquet_atomic(pd.DataFrame({"doc_id": ["d"], "v": [1]}), asset_path(base, "evaluation_runs", "a"))
+    write_parquet_atomic(pd.DataFrame({"chunk_id": ["d"], "v": [1]}), asset_path(base, "evaluation_runs", "a"))
     assert DuckDBCatalog(tmp_path / "cat.duckdb").refresh_from_storage(base) == {"evaluation_runs": "created"}
     assert DuckDBCatalog(tmp_path / "cat.duckdb").refresh_from_storage(base) == {"evaluation_runs": "unchanged"}
     reader = _hold_catalog(tmp_path / "cat.duckdb", 30)
     try:
         catalog = DuckDBCatalog(tmp_path / "cat.duckdb", lock_timeout_s=0.3)
         assert catalog.refresh_from_storage(base) == {"evaluation_runs": "unchanged"}
-        write_parquet_atomic(pd.DataFrame({"doc_id": ["e"], "v": [2], "w": [3.0]}),
+        write_parquet_atomic(pd.DataFrame({"chunk_id": ["e"], "v": [2], "w": [3.0]}),
                              asset_path(base, "evaluation_runs", "b"))
         assert catalog.refresh_from_storage(base) == {"evaluation_runs": "deferred"}
     finally:
@@ -170,3 +171,46 @@ def test_a_full_disk_names_the_file_being_written(tmp_path, full_disk):
         assert where in str(raised.value)
     leftovers = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert leftovers == [], leftovers
+
+
+def _old_labels(path, question, doc):
+    """An mc_labels partition as versions before one name per id wrote it: `question_id` and `doc_id`."""
+    write_parquet_atomic(pd.DataFrame({"question_id": [question], "doc_id": [doc], "label": ["YES"]}), path)
+
+
+def test_a_file_with_the_old_id_names_reads_with_todays(tmp_path):
+    """Files of earlier versions stored a question's id as `question_id` and a chunk's as `doc_id` (and the
+    multi-hop chunks' question as that metadata key): every stage reads them as `query_id` and `chunk_id`."""
+    labels = asset_path(tmp_path, "mc_labels", "old")
+    _old_labels(labels, "q1", "q1/0")
+    frame = read_parquet(labels)
+    assert list(frame.columns) == ["query_id", "chunk_id", "label"]
+    assert frame[["query_id", "chunk_id"]].values.tolist() == [["q1", "q1/0"]]
+    assert read_parquet(labels, columns=["label", "query_id"]).to_dict("list") == {"label": ["YES"], "query_id": ["q1"]}
+    chunks = asset_path(tmp_path, "corpus_chunks", "old")
+    metadata = ['{"position": 0, "question_id": "q1", "supporting": true}', '{"doc": "say \\"question_id\\": x"}']
+    write_parquet_atomic(pd.DataFrame({"chunk_id": ["q1/0", "c"], "metadata": metadata}), chunks)
+    assert [json.loads(m) for m in read_parquet(chunks)["metadata"]] == [
+        {"position": 0, "query_id": "q1", "supporting": True}, {"doc": 'say "question_id": x'}]
+
+
+def test_views_over_files_of_both_ages_show_todays_id_names(tmp_path):
+    """A view over partitions written before and after the renaming has one column per id, under today's name
+    (filled from either), with its comment; a view over old files alone renames them."""
+    base = tmp_path / "pq"
+    _old_labels(asset_path(base, "mc_labels", "old"), "q1", "q1/0")
+    write_parquet_atomic(pd.DataFrame({"query_id": ["q2"], "chunk_id": ["q2/0"], "label": ["NO"]}),
+                         asset_path(base, "mc_labels", "new"))
+    _old_labels(asset_path(base, "candidate_pools", "old"), "q1", "q1/0")
+    catalog = DuckDBCatalog(tmp_path / "cat.duckdb")
+    assert catalog.refresh_from_storage(base) == {"candidate_pools": "created", "mc_labels": "created"}
+    with catalog.connect() as con:
+        for view in ("mc_labels", "candidate_pools"):
+            comments = dict(con.execute("select column_name, comment from duckdb_columns() where table_name = ?",
+                                        [view]).fetchall())
+            assert set(comments) == {"query_id", "chunk_id", "label"} and "corpus_chunks" in comments["chunk_id"]
+        assert con.execute("select query_id, chunk_id from mc_labels order by all").fetchall() == \
+            [("q1", "q1/0"), ("q2", "q2/0")]
+    with catalog.connect_for_analysis(base) as con:
+        assert con.execute("select count(*) from mc_labels join candidate_pools using (query_id, chunk_id)"
+                           ).fetchone() == (1,)

@@ -86,9 +86,9 @@ def test_tune_refuses_an_eval_split():
 
 def test_mc_labels_of_other_splits_never_reach_the_tuner():
     bench = _bench()
-    labels = pd.DataFrame({"question_id": ["q1", "q2", "held_out_1", "held_out_2"], "doc_id": list("abcd"),
+    labels = pd.DataFrame({"query_id": ["q1", "q2", "held_out_1", "held_out_2"], "chunk_id": list("abcd"),
                            "delta_p": [0.1, 0.2, 0.9, 0.9]})
-    assert set(labels_of(bench, labels)["question_id"]) == {"q1", "q2"}
+    assert set(labels_of(bench, labels)["query_id"]) == {"q1", "q2"}
     assert labels_of(bench, None) is None
 
 
@@ -213,8 +213,8 @@ def test_repeated_cv_averages_every_fold_dependent_figure_over_the_splits(tmp_pa
     path.write_text("\n".join(require(HOTPOT).read_text(encoding="utf-8").splitlines()[:20]) + "\n")
     chunks, questions = load_hotpotqa(path, "hp20")
     index = build_index(chunks_to_frame(chunks), "hp20", cache=None)
-    qrels, within = _gold_by_question([q.question_id for q in questions], chunks)
-    bench = Benchmark("hp20", "train", {q.question_id: q.question for q in questions}, qrels, within)
+    qrels, within = _gold_by_question([q.query_id for q in questions], chunks)
+    bench = Benchmark("hp20", "train", {q.query_id: q.question for q in questions}, qrels, within)
     spec = TuningSpec(retrievers=["hybrid", "learned", "fusion"], fusion_members=["learned", "hybrid"],
                       metric="map@10", cv_folds=3, spaces={"fusion": {"c": [1, 60], "weights.learned": [1.0, 2.0]}})
     alone = [tune(index, bench, spec.model_copy(update={"seed": s}), {}) for s in (0, 1)]

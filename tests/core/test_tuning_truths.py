@@ -23,7 +23,7 @@ def labels_against_gold() -> pd.DataFrame:
     for q, (_, gold) in QUESTIONS.items():
         wrong = others[(others.index(gold) + 1) % len(others)]
         rows += [(q, wrong, "YES", 0.4, "regression"), (q, gold, "NO", 0.0, "regression")]
-    return pd.DataFrame(rows, columns=["question_id", "doc_id", "label", "average_effect", "estimator"])
+    return pd.DataFrame(rows, columns=["query_id", "chunk_id", "label", "average_effect", "estimator"])
 
 
 @pytest.mark.unit

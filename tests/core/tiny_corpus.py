@@ -54,8 +54,8 @@ def tiny_index() -> CorpusIndex:
     return build_index(chunks_to_frame(chunks), "tiny")
 
 
-def tiny_benchmark(question_ids=None, within: dict[str, list[str]] | None = None, split: str = "train") -> Benchmark:
+def tiny_benchmark(query_ids=None, within: dict[str, list[str]] | None = None, split: str = "train") -> Benchmark:
     """The judged questions (each with one relevant paragraph, grade 1; the answer is its title) as a Benchmark."""
-    ids = list(question_ids or QUESTIONS)
+    ids = list(query_ids or QUESTIONS)
     return Benchmark("tiny", split, {q: QUESTIONS[q][0] for q in ids}, {q: {QUESTIONS[q][1]: 1.0} for q in ids},
                      within, answers={q: PARAGRAPHS[QUESTIONS[q][1]][0] for q in ids})

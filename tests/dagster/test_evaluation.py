@@ -72,7 +72,7 @@ def test_evaluation_report_hotpotqa_ranks_each_questions_own_paragraphs(resource
     runs = pd.read_parquet(f"{resources['storage'].base_path}/evaluation_runs/hotpotqa.parquet")
     assert set(runs["retriever"]) == {"bm25", "dense", "hybrid", "cascade", "entity_first"}
     # Every retrieved paragraph belongs to the question that retrieved it, and each question ranks <= 10.
-    assert (runs["doc_id"].str.split("/").str[0] == runs["query_id"]).all()
+    assert (runs["chunk_id"].str.split("/").str[0] == runs["query_id"]).all()
     assert runs.groupby(["retriever", "query_id"]).size().le(10).all()
 
 

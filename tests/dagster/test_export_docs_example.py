@@ -25,18 +25,18 @@ def test_the_docs_ranx_example_runs(resources, tmp_path, capsys):
     assert materialize([corpus_chunks, sparse_postings_and_vocabulary], resources=resources, partition_key="hotpotqa").success
     base = resources["storage"].base_path
     chunks = pd.read_parquet(f"{base}/corpus_chunks/hotpotqa.parquet")
-    chunks["question_id"] = chunks["chunk_id"].str.split("/").str[0]
-    pools = chunks.rename(columns={"chunk_id": "doc_id"}).assign(
-        question=lambda f: f["question_id"].map(lambda q: f"question {q}"), answer="")
+    chunks["query_id"] = chunks["chunk_id"].str.split("/").str[0]
+    pools = chunks.assign(
+        question=lambda f: f["query_id"].map(lambda q: f"question {q}"), answer="")
     supporting = chunks["supporting"].astype(bool) if "supporting" in chunks else chunks.index % 5 == 0
-    labels = pd.DataFrame({"question_id": chunks["question_id"], "doc_id": chunks["chunk_id"],
+    labels = pd.DataFrame({"query_id": chunks["query_id"], "chunk_id": chunks["chunk_id"],
                            "label": ["YES" if s else "NO" for s in supporting],
                            "delta_p": [0.4 if s else -0.1 for s in supporting], "estimator": "adaptive"})
     # The example's questions are real: use the benchmark's question texts so BM25 has something to match.
     from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
     spec = load_benchmark_registry(Path(resources["benchmark_registry"].path))["hotpotqa"]
     bench = load_benchmark(spec, "dev")
-    pools["question"] = pools["question_id"].map(bench.queries)
+    pools["question"] = pools["query_id"].map(bench.queries)
     out = tmp_path / "datasets" / "hotpotqa"
     export_labels(labels, pools, out, DatasetCard(benchmark="hotpotqa", split="dev"), hf=False)
 

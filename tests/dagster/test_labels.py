@@ -52,9 +52,9 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path, models_dir):
     assert all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
     base = resources["storage"].base_path
     pools = pd.read_parquet(f"{base}/candidate_pools/hotpotqa.parquet")
-    assert pools.groupby("question_id").size().eq(4).all()
+    assert pools.groupby("query_id").size().eq(4).all()
     assert pools["text"].str.len().le(150).all() and pools["text"].str.len().eq(150).any()   # the registry's cut
-    assert (pools["doc_id"].str.split("/").str[0] == pools["question_id"]).all()  # own paragraphs only
+    assert (pools["chunk_id"].str.split("/").str[0] == pools["query_id"]).all()  # own paragraphs only
     trials = pd.read_parquet(f"{base}/mc_trials/hotpotqa.parquet")
     calls = pd.read_parquet(f"{base}/solver_calls/hotpotqa.parquet")
     assert 0 < len(trials) <= 2 * 12 and len(calls) >= len(trials)
@@ -81,7 +81,7 @@ def test_labels_end_to_end_with_local_solver(resources, tmp_path, models_dir):
     with DuckDBCatalog(resources["storage"].catalog_path).connect() as con:
         truths = con.execute("select distinct truth from evaluation_metrics where benchmark = 'hotpotqa'").fetchall()
         quality = con.execute("select count(*) from label_quality where source = 'labels'").fetchone()[0]
-    yes_questions = labels[(labels.label == "YES") & (labels.estimator == "regression")]["question_id"].nunique()
+    yes_questions = labels[(labels.label == "YES") & (labels.estimator == "regression")]["query_id"].nunique()
     assert {t for (t,) in truths} == ({"qrels", "mc_labels"} if yes_questions else {"qrels"})
     assert quality > 0
 

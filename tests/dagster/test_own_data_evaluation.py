@@ -98,7 +98,7 @@ def test_questions_without_gold_are_evaluated_against_the_labels_only(tmp_path):
     assert not (tmp_path / "parquet" / "evaluation_metrics").exists()
     # With labels: each test question's YES documents are its truth (the gold pages, as the tutorial's labels had)
     labelled = {"port": "scheduling.md#0", "single_file": "restore.md#0", "keep": "pruning.md#0"}
-    rows = [{"question_id": q, "doc_id": d, "label": "YES" if d == gold else "NO", "effect": 9.0 if d == gold else -1,
+    rows = [{"query_id": q, "chunk_id": d, "label": "YES" if d == gold else "NO", "effect": 9.0 if d == gold else -1,
              "ci_low": 5.0 if d == gold else -3, "ci_high": 12.0 if d == gold else 0.5, "average_effect": 8.0
              if d == gold else -1.0, "outcome": "qa_likelihood", "estimator": "regression", "benchmark": NOGOLD}
             for q, gold in labelled.items() for d in ("scheduling.md#0", "restore.md#0", "pruning.md#0")]

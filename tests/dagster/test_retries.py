@@ -95,7 +95,7 @@ def test_causal_search_fails_at_once_on_a_corrupt_input(tmp_path):
 
 @asset
 def pools() -> pd.DataFrame:
-    return pd.DataFrame({"question_id": ["q1"]})
+    return pd.DataFrame({"query_id": ["q1"]})
 
 
 @asset(retry_policy=RetryPolicy(max_retries=2))

@@ -355,8 +355,8 @@ def test_an_adopted_tuned_encoder_feeds_the_tuning_and_the_tuned_evaluation_runs
     for q, g in list(reranked.groupby("query_id"))[:5]:
         s = selected[selected["query_id"] == q].sort_values("rank")
         g = g.sort_values("rank")
-        assert set(g["doc_id"].iloc[:5]) == set(s["doc_id"].iloc[:5])
-        assert g["doc_id"].iloc[5:].tolist() == s["doc_id"].iloc[5:len(g)].tolist()
+        assert set(g["chunk_id"].iloc[:5]) == set(s["chunk_id"].iloc[:5])
+        assert g["chunk_id"].iloc[5:].tolist() == s["chunk_id"].iloc[5:len(g)].tolist()
     def reranker_event(reranker_spec: dict | None = None, **kwargs):
         """`tuned_reranker` materialized alone (after the registry's reranker spec is updated), its event."""
         if reranker_spec:

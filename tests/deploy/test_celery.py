@@ -232,7 +232,7 @@ def test_label_and_embedding_shards_run_on_two_celery_workers(cluster):
     assert calls["cached"].all() and len(calls) == sum(m["calls"] for m in shard_meta["mc_trial_shards"])
     # The same labels and effects as the multiprocess run's.
     celery, ref = (pd.read_parquet(root / side / "mc_labels" / "default.parquet") for side in ("celery", "ref"))
-    keys = [c for c in ("question_id", "doc_id", "chunk_id", "estimator") if c in ref.columns]
+    keys = [c for c in ("query_id", "chunk_id", "estimator") if c in ref.columns]
     celery, ref = (f.sort_values(keys, ignore_index=True) for f in (celery, ref))
     assert len(ref) > 0 and celery[keys + ["label"]].equals(ref[keys + ["label"]])
     assert np.allclose(celery["effect"], ref["effect"], equal_nan=True)

@@ -68,7 +68,7 @@ def check_output(command: str, done) -> None:
         assert re.search(r"\d+ judgements \(8 questions", out), out
     elif "labels.jsonl" in command:
         record = json.loads(out.strip().splitlines()[-1])
-        assert record["title"] and record["path"] and record["doc_id"].startswith(record["path"]), record
+        assert record["title"] and record["path"] and record["chunk_id"].startswith(record["path"]), record
     elif "causal-assets tune" in command:
         assert "tuned on 5 train questions" in out and "robust default" in out, out
     elif "causal-assets evaluate" in command:
@@ -86,7 +86,7 @@ def check_results() -> None:
     questions = [json.loads(line) for line in (ROOT / "examples" / "own-documents" / "questions.jsonl")
                  .read_text().splitlines()]
     gold = [(q["id"], f"{g}#0") for q in questions if q.get("answer") for g in q["gold"]]
-    yes = {(q, d) for q, d, lab in zip(labels["question_id"], labels["doc_id"], labels["label"]) if lab == "YES"}
+    yes = {(q, d) for q, d, lab in zip(labels["query_id"], labels["chunk_id"], labels["label"]) if lab == "YES"}
     found = [pair for pair in gold if pair in yes]
     print(f"\ngold pages labelled YES: {len(found)} of {len(gold)}")
     assert len(found) >= 0.75 * len(gold), (found, gold)

@@ -35,14 +35,14 @@ def load_beir_corpus(folder: str | Path, corpus: str) -> list[Chunk]:
     chunks, seen = [], set()
     for lineno, obj in _jsonl(path, ("_id", "text")):
         where = f"{path}:{lineno}"
-        doc_id = id_field(where, obj, "_id")
-        if doc_id in seen:
-            raise CorpusError(f"{path}:{lineno}: duplicate _id {doc_id!r}")
-        seen.add(doc_id)
+        chunk_id = id_field(where, obj, "_id")
+        if chunk_id in seen:
+            raise CorpusError(f"{path}:{lineno}: duplicate _id {chunk_id!r}")
+        seen.add(chunk_id)
         title, text = text_field(where, obj, "title"), text_field(where, obj, "text")
         if not (title.strip() or text.strip()):
-            raise CorpusError(f"{path}:{lineno}: document {doc_id!r} has neither text nor title")
-        chunks.append(Chunk(chunk_id=doc_id, corpus=corpus, source="beir", path=str(path), title=title,
+            raise CorpusError(f"{path}:{lineno}: document {chunk_id!r} has neither text nor title")
+        chunks.append(Chunk(chunk_id=chunk_id, corpus=corpus, source="beir", path=str(path), title=title,
                             text=text, kind="document",
                             metadata={k: v for k, v in obj.items() if k not in ("_id", "title", "text")}))
     if not chunks:
@@ -87,7 +87,7 @@ def load_beir_answers(folder: str | Path) -> dict[str, tuple[str, ...]]:
     return answers
 
 
-def beir_doc_ids(folder: str | Path) -> set[str]:
+def beir_chunk_ids(folder: str | Path) -> set[str]:
     """The document ids of the folder's corpus.jsonl (read as `load_beir_corpus` reads them)."""
     path = Path(folder) / "corpus.jsonl"
     return {id_field(f"{path}:{lineno}", obj, "_id") for lineno, obj in _jsonl(path, ("_id",))}
@@ -102,9 +102,9 @@ def beir_splits(folder: str | Path) -> list[str]:
     return sorted(p.stem for p in (Path(folder) / "qrels").glob("*.tsv"))
 
 
-def load_beir_qrels(folder: str | Path, split: str, doc_ids: set[str] | None = None,
+def load_beir_qrels(folder: str | Path, split: str, chunk_ids: set[str] | None = None,
                     query_ids: set[str] | None = None) -> dict[str, dict[str, float]]:
-    """qrels[query_id][doc_id] = score. Unknown ids (when the id sets are given) are an error naming the line."""
+    """qrels[query_id][chunk_id] = score. Unknown ids (when the id sets are given) are an error naming the line."""
     path = Path(folder) / "qrels" / f"{split}.tsv"
     if not path.is_file():
         raise CorpusError(f"{path}: file not found (splits here: {beir_splits(folder)})")
@@ -131,7 +131,7 @@ def load_beir_qrels(folder: str | Path, split: str, doc_ids: set[str] | None = N
         if not math.isfinite(value) or value < 0 or value > MAX_QRELS_SCORE:
             raise CorpusError(f"{path}:{lineno}: score {score!r} must be a finite number in "
                               f"[0, {MAX_QRELS_SCORE:g}]")
-        if doc_ids is not None and did not in doc_ids:
+        if chunk_ids is not None and did not in chunk_ids:
             raise CorpusError(f"{path}:{lineno}: corpus-id {did!r} is not a document of the corpus")
         if query_ids is not None and qid not in query_ids:
             raise CorpusError(f"{path}:{lineno}: query-id {qid!r} is not in queries.jsonl")

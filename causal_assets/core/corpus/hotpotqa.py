@@ -15,7 +15,7 @@ from causal_assets.core.foundation.errors import CorpusError
 
 @dataclass(frozen=True)
 class HotpotQuestion:
-    question_id: str
+    query_id: str
     question: str
     answer: str
     type: str
@@ -85,7 +85,7 @@ def load_hotpotqa(path: str | Path, corpus: str) -> tuple[list[Chunk], list[Hotp
             chunks.append(Chunk(
                 chunk_id=chunk_id, corpus=corpus, source="hotpotqa", path=str(path), title=title,
                 text="".join(sentences), kind="paragraph",
-                metadata={"question_id": qid, "position": pos, "supporting": title in supporting,
+                metadata={"query_id": qid, "position": pos, "supporting": title in supporting,
                           "n_sentences": len(sentences)},
             ))
         titles = {c.title for c in chunks[-len(ids):]}

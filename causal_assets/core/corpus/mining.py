@@ -27,7 +27,7 @@ IRREGULAR = {"do": "does", "go": "goes", "be": "is", "have": "has"}
 
 @dataclass(frozen=True)
 class MinedQuestion:
-    question_id: str
+    query_id: str
     question: str
     gold_fqn: str
     target_chunk_id: str
@@ -96,7 +96,7 @@ def mine_questions(chunks: pd.DataFrame, package: str, max_questions: int | None
         seen_questions.add(q)
         qid = "api:" + hashlib.sha256(fqn.encode()).hexdigest()[:10]
         out.append(MinedQuestion(qid, q, fqn, row.chunk_id, row.kind, meta["summary"], tuple(aliases.get(fqn, []))))
-    out.sort(key=lambda m: m.question_id)
+    out.sort(key=lambda m: m.query_id)
     return out[:max_questions] if max_questions else out
 
 
@@ -104,7 +104,7 @@ def mine_questions(chunks: pd.DataFrame, package: str, max_questions: int | None
 @dataclass(frozen=True)
 class MinedExample:
     """A code question mined from a docstring example: the solver writes the call, the example checks it."""
-    question_id: str
+    query_id: str
     question: str
     gold: str                 # JSON: {"imports", "setup": [...], "call", "want", "print"} (the validator's spec)
     gold_fqn: str
@@ -171,5 +171,5 @@ def mine_examples(chunks: pd.DataFrame, package: str, max_questions: int | None 
                     f"that calls {package} to {summary[:1].lower() + summary[1:] if summary else 'do this'}.")
         qid = "ex:" + hashlib.sha256(fqn.encode()).hexdigest()[:10]
         out.append(MinedExample(qid, question, json.dumps(spec, sort_keys=True), fqn, row.chunk_id))
-    out.sort(key=lambda m: m.question_id)
+    out.sort(key=lambda m: m.query_id)
     return out[:max_questions] if max_questions else out

@@ -38,7 +38,7 @@ class Paragraph:
 
 @dataclass(frozen=True)
 class MultiHopQuestion:
-    question_id: str
+    query_id: str
     question: str
     answer: str
     aliases: tuple[str, ...]
@@ -139,9 +139,9 @@ def read_multihop(path: str | Path, strict: bool = False) -> MultiHopFile:
                 raise CorpusError(f"{where}: record has no paragraphs ('context'/'paragraphs' missing or empty)")
             result.skipped_without_paragraphs.append(where)
             continue
-        if q.question_id in seen:
-            raise CorpusError(f"{where}: duplicate question id {q.question_id!r}")
-        seen.add(q.question_id)
+        if q.query_id in seen:
+            raise CorpusError(f"{where}: duplicate question id {q.query_id!r}")
+        seen.add(q.query_id)
         result.questions.append(q)
         result.format_counts[fmt] = result.format_counts.get(fmt, 0) + 1
     if not result.questions:
@@ -159,9 +159,9 @@ def load_multihop(path: str | Path, corpus: str, strict: bool = False) -> tuple[
     path = Path(path)
     data = read_multihop(path, strict=strict)
     chunks = [
-        Chunk(chunk_id=f"{q.question_id}/{pos}", corpus=corpus, source="multihop", path=str(path), title=p.title,
+        Chunk(chunk_id=f"{q.query_id}/{pos}", corpus=corpus, source="multihop", path=str(path), title=p.title,
               text=p.text, kind="paragraph",
-              metadata={"question_id": q.question_id, "position": pos, "supporting": p.supporting})
+              metadata={"query_id": q.query_id, "position": pos, "supporting": p.supporting})
         for q in data.questions for pos, p in enumerate(q.paragraphs)
     ]
     skipped = data.skipped_without_paragraphs

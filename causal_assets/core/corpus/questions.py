@@ -33,7 +33,7 @@ JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 
 @dataclass(frozen=True)
 class QuestionRecord:
-    question_id: str
+    query_id: str
     question: str
     answers: tuple[str, ...]     # accepted answers, the first is the answer; () = none (evaluate only)
     gold: tuple[str, ...]        # document ids or file paths as written; () = none (the labels are the only truth)
@@ -237,12 +237,12 @@ def load_questions(path: str | Path) -> QuestionFile:
         if isinstance(obj.get("id"), str):
             obj = {**obj, "id": obj["id"].strip()}
         record = _record(where, obj)
-        if record.question_id in first_line:
-            raise CorpusError(f"{where}: duplicate id {record.question_id!r} (first at "
-                              f"{first_line[record.question_id]})")
-        first_line[record.question_id] = where
+        if record.query_id in first_line:
+            raise CorpusError(f"{where}: duplicate id {record.query_id!r} (first at "
+                              f"{first_line[record.query_id]})")
+        first_line[record.query_id] = where
         if not record.answers and not record.gold:
-            raise CorpusError(f"{where}: question {record.question_id!r} has neither an 'answer' (for Monte Carlo "
+            raise CorpusError(f"{where}: question {record.query_id!r} has neither an 'answer' (for Monte Carlo "
                               "labels) nor 'gold' documents (for evaluation): nothing to do with it")
         records.append(record)
     if not records:
@@ -250,6 +250,6 @@ def load_questions(path: str | Path) -> QuestionFile:
     with_split = [r for r in records if r.split is not None]
     if with_split and len(with_split) != len(records):
         missing = next(r for r in records if r.split is None)
-        raise CorpusError(f"{missing.where}: question {missing.question_id!r} has no 'split' while others have one "
+        raise CorpusError(f"{missing.where}: question {missing.query_id!r} has no 'split' while others have one "
                           f"(e.g. {with_split[0].where}): give every question its split, or none")
     return QuestionFile(path, tuple(records))

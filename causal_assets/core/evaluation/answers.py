@@ -105,7 +105,7 @@ def label_rankings(labels: pd.DataFrame | None) -> dict[str, list[str]]:
         return {}
     main = labels[labels["estimator"] != "naive"] if "estimator" in labels and \
         (labels["estimator"] != "naive").any() else labels
-    frame = pd.DataFrame({"q": main["question_id"].astype(str), "d": main["doc_id"].astype(str),
+    frame = pd.DataFrame({"q": main["query_id"].astype(str), "d": main["chunk_id"].astype(str),
                           "e": ranking_effect(main).fillna(-math.inf).to_numpy()})
     frame = frame.sort_values(["q", "e", "d"], ascending=[True, False, True], kind="mergesort")
     return {q: g["d"].tolist() for q, g in frame.groupby("q", sort=False)}
@@ -266,14 +266,14 @@ def build_questions(qids: Sequence[str], queries: dict[str, str], answers: dict[
                     aliases: dict[str, list[str]], runs: pd.DataFrame, qrels: dict[str, dict[str, float]],
                     within: dict[str, list[str]] | None, labels: dict[str, list[str]], seed: int = 0,
                     known: Container[str] | None = None) -> list[AnswerQuestion]:
-    """`AnswerQuestion`s of `qids`: each evaluated retriever's ranking (`runs`: retriever, query_id, doc_id, rank)
+    """`AnswerQuestion`s of `qids`: each evaluated retriever's ranking (`runs`: retriever, query_id, chunk_id, rank)
     and the references. A question's candidates are its own candidate set (`within`), else every document a
     retriever returned for it. `known`: the documents that can be shown (the index's); others are left out of every
     ranking (labels made on an earlier version of the corpus can name documents it no longer has)."""
     ranked = runs[runs["query_id"].isin(set(qids))].sort_values(["retriever", "query_id", "rank"], kind="mergesort")
     by_run: dict[str, dict[str, list[str]]] = {}
     for (retriever, q), g in ranked.groupby(["retriever", "query_id"], sort=False):
-        by_run.setdefault(str(q), {})[str(retriever)] = g["doc_id"].astype(str).tolist()
+        by_run.setdefault(str(q), {})[str(retriever)] = g["chunk_id"].astype(str).tolist()
     order = list(dict.fromkeys(runs["retriever"]))
     out = []
     for q in qids:

@@ -15,15 +15,15 @@ VALUE_COLUMNS = [("ndcg_10", "qrels", "ndcg", 10), ("recall_10", "qrels", "recal
 
 
 def _ranks(relevant: pd.DataFrame, runs: pd.DataFrame, keys: pd.DataFrame) -> pd.Series:
-    """Per (split, retriever, query_id) of `keys`: the ranks of its `relevant` documents (split, query_id, doc_id)
+    """Per (split, retriever, query_id) of `keys`: the ranks of its `relevant` documents (split, query_id, chunk_id)
     in the retriever's ranking, best first, 0 for one not in it."""
     if not len(relevant):
         return pd.Series([[] for _ in range(len(keys))], index=pd.MultiIndex.from_frame(keys), dtype=object)
     wanted = keys.merge(relevant, on=["split", "query_id"], how="left")
-    found = wanted.merge(runs[["split", "retriever", "query_id", "doc_id", "rank"]], how="left",
-                         on=["split", "retriever", "query_id", "doc_id"])
+    found = wanted.merge(runs[["split", "retriever", "query_id", "chunk_id", "rank"]], how="left",
+                         on=["split", "retriever", "query_id", "chunk_id"])
     found["rank"] = found["rank"].fillna(0).astype(int)
-    found = found[found["doc_id"].notna()]
+    found = found[found["chunk_id"].notna()]
 
     def order(ranks):
         return sorted((int(r) for r in ranks), key=lambda r: (r == 0, r))
@@ -45,9 +45,9 @@ def per_query_table(benchmark: str, values: pd.DataFrame, runs: pd.DataFrame, qr
         sel = values[(values["truth"] == truth) & (values["metric"] == metric) & (values["k"] == k)]
         out = out.merge(sel[["split", "retriever", "query_id", "value"]].rename(columns={"value": column}),
                         how="left", on=["split", "retriever", "query_id"])
-    gold = qrels[qrels["relevance"] > 0][["split", "query_id", "chunk_id"]].rename(columns={"chunk_id": "doc_id"})
+    gold = qrels[qrels["relevance"] > 0][["split", "query_id", "chunk_id"]]
     out["gold_ranks"] = _ranks(gold, runs, keys).to_numpy()
-    labelled = pd.DataFrame([(q, d) for q, docs in yes.items() for d in docs], columns=["query_id", "doc_id"])
+    labelled = pd.DataFrame([(q, d) for q, docs in yes.items() for d in docs], columns=["query_id", "chunk_id"])
     labelled = keys[["split", "query_id"]].drop_duplicates().merge(labelled, on="query_id")
     out["yes_ranks"] = _ranks(labelled, runs, keys).to_numpy()
     if answers is not None and len(answers):

@@ -74,11 +74,11 @@ def labels_html(labels: pd.DataFrame | None, queries: pd.DataFrame) -> str:
     own = labels[labels["estimator"] != "naive"] if (labels["estimator"] != "naive").any() else labels
     texts = dict(zip(queries["query_id"].astype(str), queries["text"])) if len(queries) else {}
     parts = []
-    for qid, group in own.groupby("question_id", sort=True):
+    for qid, group in own.groupby("query_id", sort=True):
         group = group.sort_values("effect", ascending=False)
         yes = int((group["label"] == "YES").sum())
         rows = "".join(
-            f"<tr><td class='t'>{html.escape(str(r['doc_id']))}</td><td class='t'>{r['label']}</td>"
+            f"<tr><td class='t'>{html.escape(str(r['chunk_id']))}</td><td class='t'>{r['label']}</td>"
             f"<td>{r['effect']:+.3f}</td><td>[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]</td></tr>"
             for r in group.to_dict("records"))
         parts.append(f"<details><summary><b>{html.escape(str(qid))}</b> {html.escape(texts.get(str(qid), '')[:120])}"

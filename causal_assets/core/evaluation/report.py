@@ -146,11 +146,11 @@ def label_summary(labels: pd.DataFrame) -> list[str]:
         else labels
     counts = own["label"].value_counts()
     n = len(own)
-    per_q = own.groupby("question_id")
+    per_q = own.groupby("query_id")
     estimator = (f", estimator `{', '.join(sorted(own['estimator'].astype(str).unique()))}`"
                  if "estimator" in own else "")
     lines = ["## Monte Carlo labels", "",
-             f"- {own['question_id'].nunique()} questions, {n} judged (question, document) pairs{estimator}",
+             f"- {own['query_id'].nunique()} questions, {n} judged (question, document) pairs{estimator}",
              "- labels: " + ", ".join(f"{lab} {int(counts.get(lab, 0))} ({counts.get(lab, 0) / max(n, 1):.0%})"
                                       for lab in ("YES", "NO", "UNCERTAIN")),
              f"- YES documents per question: median {per_q['label'].apply(lambda s: (s == 'YES').sum()).median():g}"]

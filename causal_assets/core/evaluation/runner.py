@@ -20,7 +20,7 @@ RUN_DEPTH = 100  # results kept per query: enough for Recall@100
 class RetrieverRun:
     retriever: str
     run: Run
-    frame: pd.DataFrame      # query_id, doc_id, rank, score
+    frame: pd.DataFrame      # query_id, chunk_id, rank, score
     seconds: float
 
 
@@ -46,7 +46,7 @@ def run_benchmark(retriever: Retriever, bench: Benchmark, depth: int = RUN_DEPTH
             meter.update(i + 1)
     seconds = time.perf_counter() - t0
     rows = [(q, h.chunk_id, h.rank, h.score) for q, hits in zip(qids, results) for h in hits]
-    frame = pd.DataFrame(rows, columns=["query_id", "doc_id", "rank", "score"])
+    frame = pd.DataFrame(rows, columns=["query_id", "chunk_id", "rank", "score"])
     # Scores for ranx: rank-derived, so the order is exactly the retriever's (no tie reshuffling).
     run = {q: {h.chunk_id: float(depth - h.rank + 1) for h in hits} for q, hits in zip(qids, results)}
     # a question judged at file level is scored by each file's best chunk (`registry.gold`)

@@ -118,7 +118,7 @@ def plan_evaluation(configured: dict[str, dict[str, Any]], tuned: TunedConfig | 
 @dataclass
 class EvaluationResult:
     metrics: pd.DataFrame        # benchmark, split, truth, retriever, metric, k, value
-    runs: pd.DataFrame           # benchmark, split, retriever, query_id, doc_id, rank, score
+    runs: pd.DataFrame           # benchmark, split, retriever, query_id, chunk_id, rank, score
     failures: pd.DataFrame       # benchmark, split, retriever, query_id, bucket, ... (misses only)
     queries: pd.DataFrame        # benchmark, split, query_id, text
     qrels: pd.DataFrame          # benchmark, split, query_id, chunk_id, relevance
@@ -252,7 +252,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                      "labelled questions of each split (" + ", ".join(f"{s}: {n}" for s, n in label_questions.items())
                      + " questions with a YES label)")
     elif mc_labels is not None and len(mc_labels):
-        notes.append(f"the Monte Carlo labels ({mc_labels['question_id'].nunique()} questions) have no YES label on a "
+        notes.append(f"the Monte Carlo labels ({mc_labels['query_id'].nunique()} questions) have no YES label on a "
                      f"question of the eval splits: no figures against them")
     answers, answer_notes = pd.DataFrame(columns=ANSWER_COLUMNS), []
     if answer_scorer is not None and runs:
@@ -279,7 +279,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                     gauge.to_markdown(index=False), ""]
     return EvaluationResult(
         metrics=metrics_df,
-        runs=finish(runs, ["benchmark", "split", "retriever", "query_id", "doc_id", "rank", "score"]),
+        runs=finish(runs, ["benchmark", "split", "retriever", "query_id", "chunk_id", "rank", "score"]),
         failures=failures_df[failures_df["bucket"] != "none"],
         queries=finish(questions, ["benchmark", "split", "query_id", "text"]),
         qrels=finish(judgements, ["benchmark", "split", "query_id", "chunk_id", "relevance"]),

@@ -15,17 +15,17 @@ from causal_assets.core.measures.metrics import Qrels
 from causal_assets.core.foundation.schemas import ranking_effect
 
 
-def label_qrels(labels: pd.DataFrame | None, question_ids=None) -> Qrels:
+def label_qrels(labels: pd.DataFrame | None, query_ids=None) -> Qrels:
     """{question: {doc: effect}} of the YES labels of the configured estimator (the rows that are not the naive
-    comparison), optionally restricted to ``question_ids``."""
+    comparison), optionally restricted to ``query_ids``."""
     if labels is None or not len(labels):
         return {}
     main = labels[labels["estimator"] != "naive"] if (labels["estimator"] != "naive").any() else labels
     yes = main[main["label"] == "YES"]
-    if question_ids is not None:
-        yes = yes[yes["question_id"].isin(set(question_ids))]
+    if query_ids is not None:
+        yes = yes[yes["query_id"].isin(set(query_ids))]
     out: Qrels = {}
-    for q, d, e in zip(yes["question_id"], yes["doc_id"], ranking_effect(yes)):
+    for q, d, e in zip(yes["query_id"], yes["chunk_id"], ranking_effect(yes)):
         # a YES document is always relevant: a grade above 0 even where its average effect is not positive
         out.setdefault(str(q), {})[str(d)] = max(float(e), 1e-6) if math.isfinite(e) else 1e-6
     return out

@@ -1,9 +1,9 @@
 """What each stored column means: shown in the Dagster UI (each asset's column schema) and as column comments of the
 DuckDB catalog's views (`select column_name, comment from duckdb_columns() where table_name = 'mc_labels'`).
 
-Ids: a corpus document is a chunk, `chunk_id` everywhere; tables that store it as `doc_id` (evaluation runs, pools,
-labels) get a `chunk_id` column in their view too. A question is `query_id`; tables storing `question_id` (pools,
-trials, labels) get `query_id` in their view, so any two views join on `chunk_id` and `query_id`.
+Ids: one name per concept, in the files and the views alike. A corpus document is a chunk, `chunk_id` in every
+table; a question is `query_id`; so any two views join on `chunk_id` and `query_id`. Files written by earlier
+versions under other names are read under these (`storage.RENAMED_COLUMNS`).
 """
 from __future__ import annotations
 
@@ -27,17 +27,12 @@ def ranking_effect(labels):
     return out
 
 
-# The name every view exposes -> the name some tables store.
-ID_ALIASES = {"chunk_id": "doc_id", "query_id": "question_id"}
-
 COMMON = {
     "corpus": "Corpus partition the row belongs to (a name from the corpus registry).",
     "benchmark": "Benchmark partition the row belongs to (a name from the benchmark registry).",
     "chunk_id": "Id of a corpus chunk (a document, paragraph or code symbol); joins corpus_chunks.chunk_id.",
-    "doc_id": "Id of a corpus chunk, as this table stores it (the same value as chunk_id).",
     "chunk_idx": "Row number of the chunk in its corpus (0-based), the position used by the sparse and dense index.",
     "query_id": "Id of a question: a benchmark query id, or a submitted question's id (hash_time_random).",
-    "question_id": "Id of a benchmark question, as this table stores it (the same value as query_id).",
     "question": "The question text.",
     "query": "The question or query text.",
     "split": "Benchmark split (dev, train, test) the question belongs to.",

@@ -104,15 +104,51 @@ def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: UPath) -> None:
         raise
 
 
+# Ids stored under other names by files written before every table named them `chunk_id` and `query_id`: read
+# under today's names here, and in the catalog's views (`catalog.todays_names`), so no stage sees the old ones.
+RENAMED_COLUMNS = {"doc_id": "chunk_id", "question_id": "query_id"}
+# The same id as a key of a chunk's `metadata` JSON (the multi-hop loaders' question); a quote inside a JSON string
+# is escaped, so the quoted key followed by its colon matches keys only.
+RENAMED_METADATA_KEYS = {'"question_id": ': '"query_id": '}
+
+
+def with_todays_names(table: pa.Table) -> pa.Table:
+    """`table` with the ids of a file written before `RENAMED_COLUMNS` under today's names: an old column renamed,
+    or, beside a column of the new name, filling its gaps and dropped; the old key of a chunk's `metadata` too."""
+    for old, new in RENAMED_COLUMNS.items():
+        if old not in table.column_names:
+            continue
+        at = table.column_names.index(old)
+        if new in table.column_names:
+            column = table.column(new)
+            filled = pc.coalesce(column, table.column(old).cast(column.type))
+            table = table.set_column(table.column_names.index(new), new, filled).remove_column(at)
+        else:
+            table = table.rename_columns([new if i == at else n for i, n in enumerate(table.column_names)])
+    if "metadata" in table.column_names and table.schema.field("metadata").type in (pa.string(), pa.large_string()):
+        metadata = table.column("metadata")
+        for old, new in RENAMED_METADATA_KEYS.items():
+            metadata = pc.replace_substring(metadata, old, new)
+        table = table.set_column(table.column_names.index("metadata"), "metadata", metadata)
+    return table
+
+
 def read_parquet(path: str | UPath, columns: list[str] | None = None) -> pd.DataFrame:
+    """A Parquet file as a DataFrame (only `columns`, when given), its ids under today's names whenever it was
+    written (`with_todays_names`)."""
     path = UPath(path)
     with path.open("rb") as fh:
         try:
+            if columns is not None:   # a column asked for by today's name, read under the file's
+                stored = set(pq.read_schema(fh).names)
+                old = {new: old for old, new in RENAMED_COLUMNS.items() if old in stored and new not in stored}
+                columns = [old.get(c, c) for c in columns]
+                fh.seek(0)
             table = pq.read_table(fh, columns=columns)
         except (pa.ArrowException, OSError) as e:  # pyarrow names the handle ('<Buffer>'), not the file
             cause = first_line(e).replace(" '<Buffer>'", "")
             raise ParquetReadError(f"{path}: cannot read Parquet ({cause})") from e
-    return table.to_pandas()
+    return with_todays_names(table).to_pandas()
 
 
 def parquet_column_values(path: str | UPath, column: str) -> set | None:

@@ -111,7 +111,7 @@ def chunk_neighbors(nodes: pd.DataFrame, edges: pd.DataFrame, max_entity_chunks:
     - Chunks that mention the same entity are linked as "shared_entity" with weight = number of shared
       entities. Entities mentioned by more than `max_entity_chunks` chunks are hubs and do not link (they
       would link everything to everything). When chunk nodes carry a `scope` attribute (HotpotQA
-      question_id), only chunks of the same scope are linked.
+      query_id), only chunks of the same scope are linked.
     """
     chunk_of = dict(zip(nodes["node_id"], nodes["chunk_id"]))
     scope_of: dict[str, str] = {}

@@ -76,7 +76,7 @@ def build_text_graph(chunks: pd.DataFrame, min_community_size: int = 2, max_enti
     for r in rows:
         cid, title = r["chunk_id"], r["title"] or ""
         md = json.loads(r["metadata"] or "{}") if isinstance(r["metadata"], str) else (r["metadata"] or {})
-        scope[cid] = str(md["question_id"]) if "question_id" in md else None
+        scope[cid] = str(md["query_id"]) if "query_id" in md else None
         sents = split_sentences(r["text"])
         sentences[cid] = sents
         order: dict[str, None] = {}

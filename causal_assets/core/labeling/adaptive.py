@@ -60,7 +60,7 @@ class AdaptiveLabeler:
     def __init__(self, pool_size: int, threshold: float = 0.1, budget: int = 256, batch: int = 16,
                  initial: int | None = None, alpha: float = 0.05, p_yes: float = 0.75, max_candidates: int = 4,
                  interaction_z: float = 1.5, min_dof: int = 8, p_context: float = 0.8, rng=None,
-                 doc_ids: Sequence | None = None, p_levels: Sequence[float] = (0.5,),
+                 chunk_ids: Sequence | None = None, p_levels: Sequence[float] = (0.5,),
                  screen_alpha: float | None = 0.95, screen_after: int = 32, prefer_context: bool = True,
                  prefer_z: float = 2.0, search_levels: Sequence[float] = (), freeze_after: int = 0,
                  interaction_z_or: float | None = 2.5, freeze_needs_yes: bool = True):
@@ -79,7 +79,7 @@ class AdaptiveLabeler:
         self.freeze_after = int(freeze_after)
         self.freeze_needs_yes = bool(freeze_needs_yes)
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-        self.doc_ids = _ids(doc_ids, self.pool_size)
+        self.chunk_ids = _ids(chunk_ids, self.pool_size)
         self._x: list[np.ndarray] = []
         self._y: list[np.ndarray] = []
         self._frozen: set[int] = set()
@@ -129,7 +129,7 @@ class AdaptiveLabeler:
         # targeted part: split the batch among uncertain candidates; in a target's rows every other candidate
         # is set (with probability `p_context`) to the state its estimated interaction with the target favours
         # (present for a positive = AND-type interaction, absent for a negative = OR-type one)
-        pos = {d: j for j, d in enumerate(self.doc_ids)}
+        pos = {d: j for j, d in enumerate(self.chunk_ids)}
         cand = [pos[d] for d in self._result.extra.get("candidates", [])]
         inter = self._result.extra.get("interactions", {})
         targets = [j for j in cand if labels[j] == UNCERTAIN and j not in self._frozen]
@@ -139,7 +139,8 @@ class AdaptiveLabeler:
                 for j in cand:
                     if j == t or j in self._frozen:
                         continue
-                    est = inter.get((self.doc_ids[t], self.doc_ids[j]), inter.get((self.doc_ids[j], self.doc_ids[t])))
+                    a, b = self.chunk_ids[t], self.chunk_ids[j]
+                    est = inter.get((a, b), inter.get((b, a)))
                     if est is None or est == 0:
                         continue
                     fix = self.rng.random(len(rows)) < self.p_context
@@ -213,7 +214,7 @@ class AdaptiveLabeler:
         res = regression(xa, ya, self.threshold, self.alpha,
                          interactions=True, max_candidates=self.max_candidates,
                          interaction_z=self.interaction_z, interaction_z_or=self.interaction_z_or,
-                         doc_ids=self.doc_ids, frozen_no=sorted(self._frozen),
+                         chunk_ids=self.chunk_ids, frozen_no=sorted(self._frozen),
                          prefer=self._prefer(xa, ya))
         if self.calls >= self.freeze_after and (res.yes() or not self.freeze_needs_yes):
             self._frozen |= {j for j, e in enumerate(res.docs) if e.label == NO}
@@ -225,6 +226,6 @@ class AdaptiveLabeler:
     def labels(self) -> LabelingResult:
         if self._result is None:
             lo, hi = -1.0, 1.0
-            docs = tuple(DocEffect(i, float("nan"), lo, hi, 0, UNCERTAIN) for i in self.doc_ids)
+            docs = tuple(DocEffect(i, float("nan"), lo, hi, 0, UNCERTAIN) for i in self.chunk_ids)
             return LabelingResult("adaptive", self.threshold, docs, 0, float("nan"), float("nan"))
         return self._result

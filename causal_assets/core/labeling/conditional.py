@@ -74,7 +74,7 @@ def with_partners(result: LabelingResult, subsets, outcomes, alpha: float, decid
     if int(rows.sum()) < min_rows:
         return result
     ids = [e.doc for e in result.docs]
-    beside = regression(x[rows], y[rows], result.threshold, alpha, interactions=False, doc_ids=ids)
+    beside = regression(x[rows], y[rows], result.threshold, alpha, interactions=False, chunk_ids=ids)
     names = tuple(ids[j] for j in partners)
     docs = []
     for j, (e, c) in enumerate(zip(result.docs, beside.docs)):

@@ -93,10 +93,10 @@ def _is_binary(y: np.ndarray) -> bool:
     return bool(np.all((y == 0) | (y == 1)))
 
 
-def _ids(doc_ids, n_docs) -> list:
-    ids = list(range(n_docs)) if doc_ids is None else list(doc_ids)
+def _ids(chunk_ids, n_docs) -> list:
+    ids = list(range(n_docs)) if chunk_ids is None else list(chunk_ids)
     if len(ids) != n_docs:
-        raise ValueError(f"{len(ids)} doc_ids for {n_docs} documents")
+        raise ValueError(f"{len(ids)} chunk_ids for {n_docs} documents")
     return ids
 
 
@@ -127,14 +127,14 @@ def _wilson(s: float, n: int, z: float) -> tuple[float, float]:
 # ----------------------------------------------------------------------------------------------- naive
 
 def naive(subsets, outcomes, threshold: float = 0.1, alpha: float = 0.05, rule: str = "point",
-          doc_ids: Sequence | None = None) -> LabelingResult:
+          chunk_ids: Sequence | None = None) -> LabelingResult:
     """The classic rule: ``delta_p = mean(outcome | d in) - mean(outcome | d out)``; YES iff ``delta_p > threshold``
     (``rule="point"``) or iff the CI lies above it (``rule="ci"``)."""
     if rule not in ("point", "ci"):
         raise ValueError(f"rule must be 'point' or 'ci', got {rule!r}")
     x, y = _arrays(subsets, outcomes)
     n, n_docs = x.shape
-    ids = _ids(doc_ids, n_docs)
+    ids = _ids(chunk_ids, n_docs)
     binary = _is_binary(y)
     z = ndtri(1 - alpha / 2)
     out = []
@@ -210,7 +210,7 @@ class _Fit:
 
 def regression(subsets, outcomes, threshold: float = 0.1, alpha: float = 0.05, interactions: bool = True,
                max_candidates: int = 6, interaction_z: float = 2.5, min_dof: int = 4, ridge: float = 0.0,
-               doc_ids: Sequence | None = None, frozen_no: Sequence[int] = (), triples: bool = False,
+               chunk_ids: Sequence | None = None, frozen_no: Sequence[int] = (), triples: bool = False,
                prefer: Sequence[int] = (), interaction_z_or: float | None = None) -> LabelingResult:
     """Joint regression of the outcome on all inclusion indicators (see the module docstring).
 
@@ -224,7 +224,7 @@ def regression(subsets, outcomes, threshold: float = 0.1, alpha: float = 0.05, i
     a document with two or more significant partners (its context effect then includes the three-way term)."""
     x, y = _arrays(subsets, outcomes)
     n, n_docs = x.shape
-    ids = _ids(doc_ids, n_docs)
+    ids = _ids(chunk_ids, n_docs)
     binary = _is_binary(y)
     frozen = set(int(j) for j in frozen_no)
     varying = [j for j in range(n_docs) if 0 < x[:, j].sum() < n]

@@ -27,7 +27,7 @@ from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.llm.models import SOLVER_CONTEXT_TOKENS
 from causal_assets.core.text.passages import fit_passage
 
-POOL_COLUMNS = ["benchmark", "question_id", "question", "answer", "aliases", "doc_id", "origin", "position",
+POOL_COLUMNS = ["benchmark", "query_id", "question", "answer", "aliases", "chunk_id", "origin", "position",
                 "title", "text", "path", "doc_chars", "kept_start", "kept_end"]
 # Corpora whose chunks name a file relative to the corpus's root: the pools (and the label exports) carry it beside the
 # document id. Other loaders' `path` is the dataset file itself, the same for every document.
@@ -111,7 +111,7 @@ def gold_file_seeds(index: CorpusIndex, bench: Benchmark, qid: str, config: Pool
 def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParams,
                neighbors: Callable[[str], list[tuple[str, str, float]]] | None = None,
                by_file: dict[str, list[str]] | None = None) -> list[tuple[str, str]]:
-    """[(doc_id, origin)] for one question, shuffled; `by_file` as `gold_file_seeds` takes it."""
+    """[(chunk_id, origin)] for one question, shuffled; `by_file` as `gold_file_seeds` takes it."""
     rng = _rng(config, qid)
     universe = bench.within[qid] if bench.within else None
     gold_files = set(bench.gold_files.get(qid, ()))
@@ -170,18 +170,18 @@ def build_pool(index: CorpusIndex, bench: Benchmark, qid: str, config: PoolParam
     return items
 
 
-def build_pools(index: CorpusIndex, bench: Benchmark, question_ids: list[str], config: PoolParams,
+def build_pools(index: CorpusIndex, bench: Benchmark, query_ids: list[str], config: PoolParams,
                 neighbors=None) -> pd.DataFrame:
     rows = []
     budget = config.doc_chars
     split = bool(getattr(index, "split_identifiers", False))
     by_file = chunks_by_file(index, bench)
-    for qid in question_ids:
-        for pos, (doc_id, origin) in enumerate(build_pool(index, bench, qid, config, neighbors, by_file)):
-            row = index.chunks.iloc[index.position[doc_id]]
+    for qid in query_ids:
+        for pos, (chunk_id, origin) in enumerate(build_pool(index, bench, qid, config, neighbors, by_file)):
+            row = index.chunks.iloc[index.position[chunk_id]]
             path = str(row["path"]) if "path" in row and str(row.get("source", "")) in FILE_SOURCES else ""
             kept = fit_passage(str(row["text"]), bench.queries[qid], budget, split)
             rows.append((bench.name, qid, bench.queries[qid], bench.answers.get(qid, ""),
-                         list(bench.aliases.get(qid, [])), doc_id, origin, pos, str(row["title"]),
+                         list(bench.aliases.get(qid, [])), chunk_id, origin, pos, str(row["title"]),
                          kept.text, path, kept.length, kept.start, kept.end))
     return pd.DataFrame(rows, columns=POOL_COLUMNS)

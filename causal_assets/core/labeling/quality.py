@@ -28,7 +28,7 @@ def label_quality_rows(per_question: Iterable[dict]) -> list[dict]:
     for q in per_question:
         gold = set(q["gold"])
         for j, (effect, label) in enumerate(zip(q["effects"], q["labels"])):
-            rows.append({"question_id": q["question_id"], "position": j, "gold": j in gold,
+            rows.append({"query_id": q["query_id"], "position": j, "gold": j in gold,
                          "effect": float(effect) if effect is not None and math.isfinite(effect) else float("nan"),
                          "label": label, "contains": bool(q["contains"][j]) if q.get("contains") else False})
     return rows
@@ -75,7 +75,7 @@ def _prf(pred: np.ndarray, gold: np.ndarray) -> dict:
 def _ranking(rows: list[dict], col: str) -> dict:
     by_q: dict[str, list[dict]] = {}
     for r in rows:
-        by_q.setdefault(r["question_id"], []).append(r)
+        by_q.setdefault(r["query_id"], []).append(r)
     top2, rprec, aucs = [], [], []
     for items in by_q.values():
         items = sorted(items, key=lambda r: r["position"])
@@ -100,7 +100,7 @@ def summarize(rows: list[dict]) -> dict:
     gold = np.array([r["gold"] for r in rows], dtype=bool)
     labels = np.array([r["label"] for r in rows])
     contains = np.array([r["contains"] for r in rows], dtype=bool)
-    return {"pairs": len(rows), "questions": len({r["question_id"] for r in rows}),
+    return {"pairs": len(rows), "questions": len({r["query_id"] for r in rows}),
             "labels": {**_prf(labels == "YES", gold), "uncertain_share": float((labels == "UNCERTAIN").mean()),
                        "yes": int((labels == "YES").sum()), "no": int((labels == "NO").sum())},
             "ranking": _ranking(rows, "effect"),
@@ -119,12 +119,12 @@ def per_question_from_tables(labels: pd.DataFrame, pools: pd.DataFrame, qrels: d
     rows = labels[labels["estimator"] == estimator]
     rows = rows.assign(_rank_effect=ranking_effect(rows))
     out = []
-    for qid, pool in pools.groupby("question_id", sort=False):
-        lab = rows[rows["question_id"] == qid].set_index("doc_id")
+    for qid, pool in pools.groupby("query_id", sort=False):
+        lab = rows[rows["query_id"] == qid].set_index("chunk_id")
         if not len(lab):
             continue
         pool = pool.sort_values("position")
-        docs = pool["doc_id"].tolist()
+        docs = pool["chunk_id"].tolist()
         gold = {d for d, g in qrels.get(qid, {}).items() if g > 0}
         answers = [pool.iloc[0]["answer"], *json.loads(pool.iloc[0]["aliases"] or "[]")] \
             if isinstance(pool.iloc[0]["aliases"], str) else [pool.iloc[0]["answer"]]
@@ -134,7 +134,7 @@ def per_question_from_tables(labels: pd.DataFrame, pools: pd.DataFrame, qrels: d
         if qid in file_level:
             units = [(file_of or {}).get(d, d) for d in docs]
             docs, effects, verdicts, contains = _by_file(units, effects, verdicts, contains)
-        out.append({"question_id": qid, "gold": [i for i, d in enumerate(docs) if d in gold],
+        out.append({"query_id": qid, "gold": [i for i, d in enumerate(docs) if d in gold],
                     "effects": effects, "labels": verdicts, "contains": contains})
     return out
 
@@ -168,7 +168,7 @@ def test_retest(first: pd.DataFrame, second: pd.DataFrame) -> dict:
     (YES or NO) in both, the YES<->NO flips among all shared pairs, and how often the two intervals overlap. Also two
     solvers' labels of the same pools; with `average_effect` in both, the mean per-question rank correlation of the
     effects."""
-    keys = ["question_id", "doc_id"]
+    keys = ["query_id", "chunk_id"]
     cols = keys + ["label", "ci_low", "ci_high"] + (["average_effect"] if "average_effect" in first
                                                      and "average_effect" in second else [])
     both = first[cols].merge(second[cols], on=keys, suffixes=("_a", "_b"))
@@ -184,7 +184,7 @@ def test_retest(first: pd.DataFrame, second: pd.DataFrame) -> dict:
            "overlap_share": float(overlap.mean()) if len(both) else float("nan")}
     if "average_effect_a" in both:   # the effects' order within each question (Spearman), averaged over questions
         rho = [g["average_effect_a"].rank().corr(g["average_effect_b"].rank())
-               for _, g in both.dropna(subset=["average_effect_a", "average_effect_b"]).groupby("question_id")
+               for _, g in both.dropna(subset=["average_effect_a", "average_effect_b"]).groupby("query_id")
                if len(g) > 2]
         rho = [r for r in rho if np.isfinite(r)]
         out["effect_rank_correlation"] = float(np.mean(rho)) if rho else float("nan")

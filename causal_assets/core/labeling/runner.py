@@ -147,20 +147,20 @@ class QuestionOutcome:
     stopped: str = ""              # "" | "budget_exceeded"
 
 
-def question_rng(question_id: str, seed: int) -> np.random.Generator:
-    return np.random.default_rng(int(hashlib.sha256(f"{seed}:{question_id}".encode()).hexdigest()[:16], 16))
+def question_rng(query_id: str, seed: int) -> np.random.Generator:
+    return np.random.default_rng(int(hashlib.sha256(f"{seed}:{query_id}".encode()).hexdigest()[:16], 16))
 
 
-def _error_call(question_id: str, members: list[str], res: BaseException, kind: str) -> dict:
-    return dict(question_id=question_id, kind=kind, status="error", error=type(res).__name__,
+def _error_call(query_id: str, members: list[str], res: BaseException, kind: str) -> dict:
+    return dict(query_id=query_id, kind=kind, status="error", error=type(res).__name__,
                 detail=str(res)[:300], subset=members, cached=False, latency_s=None, prompt_tokens=None,
                 completion_tokens=None, call_key=None)
 
 
-def label_question(question_id: str, question: str, gold: str | list[str], pool: list[tuple[str, str, str]],
+def label_question(query_id: str, question: str, gold: str | list[str], pool: list[tuple[str, str, str]],
                    solver: BlindSolver | LikelihoodSolver | None, config: LabelingParams,
                    aliases: list[str] | None = None, scorer: LikelihoodSolver | None = None) -> QuestionOutcome:
-    """pool: [(doc_id, title, text)]. Returns the trials, every call (ok or errored) and the labels.
+    """pool: [(chunk_id, title, text)]. Returns the trials, every call (ok or errored) and the labels.
 
     ``solver`` generates answers (pass/fail outcomes), ``scorer`` scores the gold answer (likelihood outcomes);
     a :class:`LikelihoodSolver` passed as ``solver`` is taken as the scorer. ``config.outcome`` says which are
@@ -172,12 +172,12 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
     if config.scores and scorer is None:
         raise ValueError(f"outcome {config.outcome!r} needs a LikelihoodSolver (a log-probability scorer)")
     validator = (solver or scorer).validator
-    doc_ids = [d for d, _, _ in pool]
-    rng = question_rng(question_id, config.seed)
+    chunk_ids = [d for d, _, _ in pool]
+    rng = question_rng(query_id, config.seed)
     out = QuestionOutcome()
     threshold = config.label_threshold
     budget = config.budget_for(len(pool))
-    labeler = AdaptiveLabeler(len(pool), threshold, budget, config.batch, rng=rng, doc_ids=doc_ids) \
+    labeler = AdaptiveLabeler(len(pool), threshold, budget, config.batch, rng=rng, chunk_ids=chunk_ids) \
         if config.estimator == "adaptive" else None
     later = np.zeros((0, len(pool)), dtype=bool)   # the regression's rows after its first block, where needed
     if config.estimator == "regression":
@@ -192,7 +192,7 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
     last_error: BaseException | None = None
     while True:
         if labeler is None and not len(pending) and len(later):
-            so_far = estimate(out.trials, doc_ids, config)
+            so_far = estimate(out.trials, chunk_ids, config)
             if any(e.label == UNCERTAIN for e in so_far.docs):
                 beside = second_block(so_far, len(later), rng) if config.second_block == "beside_yes" else None
                 pending = later if beside is None else beside
@@ -211,31 +211,31 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
             break
         ok_rows, outcomes, failed_rows = [], [], []
         for row, sc, res in zip(subsets, scored, answered):
-            members = [doc_ids[j] for j in np.flatnonzero(row)]
+            members = [chunk_ids[j] for j in np.flatnonzero(row)]
             bad = [(r, k) for r, k in ((sc, "score"), (res, "generate")) if isinstance(r, BaseException)]
             for r, k in bad:
                 if isinstance(r, BudgetExceeded):
                     out.stopped = "budget_exceeded"
-                out.calls.append(_error_call(question_id, members, r, k))
+                out.calls.append(_error_call(query_id, members, r, k))
                 if isinstance(r, LLMInfrastructureError) and r.final:
                     raise r   # a bad key or URL, or an endpoint past its give-up bound: no other call can succeed
                 last_error = r
             if bad:
                 failed_rows.append(row)
                 continue
-            trial = dict(question_id=question_id, trial=len(out.trials), subset=members, n_docs=len(members),
+            trial = dict(query_id=query_id, trial=len(out.trials), subset=members, n_docs=len(members),
                          success=None, score=None, answer=None, loglik=None, loglik_question=None, call_key=None,
                          cached=True)
             if sc is not None:
                 # one prompt evaluation: the answer's log-probability, and the question's for qa_likelihood
-                out.calls.append(dict(question_id=question_id, kind="score", status="ok", error="", detail="",
+                out.calls.append(dict(query_id=query_id, kind="score", status="ok", error="", detail="",
                                       subset=members, cached=sc.cached, latency_s=sc.latency_s,
                                       prompt_tokens=sc.prompt_tokens, completion_tokens=None, call_key=sc.key))
                 trial.update(loglik=float(sc.best), call_key=sc.key, cached=sc.cached,
                              loglik_question=None if sc.span_logprob is None else float(sc.span_logprob))
             if res is not None:
                 verdict = validate(validator, res.text, gold, **kw)
-                out.calls.append(dict(question_id=question_id, kind="generate", status="ok", error="", detail="",
+                out.calls.append(dict(query_id=query_id, kind="generate", status="ok", error="", detail="",
                                       subset=members, cached=res.cached, latency_s=res.latency_s,
                                       prompt_tokens=res.prompt_tokens, completion_tokens=res.completion_tokens,
                                       call_key=res.key))
@@ -252,14 +252,14 @@ def label_question(question_id: str, question: str, gold: str | list[str], pool:
             break
         if errors_in_a_row >= config.max_consecutive_errors:
             # an outage, not the question's failure: the step retries it (retries.py)
-            raise LLMInfrastructureError(f"question {question_id}: {errors_in_a_row} batches in a row had "
+            raise LLMInfrastructureError(f"question {query_id}: {errors_in_a_row} batches in a row had "
                                          f"infrastructure errors (the last: {str(last_error)[:500]}); completed "
                                          "calls are cached, re-run to resume", kind="outage")
         if labeler is None:
             # fixed designs: retry only the errored subsets, once per batch
             pending = np.array(failed_rows, dtype=bool).reshape(-1, len(pool))
     # The online labeler's own final labels (its interaction candidates follow what it has found so far).
-    out.result = labeler.labels() if labeler else estimate(out.trials, doc_ids, config)
+    out.result = labeler.labels() if labeler else estimate(out.trials, chunk_ids, config)
     return out
 
 
@@ -277,7 +277,7 @@ def outcome_vector(trials: list[dict], outcome: str,
     return np.array([trial_outcome(t, outcome, question_weight) for t in trials], dtype=float)
 
 
-def estimate(trials: list[dict], doc_ids: list[str], config: LabelingParams, estimator: str | None = None,
+def estimate(trials: list[dict], chunk_ids: list[str], config: LabelingParams, estimator: str | None = None,
              outcome: str | None = None) -> LabelingResult:
     """Labels from recorded trials (no LLM): the same function the mc_labels asset re-applies.
 
@@ -285,29 +285,29 @@ def estimate(trials: list[dict], doc_ids: list[str], config: LabelingParams, est
     classic ΔP rule."""
     outcome = outcome or config.label_outcome
     threshold = config.threshold if outcome == "success" else config.threshold_nats
-    x = np.array([[d in set(t["subset"]) for d in doc_ids] for t in trials], dtype=bool).reshape(-1, len(doc_ids))
+    x = np.array([[d in set(t["subset"]) for d in chunk_ids] for t in trials], dtype=bool).reshape(-1, len(chunk_ids))
     y = outcome_vector(trials, outcome, config.question_weight)
     if (estimator or config.estimator) == "naive":
-        return naive(x, y, threshold, config.alpha, doc_ids=doc_ids)
+        return naive(x, y, threshold, config.alpha, chunk_ids=chunk_ids)
     # Same model as AdaptiveLabeler's defaults, re-fitted on all trials (labels can differ slightly from the
     # online labeler's last batch, which also prefers documents it had already found).
     result = regression(x, y, threshold, config.alpha, interactions=True, max_candidates=4, interaction_z=1.5,
-                        interaction_z_or=2.5, doc_ids=doc_ids)
+                        interaction_z_or=2.5, chunk_ids=chunk_ids)
     return with_partners(result, x, y, config.alpha) if config.beside_yes else result
 
 
-def decided(trials: list[dict], doc_ids: list[str], config: LabelingParams) -> bool:
+def decided(trials: list[dict], chunk_ids: list[str], config: LabelingParams) -> bool:
     """Whether the labels of these trials leave nothing UNCERTAIN: where the regression's first block stops."""
-    return not any(e.label == UNCERTAIN for e in estimate(trials, doc_ids, config).docs)
+    return not any(e.label == UNCERTAIN for e in estimate(trials, chunk_ids, config).docs)
 
 
-LABEL_COLUMNS = ["question_id", "doc_id", "label", "effect", "ci_low", "ci_high", "average_effect", "outcome",
+LABEL_COLUMNS = ["query_id", "chunk_id", "label", "effect", "ci_low", "ci_high", "average_effect", "outcome",
                  "delta_p", "trials_used", "estimator", "base_outcome", "mean_outcome", "partners",
                  "effect_beside_yes", "beside_yes_ci_low", "beside_yes_ci_high"]
 
 
 def _rows(result: LabelingResult, qid: str, estimator: str, outcome: str, delta_p: dict) -> list[dict]:
-    return [dict(question_id=qid, doc_id=e.doc, label=e.label, effect=float(e.delta_p), ci_low=float(e.ci_low),
+    return [dict(query_id=qid, chunk_id=e.doc, label=e.label, effect=float(e.delta_p), ci_low=float(e.ci_low),
                  ci_high=float(e.ci_high), average_effect=float(e.marginal_delta_p), outcome=outcome,
                  delta_p=delta_p.get(e.doc, float("nan")), trials_used=int(e.trials_used), estimator=estimator,
                  base_outcome=float(result.base_success_rate), mean_outcome=float(result.success_rate),
@@ -324,7 +324,7 @@ def answer_holders(pool: pd.DataFrame) -> list[str]:
     first = pool.iloc[0]
     aliases = first["aliases"] if "aliases" in pool else "[]"
     answers = [first["answer"], *(json.loads(aliases) if isinstance(aliases, str) else list(aliases or []))]
-    return [d for d, t in zip(pool["doc_id"], pool["text"]) if contains_answer(str(t), answers)]
+    return [d for d, t in zip(pool["chunk_id"], pool["text"]) if contains_answer(str(t), answers)]
 
 
 def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParams) -> tuple[pd.DataFrame, list[dict]]:
@@ -338,47 +338,48 @@ def label_table(pools: pd.DataFrame, trials: pd.DataFrame, config: LabelingParam
     pass/fail trials exist (outcome ``success`` or ``both``), else NaN."""
     rows, pairs = [], []
     outcome = config.label_outcome
-    for qid, pool in pools.groupby("question_id", sort=False):
+    for qid, pool in pools.groupby("query_id", sort=False):
         pool = pool.sort_values("position")
-        q_trials = trials[trials["question_id"] == qid]
+        q_trials = trials[trials["query_id"] == qid]
         if not len(q_trials):
             continue
         records = q_trials.to_dict("records")
-        doc_ids = pool["doc_id"].tolist()
+        chunk_ids = pool["chunk_id"].tolist()
         delta_p = {}
         if "success" in q_trials and q_trials["success"].notna().all():
-            delta_p = {e.doc: float(e.delta_p) for e in estimate(records, doc_ids, config, "naive", "success").docs}
-        main = estimate(records, doc_ids, config)
+            delta_p = {e.doc: float(e.delta_p) for e in estimate(records, chunk_ids, config, "naive", "success").docs}
+        main = estimate(records, chunk_ids, config)
         main_rows = _rows(main, qid, config.estimator, outcome, delta_p)
         rows += main_rows
         if config.estimator != "naive":
-            rows += _rows(estimate(records, doc_ids, config, "naive"), qid, "naive", outcome, delta_p)
-        origin = dict(zip(pool["doc_id"], pool["origin"]))
-        texts = dict(zip(pool["doc_id"], pool["text"]))
+            rows += _rows(estimate(records, chunk_ids, config, "naive"), qid, "naive", outcome, delta_p)
+        origin = dict(zip(pool["chunk_id"], pool["origin"]))
+        texts = dict(zip(pool["chunk_id"], pool["text"]))
         answering = answer_holders(pool)
         # the document's title, and its file where the corpus has files (a folder's pages): read beside the id
         where = {d: {**({"title": str(t)} if isinstance(t, str) else {}),
                      **({"path": str(p)} if isinstance(p, str) and p else {})}
-                 for d, t, p in zip(pool["doc_id"], pool["title"] if "title" in pool else [None] * len(pool),
+                 for d, t, p in zip(pool["chunk_id"], pool["title"] if "title" in pool else [None] * len(pool),
                                     pool["path"] if "path" in pool else [None] * len(pool))}
         pairs.append({"id": qid, "query": pool.iloc[0]["question"], "candidates": [
-            {"fqn": r["doc_id"], **where[r["doc_id"]], "text": texts[r["doc_id"]], "empirical_relevance": r["label"],
+            {"fqn": r["chunk_id"], **where[r["chunk_id"]], "text": texts[r["chunk_id"]],
+             "empirical_relevance": r["label"],
              "effect": round(r["effect"], 4), "ci": [round(r["ci_low"], 4), round(r["ci_high"], 4)],
              "average_effect": round(r["average_effect"], 4),
              **({"delta_p": round(r["delta_p"], 4)} if delta_p else {}),
-             "trials_used": r["trials_used"], "origin": origin[r["doc_id"]],
+             "trials_used": r["trials_used"], "origin": origin[r["chunk_id"]],
              **({"effect_beside_yes": round(r["effect_beside_yes"], 4),
                  "ci_beside_yes": [round(r["beside_yes_ci_low"], 4), round(r["beside_yes_ci_high"], 4)]}
                 if math.isfinite(r["effect_beside_yes"]) else {}),
              **({"helps_with": json.loads(r["partners"]),
                  "why": f"helps together with {', '.join(json.loads(r['partners']))}: decided by its effect in the "
                         f"trials that hold them"} if r["partners"] != "[]" else {}),
-             **({"note": f"the answer is also in {', '.join(d for d in answering if d != r['doc_id'])} of this pool: "
+             **({"note": f"the answer is also in {', '.join(d for d in answering if d != r['chunk_id'])} of this pool: "
                          f"its effect is measured beside them, and would be larger without them"}
-                if r["doc_id"] in answering and len(answering) > 1 else {})} for r in main_rows],
+                if r["chunk_id"] in answering and len(answering) > 1 else {})} for r in main_rows],
             "metadata": {"trials": len(records), "outcome": outcome, "threshold": config.label_threshold,
                          "base_outcome": main.base_success_rate, "mean_outcome": main.success_rate,
                          "estimator": config.estimator}})
     labels = pd.DataFrame(rows, columns=LABEL_COLUMNS)
-    labels = labels.merge(pools[["question_id", "doc_id", "origin"]], on=["question_id", "doc_id"], how="left")
+    labels = labels.merge(pools[["query_id", "chunk_id", "origin"]], on=["query_id", "chunk_id"], how="left")
     return labels, pairs

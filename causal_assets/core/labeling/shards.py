@@ -16,6 +16,6 @@ def shard_slice(n_questions: int, shard: int, shards: int) -> tuple[int, int]:
     return start, start + base + (1 if shard < extra else 0)
 
 
-def shard_questions(question_ids: list[str], shard: int, shards: int) -> list[str]:
-    start, stop = shard_slice(len(question_ids), shard, shards)
-    return question_ids[start:stop]
+def shard_questions(query_ids: list[str], shard: int, shards: int) -> list[str]:
+    start, stop = shard_slice(len(query_ids), shard, shards)
+    return query_ids[start:stop]

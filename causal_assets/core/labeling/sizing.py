@@ -214,7 +214,7 @@ def history_machine(base, benchmarks: list[str] | None = None, separate: bool = 
         path = asset_path(base, "solver_calls", name)
         try:
             age = now - path.stat().st_mtime
-            calls = read_parquet(path, columns=["question_id", "status", "cached", "latency_s", "prompt_tokens"])
+            calls = read_parquet(path, columns=["query_id", "status", "cached", "latency_s", "prompt_tokens"])
         except Exception:   # missing, unreadable, or a table from an older schema: no history from it
             continue
         ok = calls[(calls["status"] == "ok") & ~calls["cached"].astype(bool)].dropna(subset=["latency_s",
@@ -225,7 +225,7 @@ def history_machine(base, benchmarks: list[str] | None = None, separate: bool = 
     if latest is None:
         return None
     age, name, ok = latest
-    per_question = ok.groupby("question_id").agg(n=("latency_s", "size"), tokens=("prompt_tokens", "mean"),
+    per_question = ok.groupby("query_id").agg(n=("latency_s", "size"), tokens=("prompt_tokens", "mean"),
                                                  seconds=("latency_s", "sum"))
     quiet = sum(quiet_seconds(1, r.n, r.tokens, separate) for r in per_question.itertuples())
     slowdown = max(0.5, float(per_question["seconds"].sum()) / quiet) if quiet > 0 else 1.0

@@ -20,9 +20,9 @@ from causal_assets.core.labeling.solver import BlindSolver, LikelihoodSolver
 from causal_assets.core.llm.client import LLMClient
 from causal_assets.core.llm.scoring import Scorer
 
-TRIAL_COLUMNS = ["question_id", "trial", "subset", "n_docs", "loglik", "loglik_question", "success", "score",
+TRIAL_COLUMNS = ["query_id", "trial", "subset", "n_docs", "loglik", "loglik_question", "success", "score",
                  "answer", "call_key", "cached"]
-CALL_COLUMNS = ["question_id", "kind", "status", "error", "detail", "subset", "cached", "latency_s", "prompt_tokens",
+CALL_COLUMNS = ["query_id", "kind", "status", "error", "detail", "subset", "cached", "latency_s", "prompt_tokens",
                 "completion_tokens", "call_key"]
 
 
@@ -36,14 +36,14 @@ class TrialRun:
 
     @property
     def questions(self) -> int:
-        return int(self.trials["question_id"].nunique())
+        return int(self.trials["query_id"].nunique())
 
 
 def run_trials(pools: pd.DataFrame, cfg: LabelingParams, benchmark: str, validator: str, solver_name: str,
                client: LLMClient | None = None, scorer: Scorer | None = None,
-               question_ids: list[str] | None = None, log: Callable[[str], None] = lambda m: None,
+               query_ids: list[str] | None = None, log: Callable[[str], None] = lambda m: None,
                warn: Callable[[str], None] | None = None) -> TrialRun:
-    """Label the questions of `pools` (only `question_ids` when given), in pool order. `client` answers
+    """Label the questions of `pools` (only `query_ids` when given), in pool order. `client` answers
     (outcomes that generate), `scorer` scores likelihoods (outcomes that score); each is needed only by the
     outcome that uses it. Stops at the first question that exceeds the LLM budget, keeping what was done."""
     if cfg.generates and client is None:
@@ -55,13 +55,13 @@ def run_trials(pools: pd.DataFrame, cfg: LabelingParams, benchmark: str, validat
     likelihood = LikelihoodSolver(scorer, validator, separate) if cfg.scores else None
     trials, calls, stopped = [], [], ""
     t0 = time.perf_counter()
-    wanted = set(question_ids) if question_ids is not None else None
-    todo = [(qid, pool) for qid, pool in pools.groupby("question_id", sort=False) if wanted is None or qid in wanted]
+    wanted = set(query_ids) if query_ids is not None else None
+    todo = [(qid, pool) for qid, pool in pools.groupby("query_id", sort=False) if wanted is None or qid in wanted]
     for n, (qid, pool) in enumerate(todo, 1):
         pool = pool.sort_values("position")
         first = pool.iloc[0]
         outcome = label_question(qid, first["question"], first["answer"],
-                                 list(zip(pool["doc_id"], pool["title"], pool["text"])),
+                                 list(zip(pool["chunk_id"], pool["title"], pool["text"])),
                                  solver, cfg, json.loads(first["aliases"]), scorer=likelihood)
         trials += outcome.trials
         calls += outcome.calls

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 from numba.typed import List as TypedList
 
-Qrels = dict[str, dict[str, float]]  # query_id -> doc_id -> relevance label (graded or fractional)
-Run = dict[str, dict[str, float]]  # query_id -> doc_id -> retrieval score
+Qrels = dict[str, dict[str, float]]  # query_id -> chunk_id -> relevance label (graded or fractional)
+Run = dict[str, dict[str, float]]  # query_id -> chunk_id -> retrieval score
 
 DEFAULT_KS = (1, 3, 5, 10, 100)
 BINARY_METRICS = ("recall", "hit_rate", "precision", "mrr")

@@ -5,7 +5,8 @@ short-lived connections; views over `<asset>/*.parquet` globs see new data witho
 each view's comment tells an unchanged view without a write. A user holding the file open defers a refresh, never
 fails a run; any other failure is a `CatalogError` naming the file. Local Parquet is named relative to the catalog's
 directory, so a moved `data/` reads its own files; fsspec base paths work through `register_filesystem`. Views carry
-column comments (`core/foundation/schemas.py`) and the shared id names (`chunk_id`, `query_id`). See docs/sql.md.
+column comments (`core/foundation/schemas.py`), and show ids that files of earlier versions stored under other names
+under today's (`chunk_id`, `query_id`: `todays_names`). See docs/sql.md.
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from fsspec.utils import stringify_path
 from upath import UPath
 
 from causal_assets.core.foundation.errors import CatalogError, first_line
-from causal_assets.core.foundation.schemas import ID_ALIASES, column_docs
-from causal_assets.core.foundation.storage import LOCAL_PROTOCOLS
+from causal_assets.core.foundation.schemas import column_docs
+from causal_assets.core.foundation.storage import LOCAL_PROTOCOLS, RENAMED_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +229,24 @@ def _lock_error(e: Exception) -> bool:
     return "lock" in text or "conflicting" in text
 
 
+def todays_names(columns: list[str]) -> str:
+    """The select list that shows a view's ids stored under old names (files written before `RENAMED_COLUMNS`) under
+    today's, as `read_parquet` reads them: an old column renamed, or, where partitions of both ages are read together,
+    filling the new column's gaps; "" when no column has an old name."""
+    exclude, replace, rename = [], [], []
+    for old, new in RENAMED_COLUMNS.items():
+        if old not in columns:
+            continue
+        if new in columns:
+            exclude.append(quote_ident(old))
+            replace.append(f"coalesce({quote_ident(new)}, {quote_ident(old)}) as {quote_ident(new)}")
+        else:
+            rename.append(f"{quote_ident(old)} as {quote_ident(new)}")
+    clauses = [f"{word} ({', '.join(items)})" for word, items in
+               (("exclude", exclude), ("replace", replace), ("rename", rename)) if items]
+    return f"* {' '.join(clauses)}" if clauses else ""
+
+
 def view_comment(asset: str, fingerprint: str) -> str:
     return f"the {asset} asset's Parquet (causal-assets view definition {fingerprint})"
 
@@ -368,15 +387,15 @@ class DuckDBCatalog:
 
     @staticmethod
     def _fingerprint(con, sql: str, asset: str) -> str:
-        """What decides a view: its SQL, the columns it reads (their names and types: the id aliases and column
-        comments follow them) and those columns' descriptions."""
+        """What decides a view: its SQL, the columns it reads (their names and types: the ids shown under today's
+        names and the column comments follow them) and those columns' descriptions."""
         columns = [list(map(str, r[:2])) for r in con.execute(f"describe {sql}").fetchall()]
-        docs = column_docs(asset, [c for c, _ in columns])
+        docs = column_docs(asset, [RENAMED_COLUMNS.get(c, c) for c, _ in columns])
         text = json.dumps([sql, asset, columns, docs], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def ensure_views(self, views: dict[str, str], docs_for: dict[str, str] | None = None) -> dict[str, str]:
-        """Create or replace `name -> select` views that are missing or changed, with the id aliases and column
+        """Create or replace `name -> select` views that are missing or changed, with today's id names and column
         comments (`docs_for`: view -> the asset whose column descriptions it gets; default the view's own name).
 
         Returns {name: status} with status created | unchanged | deferred (catalog locked by another process); any
@@ -416,15 +435,13 @@ class DuckDBCatalog:
     @staticmethod
     def _create_view(con, name: str, sql: str, asset: str, comment: str) -> None:
         view = quote_ident(name)
+        columns = lambda: [r[0] for r in con.execute(   # noqa: E731
+            "select column_name from duckdb_columns() where table_name = ? and not internal", [name]).fetchall()]
         con.execute(f"create or replace view {view} as {sql}")
-        columns = [r[0] for r in con.execute("select column_name from duckdb_columns() where table_name = ? "
-                                             "and not internal", [name]).fetchall()]
-        extra = [f"{quote_ident(stored)} as {quote_ident(alias)}" for alias, stored in ID_ALIASES.items()
-                 if stored in columns and alias not in columns]
-        if extra:
-            con.execute(f"create or replace view {view} as select *, {', '.join(extra)} from ({sql})")
-            columns += [alias for alias, stored in ID_ALIASES.items() if stored in columns and alias not in columns]
-        for column, text in column_docs(asset, columns).items():
+        renamed = todays_names(columns())
+        if renamed:
+            con.execute(f"create or replace view {view} as select {renamed} from ({sql})")
+        for column, text in column_docs(asset, columns()).items():
             con.execute(f"comment on column {view}.{quote_ident(column)} is {quote_literal(text)}")
         con.execute(f"comment on view {view} is {quote_literal(comment)}")
 

@@ -114,12 +114,12 @@ def check_pools(pools: pd.DataFrame, chunk_ids: Iterable[str]) -> CheckOutcome:
     """Every pooled document exists in the corpus, at most once per question; every question has a pool, a
     question text and an answer to validate against."""
     chunk_ids = set(chunk_ids)
-    per_question = pools.groupby("question_id").size() if len(pools) else pd.Series(dtype=int)
-    seeded = pools.groupby("question_id")["origin"].apply(lambda o: (o == "seed").any()).mean() if len(pools) else 0.0
+    per_question = pools.groupby("query_id").size() if len(pools) else pd.Series(dtype=int)
+    seeded = pools.groupby("query_id")["origin"].apply(lambda o: (o == "seed").any()).mean() if len(pools) else 0.0
     return CheckOutcome.of(
-        questions=int(pools["question_id"].nunique()), rows=len(pools), ok_has_questions=len(pools) > 0,
-        bad_unknown_docs=int((~pools["doc_id"].isin(chunk_ids)).sum()),
-        bad_duplicate_candidates=int(pools.duplicated(["question_id", "doc_id"]).sum()),
+        questions=int(pools["query_id"].nunique()), rows=len(pools), ok_has_questions=len(pools) > 0,
+        bad_unknown_docs=int((~pools["chunk_id"].isin(chunk_ids)).sum()),
+        bad_duplicate_candidates=int(pools.duplicated(["query_id", "chunk_id"]).sum()),
         bad_blank_questions=int((pools["question"].fillna("").str.strip() == "").sum()),
         bad_missing_answers=int(pools["answer"].isna().sum()),
         min_pool=int(per_question.min()) if len(per_question) else 0,
@@ -156,7 +156,7 @@ def check_answers(answers: pd.DataFrame) -> CheckOutcome:
                                           for c in ("answer_score", "answer_passed") if c in answers))
 
 
-def check_ranked_results(runs: pd.DataFrame, group: list[str], doc: str = "doc_id") -> CheckOutcome:
+def check_ranked_results(runs: pd.DataFrame, group: list[str], doc: str = "chunk_id") -> CheckOutcome:
     """Finite scores; within each ranking (`group` columns) ranks are 1..n and no document (`doc`) appears twice."""
     if not len(runs):
         return CheckOutcome.of(rows=0)
@@ -184,15 +184,15 @@ def check_trials_from_ok_calls(trials: pd.DataFrame, calls: pd.DataFrame) -> Che
     are journalled with no call key, so "trial keys not among the errored keys" could never fail; here a trial
     passes only if its key is the key of an *ok* call of the same question, and no question has more trials than
     ok calls."""
-    missing = _missing(trials, ("question_id", "call_key")) or _missing(calls, ("question_id", "status", "call_key"))
+    missing = _missing(trials, ("query_id", "call_key")) or _missing(calls, ("query_id", "status", "call_key"))
     if missing:
         return CheckOutcome.of(missing_columns=missing)
     ok = calls[calls["status"] == "ok"]
-    ok_pairs = set(zip(ok["question_id"], ok["call_key"].dropna()))
+    ok_pairs = set(zip(ok["query_id"], ok["call_key"].dropna()))
     keyed = trials["call_key"].notna()
-    not_ok = [(q, k) not in ok_pairs for q, k in zip(trials.loc[keyed, "question_id"], trials.loc[keyed, "call_key"])]
-    per_q_trials = trials.groupby("question_id").size()
-    per_q_ok = ok.groupby("question_id").size().reindex(per_q_trials.index, fill_value=0)
+    not_ok = [(q, k) not in ok_pairs for q, k in zip(trials.loc[keyed, "query_id"], trials.loc[keyed, "call_key"])]
+    per_q_trials = trials.groupby("query_id").size()
+    per_q_ok = ok.groupby("query_id").size().reindex(per_q_trials.index, fill_value=0)
     return CheckOutcome.of(
         trials=len(trials), ok_calls=len(ok), errored_calls=int((calls["status"] != "ok").sum()),
         bad_trials_without_call_key=int((~keyed).sum()),
@@ -213,7 +213,7 @@ def check_labels(labels: pd.DataFrame) -> CheckOutcome:
         return CheckOutcome.of(rows=0)
     effect = "effect" if "effect" in labels else "delta_p"
     base_col = "base_outcome" if "base_outcome" in labels else "base_success_rate"
-    missing = _missing(labels, ("question_id", "label", effect, "ci_low", "ci_high", base_col))
+    missing = _missing(labels, ("query_id", "label", effect, "ci_low", "ci_high", base_col))
     if missing:
         return CheckOutcome.of(missing_columns=missing)
     probability = labels["outcome"].eq("success").to_numpy() if "outcome" in labels else np.ones(len(labels), bool)
@@ -222,11 +222,11 @@ def check_labels(labels: pd.DataFrame) -> CheckOutcome:
     finite = np.isfinite(values)
     base = labels[base_col].to_numpy(np.float64)
     base_bad = ~np.isfinite(base) | (probability & ((base < 0) | (base > 1)))
-    no_base = int(pd.Series(base_bad, index=labels.index).groupby(labels["question_id"]).any().sum())
+    no_base = int(pd.Series(base_bad, index=labels.index).groupby(labels["query_id"]).any().sum())
     v = np.where(finite, values, 0.0)
     delta_p = labels["delta_p"].to_numpy(np.float64) if "delta_p" in labels else np.zeros(len(labels))
     return CheckOutcome.of(
-        rows=len(labels), questions=int(labels["question_id"].nunique()),
+        rows=len(labels), questions=int(labels["query_id"].nunique()),
         # a decided label needs a finite effect; its interval may be unbounded (the naive ΔP rule decides
         # on the point estimate, e.g. with a single trial on one side)
         bad_non_finite=int((~finite[decided, 0]).sum()),
@@ -250,7 +250,7 @@ def check_labels_decided(labels: pd.DataFrame) -> CheckOutcome:
         else labels
     uncertain = main["label"] == "UNCERTAIN"
     finite = np.isfinite(main["ci_low"].to_numpy(np.float64)) & np.isfinite(main["ci_high"].to_numpy(np.float64))
-    no_interval = pd.Series(~finite, index=main.index).groupby(main["question_id"]).all()
+    no_interval = pd.Series(~finite, index=main.index).groupby(main["query_id"]).all()
     return CheckOutcome.of(
         rows=len(main), uncertain_share=round(float(uncertain.mean()), 4),
         infinite_interval_share=round(float((~finite).mean()), 4),

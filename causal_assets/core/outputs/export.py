@@ -61,7 +61,7 @@ def relevance_grade(row: Mapping[str, Any]) -> int:
         return 1
     strong = STRONG_EFFECT.get(str(outcome))
     if strong is None:
-        raise ValueError(f"label row for {row.get('question_id')!r}/{row.get('doc_id')!r}: unknown outcome "
+        raise ValueError(f"label row for {row.get('query_id')!r}/{row.get('chunk_id')!r}: unknown outcome "
                          f"{outcome!r} (known: {sorted(STRONG_EFFECT)})")
     return 2 if math.isfinite(effect) and effect >= strong else 1
 
@@ -105,8 +105,8 @@ class ExportResult:
     files: list[str]
 
 
-LABEL_COLUMNS = ["question_id", "doc_id", "label"]
-POOL_COLUMNS = ["question_id", "question", "doc_id", "title", "text"]
+LABEL_COLUMNS = ["query_id", "chunk_id", "label"]
+POOL_COLUMNS = ["query_id", "question", "chunk_id", "title", "text"]
 
 
 def labels_solver(labels: pd.DataFrame) -> str | None:
@@ -143,36 +143,36 @@ def build_tables(labels: pd.DataFrame, pools: pd.DataFrame, estimator: str | Non
             raise ValueError(f"{name} lacks columns {missing} (has {list(frame.columns)})")
     est = pick_estimator(labels, estimator)
     rows = labels[labels["estimator"] == est] if "estimator" in labels and est != "unknown" else labels
-    if rows.duplicated(["question_id", "doc_id"]).any():
-        dup = rows[rows.duplicated(["question_id", "doc_id"], keep=False)].iloc[0]
-        raise ValueError(f"more than one {est} label for question {dup['question_id']!r}, doc {dup['doc_id']!r}")
+    if rows.duplicated(["query_id", "chunk_id"]).any():
+        dup = rows[rows.duplicated(["query_id", "chunk_id"], keep=False)].iloc[0]
+        raise ValueError(f"more than one {est} label for question {dup['query_id']!r}, doc {dup['chunk_id']!r}")
     rows = rows.copy()
-    rows["question_id"] = rows["question_id"].astype(str)
-    rows["doc_id"] = rows["doc_id"].astype(str)
+    rows["query_id"] = rows["query_id"].astype(str)
+    rows["chunk_id"] = rows["chunk_id"].astype(str)
     rows["score"] = [relevance_grade(r) for r in rows.to_dict("records")]
     if "outcome" not in rows:
         rows["outcome"] = DEFAULT_OUTCOME
     if "effect" not in rows:
         rows["effect"] = rows["delta_p"] if "delta_p" in rows else float("nan")
-    keep = ["question_id", "doc_id", "score", "label", "effect", "outcome",
+    keep = ["query_id", "chunk_id", "score", "label", "effect", "outcome",
             *[c for c in ("delta_p", "ci_low", "ci_high", "trials_used", "estimator", "origin",
                           "base_success_rate", "success_rate") if c in rows]]
-    qrels = rows[keep].sort_values(["question_id", "doc_id"]).reset_index(drop=True)
-    p = pools.assign(question_id=pools["question_id"].astype(str), doc_id=pools["doc_id"].astype(str))
-    p = p[p["question_id"].isin(set(qrels["question_id"]))]
-    qcols = ["question_id", "question", *[c for c in ("answer",) if c in p]]
-    queries = (p[qcols].drop_duplicates("question_id").rename(columns={"question_id": "_id", "question": "text"})
+    qrels = rows[keep].sort_values(["query_id", "chunk_id"]).reset_index(drop=True)
+    p = pools.assign(query_id=pools["query_id"].astype(str), chunk_id=pools["chunk_id"].astype(str))
+    p = p[p["query_id"].isin(set(qrels["query_id"]))]
+    qcols = ["query_id", "question", *[c for c in ("answer",) if c in p]]
+    queries = (p[qcols].drop_duplicates("query_id").rename(columns={"query_id": "_id", "question": "text"})
                .sort_values("_id").reset_index(drop=True))
-    corpus = (p[["doc_id", "title", "text"]].drop_duplicates("doc_id").rename(columns={"doc_id": "_id"})
+    corpus = (p[["chunk_id", "title", "text"]].drop_duplicates("chunk_id").rename(columns={"chunk_id": "_id"})
               .sort_values("_id").reset_index(drop=True))
-    unknown = set(qrels["doc_id"]) - set(corpus["_id"])
+    unknown = set(qrels["chunk_id"]) - set(corpus["_id"])
     if unknown:
         raise ValueError(f"labels name {len(unknown)} documents that are in no candidate pool, e.g. {sorted(unknown)[:3]}")
     # each judgement names its document's title (and file, for folder and package corpora) beside the id
-    where = p.drop_duplicates("doc_id").set_index("doc_id")
-    qrels.insert(2, "title", qrels["doc_id"].map(where["title"]).fillna("").astype(str))
+    where = p.drop_duplicates("chunk_id").set_index("chunk_id")
+    qrels.insert(2, "title", qrels["chunk_id"].map(where["title"]).fillna("").astype(str))
     if "path" in where and (where["path"].fillna("") != "").any():
-        qrels.insert(3, "path", qrels["doc_id"].map(where["path"]).fillna("").astype(str))
+        qrels.insert(3, "path", qrels["chunk_id"].map(where["path"]).fillna("").astype(str))
     return qrels, queries, corpus, est
 
 
@@ -233,13 +233,14 @@ def card_markdown(card: DatasetCard, qrels: pd.DataFrame, queries: pd.DataFrame,
               "- ids in `qrels.trec` and `beir/` are percent-encoded where they hold whitespace, control characters, "
               "`%` or `\"` (`my notes.md` is `my%20notes.md`; `urllib.parse.unquote` reverses it); the JSON Lines, "
               "Parquet and `hf/` files keep them as they are",
-              "- `labels.jsonl` and `data/labels.parquet`: every judged pair with label, grade, effect, CI, trials",
+              "- `labels.jsonl` and `data/labels.parquet`: every judged pair (`query_id`, `chunk_id`) with label, "
+              "grade, effect, CI, trials",
               "- `data/queries.parquet`, `data/corpus.parquet`; `hf/`: the three tables as a `datasets.DatasetDict`",
               "", "## Use", "", "```python",
               "import datasets, ranx",
               "dd = datasets.load_from_disk('hf')            # DatasetDict: labels, queries, corpus",
               "qrels = ranx.Qrels.from_file('qrels.trec', kind='trec')",
-              "run = ranx.Run.from_dict({qid: {doc_id: score, ...}, ...})",
+              "run = ranx.Run.from_dict({qid: {chunk_id: score, ...}, ...})",
               "ranx.evaluate(qrels, run, ['ndcg@10', 'map@10'])", "```", ""]
     return "\n".join(lines)
 
@@ -333,7 +334,7 @@ def export_labels(labels: pd.DataFrame, pools: pd.DataFrame, out_dir: str | os.P
         with written("beir/corpus.jsonl"):
             _write_jsonl(beir / "corpus.jsonl", [{"_id": line_id(r["_id"]), "title": r["title"] or "",
                                                   "text": r["text"]} for r in corpus.to_dict("records")])
-        judged = [(line_id(q), line_id(d), int(s)) for q, d, s in qrels[["question_id", "doc_id", "score"]]
+        judged = [(line_id(q), line_id(d), int(s)) for q, d, s in qrels[["query_id", "chunk_id", "score"]]
                   .itertuples(index=False)]
         with written(f"beir/qrels/{card.split}.tsv"), \
                 (beir / "qrels" / f"{card.split}.tsv").open("w", encoding="utf-8", newline="") as fh:

@@ -13,7 +13,7 @@ import pandas as pd
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
-from causal_assets.core.corpus.beir import (beir_doc_ids, beir_splits, load_beir_answers, load_beir_qrels,
+from causal_assets.core.corpus.beir import (beir_chunk_ids, beir_splits, load_beir_answers, load_beir_qrels,
                                             load_beir_queries)
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
@@ -299,7 +299,7 @@ class BenchmarkSpec(BaseModel):
         own = qfile.own_splits if qfile else None
         parts = [s for s in own if s != "dev"] if own else ["train", "test"]
         if qfile and not own:   # a half the hash leaves empty (a file of a few questions) is not a default split
-            records = [(r.question_id, r.split) for r in qfile.records]
+            records = [(r.query_id, r.split) for r in qfile.records]
             parts = [s for s in parts if split_members(records, s)]
         data = dict(data)
         data.setdefault("splits", ["dev", *parts])
@@ -524,8 +524,8 @@ DEFAULT_ESTIMATOR = "regression"
 def check_question_splits(spec: BenchmarkSpec, qfile: QuestionFile, explicit_monte_carlo: bool = True) -> None:
     """ValueError (one line) when `spec` cannot work on `qfile`: a split without questions, Monte Carlo labels
     asked of questions without answers, or an eval split with neither gold documents nor questions to label."""
-    records = [(r.question_id, r.split) for r in qfile.records]
-    by_id = {r.question_id: r for r in qfile.records}
+    records = [(r.query_id, r.split) for r in qfile.records]
+    by_id = {r.query_id: r for r in qfile.records}
     members = {s: split_members(records, s) for s in spec.splits}
     for s, ids in members.items():
         if not ids:
@@ -646,15 +646,15 @@ def load_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None 
     if spec.loader == "beir":
         queries = load_beir_queries(spec.resolved_path)
         # a judgement of a document the corpus lacks can never be retrieved: it would lower recall unseen
-        doc_ids = set(chunks["chunk_id"]) if chunks is not None else beir_doc_ids(spec.resolved_path)
+        chunk_ids = set(chunks["chunk_id"]) if chunks is not None else beir_chunk_ids(spec.resolved_path)
         # `options.halves_of: dev`: a benchmark with a single judged split (CoSQA's dev) gets `train`/`test` as the
         # stable hash halves of that split's queries, so something can be tuned on one half and reported on the other.
         source = spec.options.get("halves_of")
         if source and split in ("train", "test"):
-            qrels = {q: r for q, r in load_beir_qrels(spec.resolved_path, source, doc_ids, set(queries)).items()
+            qrels = {q: r for q, r in load_beir_qrels(spec.resolved_path, source, chunk_ids, set(queries)).items()
                      if hash_half(q) == split}
         else:
-            qrels = load_beir_qrels(spec.resolved_path, split, doc_ids, set(queries))
+            qrels = load_beir_qrels(spec.resolved_path, split, chunk_ids, set(queries))
         # accepted answers in the queries' metadata (`metadata.answer`) make the queries labellable
         answers = load_beir_answers(spec.resolved_path)
         return Benchmark(spec.name, split, {q: queries[q] for q in qrels}, qrels,
@@ -664,12 +664,12 @@ def load_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None 
         return questions_benchmark(spec, split, chunks)
     if spec.loader == "hotpotqa":
         chunks, questions = load_hotpotqa(spec.resolved_path, spec.corpus)
-        keep = set(split_members([(q.question_id, q.split) for q in questions], split))
-        questions = [q for q in questions if q.question_id in keep]
-        qrels, _ = _gold_by_question([q.question_id for q in questions], chunks)
-        return Benchmark(spec.name, split, {q.question_id: q.question for q in questions}, qrels,
-                         {q.question_id: list(q.paragraph_ids) for q in questions},
-                         {q.question_id: q.answer for q in questions})
+        keep = set(split_members([(q.query_id, q.split) for q in questions], split))
+        questions = [q for q in questions if q.query_id in keep]
+        qrels, _ = _gold_by_question([q.query_id for q in questions], chunks)
+        return Benchmark(spec.name, split, {q.query_id: q.question for q in questions}, qrels,
+                         {q.query_id: list(q.paragraph_ids) for q in questions},
+                         {q.query_id: q.answer for q in questions})
     if spec.loader == "multihop":
         return multihop_benchmark(spec, split)
     if spec.loader == "python_package_api":
@@ -690,11 +690,11 @@ def mined_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None
     corpus = load_corpus_registry(spec._corpora, spec._shared_data)[spec.corpus]
     questions = mine_questions(_chunk_table(corpus, chunks), corpus.package, spec.options.get("max_questions"))
     if split != "dev":
-        questions = [q for q in questions if hash_half(q.question_id) == split]
-    return Benchmark(spec.name, split, {q.question_id: q.question for q in questions},
-                     {q.question_id: {q.target_chunk_id: 1.0} for q in questions},
-                     answers={q.question_id: q.gold_fqn for q in questions},
-                     aliases={q.question_id: list(q.aliases) for q in questions})
+        questions = [q for q in questions if hash_half(q.query_id) == split]
+    return Benchmark(spec.name, split, {q.query_id: q.question for q in questions},
+                     {q.query_id: {q.target_chunk_id: 1.0} for q in questions},
+                     answers={q.query_id: q.gold_fqn for q in questions},
+                     aliases={q.query_id: list(q.aliases) for q in questions})
 
 
 def mined_examples_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
@@ -708,21 +708,21 @@ def mined_examples_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFra
     examples = mine_examples(_chunk_table(corpus, chunks), corpus.package, spec.options.get("max_questions"),
                              alias=spec.options.get("alias", "nx"))
     if split != "dev":
-        examples = [q for q in examples if hash_half(q.question_id) == split]
-    return Benchmark(spec.name, split, {q.question_id: q.question for q in examples},
-                     {q.question_id: {q.target_chunk_id: 1.0} for q in examples},
-                     answers={q.question_id: q.gold for q in examples})
+        examples = [q for q in examples if hash_half(q.query_id) == split]
+    return Benchmark(spec.name, split, {q.query_id: q.question for q in examples},
+                     {q.query_id: {q.target_chunk_id: 1.0} for q in examples},
+                     answers={q.query_id: q.gold for q in examples})
 
 
-def _gold_by_question(question_ids: list[str], chunks) -> tuple[Qrels, dict[str, list[str]]]:
-    """Per question of `question_ids`, in their order: its supporting paragraphs (gold, graded 1.0) and all its
-    paragraphs, from the chunks' `question_id` and `supporting` metadata (the HotpotQA and multi-hop loaders). Keyed
+def _gold_by_question(query_ids: list[str], chunks) -> tuple[Qrels, dict[str, list[str]]]:
+    """Per question of `query_ids`, in their order: its supporting paragraphs (gold, graded 1.0) and all its
+    paragraphs, from the chunks' `query_id` and `supporting` metadata (the HotpotQA and multi-hop loaders). Keyed
     in the file's question order, never a set's: the order reaches every mean the tuner takes, and a set's changes
     with each process's string hashing (it changed the tuner's choices from run to run)."""
-    qrels: Qrels = {q: {} for q in question_ids}
-    within: dict[str, list[str]] = {q: [] for q in question_ids}
+    qrels: Qrels = {q: {} for q in query_ids}
+    within: dict[str, list[str]] = {q: [] for q in query_ids}
     for c in chunks:
-        qid = c.metadata["question_id"]
+        qid = c.metadata["query_id"]
         if qid in qrels:
             within[qid].append(c.chunk_id)
             if c.metadata["supporting"]:
@@ -737,12 +737,12 @@ def multihop_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
     with warnings.catch_warnings():   # the corpus asset reports skipped records; the benchmark does not repeat it
         warnings.simplefilter("ignore")
         chunks, data, _ = load_multihop(spec.resolved_path, spec.corpus, strict=bool(spec.options.get("strict", False)))
-    keep = set(split_members([(q.question_id, q.split) for q in data.questions], split))
-    questions = [q for q in data.questions if q.question_id in keep]
-    qrels, within = _gold_by_question([q.question_id for q in questions], chunks)
-    return Benchmark(spec.name, split, {q.question_id: q.question for q in questions}, qrels, within,
-                     {q.question_id: q.answer for q in questions},
-                     {q.question_id: list(q.aliases) for q in questions if q.aliases})
+    keep = set(split_members([(q.query_id, q.split) for q in data.questions], split))
+    questions = [q for q in data.questions if q.query_id in keep]
+    qrels, within = _gold_by_question([q.query_id for q in questions], chunks)
+    return Benchmark(spec.name, split, {q.query_id: q.question for q in questions}, qrels, within,
+                     {q.query_id: q.answer for q in questions},
+                     {q.query_id: list(q.aliases) for q in questions if q.aliases})
 
 
 def questions_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
@@ -751,8 +751,8 @@ def questions_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | 
     the chunks that hold its evidence, or its files). Questions without gold are not in `qrels`: the Monte Carlo
     labels are their only truth."""
     qfile = load_questions(spec.resolved_path)
-    keep = set(split_members([(r.question_id, r.split) for r in qfile.records], split))
-    records = [r for r in qfile.records if r.question_id in keep]
+    keep = set(split_members([(r.query_id, r.split) for r in qfile.records], split))
+    records = [r for r in qfile.records if r.query_id in keep]
     corpus = load_corpus_registry(spec._corpora, spec._shared_data)[spec.corpus]
     qrels: Qrels = {}
     files: dict[str, tuple[str, ...]] = {}
@@ -763,13 +763,13 @@ def questions_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | 
         for r in records:
             if r.gold:
                 gold = resolver.resolve(r.gold, r.where, dict(r.evidence))
-                qrels[r.question_id] = gold.qrels
+                qrels[r.query_id] = gold.qrels
                 if gold.files:
-                    files[r.question_id] = gold.files
+                    files[r.query_id] = gold.files
                 if gold.file_level:
-                    file_level.add(r.question_id)
-    return Benchmark(spec.name, split, {r.question_id: r.question for r in records}, qrels,
-                     answers={r.question_id: r.answer for r in records if r.answers},
-                     aliases={r.question_id: list(r.aliases) for r in records if r.aliases},
+                    file_level.add(r.query_id)
+    return Benchmark(spec.name, split, {r.query_id: r.question for r in records}, qrels,
+                     answers={r.query_id: r.answer for r in records if r.answers},
+                     aliases={r.query_id: list(r.aliases) for r in records if r.aliases},
                      gold_files=files, file_level=frozenset(file_level),
                      file_of=resolver.file_of if resolver else {})

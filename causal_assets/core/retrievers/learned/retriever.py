@@ -63,16 +63,17 @@ def grid_for(target: str) -> list[dict[str, Any]]:
 
 def candidate_table(extractor: FeatureExtractor, queries: dict[str, str], vectors: np.ndarray,
                     within: dict[str, list[str]] | None = None) -> pd.DataFrame:
-    """One row per (query, first-stage candidate): query_id, doc_id, first-stage rank, the extractor's features."""
+    """One row per (query, first-stage candidate): query_id, chunk_id, first-stage rank, the extractor's features."""
     frames = []
     for qv, (qid, text) in zip(vectors, queries.items()):
         c = extractor.candidates(text, qv, within.get(qid) if within else None)
         f = c.features.copy()
         f.insert(0, "rank", np.arange(1, len(c.positions) + 1))
-        f.insert(0, "doc_id", extractor.index.ids[c.positions].astype(str))
+        f.insert(0, "chunk_id", extractor.index.ids[c.positions].astype(str))
         f.insert(0, "query_id", qid)
         frames.append(f)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["query_id", "doc_id", "rank", *extractor.features])
+    return pd.concat(frames, ignore_index=True) if frames else \
+        pd.DataFrame(columns=["query_id", "chunk_id", "rank", *extractor.features])
 
 
 def attach_target(table: pd.DataFrame, target: str, qrels: Qrels | None = None,
@@ -82,7 +83,7 @@ def attach_target(table: pd.DataFrame, target: str, qrels: Qrels | None = None,
         if qrels is None:
             raise ValueError("target qrels needs qrels")
         judged = table["query_id"].isin(qrels)
-        y = [float(qrels.get(q, {}).get(d, 0.0) > 0) for q, d in zip(table["query_id"], table["doc_id"])]
+        y = [float(qrels.get(q, {}).get(d, 0.0) > 0) for q, d in zip(table["query_id"], table["chunk_id"])]
         return table.assign(target=np.where(judged, y, np.nan))
     if target == "delta_p":
         if mc_labels is None or not len(mc_labels):
@@ -91,10 +92,10 @@ def attach_target(table: pd.DataFrame, target: str, qrels: Qrels | None = None,
         if "estimator" in labels:
             # The configured estimator's rows (adaptive / regression) where a question has them, else the naive ones.
             labels = labels.sort_values("estimator", key=lambda s: s.eq("naive")) \
-                .drop_duplicates(["question_id", "doc_id"])
+                .drop_duplicates(["query_id", "chunk_id"])
         # the effect size labels are ranked by (answer log-likelihood or success probability); older tables: ΔP
-        dp = dict(zip(zip(labels["question_id"], labels["doc_id"]), ranking_effect(labels)))
-        return table.assign(target=[dp.get((q, d), np.nan) for q, d in zip(table["query_id"], table["doc_id"])])
+        dp = dict(zip(zip(labels["query_id"], labels["chunk_id"]), ranking_effect(labels)))
+        return table.assign(target=[dp.get((q, d), np.nan) for q, d in zip(table["query_id"], table["chunk_id"])])
     raise ValueError(f"unknown target {target!r}; known: {TARGETS}")
 
 
@@ -230,7 +231,7 @@ def _sharing_units(ids: list[str], qrels: Qrels) -> list[list[str]]:
 
 def run_from_scores(table: pd.DataFrame, scores: np.ndarray) -> dict[str, dict[str, float]]:
     run: dict[str, dict[str, float]] = {}
-    for q, d, s in zip(table["query_id"], table["doc_id"], scores):
+    for q, d, s in zip(table["query_id"], table["chunk_id"], scores):
         run.setdefault(q, {})[d] = float(s)
     return run
 

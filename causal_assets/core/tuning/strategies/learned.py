@@ -71,7 +71,7 @@ def labels_of(bench: Benchmark, mc_labels: pd.DataFrame | None) -> pd.DataFrame 
     also holds held-out questions, and those must not reach the tuner."""
     if mc_labels is None or not len(mc_labels):
         return None
-    return mc_labels[mc_labels["question_id"].isin(set(bench.query_ids()))]
+    return mc_labels[mc_labels["query_id"].isin(set(bench.query_ids()))]
 
 
 def extra_rows(table: pd.DataFrame, bench: Benchmark, spec: TuningSpec, extra_sources, log: Callable[[str], None],
@@ -124,7 +124,7 @@ def fit_learned(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, splits: 
     labels = labels_of(bench, mc_labels)
     targets = [t for t in spec.learned_targets
                if t == "qrels" or (t == "delta_p" and labels is not None
-                                   and labels["question_id"].nunique() >= spec.min_mc_questions)]
+                                   and labels["query_id"].nunique() >= spec.min_mc_questions)]
     if likelihood:
         log(f"learned: question likelihood scored with the other features of {len(table)} candidate rows "
             f"({time.perf_counter() - t0:.1f}s in all)")
