@@ -3,9 +3,10 @@ gold files carry `evidence` (the verbatim passage that answers), e.g. the shared
 
     .venv/bin/python benchmarks/own_documents.py --folder ../shared/data/manpages/docs \\
         --questions ../shared/data/manpages/questions.jsonl [--retest] [--budget N] [--pool-size N] \\
-        [--max-doc-chars N] [--chunk-chars 1500] [--questions-limit N] [--out FILE.json]
+        [--seed-neighbors N] [--max-doc-chars N] [--chunk-chars 1500] [--questions-limit N] [--out FILE.json]
 
-The product's own path, in-process: the folder loader, the index, `load_benchmark`, `build_pools`, `run_trials`
+The product's own path, in-process: the folder loader, the index and the corpus graph (its chunk neighbours join the
+pools as `candidate_pools` adds them), `load_benchmark`, `build_pools`, `run_trials`
 with the local solver (through a call cache beside the output), `label_table`, with the registry defaults of a
 questions benchmark unless flags say otherwise. Reported, per (question, gold file): whether a chunk holding the
 evidence was pooled and labelled YES; the two-file questions with both files YES; YES precision / recall / F1
@@ -33,9 +34,11 @@ sys.path.insert(0, str(ROOT))
 from causal_assets.core.corpus.chunk import chunks_to_frame  # noqa: E402
 from causal_assets.core.index.build import build_index  # noqa: E402
 from causal_assets.core.index.dense import EmbeddingCache, Embedder  # noqa: E402
+from causal_assets.core.graph.build import build_graph  # noqa: E402
+from causal_assets.core.graph.store import chunk_neighbors  # noqa: E402
 from causal_assets.core.labeling.pools import build_pools, pool_params  # noqa: E402
 from causal_assets.core.labeling.quality import test_retest  # noqa: E402
-from causal_assets.core.labeling.runner import LabelingParams, label_table  # noqa: E402
+from causal_assets.core.labeling.runner import LabelingParams, answer_holders, label_table  # noqa: E402
 from causal_assets.core.labeling.trials import run_trials  # noqa: E402
 from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
@@ -55,7 +58,8 @@ def registries(work: Path, args) -> dict:
     corpora = {"corpora": [{"name": "default", "loader": "python_package", "package": "networkx"},
                            {"name": "own_docs", "loader": "folder", "path": str(args.folder.resolve()),
                             "options": {"chunk_chars": args.chunk_chars, "overlap_chars": args.overlap_chars}}]}
-    pooling = {k: v for k, v in (("size", args.pool_size), ("max_doc_chars", args.max_doc_chars)) if v}
+    pooling = {k: v for k, v in (("size", args.pool_size), ("max_doc_chars", args.max_doc_chars),
+                                 ("max_seed_neighbors", args.seed_neighbors)) if v is not None}
     monte_carlo = {k: v for k, v in (("budget", args.budget), ("solver", args.solver)) if v}
     bench = {"name": "own", "loader": "questions", "corpus": "own_docs", "path": str(args.questions.resolve()),
              **({"pooling": pooling} if pooling else {}), **({"monte_carlo": monte_carlo} if monte_carlo else {})}
@@ -64,13 +68,18 @@ def registries(work: Path, args) -> dict:
     return load_benchmark_registry(work / "benchmarks.yaml", SETTINGS.shared_data, work / "corpora.yaml")
 
 
-def label(index, bench, qids, spec, seed: int, scorer, cfg_overrides: dict) -> tuple:
+def labeling_params(spec, seed: int, overrides: dict) -> LabelingParams:
+    """The registry's Monte Carlo settings with the loader's defaults (a questions file's budget), as `mc_trials`
+    reads them, then the flags' overrides."""
+    settings = {k: v for k, v in spec.monte_carlo_settings.items() if k in LabelingParams.__dataclass_fields__}
+    return LabelingParams(**{**settings, **overrides, **({"seed": seed} if seed else {})})
+
+
+def label(index, bench, qids, spec, seed: int, scorer, cfg_overrides: dict, neighbors=None) -> tuple:
     params = pool_params(spec.pool_settings, seed=seed or None)
-    pools = build_pools(index, bench, qids, params)
+    pools = build_pools(index, bench, qids, params, neighbors)
     pools["aliases"] = pools["aliases"].map(json.dumps)
-    cfg = LabelingParams(**{**{k: v for k, v in spec.monte_carlo.items() if k not in ("solver", "split",
-                                                                                     "max_questions")},
-                            **cfg_overrides, **({"seed": seed} if seed else {})})
+    cfg = labeling_params(spec, seed, cfg_overrides)
     load0 = os.getloadavg()[0]
     run = run_trials(pools, cfg, "own", spec.validator, f"local/{spec.monte_carlo.get('solver', 'gemma3-270m')}",
                      scorer=scorer)
@@ -136,6 +145,8 @@ def main() -> None:
     ap.add_argument("--overlap-chars", type=int, default=200)
     ap.add_argument("--pool-size", type=int, default=None)
     ap.add_argument("--budget", type=int, default=None)
+    ap.add_argument("--seed-neighbors", type=int, default=None,
+                    help="graph neighbours of each seed chunk in the pool (pooling.max_seed_neighbors)")
     ap.add_argument("--max-doc-chars", type=int, default=None)
     ap.add_argument("--solver", default=None)
     ap.add_argument("--question-weight", type=float, default=None)
@@ -163,7 +174,9 @@ def main() -> None:
     t0 = time.time()
     overrides = {k: v for k, v in (("question_weight", args.question_weight),
                                    ("threshold_nats", args.threshold_nats)) if v is not None}
-    pools, labels, cost = label(index, bench, qids, spec, 0, scorer, overrides)
+    # the corpus graph's chunk neighbours, as `candidate_pools` gets them from the graph assets
+    neighbors = chunk_neighbors(*build_graph(chunks))
+    pools, labels, cost = label(index, bench, qids, spec, 0, scorer, overrides, neighbors)
     out = {"settings": {k: str(v) for k, v in vars(args).items()}, "cost": cost,
            "figures": passage_figures(records, resolver, pools, labels)}
     f = out["figures"]
@@ -173,16 +186,33 @@ def main() -> None:
           f"{sum(x['contains_answer'] for x in f['yes_outside_evidence'])} of them contain the answer); "
           f"{cost['seconds_per_question']} s and {cost['calls_per_question']} calls per question (load {cost['load']})")
     if args.retest:
-        pools2, labels2, cost2 = label(index, bench, qids, spec, 1, scorer, overrides)
+        pools2, labels2, cost2 = label(index, bench, qids, spec, 1, scorer, overrides, neighbors)
         out["retest"] = {"cost": cost2, **test_retest(labels, labels2)}
+        # the pairs whose pool held the same other copies of the answer in both draws: what is left there is the
+        # estimate's own noise; the rest is the label's dependence on the pool, which each label's note names
+        same = same_answer_holders(pools, pools2)
+        keep = lambda t: t[[(q, c) in same for q, c in zip(t["query_id"], t["chunk_id"])]]   # noqa: E731
+        out["retest"]["same_answer_holders"] = test_retest(keep(labels), keep(labels2))
         out["retest_figures"] = passage_figures(records, resolver, pools2, labels2)
         r = out["retest"]
         print(f"test-retest over {r['pairs']} pairs judged in both: kappa {r['kappa']:.3f} on {r['decided_both']} "
               f"decided in both, YES<->NO flips {r['flips']} ({r['flip_share']:.1%}), 80% intervals overlap "
               f"{r['overlap_share']:.1%}")
+        r = r["same_answer_holders"]
+        print(f"  of them {r['pairs']} pairs whose pools hold the same other copies of the answer: kappa "
+              f"{r['kappa']:.3f}, flips {r['flips']} ({r['flip_share']:.1%}), overlap {r['overlap_share']:.1%}")
     out["seconds"] = round(time.time() - t0, 1)
     args.out.write_text(json.dumps(out, indent=1))
     print(f"written {args.out}")
+
+
+def same_answer_holders(first, second) -> set[tuple[str, str]]:
+    """The (question, chunk) pairs pooled in both draws whose question's pool holds the same other chunks containing
+    the answer in both (`labeling.runner.answer_holders`)."""
+    holders = [{q: set(answer_holders(p)) for q, p in pools.groupby("query_id")} for pools in (first, second)]
+    pairs = set(zip(first["query_id"], first["chunk_id"])) & set(zip(second["query_id"], second["chunk_id"]))
+    return {(q, c) for q, c in pairs
+            if holders[0].get(q, set()) - {c} == holders[1].get(q, set()) - {c}}
 
 
 def _records(spec):
