@@ -197,7 +197,8 @@ def main() -> None:
         r = out["retest"]
         print(f"test-retest over {r['pairs']} pairs judged in both: kappa {r['kappa']:.3f} on {r['decided_both']} "
               f"decided in both, YES<->NO flips {r['flips']} ({r['flip_share']:.1%}), 80% intervals overlap "
-              f"{r['overlap_share']:.1%}")
+              f"{r['overlap_share']:.1%}; the change of effect over its standard error: sd {r['change_z_sd']:.2f}, "
+              f"{r['change_beyond_90']:.0%} beyond 1.645 (1 and 10% where the intervals cover a change of pool)")
         r = r["same_answer_holders"]
         print(f"  of them {r['pairs']} pairs whose pools hold the same other copies of the answer: kappa "
               f"{r['kappa']:.3f}, flips {r['flips']} ({r['flip_share']:.1%}), overlap {r['overlap_share']:.1%}")

@@ -42,3 +42,17 @@ def test_without_effects_or_shared_pairs_the_figures_say_so():
     assert out["agreement"] == 1.0 and math.isnan(out["kappa"])   # every label alike by chance: kappa undefined
     none = agreement(_labels([("q1", "a", "YES", 3, 6, 4.0)]), _labels([("q2", "a", "YES", 3, 6, 4.0)]))
     assert none["pairs"] == 0 and math.isnan(none["kappa"]) and math.isnan(none["overlap_share"])
+
+
+def test_the_intervals_are_checked_against_the_change_between_the_runs():
+    """Intervals of one standard error each (80%: half-width 1.2816 se) make the standard error of a difference √2:
+    effects moving by ±√2 give z ±1 (sd 1, none beyond 1.645); a pair that moved by 4√2 is beyond."""
+    half = 1.2815515655446004   # the 90th percentile: an 80% interval's half-width in standard errors
+    rows = lambda effects: pd.DataFrame(   # noqa: E731
+        [("q1", f"d{i}", "NO", e - half, e + half, e) for i, e in enumerate(effects)],
+        columns=["query_id", "chunk_id", "label", "ci_low", "ci_high", "effect"])
+    r2 = math.sqrt(2)
+    out = agreement(rows([r2, 0.0, r2, 0.0]), rows([0.0, r2, 0.0, r2]))
+    assert out["change_z_sd"] == pytest.approx(1.0) and out["change_beyond_90"] == 0.0
+    moved = agreement(rows([4 * r2, 0.0]), rows([0.0, 0.0]))
+    assert moved["change_beyond_90"] == 0.5

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from statistics import NormalDist
 from typing import Container, Iterable, Sequence
 
 import numpy as np
@@ -162,12 +163,14 @@ def quality_table(summary: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["source", "metric", "value"])
 
 
-def test_retest(first: pd.DataFrame, second: pd.DataFrame) -> dict:
+def test_retest(first: pd.DataFrame, second: pd.DataFrame, level: float = 0.8) -> dict:
     """How far two labellings of the same questions agree on the (question, document) pairs judged in both (one
     estimator's `mc_labels` rows each, e.g. two pool draws and Monte Carlo seeds): Cohen's kappa on the pairs decided
     (YES or NO) in both, the YES<->NO flips among all shared pairs, and how often the two intervals overlap. Also two
     solvers' labels of the same pools; with `average_effect` in both, the mean per-question rank correlation of the
-    effects."""
+    effects. With `effect` in both: whether the intervals (at `level`) cover the change between the two runs: the
+    effects' difference over its standard error read from the two intervals, its standard deviation (1 when they do)
+    and the share beyond ±1.645 (0.10 when they do)."""
     keys = ["query_id", "chunk_id"]
     cols = keys + ["label", "ci_low", "ci_high"] + (["average_effect"] if "average_effect" in first
                                                      and "average_effect" in second else [])
@@ -182,6 +185,8 @@ def test_retest(first: pd.DataFrame, second: pd.DataFrame) -> dict:
     out = {"pairs": len(both), "decided_both": len(decided), "kappa": kappa, "agreement": observed,
            "flips": flips, "flip_share": flips / len(both) if len(both) else float("nan"),
            "overlap_share": float(overlap.mean()) if len(both) else float("nan")}
+    if "effect" in first and "effect" in second:
+        out.update(interval_coverage(first.merge(second, on=keys, suffixes=("_a", "_b")), level))
     if "average_effect_a" in both:   # the effects' order within each question (Spearman), averaged over questions
         rho = [g["average_effect_a"].rank().corr(g["average_effect_b"].rank())
                for _, g in both.dropna(subset=["average_effect_a", "average_effect_b"]).groupby("query_id")
@@ -189,3 +194,15 @@ def test_retest(first: pd.DataFrame, second: pd.DataFrame) -> dict:
         rho = [r for r in rho if np.isfinite(r)]
         out["effect_rank_correlation"] = float(np.mean(rho)) if rho else float("nan")
     return out
+
+
+def interval_coverage(both: pd.DataFrame, level: float) -> dict:
+    """`test_retest`'s check of the intervals on pairs judged twice (`effect_a`/`_b`, `ci_low_a`/`_b`, ...): z of
+    each pair's change of effect, its standard error from the two intervals' half-widths at `level`."""
+    half = NormalDist().inv_cdf(0.5 + level / 2)
+    se = np.sqrt(((both["ci_high_a"] - both["ci_low_a"]) / (2 * half)) ** 2
+                 + ((both["ci_high_b"] - both["ci_low_b"]) / (2 * half)) ** 2)
+    z = ((both["effect_a"] - both["effect_b"]) / se).to_numpy(dtype=float)
+    z = z[np.isfinite(z)]
+    return {"change_z_sd": float(z.std()) if len(z) > 1 else float("nan"),
+            "change_beyond_90": float((np.abs(z) > NormalDist().inv_cdf(0.95)).mean()) if len(z) else float("nan")}
