@@ -11,7 +11,7 @@ import pytest
 
 from causal_assets.core.foundation.errors import ConfigError
 from causal_assets.core.registry.benchmarks import load_benchmark_registry
-from causal_assets.core.registry.retriever_params import BOUNDS, params_problem
+from causal_assets.core.registry.retriever_params import params_problem
 from causal_assets.core.registry.retrievers import KINDS
 from tests.core.test_registry_refusals import HOTPOT, _write
 
@@ -81,10 +81,10 @@ def _takes(name: str) -> set[str]:
     return set(inspect.signature(target).parameters)
 
 
-@pytest.mark.parametrize("name", sorted(BOUNDS))
+@pytest.mark.parametrize("name", sorted(n for n, k in KINDS.items() if k.bounds))
 def test_the_bounds_name_params_the_retriever_takes(name):
     taken = _takes(name)
-    for dotted in BOUNDS[name]:
+    for dotted in KINDS[name].bounds:
         assert dotted.removesuffix(".*") in taken or dotted in taken, (name, dotted, sorted(taken))
 
 

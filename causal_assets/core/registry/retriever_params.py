@@ -1,73 +1,19 @@
-"""The bounds of a retriever's params: a benchmark's `retrievers:` section and `search --params` are checked against
-them when they are read, before any run or LLM call, with one error naming the field and the value.
+"""The bounds of a retriever's params (each kind's `bounds` in `registry.retrievers`): a benchmark's `retrievers:`
+section and `search --params` are checked against them when they are read, before any run or LLM call, with one
+error naming the field and the value.
 
 A share (the hybrid's dense weight, the causal measures' weights, a decay) is a number in [0, 1]; another weight or
 constant is a number from 0 to `MAX_WEIGHT`; a depth, a k, a pool or a length is a whole number as written (not
-`"20"`, `20.0` or `true`) within the bounds of `foundation/limits.py`. Without them `hybrid: {weight: 7}` ranked by
-seven times the dense score minus six times BM25's, and `rrf: {depth: 0}` fused empty rankings. Params this table
-does not name are left to the retriever, which refuses what it does not take when it is built. Pure data: the
-registry's validation imports nothing heavy.
+`"20"`, `20.0` or `true`) within the bounds of `foundation/limits.py` (`registry.bounds`). Without them
+`hybrid: {weight: 7}` ranked by seven times the dense score minus six times BM25's, and `rrf: {depth: 0}` fused empty
+rankings. Params a kind's bounds do not name are left to the retriever, which refuses what it does not take when it
+is built. Pure data: the registry's validation imports nothing heavy.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from causal_assets.core.foundation.limits import (MAX_DEPTH, MAX_DOC_CHARS, MAX_HOPS, MAX_K, MAX_REPEATS, MAX_TOKENS,
-                                                   MAX_WEIGHT)
 from causal_assets.core.registry.retrievers import KINDS, RETRIEVERS, SHORTLISTS
-
-
-@dataclass(frozen=True)
-class Bound:
-    low: float
-    high: float
-    whole: bool = False          # a count: an integer as written
-    optional: bool = False       # null means the retriever's own "unset"
-
-    def problem(self, value: Any) -> str | None:
-        if value is None and self.optional:
-            return None
-        if self.whole:
-            if isinstance(value, bool) or not isinstance(value, int) or not self.low <= value <= self.high:
-                return f"must be a whole number from {self.low:,} to {self.high:,}"
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not self.low <= value <= self.high:
-            return f"must be a number in [{self.low:g}, {self.high:g}]" if self.high <= 1 else \
-                f"must be a number from {self.low:g} to {self.high:,}"
-        return None
-
-
-SHARE = Bound(0, 1)
-WEIGHT = Bound(0, MAX_WEIGHT)
-HOPS = Bound(0, MAX_HOPS, whole=True)
-
-
-def count(low: int, high: int, optional: bool = False) -> Bound:
-    return Bound(low, high, whole=True, optional=optional)
-
-
-# kind -> dotted param -> bound; `name.*`: every value of the mapping `name` (fusion's weights per member).
-BOUNDS: dict[str, dict[str, Bound]] = {
-    "hybrid": {"weight": SHARE},
-    "rrf": {"c": Bound(0, MAX_DEPTH), "depth": count(1, MAX_DEPTH)},
-    "cascade": {"tfidf.initial_k": count(1, MAX_DEPTH), "embedding.similarity_top_k": count(1, MAX_DEPTH),
-                "embedding.similarity_cutoff": Bound(-1, 1, optional=True), "graph.max_hops": HOPS,
-                "graph.max_nodes": count(0, MAX_DEPTH), "graph.min_edge_weight": WEIGHT,
-                "graph.score_decay_factor": SHARE, "entropy.threshold": WEIGHT,
-                "entropy.max_iterations": count(1, MAX_REPEATS), "entropy.min_documents": count(0, MAX_DEPTH),
-                "entropy.max_documents": count(1, MAX_DEPTH), "entropy.window_size": count(1, MAX_REPEATS)},
-    "entity_first": {"k": count(1, MAX_K), "max_repairs": count(0, MAX_REPEATS), "shortlist": count(1, MAX_DEPTH),
-                     "dense_weight": SHARE, "strong_title": SHARE, "title_match.*": SHARE, "title_weight": WEIGHT,
-                     "bridge_weight": WEIGHT},
-    "learned": {"depth": count(1, MAX_DEPTH, optional=True)},
-    "fusion": {"c": Bound(0, MAX_DEPTH), "depth": count(1, MAX_DEPTH), "weights.*": WEIGHT},
-    "pairwise": {"pool": count(2, MAX_K), "coverage_weight": WEIGHT, "link_weight": WEIGHT},
-    "query_likelihood": {"depth": count(2, MAX_DEPTH), "weight": WEIGHT, "max_doc_chars": count(1, MAX_DOC_CHARS)},
-    "causal": {"shortlist_size": count(1, MAX_K), "graph_candidates": count(0, MAX_K), "max_docs": count(1, MAX_K),
-               "weights.*": SHARE, "max_hops": HOPS, "hop_decay": SHARE, "min_relevance": SHARE,
-               "diversity_threshold": WEIGHT},
-    "cross_encoder": {"depth": count(2, MAX_DEPTH), "weight": WEIGHT, "max_length": count(8, MAX_TOKENS)},
-}
 
 
 def short(value: Any) -> str:
@@ -96,7 +42,7 @@ def params_problem(name: str, params: Any) -> tuple[str, str] | None:
         return "", f"unknown retriever {name!r}; known: {', '.join(RETRIEVERS)}"
     if not isinstance(params, dict):
         return "", f"a retriever's params are a mapping, not {type(params).__name__}"
-    for dotted, bound in BOUNDS.get(name, {}).items():
+    for dotted, bound in KINDS[name].bounds.items():
         for path, value in _at(params, dotted):
             why = bound.problem(value)
             if why:

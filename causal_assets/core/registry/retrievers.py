@@ -8,6 +8,9 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from causal_assets.core.foundation.limits import MAX_DEPTH, MAX_DOC_CHARS, MAX_K, MAX_REPEATS, MAX_TOKENS
+from causal_assets.core.registry.bounds import HOPS, SHARE, WEIGHT, Bound, count
+
 # What a kind may need besides the chunks and the sparse index:
 # embeddings: the chunks' and queries' dense vectors | neighbors: the entity graph's chunk neighbourhoods
 # | graph: the graph frames (nodes, edges) | within: a fixed candidate set per query (HotpotQA's own paragraphs).
@@ -60,6 +63,9 @@ class Kind:
     tuning: str | None = None          # of TUNINGS; None: not tunable
     space: dict[str, list[Any]] = field(default_factory=dict)
     start: dict[str, Any] = field(default_factory=dict)
+    # param (dotted path; `name.*`: every value of the mapping `name`) -> its `Bound`, checked when params are read
+    # (`registry.retriever_params`)
+    bounds: dict[str, Bound] = field(default_factory=dict)
 
     @property
     def combination(self) -> bool:
@@ -89,18 +95,26 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("tfidf", "", f"{_FACTORY}:build_tfidf", "lexical", baseline=True),
     Kind("dense", "MiniLM", f"{_FACTORY}:build_dense", "dense", baseline=True, needs=frozenset({"embeddings"})),
     Kind("hybrid", "BM25 + dense", f"{_FACTORY}:build_hybrid", "fusion", baseline=True, needs=frozenset({"embeddings"}),
-         shortlist=True, takes_tuned=("weight", "within_stats"), tuning="sweep"),
+         shortlist=True, takes_tuned=("weight", "within_stats"), tuning="sweep",
+         bounds={"weight": SHARE}),
     Kind("rrf", "reciprocal rank fusion", f"{_FACTORY}:build_rrf", "fusion", baseline=True,
          needs=frozenset({"embeddings"}), takes_tuned=("within_stats",), tuning="coordinate",
          space={"c": [5, 10, 20, 40, 60, 100], "within_stats": ["corpus", "candidates"]},
-         start={"c": 60, "within_stats": "corpus"}),
+         start={"c": 60, "within_stats": "corpus"},
+         bounds={"c": Bound(0, MAX_DEPTH), "depth": count(1, MAX_DEPTH)}),
     Kind("cascade", "sparse -> dense -> graph", f"{_FACTORY}:build_cascade", "graph",
          needs=frozenset({"embeddings", "neighbors"}), shortlist=True, tuning="coordinate",
          space={"tfidf.initial_k": [50, 100, 200, 400], "embedding.similarity_top_k": [10, 20, 50, 100],
                 "embedding.similarity_cutoff": [None, 0.2, 0.4, 0.6], "graph.max_hops": [0, 1, 2],
                 "graph.min_edge_weight": [0.1, 0.3, 0.6], "graph.score_decay_factor": [0.5, 0.8]},
          start={"tfidf.initial_k": 100, "embedding.similarity_top_k": 20, "embedding.similarity_cutoff": 0.6,
-                "graph.max_hops": 2, "graph.min_edge_weight": 0.3, "graph.score_decay_factor": 0.8}),
+                "graph.max_hops": 2, "graph.min_edge_weight": 0.3, "graph.score_decay_factor": 0.8},
+         bounds={"tfidf.initial_k": count(1, MAX_DEPTH), "embedding.similarity_top_k": count(1, MAX_DEPTH),
+                 "embedding.similarity_cutoff": Bound(-1, 1, optional=True), "graph.max_hops": HOPS,
+                 "graph.max_nodes": count(0, MAX_DEPTH), "graph.min_edge_weight": WEIGHT,
+                 "graph.score_decay_factor": SHARE, "entropy.threshold": WEIGHT,
+                 "entropy.max_iterations": count(1, MAX_REPEATS), "entropy.min_documents": count(0, MAX_DEPTH),
+                 "entropy.max_documents": count(1, MAX_DEPTH), "entropy.window_size": count(1, MAX_REPEATS)}),
     # Every heuristic of the entity-first retriever (retrievers/entity_first/retriever.py) is searched: none is
     # hand-set on an evaluation split. Tuned only where queries rank their own candidate sets (`within`).
     Kind("entity_first", "entity coverage", f"{_FACTORY}:build_entity_first", "graph",
@@ -112,36 +126,47 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                 "strong_title": [0.3, 0.5, 0.7], "bridge": [True, False], "bridge_weight": [0.0, 0.3, 0.6],
                 "max_repairs": [0, 1, 3]},
          start={"dense_weight": 0.5, "within_stats": "corpus", "title_weight": 2.0, "title_match": {},
-                "strong_title": 0.5, "bridge": True, "bridge_weight": 0.3, "max_repairs": 3}),
+                "strong_title": 0.5, "bridge": True, "bridge_weight": 0.3, "max_repairs": 3},
+         bounds={"k": count(1, MAX_K), "max_repairs": count(0, MAX_REPEATS), "shortlist": count(1, MAX_DEPTH),
+                 "dense_weight": SHARE, "strong_title": SHARE, "title_match.*": SHARE, "title_weight": WEIGHT,
+                 "bridge_weight": WEIGHT}),
     Kind("learned", "the tuned causal-relevance model", f"{_FACTORY}:build_learned_kind", "learned",
-         needs=frozenset({"embeddings", "neighbors", "graph"}), shortlist=True, scores="feature", tuning="fit"),
+         needs=frozenset({"embeddings", "neighbors", "graph"}), shortlist=True, scores="feature", tuning="fit",
+         bounds={"depth": count(1, MAX_DEPTH, optional=True)}),
     # RRF of the other tuned retrievers (`fusion_members`, each at its tuned params): the constant and the weight of
     # the learned model's ranking (the others weigh 1).
     Kind("fusion", "weighted RRF of retrievers named in --params", f"{_FACTORY}:build_fusion", "fusion",
          ingredients="members", tuning="combination",
          space={"c": [1, 2, 5, 10, 20, 60], "weights.learned": [0.5, 1.0, 1.5, 2.0]},
-         start={"c": 60, "weights.learned": 1.0}),
+         start={"c": 60, "weights.learned": 1.0},
+         bounds={"c": Bound(0, MAX_DEPTH), "depth": count(1, MAX_DEPTH), "weights.*": WEIGHT}),
     # The top 2 re-selected as a pair over a tuned base (`pairwise_base`); 0/0 weights are the base itself.
     Kind("pairwise", "the best top-2 pair of a base retriever named in --params", f"{_FACTORY}:build_pairwise",
          "graph", ingredients="base", tuning="combination",
          space={"pool": [3, 4, 5], "coverage_weight": [0.0, 0.5, 1.0, 2.0], "link_weight": [0.0, 0.5, 1.0],
                 "use_ranks": [False, True]},
-         start={"pool": 4, "coverage_weight": 0.0, "link_weight": 0.0, "use_ranks": False}),
+         start={"pool": 4, "coverage_weight": 0.0, "link_weight": 0.0, "use_ranks": False},
+         bounds={"pool": count(2, MAX_K), "coverage_weight": WEIGHT, "link_weight": WEIGHT}),
     # The top `depth` of a tuned base (`query_likelihood_base`) reranked by the solver's likelihood of the query;
     # weight 0 is the base itself. A benchmark may fix its `prompt` here (a one-value space).
     Kind("query_likelihood", "a base retriever named in --params, its top reranked by the local solver's "
          "likelihood of the query", f"{_FACTORY}:build_query_likelihood", "causal", ingredients="base",
          scores="always", tuning="combination",
-         space={"weight": [0.0, 0.25, 0.5, 0.75, 1.0], "depth": [10, 20]}, start={"weight": 0.0, "depth": 20}),
+         space={"weight": [0.0, 0.25, 0.5, 0.75, 1.0], "depth": [10, 20]}, start={"weight": 0.0, "depth": 20},
+         bounds={"depth": count(2, MAX_DEPTH), "weight": WEIGHT, "max_doc_chars": count(1, MAX_DOC_CHARS)}),
     Kind("causal", "LLM-scored contribution", f"{_FACTORY}:build_causal_kind", "causal",
          needs=frozenset({"embeddings", "neighbors", "graph"}), ingredients="shortlist", scores="answer_model",
          progress=True, tuning="causal",
          space={"shortlist": ["hybrid", "learned"], "shortlist_size": [5, 8, 10], "graph_candidates": [0, 3],
                 "weights": _CAUSAL_WEIGHTS, "max_hops": [2, 4], "hop_decay": [0.5, 0.8], "min_relevance": [0.0, 0.1]},
          start={"shortlist": "hybrid", "shortlist_size": 8, "graph_candidates": 3, "weights": _CAUSAL_WEIGHTS[0],
-                "max_hops": 4, "hop_decay": 0.8, "min_relevance": 0.1}),
+                "max_hops": 4, "hop_decay": 0.8, "min_relevance": 0.1},
+         bounds={"shortlist_size": count(1, MAX_K), "graph_candidates": count(0, MAX_K), "max_docs": count(1, MAX_K),
+                 "weights.*": SHARE, "max_hops": HOPS, "hop_decay": SHARE, "min_relevance": SHARE,
+                 "diversity_threshold": WEIGHT}),
     Kind("cross_encoder", "a base retriever named in --params, its top reranked by a fitted cross-encoder: "
-         "model_path, e.g. tuned_reranker's", f"{_FACTORY}:build_cross_encoder", ingredients="base"),
+         "model_path, e.g. tuned_reranker's", f"{_FACTORY}:build_cross_encoder", ingredients="base",
+         bounds={"depth": count(2, MAX_DEPTH), "weight": WEIGHT, "max_length": count(8, MAX_TOKENS)}),
 )}
 
 RETRIEVERS = tuple(KINDS)
