@@ -197,7 +197,6 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
     # the dataset's registry entry (its labelling settings), then the flags given
     spec = load_benchmark_registry(shared_data=SETTINGS.shared_data).get(args.dataset)
-    registry = {k: v for k, v in (spec.monte_carlo if spec else {}).items() if k in LabelingParams.__dataclass_fields__}
     if args.max_doc_chars is None:
         args.max_doc_chars = int(spec.pool_settings.get("max_doc_chars") or 0) if spec else 0
     flags = {"estimator": args.estimator, "outcome": args.outcome, "budget": args.budget,
@@ -208,7 +207,7 @@ def main() -> None:
     if isinstance(args.budget, str) and args.budget != "auto":
         flags["budget"] = int(args.budget) if args.budget.lstrip("-").isdigit() else args.budget
     try:   # refused as the product refuses it, with its message, before any solver call
-        cfg = LabelingParams(**{**registry, **{k: v for k, v in flags.items() if v is not None}, "batch": args.batch})
+        cfg = LabelingParams.from_settings(spec.monte_carlo if spec else {}, **flags, batch=args.batch)
     except ValueError as e:
         sys.exit(f"label_quality: {e}")
 

@@ -71,8 +71,7 @@ def registries(work: Path, args) -> dict:
 def labeling_params(spec, seed: int, overrides: dict) -> LabelingParams:
     """The registry's Monte Carlo settings with the loader's defaults (a questions file's budget), as `mc_trials`
     reads them, then the flags' overrides."""
-    settings = {k: v for k, v in spec.monte_carlo_settings.items() if k in LabelingParams.__dataclass_fields__}
-    return LabelingParams(**{**settings, **overrides, **({"seed": seed} if seed else {})})
+    return LabelingParams.from_settings(spec.monte_carlo_settings, **overrides, seed=seed or None)
 
 
 def label(index, bench, qids, spec, seed: int, scorer, cfg_overrides: dict, neighbors=None) -> tuple:

@@ -56,13 +56,10 @@ class MonteCarloConfig(Config):
 
 
 def mc_config(spec_mc: dict, config: MonteCarloConfig) -> LabelingParams:
-    base = {k: v for k, v in spec_mc.items() if k in LabelingParams.__dataclass_fields__}
-    overrides = {k: v for k, v in {"estimator": config.estimator, "outcome": config.outcome, "budget": config.budget,
-                                   "threshold": config.threshold, "threshold_nats": config.threshold_nats,
-                                   "question_weight": config.question_weight,
-                                   "document_encoding": config.document_encoding}.items()
-                 if v is not None}
-    return LabelingParams(**{**base, **overrides})
+    return LabelingParams.from_settings(spec_mc, estimator=config.estimator, outcome=config.outcome,
+                                        budget=config.budget, threshold=config.threshold,
+                                        threshold_nats=config.threshold_nats, question_weight=config.question_weight,
+                                        document_encoding=config.document_encoding)
 
 
 def trials_of(context: AssetExecutionContext, spec, cfg: LabelingParams, llm: LLM, pools: pd.DataFrame,

@@ -102,6 +102,13 @@ class LabelingParams:
                 also = ' or "auto"' if name == "budget" else ""
                 raise ValueError(f"monte_carlo.{name} must be a whole number from 1 to {most:,}{also}, got {value!r}")
 
+    @classmethod
+    def from_settings(cls, settings: dict, **overrides) -> "LabelingParams":
+        """A benchmark's `monte_carlo` settings (the keys that are not labelling parameters, such as `solver` and
+        `split`, left out), then the `overrides` that are not None."""
+        given = {k: v for k, v in settings.items() if k in cls.__dataclass_fields__}
+        return cls(**{**given, **{k: v for k, v in overrides.items() if v is not None}})
+
     def budget_for(self, pool_size: int) -> int:
         """Solver calls per question for a pool of `pool_size` documents (`budget: auto` derives them)."""
         return budget_for(self.budget, pool_size)
