@@ -110,17 +110,15 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
     if len(candidate_pools):   # what the run will cost, said (and held to the ceiling) before its first call
         if cfg.budget == "auto":
             context.log.info(budget_line(largest))
+        separate = spec.monte_carlo.get("document_encoding") != "joint"
+        machine = None if llm.base_url else machine_now(
+            storage.base, None, solver_file(spec.monte_carlo.get("solver") or llm.solver, llm.models_dir), separate)
         plan = plan_labels(spec.name, int(candidate_pools["query_id"].nunique()), cfg.budget_for(largest),
                            largest,
                            float(candidate_pools["text"].astype(str).str.len().mean()),   # what the pools show
                            code=spec.loader.startswith("python_package"),
                            stop_when_decided=cfg.stop_when_decided and cfg.estimator == "regression",
-                           remote=llm.base_url is not None,
-                           separate=spec.monte_carlo.get("document_encoding") != "joint",
-                           machine=None if llm.base_url else machine_now(
-                               storage.base, None, solver_file(spec.monte_carlo.get("solver") or llm.solver,
-                                                               llm.models_dir),
-                               spec.monte_carlo.get("document_encoding") != "joint"))
+                           remote=llm.base_url is not None, separate=separate, machine=machine)
         context.log.info(plan.line())
         problem = ceiling_problem(plan, SETTINGS.label_max_calls)
         if problem:

@@ -73,7 +73,7 @@ def retrieval_results(context: AssetExecutionContext, config: SearchConfig, stor
                            "title": h.title} for h in hits])
     table = "\n".join(f"{h.rank}. `{h.chunk_id}` {h.title} ({h.score:.3f})" for h in hits)
     yield Output(frame, metadata={"query": record["query"], "results": MetadataValue.md(table)})
-    yield check_result("retrieval_results", "ranking_valid", check_ranked_results(frame, ["query_id"], doc="chunk_id"))
+    yield check_result("retrieval_results", "ranking_valid", check_ranked_results(frame, ["query_id"]))
 
 
 # Retried only on an infrastructure failure (retries.py), which includes a local server that died.

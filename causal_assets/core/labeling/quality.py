@@ -172,8 +172,8 @@ def test_retest(first: pd.DataFrame, second: pd.DataFrame, level: float = 0.8) -
     effects' difference over its standard error read from the two intervals, its standard deviation (1 when they do)
     and the share beyond ±1.645 (0.10 when they do)."""
     keys = ["query_id", "chunk_id"]
-    cols = keys + ["label", "ci_low", "ci_high"] + (["average_effect"] if "average_effect" in first
-                                                     and "average_effect" in second else [])
+    cols = keys + ["label", "ci_low", "ci_high"] + [c for c in ("average_effect", "effect")
+                                                    if c in first and c in second]
     both = first[cols].merge(second[cols], on=keys, suffixes=("_a", "_b"))
     decided = both[both["label_a"].isin(["YES", "NO"]) & both["label_b"].isin(["YES", "NO"])]
     a, b = (decided["label_a"] == "YES").to_numpy(), (decided["label_b"] == "YES").to_numpy()
@@ -185,8 +185,8 @@ def test_retest(first: pd.DataFrame, second: pd.DataFrame, level: float = 0.8) -
     out = {"pairs": len(both), "decided_both": len(decided), "kappa": kappa, "agreement": observed,
            "flips": flips, "flip_share": flips / len(both) if len(both) else float("nan"),
            "overlap_share": float(overlap.mean()) if len(both) else float("nan")}
-    if "effect" in first and "effect" in second:
-        out.update(interval_coverage(first.merge(second, on=keys, suffixes=("_a", "_b")), level))
+    if "effect_a" in both:
+        out.update(interval_coverage(both, level))
     if "average_effect_a" in both:   # the effects' order within each question (Spearman), averaged over questions
         rho = [g["average_effect_a"].rank().corr(g["average_effect_b"].rank())
                for _, g in both.dropna(subset=["average_effect_a", "average_effect_b"]).groupby("query_id")

@@ -156,15 +156,16 @@ def check_answers(answers: pd.DataFrame) -> CheckOutcome:
                                           for c in ("answer_score", "answer_passed") if c in answers))
 
 
-def check_ranked_results(runs: pd.DataFrame, group: list[str], doc: str = "chunk_id") -> CheckOutcome:
-    """Finite scores; within each ranking (`group` columns) ranks are 1..n and no document (`doc`) appears twice."""
+def check_ranked_results(runs: pd.DataFrame, group: list[str]) -> CheckOutcome:
+    """Finite scores; within each ranking (`group` columns) ranks are 1..n and no document (`chunk_id`) appears
+    twice."""
     if not len(runs):
         return CheckOutcome.of(rows=0)
     ranks_ok = runs.groupby(group)["rank"].apply(lambda r: sorted(r.tolist()) == list(range(1, len(r) + 1)))
     return CheckOutcome.of(
         rows=len(runs), rankings=int(len(ranks_ok)), bad_non_finite_scores=_non_finite(runs["score"]),
         bad_rankings_with_broken_ranks=int((~ranks_ok).sum()),
-        bad_duplicate_documents=int(runs.duplicated([*group, doc]).sum()))
+        bad_duplicate_documents=int(runs.duplicated([*group, "chunk_id"]).sum()))
 
 
 def check_tuning_trials(trials: pd.DataFrame, eval_splits: Iterable[str]) -> CheckOutcome:
