@@ -234,6 +234,22 @@ def deployment(tmp_path):
 
         wait_for("code location loaded through the gRPC code server", location_loaded, STARTUP_TIMEOUT_S,
                  list(logs.values()))
+
+        def retries_armed():
+            # Dagster's event-log consumer (run_retries) starts its RUN_FAILURE cursor at the newest event on its
+            # first tick and never looks back: a run failing before that tick is not retried. A deployment is up
+            # for retries once the cursor is stored.
+            import psycopg2
+            from dagster import DagsterEventType
+
+            key = f"EVENT_LOG_CONSUMER_CURSOR-{DagsterEventType.RUN_FAILURE.value}"
+            with psycopg2.connect(host="127.0.0.1", port=pg.port, user="dagster", password=pg.password,
+                                  dbname="postgres") as conn, conn.cursor() as cur:
+                cur.execute("SELECT 1 FROM kvs WHERE key = %s", (key,))
+                return cur.fetchone() is not None
+
+        wait_for("the daemon's run-retry consumer holding its cursor", retries_armed, STARTUP_TIMEOUT_S,
+                 [logs["daemon"]], interval_s=1)
         startup_s = time.monotonic() - t0
         yield {"url": url, "root": root, "llm": llm, "logs": list(logs.values()), "pg_s": pg_s,
                "startup_s": startup_s, "web_port": web_port}
@@ -318,7 +334,11 @@ def test_killed_run_worker_frees_llm_slot_and_rerun_succeeds(deployment):
         return next((r["runId"] for r in runs
                      if {"key": "dagster/parent_run_id", "value": victim} in r["tags"]), None)
 
-    retry = wait_for("an automatic re-execution of the killed run", retry_run, 120, d["logs"])
+    try:
+        retry = wait_for("an automatic re-execution of the killed run", retry_run, 120, d["logs"])
+    except AssertionError as e:
+        tags = next((r["tags"] for r in graphql(d["url"], RUNS)["runsOrError"]["results"] if r["runId"] == victim), None)
+        raise AssertionError(f"{e}\n--- the killed run's tags: {tags}") from None
     assert wait_run(d, retry) == "SUCCESS"
     timings["rerun_success_s"] = round(time.monotonic() - killed_at, 1)
     assert (d["root"] / "parquet" / "causal_search" / f"{qid}.parquet").exists()
