@@ -3,7 +3,7 @@ import re
 import pytest
 
 from causal_assets.core.evaluation.failures import (
-    BUCKET_RULES, COLUMNS, SPECIFICITY_MIN_DF, classify_failures)
+    BUCKET_RULES, COLUMNS, SPECIFICITY_MIN_DF, CorpusTerms, classify_failures)
 
 # 100 filler docs with unique words keep document frequencies of the test terms low (< 5%)
 FILLER = {f"filler{i}": f"lorem{i} ipsum{i}" for i in range(100)}
@@ -17,7 +17,7 @@ def classify(query, docs, gold, ranking, k=3, labels=None):
     """One query; `ranking` lists doc ids best first; returns (bucket, detail)."""
     run = {"q": {d: float(len(ranking) - i) for i, d in enumerate(ranking)}}
     qrels = {"q": labels or {g: 1 for g in gold}}
-    df = classify_failures({"q": query}, qrels, run, FILLER | docs, k, analyzer)
+    df = classify_failures({"q": query}, qrels, run, CorpusTerms.of(FILLER | docs, analyzer), k)
     assert list(df.columns) == COLUMNS and len(df) == 1
     row = df.iloc[0]
     assert row["rule"] == BUCKET_RULES[row["bucket"]]
@@ -102,7 +102,7 @@ def test_only_relevant_labels_are_gold_and_empty_queries_skipped():
     qrels = {"q": {"par": 1, "seq": 0}, "q_none": {"seq": 0}}
     run = {"q": {"seq": 2.0, "par": 1.0}, "q_none": {"seq": 1.0}}
     df = classify_failures({"q": "parallel workflow agent", "q_none": "x"}, qrels, run,
-                           FILLER | docs, 1, analyzer)
+                           CorpusTerms.of(FILLER | docs, analyzer), 1)
     assert df["query_id"].tolist() == ["q"]
     assert df["bucket"].tolist() == ["distractor_overlap"]  # "seq" (label 0) is a distractor
 
@@ -114,4 +114,4 @@ def test_every_bucket_has_a_rule():
 
 def test_missing_query_text_raises():
     with pytest.raises(KeyError):
-        classify_failures({}, {"q": {"a": 1}}, {}, {"a": "text"}, 3, analyzer)
+        classify_failures({}, {"q": {"a": 1}}, {}, CorpusTerms.of({"a": "text"}, analyzer), 3)

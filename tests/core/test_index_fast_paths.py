@@ -110,3 +110,27 @@ def test_hybrid_at_ann_scale_equals_exact_fusion_when_the_shortlist_is_everythin
     b = HybridRetriever(scaled, weight=0.7, shortlist=n).retrieve_many(query, 10)[0]
     assert [h.chunk_id for h in a] == [h.chunk_id for h in b]
     assert np.allclose([h.score for h in a], [h.score for h in b], atol=1e-5)
+
+
+def test_each_query_is_encoded_once_and_the_cache_is_bounded(monkeypatch):
+    """The retrievers of an evaluation (and a tuning run's trials) ask for the same queries' vectors: the model
+    sees each query once, the vectors come back in the asked order, and only the latest QUERY_CACHE are kept."""
+    from causal_assets.core.index import dense
+
+    encoded: list[list[str]] = []
+
+    def fake(self, queries):
+        encoded.append(list(queries))
+        return np.array([[float(len(q)), float(ord(q[0]))] for q in queries], dtype=np.float32)
+
+    monkeypatch.setattr(dense.Embedder, "_encode_queries", fake)
+    monkeypatch.setattr(dense, "QUERY_CACHE", 3)
+    emb = dense.Embedder()
+    first = emb.encode_queries(["ab", "c", "ab"])
+    again = emb.encode_queries(["c", "ab", "dddd"])
+    assert encoded == [["ab", "c"], ["dddd"]]
+    assert first.dtype == np.float32 and first.tolist() == [[2, 97], [1, 99], [2, 97]]
+    assert again.tolist() == [[1, 99], [2, 97], [4, 100]]
+    emb.encode_queries(["e"])          # evicts the least recently asked ("c")
+    emb.encode_queries(["c", "ab"])
+    assert encoded[-2:] == [["e"], ["c"]]

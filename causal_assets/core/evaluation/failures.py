@@ -4,8 +4,8 @@ top K.
 Every rule is lexical and deterministic, so the report can print exactly why a query landed in a
 bucket. Terms come from the analyzer passed in (the project's tokenizer; it decides stemming and
 stopwords); "query terms" are the distinct terms of the query, a document's "overlap" is how many of
-them it contains, and document frequency (DF) is counted over `doc_texts`, which should therefore
-be the whole searchable corpus. Gold documents are the relevant ones (`metrics.is_relevant`).
+them it contains, and document frequency (DF) is counted over the texts of `CorpusTerms`, which should
+therefore be the whole searchable corpus (analysed once, then shared by every retriever's run). Gold documents are the relevant ones (`metrics.is_relevant`).
 
 Rules are tried in this order and the first that holds wins (each later rule assumes the earlier
 ones failed, e.g. a vague query also lets distractors in, but its cause is the vagueness):
@@ -13,6 +13,7 @@ ones failed, e.g. a vague query also lets distractors in, but its cause is the v
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Callable
 
 import pandas as pd
@@ -46,23 +47,35 @@ __doc__ += "".join(f"\n* {bucket}: {rule}" for bucket, rule in BUCKET_RULES.item
 COLUMNS = ["query_id", "bucket", "rule", "detail"]
 
 
+@dataclass(frozen=True)
+class CorpusTerms:
+    """Each document's distinct terms, every term's document frequency, and the analyzer that made them."""
+    doc_terms: dict[str, set[str]]
+    df: Counter
+    analyzer: Callable[[str], list[str]]
+
+    @classmethod
+    def of(cls, doc_texts: dict[str, str], analyzer: Callable[[str], list[str]]) -> "CorpusTerms":
+        doc_terms = {d: set(analyzer(t)) for d, t in doc_texts.items()}
+        return cls(doc_terms, Counter(t for terms in doc_terms.values() for t in terms), analyzer)
+
+    @property
+    def n_docs(self) -> int:
+        return max(len(self.doc_terms), 1)
+
+
 def classify_failures(
     queries: dict[str, str],
     qrels: Qrels,
     run: Run,
-    doc_texts: dict[str, str],
+    corpus: CorpusTerms,
     k: int,
-    analyzer: Callable[[str], list[str]],
     relevance_threshold: float = 0.0,
 ) -> pd.DataFrame:
     """One row per qrels query that has a relevant document: its bucket, rule text and evidence.
 
     Queries without a relevant document are skipped, as in `metrics.evaluate`.
     """
-    doc_terms = {d: set(analyzer(t)) for d, t in doc_texts.items()}
-    df = Counter(t for terms in doc_terms.values() for t in terms)
-    n_docs = max(len(doc_terms), 1)
-
     rows = []
     for qid, labels in qrels.items():
         gold = {d for d, v in labels.items() if is_relevant(v, relevance_threshold)}
@@ -71,7 +84,8 @@ def classify_failures(
         if qid not in queries:
             raise KeyError(f"query {qid!r} is in the qrels but has no text in `queries`")
         top = ranked(run.get(qid, {}))[:k]
-        bucket, detail = _bucket(set(analyzer(queries[qid])), gold, top, doc_terms, df, n_docs)
+        bucket, detail = _bucket(set(corpus.analyzer(queries[qid])), gold, top, corpus.doc_terms, corpus.df,
+                                 corpus.n_docs)
         rows.append((qid, bucket, BUCKET_RULES[bucket], detail))
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -20,7 +20,7 @@ from causal_assets.core.evaluation.answers import (ANSWER_COLUMNS, REFERENCES, A
                                                    answer_questions, build_questions, doc_chars,
                                                    document_cut, label_rankings, measure_answers,
                                                    planned_calls)
-from causal_assets.core.evaluation.failures import classify_failures
+from causal_assets.core.evaluation.failures import CorpusTerms, classify_failures
 from causal_assets.core.measures.metrics import evaluate, evaluate_per_query
 from causal_assets.core.evaluation.report import overfitting_gauge, truth_selection_section
 from causal_assets.core.evaluation.runner import metric_value, run_benchmark, score_run
@@ -212,8 +212,8 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
             notes.append(f"`*_tuned` not scored on `{split}`: {overlap} of its queries are in the tune split")
         label_questions[split] = len(by_labels)
         answer_inputs.append((split, bench, list(judged_by_split[split])))
-        doc_texts = {c: index.text(c) for c in index.ids} if not bench.within else \
-            {c: index.text(c) for ids in bench.within.values() for c in ids}
+        corpus_terms = CorpusTerms.of({c: index.text(c) for c in index.ids} if not bench.within else
+                                      {c: index.text(c) for ids in bench.within.values() for c in ids}, index.terms)
         for run in plan.runs:
             if overlap and run.tuned:
                 continue
@@ -239,7 +239,7 @@ def evaluate_plan(spec: BenchmarkSpec, artifacts: CorpusArtifacts, plan: Evaluat
                     values.append(query_values(qrels, rr.run, value_metrics)
                                   .assign(split=split, truth=name, retriever=run.label))
             runs.append(rr.frame.assign(split=split, retriever=run.label))
-            failures.append(classify_failures(run_bench.queries, truth, rr.run, doc_texts, FAILURE_K, index.terms)
+            failures.append(classify_failures(run_bench.queries, truth, rr.run, corpus_terms, FAILURE_K)
                             .assign(split=split, retriever=run.label))
             log(f"{split}/{run.label}: nDCG@10 {metric_value(metrics[-1], 'ndcg', 10):.4f} in {rr.seconds:.1f}s")
 

@@ -10,6 +10,7 @@ import logging
 import os
 import time
 import uuid
+from collections import OrderedDict
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Callable
@@ -28,7 +29,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 EMBED_BLOCK = 256   # texts per encode call: the progress callback hears about each block
-FEW_QUERIES = 8     # query batches up to this size are encoded on one thread (see Embedder.encode_queries)
+FEW_QUERIES = 8     # query batches up to this size are encoded on one thread (see Embedder._encode_queries)
+QUERY_CACHE = 20_000  # distinct queries whose vectors an Embedder keeps (1.5 KB each at 384 dimensions)
 
 # Backends, by what computes the vectors: fp32 PyTorch (sentence-transformers), or the same model exported to ONNX
 # and run by ONNX Runtime in fp32 or with int8 weights (see onnx_backend.py). The default was chosen by
@@ -110,6 +112,7 @@ class Embedder:
         self.models_dir = models_dir
         self.threads = threads
         self.device = device  # the torch backend's device
+        self._query_vectors: OrderedDict[str, np.ndarray] = OrderedDict()   # the latest QUERY_CACHE queries'
 
     @property
     def cache_key(self) -> str:
@@ -142,9 +145,25 @@ class Embedder:
         return out
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
-        """Query vectors. A few short queries are encoded on one intra-op thread: splitting a handful of tokens
-        across threads gains little, and on a busy machine the threads wait for each other (measured here: one
-        query ~25 ms on one thread vs 100-250 ms on two under a load of 7 on 2 cores)."""
+        """Query vectors. The retrievers of one evaluation share an index and ask for the same queries' vectors
+        (dense, hybrid, rrf, the cascade, the learned model), and every trial of a tuning run re-runs the same train
+        queries: each query is encoded once and kept, for the latest QUERY_CACHE distinct queries."""
+        missing = list(dict.fromkeys(q for q in queries if q not in self._query_vectors))
+        if missing:
+            for q, v in zip(missing, self._encode_queries(missing)):
+                self._query_vectors[q] = v
+        vectors = [self._query_vectors[q] for q in queries]
+        for q in queries:
+            self._query_vectors.move_to_end(q)
+        while len(self._query_vectors) > max(QUERY_CACHE, len(queries)):
+            self._query_vectors.popitem(last=False)
+        return np.stack(vectors).astype(np.float32, copy=False) if vectors else \
+            np.zeros((0, self.dim), dtype=np.float32)
+
+    def _encode_queries(self, queries: list[str]) -> np.ndarray:
+        """A few short queries are encoded on one intra-op thread: splitting a handful of tokens across threads
+        gains little, and on a busy machine the threads wait for each other (measured here: one query ~25 ms on one
+        thread vs 100-250 ms on two under a load of 7 on 2 cores)."""
         few = len(queries) <= FEW_QUERIES
         if self.backend != "torch":
             return self.model.encode(queries, batch_size=self.batch_size, normalize_embeddings=True,

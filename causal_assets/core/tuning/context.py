@@ -3,10 +3,9 @@ and nested figure, the fitted model, and the runs already made (a point is score
 (`core/tuning/strategies`) search through it in the order `tune` calls them."""
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import fields
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -25,35 +24,6 @@ from causal_assets.core.registry.tuning import TuningSpec
 # Per point, the metric per query on each fold split (the same figure on every split unless a learned member ranks
 # with that split's out-of-fold models), or None: the point is not available in this run.
 Measure = Callable[[dict[str, Any]], "list[dict[str, float]] | None"]
-
-
-class _CachedQueryVectors:
-    """The index's embedder with a memo: every trial re-runs the same train queries, so each is embedded once."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.vectors: dict[str, np.ndarray] = {}
-
-    def encode_queries(self, queries: list[str]) -> np.ndarray:
-        missing = [q for q in dict.fromkeys(queries) if q not in self.vectors]
-        if missing:
-            self.vectors.update(zip(missing, self.inner.encode_queries(missing)))
-        if not queries:
-            return self.inner.encode_queries(queries)
-        return np.stack([self.vectors[q] for q in queries])
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
-@contextlib.contextmanager
-def cached_query_vectors(index: CorpusIndex) -> Iterator[None]:
-    inner = index.embedder
-    index.embedder = _CachedQueryVectors(inner)
-    try:
-        yield
-    finally:
-        index.embedder = inner
 
 
 def given_model(params: dict[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from causal_assets.core.evaluation.answers import AnswerJudge
 from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.registry.retrievers import KINDS
-from causal_assets.core.tuning.context import TuningContext, cached_query_vectors
+from causal_assets.core.tuning.context import TuningContext
 from causal_assets.core.tuning.points import sample_queries  # noqa: F401 (the Dagster layer samples with it)
 from causal_assets.core.tuning.selection import compare_nested
 from causal_assets.core.registry.tuning import ORDER, TuningSpec
@@ -75,9 +75,8 @@ def tune(index: CorpusIndex, bench: Benchmark, spec: TuningSpec, listed: dict[st
     if bench.split in forbidden:
         raise ValueError(f"refusing to tune on split {bench.split!r}: it is an evaluation split")
     ctx = TuningContext(index, bench, spec, listed, neighbors, graph, mc_labels, log, extra_sources, scorer)
-    with cached_query_vectors(index):
-        for name in ctx.names:
-            STRATEGIES[KINDS[name].tuning](ctx, name)
+    for name in ctx.names:
+        STRATEGIES[KINDS[name].tuning](ctx, name)
     note = compare_nested(ctx.best, ctx.nested_of, len(ctx.splits), spec.robust_default)
     if note:
         log(f"selection: {note}")
