@@ -19,6 +19,7 @@ from upath import UPath
 from causal_assets.commands import say
 from causal_assets.commands.build import cli_instance, ensure_built, execute, failure_line, interrupt_on_sigterm
 from causal_assets.core.stored import needs
+from causal_assets.core.graph.store import mostly_code
 from causal_assets.exit_codes import EXIT_POOL_BLOCKED, EXIT_REGRESSION
 from causal_assets.core.labeling.dry_run import LabelPlan, ceiling_problem, plan_labels
 from causal_assets.core.registry.benchmarks import (DEFAULT_BUDGET, BenchmarkSpec, budget_line, load_benchmark,
@@ -85,7 +86,7 @@ def _labelling_plan(args, spec: BenchmarkSpec, built: bool = True) -> tuple[int,
     separate = spec.monte_carlo.get("document_encoding") != "joint"
     doc_chars = pool_params(spec.pool_settings).doc_chars   # a dry run before the build: the budget itself
     shown = shown_chars(chunks["text"], doc_chars) if chunks is not None else doc_chars
-    code = chunks is not None and bool(chunks["kind"].isin(needs.CODE_KINDS).mean() > 0.5)
+    code = chunks is not None and mostly_code(chunks["kind"])
     stop = spec.monte_carlo_settings.get("stop_when_decided", True) and spec.estimator == "regression"
     local = spec.monte_carlo.get('solver') or args.settings.solver or 'gemma3-270m'
     machine = None if endpoint else machine_now(UPath(args.base_path), None,

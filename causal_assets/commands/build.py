@@ -25,6 +25,7 @@ from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance,
 
 from causal_assets.commands import say, source_change, stale_line
 from causal_assets.core.stored import needs
+from causal_assets.core.graph.store import mostly_code
 from causal_assets.core.foundation import progress
 from causal_assets.core.registry.corpora import require_available
 from causal_assets.core.local_search import inbox
@@ -270,7 +271,7 @@ def estimate_seconds(base, corpus: str, todo: list[str]) -> float | None:
     if not chunks_path.exists():
         return None
     chunks = read_parquet(chunks_path, columns=["kind"])
-    code = bool(chunks["kind"].isin(needs.CODE_KINDS).mean() > 0.5)
+    code = mostly_code(chunks["kind"])
     nodes_path = asset_path(base, "graph_nodes", corpus)
     entities = len(read_parquet(nodes_path, columns=["node_id"])) if nodes_path.exists() else None
     seconds = needs.build_seconds(len(chunks), code, todo, entities)

@@ -26,7 +26,7 @@ GROUP = CORPUS_GROUP
 def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) -> None:
     """The whole lineage's expected duration, logged by its first step (the labels are most of it: README command 1
     took 65 min on a loaded 2-core machine, with no word of it up front). Never fails the step."""
-    from causal_assets.core.stored import needs
+    from causal_assets.core.graph.store import mostly_code
     from causal_assets.core.labeling.pools import pool_params
     from causal_assets.core.labeling.sizing import estimate_labels, lineage_estimate, machine_now, shown_chars
     from causal_assets.resources import BenchmarkRegistry, Storage
@@ -34,7 +34,7 @@ def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) ->
     try:
         benchmarks = BenchmarkRegistry().specs()
         spec = benchmarks.get(context.partition_key)
-        code = bool(frame["kind"].isin(needs.CODE_KINDS).mean() > 0.5)
+        code = mostly_code(frame["kind"])
         labels = None
         if spec is not None:
             questions = spec.label_limit or 20

@@ -16,6 +16,8 @@ from dagster import (AssetCheckSpec, AssetExecutionContext, AssetOut, Config, Fa
 from pydantic import Field
 
 from causal_assets.core.foundation.limits import MAX_POOL_SIZE, MAX_QUESTIONS
+from causal_assets.core.foundation.storage import asset_path, read_parquet
+from causal_assets.core.graph.store import mostly_code
 from causal_assets.core.registry.benchmarks import budget_line
 from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.outputs.checks import (check_labels, check_labels_decided, check_pools, check_trials_from_ok_calls,
@@ -88,6 +90,12 @@ def warn_if_llm_pool_is_held(context: AssetExecutionContext) -> None:
         context.log.warning(f"mc_trials will wait: {blocked_message(LLM_POOL, holders, 0).split(chr(10), 1)[1]}")
 
 
+def code_corpus(storage: Storage, corpus: str) -> bool:
+    """What `label --dry-run` reads as a code corpus (`mostly_code`), from the corpus's stored chunks."""
+    path = asset_path(storage.base, "corpus_chunks", corpus)
+    return path.exists() and mostly_code(read_parquet(path, columns=["kind"])["kind"])
+
+
 @multi_asset(
     partitions_def=benchmark_partitions, group_name=GROUP, pool="llm",
     retry_policy=LLM_RETRY,
@@ -116,7 +124,7 @@ def mc_trials(context: AssetExecutionContext, config: MonteCarloConfig, llm: LLM
         plan = plan_labels(spec.name, int(candidate_pools["query_id"].nunique()), cfg.budget_for(largest),
                            largest,
                            float(candidate_pools["text"].astype(str).str.len().mean()),   # what the pools show
-                           code=spec.loader.startswith("python_package"),
+                           code=code_corpus(storage, spec.corpus),
                            stop_when_decided=cfg.stop_when_decided and cfg.estimator == "regression",
                            remote=llm.base_url is not None, separate=separate, machine=machine)
         context.log.info(plan.line())

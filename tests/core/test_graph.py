@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import networkx as nx
+import pandas as pd
 import pytest
 
 from causal_assets.core.corpus.chunk import chunks_to_frame
@@ -341,3 +342,13 @@ def test_causal_search_context_of_a_mixed_folder_starts_with_the_page_that_answe
                                 network_max_tokens=2000).sources()
     assert sources[0]["id"] == "operations.md#0", [s["id"] for s in sources]
     assert "at most 3 times" in sources[0]["text"]
+
+
+def test_a_corpus_is_read_as_code_when_most_of_its_chunks_are_symbols():
+    """One rule for the build's and the labelling's estimates (`label --dry-run` and `mc_trials` alike)."""
+    from causal_assets.core.graph.store import mostly_code
+
+    assert mostly_code(pd.Series(["function", "class", "text", "method"]))
+    assert not mostly_code(pd.Series(["function", "text"]))          # half is not most
+    assert not mostly_code(pd.Series(["text", "section", "module"]))
+    assert not mostly_code(pd.Series([], dtype=object))

@@ -31,6 +31,12 @@ EDGE_DTYPES = {"corpus": "object", "source": "object", "target": "object", "edge
 
 CODE_KINDS = frozenset({"module", "class", "function", "method"})
 
+
+def mostly_code(kinds: pd.Series) -> bool:
+    """A corpus whose chunks are mostly code symbols (more than half of `kinds`, its chunks' `kind`): what the
+    estimates of a build or a labelling run read as code (other rates, more tokens a character)."""
+    return bool(len(kinds) and kinds.isin(CODE_KINDS).mean() > 0.5)
+
 # How an edge reads from its target's side, for chunk neighbours reached against the edge direction.
 REVERSE_NAMES = {"calls": "called_by", "imports": "imported_by", "defines": "defined_in",
                  "inherits": "inherited_by", "references": "referenced_by",

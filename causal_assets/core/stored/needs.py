@@ -99,7 +99,6 @@ def describe(base, corpus: str, todo: list[str]) -> str:
 CHUNKS_PER_S = 20.0
 ENTITIES_PER_S = 150.0
 ENTITIES_PER_TEXT_CHUNK = 7.5  # HotpotQA: 14,596 entities from 2,000 paragraphs
-CODE_KINDS = ("function", "method", "class", "module")
 
 
 def build_seconds(n_chunks: int, code: bool, todo: list[str], n_entities: int | None = None) -> float:
