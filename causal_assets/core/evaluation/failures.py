@@ -5,7 +5,8 @@ Every rule is lexical and deterministic, so the report can print exactly why a q
 bucket. Terms come from the analyzer passed in (the project's tokenizer; it decides stemming and
 stopwords); "query terms" are the distinct terms of the query, a document's "overlap" is how many of
 them it contains, and document frequency (DF) is counted over the texts of `CorpusTerms`, which should
-therefore be the whole searchable corpus (analysed once, then shared by every retriever's run). Gold documents are the relevant ones (`metrics.is_relevant`).
+therefore be the whole searchable corpus (analysed once, then shared by every retriever's run). Gold documents
+are the relevant ones (`metrics.is_relevant`).
 
 Rules are tried in this order and the first that holds wins (each later rule assumes the earlier
 ones failed, e.g. a vague query also lets distractors in, but its cause is the vagueness):
@@ -84,13 +85,13 @@ def classify_failures(
         if qid not in queries:
             raise KeyError(f"query {qid!r} is in the qrels but has no text in `queries`")
         top = ranked(run.get(qid, {}))[:k]
-        bucket, detail = _bucket(set(corpus.analyzer(queries[qid])), gold, top, corpus.doc_terms, corpus.df,
-                                 corpus.n_docs)
+        bucket, detail = _bucket(set(corpus.analyzer(queries[qid])), gold, top, corpus)
         rows.append((qid, bucket, BUCKET_RULES[bucket], detail))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _bucket(q_terms, gold, top, doc_terms, df, n_docs) -> tuple[str, str]:
+def _bucket(q_terms, gold, top, corpus: CorpusTerms) -> tuple[str, str]:
+    doc_terms, df, n_docs = corpus.doc_terms, corpus.df, corpus.n_docs
     hits = [d for d in top if d in gold]
     if hits:
         return "none", f"gold {hits[0]} at rank {top.index(hits[0]) + 1}"

@@ -37,6 +37,7 @@ def mostly_code(kinds: pd.Series) -> bool:
     estimates of a build or a labelling run read as code (other rates, more tokens a character)."""
     return bool(len(kinds) and kinds.isin(CODE_KINDS).mean() > 0.5)
 
+
 # How an edge reads from its target's side, for chunk neighbours reached against the edge direction.
 REVERSE_NAMES = {"calls": "called_by", "imports": "imported_by", "defines": "defined_in",
                  "inherits": "inherited_by", "references": "referenced_by",

@@ -112,7 +112,7 @@ class Embedder:
         self.models_dir = models_dir
         self.threads = threads
         self.device = device  # the torch backend's device
-        self._query_vectors: OrderedDict[str, np.ndarray] = OrderedDict()   # the latest QUERY_CACHE queries'
+        self._query_vectors: OrderedDict[str, np.ndarray] = OrderedDict()   # query -> vector, least recent first
 
     @property
     def cache_key(self) -> str:
