@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/label_quality.py --dataset hotpotqa [--split train] [--questions 200]
         [--solver gemma3-270m] [--outcome likelihood] [--estimator adaptive] [--budget 32] [--max-doc-chars 0]
-        [--no-stop-when-decided] [--document-encoding separate] [--threads 0] [--busy N]
+        [--no-stop-when-decided] [--document-encoding separate] [--document-order pool] [--threads 0] [--busy N]
     .venv/bin/python benchmarks/label_quality.py --compare BASE.json OTHER.json   # paired, no LLM
     .venv/bin/python benchmarks/label_quality.py --agreement A.json B.json   # two solvers' labels, no LLM
     .venv/bin/python benchmarks/label_quality.py --second-block beside_yes --previous   # both ways, one run
@@ -143,12 +143,14 @@ def main() -> None:
     ap.add_argument("--no-beside-yes", dest="beside_yes", action="store_false", default=None,
                     help="labels from the regression alone, not also from the effects beside the YES documents")
     ap.add_argument("--previous", action="store_true",
-                    help="also label every question with the balanced second block and no effects beside the YES "
-                         "documents (the defaults), through the same call cache, and report both: the comparison "
-                         "for --second-block beside_yes")
+                    help="also label every question the previous way (the pool's order in every trial, the "
+                         "balanced second block, no effects beside the YES documents), through the same call "
+                         "cache, and report both")
     ap.add_argument("--document-encoding", choices=["auto", "joint", "separate"], default=None,
                     help="documents read together, or each encoded on its own (default: the registry's, else "
                          "LabelingParams')")
+    ap.add_argument("--document-order", choices=["shuffled", "pool"], default=None,
+                    help="the order a trial shows its documents in (default: the registry's, else LabelingParams')")
     ap.add_argument("--threshold-nats", type=float, default=None)
     ap.add_argument("--question-weight", type=float, default=None,
                     help="weight of the question's own log-likelihood in the qa_likelihood outcome")
@@ -203,7 +205,7 @@ def main() -> None:
              "stop_when_decided": args.stop_when_decided, "threshold_nats": args.threshold_nats,
              "alpha": args.alpha, "question_weight": args.question_weight,
              "document_encoding": args.document_encoding, "second_block": args.second_block,
-             "beside_yes": args.beside_yes}
+             "beside_yes": args.beside_yes, "document_order": args.document_order}
     if isinstance(args.budget, str) and args.budget != "auto":
         flags["budget"] = int(args.budget) if args.budget.lstrip("-").isdigit() else args.budget
     try:   # refused as the product refuses it, with its message, before any solver call
@@ -303,9 +305,9 @@ def label_one(q, cfg: LabelingParams, scorer, prior, max_doc_chars: int, max_tri
 
 
 def previous_way(cfg: LabelingParams) -> LabelingParams:
-    """The labelling without the effects beside the YES documents (the defaults): the design's balanced second
-    block, labels from the regression alone."""
-    return replace(cfg, second_block="balanced", beside_yes=False)
+    """The previous estimator: every trial shows its documents in the pool's order, the design's balanced second
+    block, labels from the regression alone (no effects beside the YES documents)."""
+    return replace(cfg, second_block="balanced", beside_yes=False, document_order="pool")
 
 
 def bridge_share(per_q: list[dict]) -> dict:

@@ -151,6 +151,8 @@ def main() -> None:
     ap.add_argument("--question-weight", type=float, default=None)
     ap.add_argument("--threshold-nats", type=float, default=None)
     ap.add_argument("--questions-limit", type=int, default=0)
+    ap.add_argument("--document-order", choices=["shuffled", "pool"], default=None,
+                    help="the order a trial shows its documents in (monte_carlo.document_order)")
     ap.add_argument("--retest", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "benchmarks" / "own_documents.json")
     ap.add_argument("--cache", type=Path, default=None, help="the call cache (default: beside --out)")
@@ -171,8 +173,8 @@ def main() -> None:
     scorer = local_scorer(spec.monte_carlo.get("solver", SETTINGS.solver or "gemma3-270m"), cache,
                           SETTINGS.models_dir)
     t0 = time.time()
-    overrides = {k: v for k, v in (("question_weight", args.question_weight),
-                                   ("threshold_nats", args.threshold_nats)) if v is not None}
+    overrides = {k: v for k, v in (("question_weight", args.question_weight), ("threshold_nats", args.threshold_nats),
+                                   ("document_order", args.document_order)) if v is not None}
     # the corpus graph's chunk neighbours, as `candidate_pools` gets them from the graph assets
     neighbors = chunk_neighbors(*build_graph(chunks))
     pools, labels, cost = label(index, bench, qids, spec, 0, scorer, overrides, neighbors)

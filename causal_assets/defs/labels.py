@@ -102,8 +102,9 @@ def code_corpus(storage: Storage, corpus: str) -> bool:
     # Checks live in the op itself: they run per partition, on the exact data just written.
     check_specs=[AssetCheckSpec("no_trial_from_errored_call", asset="mc_trials", blocking=True,
                                 description="No trial was recorded from an errored call.")],
-    outs={"mc_trials": AssetOut(kinds={"parquet"}, description="One row per solver trial: the subset shown, the "
-                                "gold answer's log-likelihood and/or the generated answer and its success."),
+    outs={"mc_trials": AssetOut(kinds={"parquet"}, description="One row per solver trial: the subset shown (in the "
+                                "order the solver read it), the gold answer's log-likelihood and/or the generated "
+                                "answer and its success."),
           "solver_calls": AssetOut(kinds={"parquet"}, description="Every solver call (scoring or generating), ok "
                                    "or errored, with tokens and latency.")},
 )

@@ -8,7 +8,7 @@ accepted answers, and its best ones seed the pool, at most `per_file` of one fil
 all, so that the retrievers' top candidates and the negatives from other files keep their room. Hard negatives are
 the top BM25 and dense hits that are not seeds (nor of a gold file). Random documents fill the rest. Downstream
 every candidate is treated identically; the origin is kept only as metadata, and the pool order is shuffled so
-position leaks nothing.
+position leaks nothing (each trial then shows its subset in its own order: `runner.presented`).
 
 Each document's text is what the solver reads: whole when it fits its share of the solver's context
 (`PoolParams.doc_chars`), else the lines of it that best match the question (`text.passages.fit_passage`); the pool

@@ -44,7 +44,7 @@ SECONDS_PER_TOKEN_SEPARATE_2_CORES = 0.0000685
 PROSE_TOKENS_RATIO = 1.0
 # With `stop_when_decided` the rest of the budget after the design's first orthogonal block runs only where a label is
 # still undecided: on HotpotQA's train half for 70% of the rest (21.6 of 24 calls), on the man pages for 79% (28.7 of
-# 32).
+# 32) with every trial in the pool's order and 96% (31.3) with each in its own, a questions file's default.
 UNDECIDED_SHARE = 0.75
 # This data directory's latest labelling says how much slower than quiet the machine runs the solver, where it is
 # this recent and this large (`history_machine`). Beside other sessions' jobs, HotpotQA's labelling took 1.24 and 1.01

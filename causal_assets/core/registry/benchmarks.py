@@ -172,6 +172,7 @@ class MonteCarloSpec(BaseModel):
     document_encoding: Literal["auto", "joint", "separate"] | None = None   # scoring outcomes (LabelingParams)
     second_block: Literal["beside_yes", "balanced"] | None = None   # regression: rows run where a label is undecided
     beside_yes: bool | None = None   # YES also from the effect beside the documents already YES
+    document_order: Literal["shuffled", "pool"] | None = None   # the order a trial shows its documents in
 
 
     @field_validator("budget", mode="before")
@@ -220,8 +221,9 @@ def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any])
 QUESTION_POOLING = {"top_candidates": 4, "size": 12}
 # ... and 32 solver calls a question: two orthogonal blocks of 16 for 12 documents, the second only where a label is
 # still undecided after the first (`stop_when_decided`). On the man pages 16 left the evidence chunk UNCERTAIN for a
-# third of the pairs (docs/decisions.md).
-QUESTION_MONTE_CARLO = {"budget": 32}
+# third of the pairs. Each trial shows its documents in its own order: a label then does not follow where one pool
+# draw put its chunk (two draws' labels agreed at kappa 0.97, not 0.83; docs/decisions.md).
+QUESTION_MONTE_CARLO = {"budget": 32, "document_order": "shuffled"}
 HASH_SPLITS = ("dev", "train", "test")   # every loader without splits of its own: all, and the stable hash halves
 QUESTION_LOADERS = ("hotpotqa", "multihop", "questions")   # files whose records may carry their own `split`
 
