@@ -33,8 +33,12 @@ pytestmark = pytest.mark.usefixtures("torch_on_free_cores")
 
 @pytest.fixture(scope="module")
 def untrained():
-    """The packaged MiniLM under a fresh one-logit head: a real cross-encoder, if not yet a useful one."""
-    return CrossEncoder(model_dir(), max_length=64)
+    """The packaged MiniLM under a fresh one-logit head: a real cross-encoder, if not yet a useful one. The head is
+    drawn from a fixed seed: its logits are a few hundredths apart, and an unseeded draw once put two documents'
+    within 0.00001 of each other."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return CrossEncoder(model_dir(), max_length=64)
 
 
 def test_training_groups_hold_the_judged_document_and_the_hybrids_unjudged_hits():
@@ -97,7 +101,7 @@ def test_a_query_longer_than_max_length_is_cut_to_fit_beside_each_document(untra
     ids = ["seine", "thames", "danube", "gustave_eiffel"]
     logits = untrained.score(query, index, ids)
     assert len(query) == 3000 and logits.shape == (4,) and np.isfinite(logits).all()
-    assert len({round(float(v), 5) for v in logits}) == 4        # each document read: four different scores
+    assert len(set(logits.tolist())) == 4        # each document read: four different inputs, four different scores
     batch = untrained.tokenizer([query], [index.text("seine")], truncation="longest_first",
                                 max_length=untrained.max_length)
     assert len(batch["input_ids"][0]) == untrained.max_length
