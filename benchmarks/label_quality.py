@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/label_quality.py --compare BASE.json OTHER.json   # paired, no LLM
     .venv/bin/python benchmarks/label_quality.py --agreement A.json B.json   # two solvers' labels, no LLM
     .venv/bin/python benchmarks/label_quality.py --second-block beside_yes --previous   # both ways, one run
+    .venv/bin/python benchmarks/label_quality.py --split train --retest   # again in another order: agreement
     .venv/bin/python benchmarks/label_quality.py --quick --out /tmp/label_quality.json   # a smoke run
 
 Each question's own paragraphs are its pool; the labelling is the product's (`label_question`, local solver,
@@ -20,6 +21,7 @@ cache beside the JSON (about half a minute of LLM time).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -146,6 +148,9 @@ def main() -> None:
                     help="also label every question the previous way (the pool's order in every trial, the "
                          "balanced second block, no effects beside the YES documents), through the same call "
                          "cache, and report both")
+    ap.add_argument("--retest", action="store_true",
+                    help="also label every question again with its paragraphs in another order (seeded by the "
+                         "question) and another Monte Carlo seed, and report test-retest agreement")
     ap.add_argument("--document-encoding", choices=["auto", "joint", "separate"], default=None,
                     help="documents read together, or each encoded on its own (default: the registry's, else "
                          "LabelingParams')")
@@ -343,11 +348,15 @@ def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
     scorer = None if prior else local_scorer(args.solver, CallCache(args.cache), SETTINGS.models_dir,
                                          n_threads=args.threads or None)
     load0, t_start = os.getloadavg(), time.time()
-    per_q, per_q_prev = [], []
+    per_q, per_q_prev, per_q_re = [], [], []
     for n, q in enumerate(questions, 1):
         per_q.append(label_one(q, cfg, scorer, prior, args.max_doc_chars, args.max_trials))
         if args.previous:   # second: its first block comes from the cache, its own second block is paid
             per_q_prev.append(label_one(q, previous_way(cfg), scorer, prior, args.max_doc_chars, args.max_trials))
+        if args.retest and not prior:
+            moved, order = reordered(q)
+            again = label_one(moved, replace(cfg, seed=cfg.seed + 1), scorer, None, args.max_doc_chars)
+            per_q_re.append(in_original_order(again, order))
         if n % 5 == 0 or n == len(questions):
             s = summarize(label_quality_rows(per_q))
             print(f"[{n}/{len(questions)}] labels F1 {s['labels']['f1']:.3f} top-2 P {s['ranking']['top2_precision']:.3f} "
@@ -355,18 +364,45 @@ def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
                   f"{s['containment']['f1']:.3f} top-2 {s['containment_ranking']['top2_precision']:.3f} "
                   f"| {time.time() - t_start:.0f}s load {os.getloadavg()[0]:.1f}", flush=True)
             if n < len(questions):   # a run stopped part-way keeps what it measured ("complete": false)
-                partial = report(args, cfg, data, scorer, per_q, per_q_prev, load0, t_start, done=False)
+                partial = report(args, cfg, data, scorer, per_q, per_q_prev, load0, t_start, done=False,
+                                 per_q_re=per_q_re)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_text(json.dumps(partial, indent=1, default=float))
-    result = report(args, cfg, data, scorer, per_q, per_q_prev, load0, t_start, done=True)
+    result = report(args, cfg, data, scorer, per_q, per_q_prev, load0, t_start, done=True, per_q_re=per_q_re)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=float))
     print(json.dumps({k: v for k, v in result.items() if not k.startswith("per_question")}, indent=1, default=float))
     print("wrote", out)
 
 
+def reordered(q) -> tuple:
+    """`q` with its paragraphs in another order, seeded by the question (another draw of its pool's order), and
+    that order: position in the new pool -> position in the question's own."""
+    seed = int(hashlib.sha256(f"retest:{q.query_id}".encode()).hexdigest()[:16], 16)
+    order = np.random.default_rng(seed).permutation(len(q.paragraphs))
+    return replace(q, paragraphs=tuple(q.paragraphs[i] for i in order)), order
+
+
+def in_original_order(p: dict, order) -> dict:
+    """A reordered question's labels (`label_one`) put back in the question's own paragraph order."""
+    at = np.argsort(order)   # position in the question's own order -> position in the reordered pool
+    out = {**p, "gold": sorted(int(order[j]) for j in p["gold"])}
+    for key in ("contains", "effects", "context_effects", "labels", "partners", "beside_yes", "ci"):
+        out[key] = [p[key][int(j)] for j in at]
+    out.pop("trials", None)   # their ids name the reordered positions
+    return out
+
+
+def retest_frame(per_q: list[dict]) -> pd.DataFrame:
+    """Labels as `labeling.quality.test_retest` reads them: the context effect and its interval, the average effect."""
+    return pd.DataFrame([{"query_id": p["query_id"], "chunk_id": i, "label": lab, "ci_low": ci[0], "ci_high": ci[1],
+                          "effect": eff, "average_effect": avg}
+                         for p in per_q for i, (lab, ci, eff, avg) in
+                         enumerate(zip(p["labels"], p["ci"], p["context_effects"], p["effects"]))])
+
+
 def report(args, cfg: LabelingParams, data, scorer, per_q: list[dict], per_q_prev: list[dict], load0, t_start: float,
-           done: bool) -> dict:
+           done: bool, per_q_re: list[dict] = ()) -> dict:
     """The run's JSON: its figures, the comparison's where labelled both ways, the load and the questions."""
     mine = figures(per_q)
     return {"dataset": args.dataset, "quick": args.quick, "questions": len(per_q), "split": args.split,
@@ -376,6 +412,9 @@ def report(args, cfg: LabelingParams, data, scorer, per_q: list[dict], per_q_pre
             **({"previous": {"config": previous_way(cfg).__dict__, **figures(per_q_prev),
                              "note": "labelled after this run's question, through the same call cache: its "
                                      "seconds exclude the first block (cached)"}} if per_q_prev else {}),
+            **({"retest": {**test_retest(retest_frame(per_q[: len(per_q_re)]), retest_frame(per_q_re)),
+                           **figures(per_q_re), "note": "the paragraphs in another order, Monte Carlo seed + 1"}}
+               if per_q_re else {}),
             "skipped_without_paragraphs": len(data.skipped_without_paragraphs),
             "load_average_start": load0, "load_average_end": os.getloadavg(),
             "threads": getattr(scorer, "thread_history", None), "busy_loops": args.busy,
