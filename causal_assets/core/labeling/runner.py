@@ -92,7 +92,8 @@ class LabelingParams:
         if self.second_block not in SECOND_BLOCKS:
             raise ValueError(f"monte_carlo.second_block must be one of {SECOND_BLOCKS}, got {self.second_block!r}")
         if self.document_order not in DOCUMENT_ORDERS:
-            raise ValueError(f"monte_carlo.document_order must be one of {DOCUMENT_ORDERS}, got {self.document_order!r}")
+            raise ValueError(f"monte_carlo.document_order must be one of {DOCUMENT_ORDERS}, "
+                             f"got {self.document_order!r}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"monte_carlo.estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         # The registry refuses these when it loads; run config overrides (MonteCarloConfig) come through here,
