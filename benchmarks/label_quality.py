@@ -21,7 +21,6 @@ cache beside the JSON (about half a minute of LLM time).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -378,8 +377,7 @@ def run(args, cfg: LabelingParams, data, questions, prior, out: Path) -> None:
 def reordered(q) -> tuple:
     """`q` with its paragraphs in another order, seeded by the question (another draw of its pool's order), and
     that order: position in the new pool -> position in the question's own."""
-    seed = int(hashlib.sha256(f"retest:{q.query_id}".encode()).hexdigest()[:16], 16)
-    order = np.random.default_rng(seed).permutation(len(q.paragraphs))
+    order = question_rng(q.query_id, "retest").permutation(len(q.paragraphs))
     return replace(q, paragraphs=tuple(q.paragraphs[i] for i in order)), order
 
 

@@ -164,8 +164,10 @@ class QuestionOutcome:
     stopped: str = ""              # "" | "budget_exceeded"
 
 
-def question_rng(query_id: str, seed: int) -> np.random.Generator:
-    return np.random.default_rng(int(hashlib.sha256(f"{seed}:{query_id}".encode()).hexdigest()[:16], 16))
+def question_rng(query_id: str, seed: int | str, salt: bytes = b"") -> np.random.Generator:
+    """A generator seeded by the question (and `salt`, e.g. a subset's members): the same draws in every run."""
+    key = hashlib.sha256(f"{seed}:{query_id}".encode() + salt).hexdigest()[:16]
+    return np.random.default_rng(int(key, 16))
 
 
 def _error_call(query_id: str, members: list[str], res: BaseException, kind: str) -> dict:
@@ -181,8 +183,7 @@ def presented(row: np.ndarray, query_id: str, config: LabelingParams) -> np.ndar
     members = np.flatnonzero(row)
     if config.document_order == "pool" or len(members) < 2:
         return members
-    key = hashlib.sha256(f"{config.seed}:{query_id}:".encode() + np.packbits(row).tobytes()).hexdigest()[:16]
-    return np.random.default_rng(int(key, 16)).permutation(members)
+    return question_rng(query_id, config.seed, b":" + np.packbits(row).tobytes()).permutation(members)
 
 
 def label_question(query_id: str, question: str, gold: str | list[str], pool: list[tuple[str, str, str]],
