@@ -41,8 +41,8 @@ from causal_assets.core.corpus.multihop import read_multihop  # noqa: E402
 from causal_assets.core.labeling.quality import (auc, expected_precision_at, label_quality_rows,  # noqa: E402
                                                 summarize, test_retest)
 from causal_assets.core.labeling.design import balanced_stages  # noqa: E402
-from causal_assets.core.labeling.runner import (LabelingParams, decided, estimate, label_question,  # noqa: E402
-                                                question_rng)
+from causal_assets.core.labeling.runner import (DOCUMENT_ORDERS, LabelingParams, decided, estimate,  # noqa: E402
+                                                label_question, question_rng)
 from causal_assets.core.labeling.solver import LikelihoodSolver  # noqa: E402
 from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
@@ -153,7 +153,7 @@ def main() -> None:
     ap.add_argument("--document-encoding", choices=["auto", "joint", "separate"], default=None,
                     help="documents read together, or each encoded on its own (default: the registry's, else "
                          "LabelingParams')")
-    ap.add_argument("--document-order", choices=["shuffled", "pool"], default=None,
+    ap.add_argument("--document-order", choices=DOCUMENT_ORDERS, default=None,
                     help="the order a trial shows its documents in (default: the registry's, else LabelingParams')")
     ap.add_argument("--threshold-nats", type=float, default=None)
     ap.add_argument("--question-weight", type=float, default=None,

@@ -38,7 +38,8 @@ from causal_assets.core.graph.build import build_graph  # noqa: E402
 from causal_assets.core.graph.store import chunk_neighbors  # noqa: E402
 from causal_assets.core.labeling.pools import build_pools, pool_params  # noqa: E402
 from causal_assets.core.labeling.quality import test_retest  # noqa: E402
-from causal_assets.core.labeling.runner import LabelingParams, answer_holders, label_table  # noqa: E402
+from causal_assets.core.labeling.runner import (DOCUMENT_ORDERS, LabelingParams, answer_holders,  # noqa: E402
+                                                label_table)
 from causal_assets.core.labeling.trials import run_trials  # noqa: E402
 from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
@@ -151,7 +152,7 @@ def main() -> None:
     ap.add_argument("--question-weight", type=float, default=None)
     ap.add_argument("--threshold-nats", type=float, default=None)
     ap.add_argument("--questions-limit", type=int, default=0)
-    ap.add_argument("--document-order", choices=["shuffled", "pool"], default=None,
+    ap.add_argument("--document-order", choices=DOCUMENT_ORDERS, default=None,
                     help="the order a trial shows its documents in (monte_carlo.document_order)")
     ap.add_argument("--retest", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "benchmarks" / "own_documents.json")
