@@ -35,7 +35,7 @@ class EmbeddingConfig(Config):
     # measured default (docs/decisions.md, "Performance and engineering"). Part of the cache key: vectors of
     # different backends never mix.
     backend: str = DEFAULT_EMBEDDING_BACKEND
-    # ONNX backends: intra-op threads, 0 = every core (threads do not spin-wait)
+    # ONNX backends: texts encoded at once, one a thread; 0 = every core (threads do not spin-wait)
     threads: int = Field(default=0, ge=0, le=MAX_THREADS)
     models_dir: str = DEFAULT_MODELS_DIR  # where the ONNX export is cached (by model hash)
     device: str = SETTINGS.embedding_device  # torch backend: cpu, or cuda on a GPU worker (deploy/k8s/executor.yaml)

@@ -225,6 +225,12 @@ def test_onnx_export_is_offline_cached_and_matches_torch(tmp_path, monkeypatch):
     assert np.einsum("ij,ij->i", int8.encode(texts), reference).min() > 0.98
     # one text per run: a text's int8 vector does not depend on the texts encoded with it
     assert np.array_equal(int8.encode(texts[:1]), int8.encode(texts)[:1])
+    # nor on how many threads encode them, each on its own texts: bit for bit, in the texts' order
+    many = [f"{t} {i}" for i in range(9) for t in texts]
+    one = int8.encode(many)
+    assert np.array_equal(int8.encode(many, threads=3), one)
+    assert np.array_equal(onnx_backend.OnnxEncoder(dense.model_dir(), tmp_path, "int8", threads=2).encode(many), one)
+    assert np.array_equal(int8.encode(many[:2], threads=8), one[:2])   # more threads than texts
 
 
 def test_a_vectors_table_names_its_model_relative_to_itself(tmp_path):

@@ -89,17 +89,16 @@ def load_backend(name: str, backend: str, models_dir: str | None = None, threads
     check_backend(backend)
     if backend == "torch":
         return load_model(name, device)
-    # 0 = every core: ONNX Runtime's threads do not spin-wait here (onnx_backend.py), so on a busy machine a second
-    # thread costs little, and it doubles the rate whenever a core is free (sized to the free cores at load time
-    # instead, the backend was stuck on one thread while the load fell: embedding_backends.json, 1.45x wall vs 2.04x
-    # per CPU-second).
+    # 0 = every core: texts encoded at once, one a thread (onnx_backend.py); on a busy machine a second thread costs
+    # little, and it nearly doubles the rate whenever a core is free (sized to the free cores at load time instead,
+    # the backend was stuck on one thread while the load fell).
     return onnx_encoder(model_dir(name), str(models_dir or DEFAULT_MODELS_DIR),
                         "int8" if backend == "onnx-int8" else "fp32", threads or os.cpu_count() or 1)
 
 
 class Embedder:
-    """Encodes chunks and queries with one model on one backend. `threads` (ONNX backends): intra-op threads
-    for batches, 0 = every core (a few queries always run on one thread)."""
+    """Encodes chunks and queries with one model on one backend. `threads` (ONNX backends): texts encoded at
+    once, each on one thread, 0 = every core (a few queries always run on one thread)."""
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, backend: str = DEFAULT_BACKEND,
                  models_dir: str | None = None, threads: int = 0, device: str = "cpu", reference: str | None = None):
@@ -161,9 +160,9 @@ class Embedder:
             np.zeros((0, self.dim), dtype=np.float32)
 
     def _encode_queries(self, queries: list[str]) -> np.ndarray:
-        """A few short queries are encoded on one intra-op thread: splitting a handful of tokens across threads
-        gains little, and on a busy machine the threads wait for each other (measured here: one query ~25 ms on one
-        thread vs 100-250 ms on two under a load of 7 on 2 cores)."""
+        """A few short queries are encoded on one thread: a handful of texts gains little from a second one
+        (measured here with torch's intra-op threads: one query ~25 ms on one thread vs 100-250 ms on two under a
+        load of 7 on 2 cores)."""
         few = len(queries) <= FEW_QUERIES
         if self.backend != "torch":
             return self.model.encode(queries, batch_size=self.batch_size, normalize_embeddings=True,
