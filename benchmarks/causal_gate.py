@@ -25,7 +25,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT_DIR, PARQUET, Figure, machine, write_result  # noqa: E402
 
-from causal_assets.core.registry.benchmarks import Benchmark, load_benchmark, load_benchmark_registry  # noqa: E402
+from causal_assets.core.registry.benchmarks import Benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.measures.metrics import evaluate, evaluate_per_query, warm_up  # noqa: E402
 from causal_assets.core.measures.significance import randomization_p  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402

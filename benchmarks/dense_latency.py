@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 from common import PARQUET, Figure, add_common_options, quick_base, latency_ms, load_average, machine, write_result
 
-from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry
 from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k, recall_at_k

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 from common import PARQUET, Figure, add_common_options, load_average, machine, write_result
 
-from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry
 from causal_assets.core.measures.metrics import evaluate

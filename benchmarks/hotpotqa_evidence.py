@@ -21,7 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 from common import quick_tmp  # noqa: E402
 
-from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.corpus.chunk import chunks_to_frame  # noqa: E402
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa  # noqa: E402
 from causal_assets.core.measures.metrics import evaluate  # noqa: E402

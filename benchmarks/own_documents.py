@@ -44,7 +44,8 @@ from causal_assets.core.labeling.trials import run_trials  # noqa: E402
 from causal_assets.core.labeling.validators import contains_answer  # noqa: E402
 from causal_assets.core.llm.cache import CallCache  # noqa: E402
 from causal_assets.core.llm.models import local_scorer  # noqa: E402
-from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.foundation.errors import ConfigError  # noqa: E402
 from causal_assets.core.corpus.questions import load_questions  # noqa: E402
 from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry  # noqa: E402

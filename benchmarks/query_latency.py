@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from common import PARQUET, Figure, PrecomputedQueries, latency_ms, quick_base, run_script, time_queries
 
-from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.factory import build_retriever
 from causal_assets.settings import Settings

@@ -20,7 +20,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT_DIR, PARQUET, ROOT, machine  # noqa: E402
 
-from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.measures.metrics import evaluate_per_query  # noqa: E402
 from causal_assets.core.measures.significance import bootstrap_ci  # noqa: E402
 from causal_assets.core.foundation.storage import asset_path, read_parquet  # noqa: E402

@@ -25,7 +25,8 @@ from common import (OUT_DIR, PARQUET, Figure, add_common_options, current_rss_mi
                     quick_base, time_queries, write_result)
 from synthetic_corpus import SourceChunks, SourceTerms, make_corpus, make_terms
 
-from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.index.ann import AnnConfig, AnnIndex, exact_top_k, recall_at_k
 from causal_assets.core.index.build import sparse_frames, tokenize_chunks
 from causal_assets.core.index.sparse import build_bm25, build_tfidf

@@ -22,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT_DIR, PARQUET, Figure, machine, write_result  # noqa: E402
 
-from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry  # noqa: E402
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.measures.metrics import evaluate, warm_up  # noqa: E402
 from causal_assets.core.evaluation.runner import run_benchmark  # noqa: E402
 from causal_assets.core.graph.store import load_chunk_neighbors, load_graph  # noqa: E402

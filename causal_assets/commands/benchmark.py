@@ -22,8 +22,9 @@ from causal_assets.core.stored import needs
 from causal_assets.core.graph.store import mostly_code
 from causal_assets.exit_codes import EXIT_POOL_BLOCKED, EXIT_REGRESSION
 from causal_assets.core.labeling.dry_run import LabelPlan, ceiling_problem, plan_labels
-from causal_assets.core.registry.benchmarks import (DEFAULT_BUDGET, BenchmarkSpec, budget_line, load_benchmark,
-                                                  load_benchmark_registry)
+from causal_assets.core.registry.benchmarks import BenchmarkSpec, load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
+from causal_assets.core.registry.sections import DEFAULT_BUDGET, budget_line
 from causal_assets.core.outputs.checks import labels_decided_problem
 from causal_assets.core.registry.corpora import require_available
 from causal_assets.core.foundation.errors import CausalAssetsError

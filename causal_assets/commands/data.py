@@ -7,7 +7,8 @@ from pathlib import Path
 import duckdb
 
 from causal_assets.commands import say
-from causal_assets.core.registry.benchmarks import DEFAULT_BUDGET, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.sections import DEFAULT_BUDGET
 from causal_assets.core.outputs.catalog import READONLY_PROTOCOL, DuckDBCatalog, check_analysis_sql
 from causal_assets.core.outputs.checks import labels_decided_problem
 from causal_assets.core.foundation.errors import CausalAssetsError

@@ -18,7 +18,7 @@ from pydantic import Field
 from causal_assets.core.foundation.limits import MAX_POOL_SIZE, MAX_QUESTIONS
 from causal_assets.core.foundation.storage import asset_path, read_parquet
 from causal_assets.core.graph.store import mostly_code
-from causal_assets.core.registry.benchmarks import budget_line
+from causal_assets.core.registry.sections import budget_line
 from causal_assets.core.stored.artifacts import CorpusArtifacts
 from causal_assets.core.outputs.checks import (check_labels, check_labels_decided, check_pools, check_trials_from_ok_calls,
                                       labels_decided_problem)

@@ -1,5 +1,5 @@
 """benchmarks/own_documents.py labels with the product's settings: a questions file's defaults (its budget and pool
-size, `registry.benchmarks.QUESTION_MONTE_CARLO` / `QUESTION_POOLING`) unless a flag names another. It read the
+size, `registry.sections.QUESTION_MONTE_CARLO` / `QUESTION_POOLING`) unless a flag names another. It read the
 registry's own `monte_carlo:` alone, so its figures were the default estimator's at another budget than
 `causal-assets label` spends."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from causal_assets.core.registry.benchmarks import QUESTION_MONTE_CARLO, QUESTION_POOLING
+from causal_assets.core.registry.sections import QUESTION_MONTE_CARLO, QUESTION_POOLING
 
 ROOT = Path(__file__).resolve().parents[2]
 

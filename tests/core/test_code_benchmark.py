@@ -10,7 +10,8 @@ import os
 import pytest
 import yaml
 
-from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.corpus.python_package import load_python_package
 from causal_assets.core.foundation.errors import ConfigError

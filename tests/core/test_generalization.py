@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from causal_assets.core.registry.benchmarks import BenchmarkSpec, load_benchmark
+from causal_assets.core.registry.benchmarks import BenchmarkSpec
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.corpus.chunk import Chunk, chunks_to_frame
 from causal_assets.core.corpus.multihop import CorpusWarning
 from causal_assets.core.registry.corpora import CorpusSpec, load_corpus

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from causal_assets.core.registry.benchmarks import BenchmarkSpec, load_benchmark
+from causal_assets.core.registry.benchmarks import BenchmarkSpec
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.corpus.beir import load_beir_corpus, load_beir_qrels, load_beir_queries
 from causal_assets.core.corpus.chunk import chunks_to_frame, frame_to_chunks
 from causal_assets.core.corpus.folder import load_folder, split_with_overlap

@@ -126,7 +126,8 @@ def _folder_benchmark(tmp_path, records):
 
     from causal_assets.core.corpus.chunk import chunks_to_frame
     from causal_assets.core.index.build import build_index
-    from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
+    from causal_assets.core.registry.benchmarks import load_benchmark_registry
+    from causal_assets.core.registry.benchmark_loading import load_benchmark
     from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry
 
     (tmp_path / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from causal_assets.core.registry.benchmarks import hash_half, load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import hash_half, load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.foundation.errors import ConfigError, CorpusError
 
 ROOT = Path(__file__).resolve().parents[2]

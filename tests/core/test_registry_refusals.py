@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from causal_assets.core.registry.benchmarks import budget_for, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.sections import budget_for
 from causal_assets.core.corpus.beir import load_beir_qrels, load_beir_queries
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.registry.corpora import load_corpus_registry
@@ -55,7 +56,7 @@ ANSWERED = [{"id": f"q{i}", "question": f"Question {i}?", "answer": "7461", "gol
 def test_the_budget_floor_is_where_the_estimators_interval_becomes_finite(pool, estimator):
     """`min_budget` is derived, not picked: one trial fewer and every interval the estimator gives is infinite (so
     every label is UNCERTAIN whatever the solver says); at the floor a strong effect is decided."""
-    from causal_assets.core.registry.benchmarks import min_budget
+    from causal_assets.core.registry.sections import min_budget
 
     floor = min_budget(pool, estimator)
     rng = np.random.default_rng(0)
@@ -98,7 +99,7 @@ def test_a_budget_that_cannot_decide_a_label_is_refused_naming_it(tmp_path, mc, 
     entry = {**HOTPOT, **({"monte_carlo": mc} if mc else {}), **({"pooling": pooling} if pooling else {})}
     with pytest.raises(ConfigError, match=rf"benchmarks\.yaml: benchmarks\[0\]\.{message}.*\(entry 'hotmini'\)"):
         load_benchmark_registry(_write(tmp_path, entry))
-    from causal_assets.core.registry.benchmarks import budget_problem
+    from causal_assets.core.registry.sections import budget_problem
 
     assert budget_problem(12, 10) is None and budget_problem(4, 10, "naive") is None
 
@@ -115,7 +116,7 @@ def test_the_default_budget_is_derived_from_the_pool_size(tmp_path, pool, budget
 
 
 def test_the_shipped_registry_budgets_decide():
-    from causal_assets.core.registry.benchmarks import budget_problem
+    from causal_assets.core.registry.sections import budget_problem
 
     for spec in load_benchmark_registry().values():
         assert budget_problem(spec.budget, spec.pool_size, spec.estimator) is None, spec.name
@@ -158,7 +159,7 @@ def test_beir_queries_with_answers_in_their_metadata_are_labellable(tmp_path):
     corpora.write_text(yaml.safe_dump({"corpora": [{"name": "default", "loader": "python_package",
                                                     "package": "networkx"},
                                                    {"name": "mine", "loader": "beir", "path": str(folder)}]}))
-    from causal_assets.core.registry.benchmarks import load_benchmark
+    from causal_assets.core.registry.benchmark_loading import load_benchmark
 
     spec = load_benchmark_registry(_write(tmp_path, {"name": "b", "loader": "beir", "corpus": "mine",
                                                      "path": str(folder), "splits": ["test"], "eval_splits": ["test"],

@@ -33,7 +33,8 @@ def test_the_docs_ranx_example_runs(resources, tmp_path, capsys):
                            "label": ["YES" if s else "NO" for s in supporting],
                            "delta_p": [0.4 if s else -0.1 for s in supporting], "estimator": "adaptive"})
     # The example's questions are real: use the benchmark's question texts so BM25 has something to match.
-    from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
+    from causal_assets.core.registry.benchmarks import load_benchmark_registry
+    from causal_assets.core.registry.benchmark_loading import load_benchmark
     spec = load_benchmark_registry(Path(resources["benchmark_registry"].path))["hotpotqa"]
     bench = load_benchmark(spec, "dev")
     pools["question"] = pools["query_id"].map(bench.queries)

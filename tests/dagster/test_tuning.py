@@ -17,7 +17,8 @@ import yaml
 from dagster import (AssetKey, AssetMaterialization, AssetSelection, DagsterInstance, evaluate_automation_conditions,
                      materialize)
 
-from causal_assets.core.registry.benchmarks import load_benchmark, load_benchmark_registry
+from causal_assets.core.registry.benchmarks import load_benchmark_registry
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.index.dense import Embedder, resolve_model_reference
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.retrievers.cross_encoder import member_dirs

@@ -37,7 +37,8 @@ from causal_assets.core.llm.errors import LLMError
 from causal_assets.core.llm.scoring import ScoreRequest, Scorer
 from causal_assets.core.foundation.schemas import ranking_effect
 from causal_assets.core.measures.significance import bootstrap_ci, randomization_p
-from causal_assets.core.registry.benchmarks import AnswersSpec, BenchmarkSpec
+from causal_assets.core.registry.benchmarks import BenchmarkSpec
+from causal_assets.core.registry.sections import AnswersSpec
 from causal_assets.core.text.passages import fit_passage
 
 GOLD, LABELS, RANDOM = "@gold", "@labels", "@random"

@@ -22,7 +22,8 @@ from typing import Callable
 
 import pandas as pd
 
-from causal_assets.core.registry.benchmarks import Benchmark, document_chars
+from causal_assets.core.registry.benchmarks import Benchmark
+from causal_assets.core.registry.sections import document_chars
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.llm.models import SOLVER_CONTEXT_TOKENS
 from causal_assets.core.text.passages import fit_passage

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from causal_assets.core.foundation.limits import MAX_BUDGET, MAX_CONSECUTIVE_ERRORS
-from causal_assets.core.registry.benchmarks import DEFAULT_BUDGET, budget_for, budget_problem
+from causal_assets.core.registry.sections import DEFAULT_BUDGET, budget_for, budget_problem
 from causal_assets.core.labeling.conditional import second_block, with_partners
 from causal_assets.core.labeling.design import balanced_stages, bernoulli_design
 from causal_assets.core.labeling.adaptive import AdaptiveLabeler

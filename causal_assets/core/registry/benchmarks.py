@@ -1,229 +1,35 @@
-"""The benchmark registry and benchmark loading: queries, graded relevance judgements (qrels) and, where the
-setting demands it, the candidate set each query ranks (HotpotQA distractor: its own paragraphs)."""
+"""The benchmark registry: each entry checked when it loads (its loader, corpus, splits and sections), and the
+`Benchmark` a split loads into (`benchmark_loading.load_benchmark`): queries, graded relevance judgements (qrels) and,
+where the setting demands it, the candidate set each query ranks."""
 from __future__ import annotations
 
 import hashlib
-import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-import pandas as pd
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator,
                       model_validator)
 
-from causal_assets.core.corpus.beir import (beir_chunk_ids, beir_splits, load_beir_answers, load_beir_qrels,
-                                            load_beir_queries)
-from causal_assets.core.corpus.chunk import chunks_to_frame
+from causal_assets.core.corpus.beir import beir_splits, load_beir_answers
 from causal_assets.core.corpus.hotpotqa import load_hotpotqa
 from causal_assets.core.corpus.multihop import load_multihop
 from causal_assets.core.corpus.questions import QuestionFile, load_questions
-from causal_assets.core.registry.corpora import CorpusSpec, load_corpus, load_corpus_registry, resolve_registry_path
-from causal_assets.core.registry.gold import GoldResolver
+from causal_assets.core.registry.corpora import CorpusSpec, load_corpus_registry, resolve_registry_path
 from causal_assets.core.llm.models import SOLVER_CONTEXT_TOKENS
 from causal_assets.core.foundation.errors import ConfigError, CorpusError, RegistryWarning
-from causal_assets.core.foundation.limits import (MAX_BUDGET, MAX_CONSECUTIVE_ERRORS, MAX_DOC_CHARS, MAX_K,
-                                                 MAX_POOL_SIZE, MAX_QUESTIONS)
 from causal_assets.core.measures.metrics import Qrels
-from causal_assets.core.corpus.mining import mine_examples, mine_questions
 from causal_assets.core.foundation.paths import DEFAULT_SHARED_DATA, REGISTRY_DIR
 from causal_assets.core.registry.gate import GateSpec
+from causal_assets.core.registry.sections import (DEFAULT_BUDGET, QUESTION_MONTE_CARLO, QUESTION_POOLING, AnswersSpec,
+                                                  MonteCarloSpec, PoolingSpec, budget_for, budget_problem,
+                                                  document_chars, validated_section)
 from causal_assets.core.registry.retriever_params import check_retrievers
 from causal_assets.core.registry.tuning import TuningSpec
 from causal_assets.core.foundation.yaml_registry import load_entries
 
 
-# ------------------------------------------------------------------------------------------ the smallest budget
-# The smallest Monte Carlo budget (solver calls per question) that can decide a label, derived from the
-# estimators' intervals (`labeling.estimators`). Here, below the labelling code, so that the registry can refuse a
-# budget that cannot work when it loads, before any LLM time is spent.
-#
-# A label is decided when a document's confidence interval lies wholly above (YES) or below (NO) the threshold; an
-# infinite interval decides nothing, so every label of such a question is UNCERTAIN whatever the solver says.
-#
-# * `regression` and `adaptive` fit one ordinary-least-squares model per question: an intercept plus one effect per
-#   pool document (`estimators.regression`, main effects). Its interval is `estimate +- t(1 - alpha/2, dof) * se`
-#   with `dof = trials - (pool size + 1)`; with `dof <= 0` the residual variance, and with it the interval, is
-#   undefined and the estimator returns (-inf, inf). The smallest budget with a finite interval is therefore
-#   **pool size + 2** (one residual degree of freedom). `adaptive` stops at its budget, so the same bound holds.
-# * `naive` compares the mean outcome with a document against the mean without it (Welch's interval for a graded
-#   outcome), which needs two trials on each side: **4**. Its subsets are drawn at random, so 4 only makes a
-#   decision possible; the balanced estimators guarantee theirs.
-#
-# This is the floor, not a recommendation: at the floor the t quantile of one degree of freedom (3.08 for 80%
-# intervals) leaves most labels UNCERTAIN.
-#
-# `budget: auto` (the default) is the regression's first orthogonal block, the Hadamard order (the smallest power of
-# two above the pool size: every main effect estimated independently), and half a block more, run only where a label
-# is still undecided after it: 24 calls for pools of 8 to 15 documents, the budget measured on HotpotQA's 10, and 48
-# for MuSiQue's 20, where 16 decided nothing and 32 left 6% UNCERTAIN (docs/decisions.md, "Labels"). Always at
-# least the floor above (1.5 x the order >= pool size + 2).
-
-BUDGET_ESTIMATORS = ("adaptive", "regression", "naive")
-# `monte_carlo.budget` when a benchmark names none (`runner.LabelingParams.budget`).
-DEFAULT_BUDGET = "auto"
-NAIVE_MIN_TRIALS = 4   # two trials with the document and two without, for a finite Welch interval
-
-
-def first_block(pool_size: int) -> int:
-    """Rows of the balanced design's first orthogonal block: the smallest power of two above the pool size."""
-    return max(2, 1 << int(math.ceil(math.log2(int(pool_size) + 1))))
-
-
-def auto_budget(pool_size: int) -> int:
-    """`budget: auto` for a pool of `pool_size` documents (the derivation above)."""
-    order = first_block(pool_size)
-    return order + order // 2
-
-
-def budget_line(pool_size: int) -> str:
-    """What `budget: auto` chose for pools of up to `pool_size` documents, and why (said before the first call)."""
-    order, total = first_block(pool_size), auto_budget(pool_size)
-    return (f"budget auto: {total} solver calls a question for pools of up to {pool_size} documents: a first "
-            f"orthogonal block of {order}, then {total - order} more only where a label is still undecided (set "
-            f"monte_carlo.budget to choose another)")
-
-
-def budget_for(budget: int | str, pool_size: int) -> int:
-    """A budget setting (a whole number, or "auto") as solver calls per question for a pool of this size."""
-    return auto_budget(pool_size) if budget == "auto" else int(budget)
-
-
-def min_budget(pool_size: int, estimator: str = "regression") -> int:
-    """The fewest trials per question at which `estimator` can give a pool of `pool_size` documents a finite
-    interval (the derivation above)."""
-    if estimator not in BUDGET_ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; expected one of {', '.join(BUDGET_ESTIMATORS)}")
-    if pool_size < 1:
-        raise ValueError(f"pool size must be at least 1, got {pool_size}")
-    return NAIVE_MIN_TRIALS if estimator == "naive" else pool_size + 2
-
-
-def budget_problem(budget: int, pool_size: int, estimator: str = "regression") -> str | None:
-    """Why `budget` cannot decide a label of a `pool_size`-document pool, or None when it can."""
-    need = min_budget(pool_size, estimator)
-    if budget >= need:
-        return None
-    if estimator == "naive":
-        return (f"budget {budget} cannot decide a label: the naive estimator needs at least {need} trials per "
-                f"question (two with a document and two without it, for a finite interval)")
-    return (f"budget {budget} cannot decide a label of a pool of {pool_size} documents: the {estimator} estimator "
-            f"fits an intercept and one effect per document, and its interval needs one residual degree of "
-            f"freedom, so the budget must be at least pool size + 2 = {need} (or make the pool smaller with "
-            f"pooling.size)")
-
-
-# What a document's share of the solver's context assumes: a reserve for the instructions, the question and the
-# answer, and few enough characters per token for code and man-page text (English prose runs to ~4 a token, symbols
-# and short tokens to ~2.5). Every document of a pool fits at once: a trial may show them all.
-RESERVED_TOKENS = 512
-CHARS_PER_TOKEN = 2.5
-
-
-def document_chars(size: int, context_tokens: int = SOLVER_CONTEXT_TOKENS, max_doc_chars: int | None = None) -> int:
-    """Characters of each pooled document the solver reads: `max_doc_chars`, else its share of the context."""
-    if max_doc_chars:
-        return int(max_doc_chars)
-    return max(200, int((context_tokens - RESERVED_TOKENS) / size * CHARS_PER_TOKEN))
-
-
-class PoolingSpec(BaseModel):
-    """`pooling:` of a benchmark (the fields of `labeling.pools.PoolParams`); unknown keys are refused."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    # questions files: 12 unless given (`BenchmarkSpec.pool_settings`)
-    size: int = Field(default=10, ge=1, le=MAX_POOL_SIZE, strict=True)
-    max_seed_neighbors: int = Field(default=2, ge=0, le=MAX_POOL_SIZE, strict=True)
-    hard_negatives: int = Field(default=4, ge=0, le=MAX_POOL_SIZE, strict=True)
-    # characters of each document the solver reads; unset: the pool's share of `context_tokens` (document_chars)
-    max_doc_chars: int | None = Field(default=None, ge=1, le=MAX_DOC_CHARS, strict=True)
-    context_tokens: int = Field(default=SOLVER_CONTEXT_TOKENS, ge=1024, le=1_048_576, strict=True)
-    seed: int = Field(default=0, strict=True)
-    # questions files: 4 unless given (`BenchmarkSpec.pool_settings`)
-    top_candidates: int = Field(default=0, ge=0, le=MAX_POOL_SIZE, strict=True)
-    gold_share: float = Field(default=0.5, gt=0, le=1)
-    per_file: int = Field(default=4, ge=1, le=MAX_POOL_SIZE, strict=True)
-
-
-class MonteCarloSpec(BaseModel):
-    """`monte_carlo:` of a benchmark; unknown keys (a typo such as `budjet`) are refused instead of silently
-    running the defaults. Fields the labelling code reads; types and ranges are checked where they are fixed, counts
-    are whole numbers as written (`"16"` and `true` are not 16 and 1) below the bounds of `foundation.limits`, and
-    no number may be NaN or infinite (a NaN threshold made every label UNCERTAIN; an infinite question weight
-    failed the labels only after every trial was paid; a budget of 10**30 looped forever)."""
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    estimator: Literal["adaptive", "regression", "naive"] | None = None
-    threshold: float | None = Field(default=None, ge=0, lt=1)   # ΔP of a success probability
-    budget: int | str | None = None   # solver calls per question, or "auto" (`budget_for`)
-    batch: int | None = Field(default=None, ge=1, le=MAX_BUDGET, strict=True)
-    alpha: float | None = Field(default=None, gt=0, lt=1)
-    seed: int | None = Field(default=None, strict=True)
-    max_consecutive_errors: int | None = Field(default=None, ge=1, le=MAX_CONSECUTIVE_ERRORS, strict=True)
-    split: str | None = None
-    max_questions: int | None = Field(default=None, ge=1, le=MAX_QUESTIONS, strict=True)
-    outcome: Literal["qa_likelihood", "likelihood", "success", "both"] | None = None
-    solver: Literal["gemma3-270m", "smollm2-135m"] | None = None   # a packaged local model (core/llm/models.py)
-    threshold_nats: float | None = Field(default=None, ge=0)      # nats of log-likelihood
-    question_weight: float | None = Field(default=None, ge=0)
-    stop_when_decided: bool | None = None   # regression: the rest of the budget only where a label is undecided
-    document_encoding: Literal["auto", "joint", "separate"] | None = None   # scoring outcomes (LabelingParams)
-    second_block: Literal["beside_yes", "balanced"] | None = None   # regression: rows run where a label is undecided
-    beside_yes: bool | None = None   # YES also from the effect beside the documents already YES
-    document_order: Literal["shuffled", "pool"] | None = None   # the order a trial shows its documents in
-
-
-    @field_validator("budget", mode="before")
-    @classmethod
-    def _budget_known(cls, value):
-        if value is None or value == "auto":
-            return value
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BUDGET:
-            raise ValueError(f'must be a whole number from 1 to {MAX_BUDGET:,} or "auto", got {value!r}')
-        return value
-
-
-class AnswersSpec(BaseModel):
-    """`answers:` of a benchmark: the evaluation's answer utility (`core/evaluation/answers.py`), the solver's
-    log-likelihood of the gold answer given each retriever's top k, and the answer gain as a truth the tuner
-    selects by (`core/tuning/truths.py`). On wherever questions have answers and the LLM scores prompts; its cost,
-    about questions x (retrievers + 3) x k scorings per eval split, is bounded by `max_questions` and `ks`."""
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    ks: list[Annotated[int, Field(ge=1, le=MAX_K, strict=True)]] = Field(default=[1, 3], min_length=1, max_length=100)
-    max_questions: int = Field(default=10, ge=1, le=MAX_QUESTIONS, strict=True)   # per eval split, and on the tune split
-    enabled: bool = True
-    # The validator's verdict on the solver's greedy answer given the top k (one generation per distinct prompt,
-    # through the chat endpoint); None: where the labels' solver generates (`monte_carlo.outcome` success or both).
-    verdicts: bool | None = None
-
-    def generates(self, outcome: str | None) -> bool:
-        return self.verdicts if self.verdicts is not None else outcome in ("success", "both")
-
-
-def _validated_section(name: str, model: type[BaseModel], value: dict[str, Any]) -> dict[str, Any]:
-    """`value` unchanged if `model` accepts it, else a one-line ValueError naming the key (and the known keys)."""
-    try:
-        model.model_validate(value)
-    except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(x) for x in err["loc"])
-        if err["type"] == "extra_forbidden":
-            raise ValueError(f"{name}.{key}: unknown key; known keys: {', '.join(model.model_fields)}") from None
-        raise ValueError(f"{name}.{key}: {err['msg']}") from None
-    return value
-
-
-# A questions file's pools: the retrievers' top 4 candidates beside the gold (its questions may have no gold), and
-# 12 documents, room for two gold files' best chunks beside them and the negatives (docs/decisions.md).
-QUESTION_POOLING = {"top_candidates": 4, "size": 12}
-# ... and 32 solver calls a question: two orthogonal blocks of 16 for 12 documents, the second only where a label is
-# still undecided after the first (`stop_when_decided`). On the man pages 16 left the evidence chunk UNCERTAIN for a
-# third of the pairs. Each trial shows its documents in its own order: a label then does not follow where one pool
-# draw put its chunk (two draws' labels agreed at kappa 0.97, not 0.83; docs/decisions.md).
-QUESTION_MONTE_CARLO = {"budget": 32, "document_order": "shuffled"}
 HASH_SPLITS = ("dev", "train", "test")   # every loader without splits of its own: all, and the stable hash halves
 QUESTION_LOADERS = ("hotpotqa", "multihop", "questions")   # files whose records may carry their own `split`
 
@@ -325,22 +131,22 @@ class BenchmarkSpec(BaseModel):
     @classmethod
     def _pooling_known(cls, v: dict[str, Any]) -> dict[str, Any]:
         # Kept a plain dict of the keys given (callers read it with .get), validated by the typed model.
-        return _validated_section("pooling", PoolingSpec, v)
+        return validated_section("pooling", PoolingSpec, v)
 
     @field_validator("monte_carlo")
     @classmethod
     def _monte_carlo_known(cls, v: dict[str, Any]) -> dict[str, Any]:
-        return _validated_section("monte_carlo", MonteCarloSpec, v)
+        return validated_section("monte_carlo", MonteCarloSpec, v)
 
     @field_validator("answers")
     @classmethod
     def _answers_known(cls, v: dict[str, Any]) -> dict[str, Any]:
-        return _validated_section("answers", AnswersSpec, v)
+        return validated_section("answers", AnswersSpec, v)
 
     @field_validator("gate")
     @classmethod
     def _gate_known(cls, v: dict[str, Any]) -> dict[str, Any]:
-        _validated_section("gate", GateSpec, v)
+        validated_section("gate", GateSpec, v)
         for metric in GateSpec.model_validate(v).metrics:
             GateSpec.model_validate(v).checked(metric.partition("@")[0])
         return v
@@ -409,7 +215,7 @@ class BenchmarkSpec(BaseModel):
 
     @model_validator(mode="after")
     def _tuning_valid(self) -> "BenchmarkSpec":
-        _validated_section("tuning", TuningSpec, self.tuning)   # one line naming tuning.<key>
+        validated_section("tuning", TuningSpec, self.tuning)   # one line naming tuning.<key>
         check_retrievers(self.retrievers)   # one line naming retrievers.<name>.<param> and its value
         return self
 
@@ -638,140 +444,3 @@ def warn_short_cuts(path: Path, specs: dict[str, "BenchmarkSpec"], corpora: dict
 def hash_half(key: str) -> str:
     """Stable train/test assignment for benchmarks without official splits."""
     return "train" if int(hashlib.sha256(key.encode()).hexdigest(), 16) % 2 == 0 else "test"
-
-
-def load_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
-    """`spec`'s queries, judgements and candidate sets of `split`. `chunks`: the corpus's materialized chunk table
-    (`corpus_chunks`), which benchmarks mined from the corpus read; without it they chunk the corpus's source."""
-    if split not in spec.splits:
-        raise CorpusError(f"benchmark {spec.name!r}: unknown split {split!r} (splits: {spec.splits})")
-    if spec.loader == "beir":
-        queries = load_beir_queries(spec.resolved_path)
-        # a judgement of a document the corpus lacks can never be retrieved: it would lower recall unseen
-        chunk_ids = set(chunks["chunk_id"]) if chunks is not None else beir_chunk_ids(spec.resolved_path)
-        # `options.halves_of: dev`: a benchmark with a single judged split (CoSQA's dev) gets `train`/`test` as the
-        # stable hash halves of that split's queries, so something can be tuned on one half and reported on the other.
-        source = spec.options.get("halves_of")
-        if source and split in ("train", "test"):
-            qrels = {q: r for q, r in load_beir_qrels(spec.resolved_path, source, chunk_ids, set(queries)).items()
-                     if hash_half(q) == split}
-        else:
-            qrels = load_beir_qrels(spec.resolved_path, split, chunk_ids, set(queries))
-        # accepted answers in the queries' metadata (`metadata.answer`) make the queries labellable
-        answers = load_beir_answers(spec.resolved_path)
-        return Benchmark(spec.name, split, {q: queries[q] for q in qrels}, qrels,
-                         answers={q: a[0] for q, a in answers.items() if q in qrels},
-                         aliases={q: list(a[1:]) for q, a in answers.items() if q in qrels and len(a) > 1})
-    if spec.loader == "questions":
-        return questions_benchmark(spec, split, chunks)
-    if spec.loader == "hotpotqa":
-        chunks, questions = load_hotpotqa(spec.resolved_path, spec.corpus)
-        keep = set(split_members([(q.query_id, q.split) for q in questions], split))
-        questions = [q for q in questions if q.query_id in keep]
-        qrels, _ = _gold_by_question([q.query_id for q in questions], chunks)
-        return Benchmark(spec.name, split, {q.query_id: q.question for q in questions}, qrels,
-                         {q.query_id: list(q.paragraph_ids) for q in questions},
-                         {q.query_id: q.answer for q in questions})
-    if spec.loader == "multihop":
-        return multihop_benchmark(spec, split)
-    if spec.loader == "python_package_api":
-        return mined_benchmark(spec, split, chunks)
-    if spec.loader == "python_package_examples":
-        return mined_examples_benchmark(spec, split, chunks)
-    raise CorpusError(f"benchmark {spec.name!r}: unknown loader {spec.loader!r}")
-
-
-def _chunk_table(corpus: CorpusSpec, chunks: pd.DataFrame | None) -> pd.DataFrame:
-    """The corpus's chunk table: the materialized one when given, else its source chunked here (scripts and tests
-    that have no index)."""
-    return chunks if chunks is not None else chunks_to_frame(load_corpus(corpus)[0])
-
-
-def mined_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
-    """Questions mined from the corpus's package; gold = the target chunk (graded 1.0)."""
-    corpus = load_corpus_registry(spec._corpora, spec._shared_data)[spec.corpus]
-    questions = mine_questions(_chunk_table(corpus, chunks), corpus.package, spec.options.get("max_questions"))
-    if split != "dev":
-        questions = [q for q in questions if hash_half(q.query_id) == split]
-    return Benchmark(spec.name, split, {q.query_id: q.question for q in questions},
-                     {q.query_id: {q.target_chunk_id: 1.0} for q in questions},
-                     answers={q.query_id: q.gold_fqn for q in questions},
-                     aliases={q.query_id: list(q.aliases) for q in questions})
-
-
-def mined_examples_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
-    """Code questions mined from the docstring examples of the corpus's package: the solver writes the call, the
-    `pytest` validator runs it in the sandbox after the example's setup and compares the output with the
-    example's; gold document = the function's chunk."""
-    corpus = load_corpus_registry(spec._corpora, spec._shared_data)[spec.corpus]
-    if corpus.loader != "python_package":
-        raise CorpusError(f"benchmark {spec.name!r}: loader python_package_examples needs a python_package corpus, "
-                          f"corpus {spec.corpus!r} is {corpus.loader!r}")
-    examples = mine_examples(_chunk_table(corpus, chunks), corpus.package, spec.options.get("max_questions"),
-                             alias=spec.options.get("alias", "nx"))
-    if split != "dev":
-        examples = [q for q in examples if hash_half(q.query_id) == split]
-    return Benchmark(spec.name, split, {q.query_id: q.question for q in examples},
-                     {q.query_id: {q.target_chunk_id: 1.0} for q in examples},
-                     answers={q.query_id: q.gold for q in examples})
-
-
-def _gold_by_question(query_ids: list[str], chunks) -> tuple[Qrels, dict[str, list[str]]]:
-    """Per question of `query_ids`, in their order: its supporting paragraphs (gold, graded 1.0) and all its
-    paragraphs, from the chunks' `query_id` and `supporting` metadata (the HotpotQA and multi-hop loaders). Keyed
-    in the file's question order, never a set's: the order reaches every mean the tuner takes, and a set's changes
-    with each process's string hashing (it changed the tuner's choices from run to run)."""
-    qrels: Qrels = {q: {} for q in query_ids}
-    within: dict[str, list[str]] = {q: [] for q in query_ids}
-    for c in chunks:
-        qid = c.metadata["query_id"]
-        if qid in qrels:
-            within[qid].append(c.chunk_id)
-            if c.metadata["supporting"]:
-                qrels[qid][c.chunk_id] = 1.0
-    return qrels, within
-
-
-def multihop_benchmark(spec: BenchmarkSpec, split: str) -> Benchmark:
-    """HotpotQA / 2Wiki / MuSiQue questions, each ranking its own paragraphs (`load_multihop`, the same ids as the
-    corpus loader's); gold = the reader's supporting paragraphs (MuSiQue: `is_supporting`, never the title).
-    `train`/`test` halve the questions by a stable hash of their id; `dev` is all of them."""
-    with warnings.catch_warnings():   # the corpus asset reports skipped records; the benchmark does not repeat it
-        warnings.simplefilter("ignore")
-        chunks, data, _ = load_multihop(spec.resolved_path, spec.corpus, strict=bool(spec.options.get("strict", False)))
-    keep = set(split_members([(q.query_id, q.split) for q in data.questions], split))
-    questions = [q for q in data.questions if q.query_id in keep]
-    qrels, within = _gold_by_question([q.query_id for q in questions], chunks)
-    return Benchmark(spec.name, split, {q.query_id: q.question for q in questions}, qrels, within,
-                     {q.query_id: q.answer for q in questions},
-                     {q.query_id: list(q.aliases) for q in questions if q.aliases})
-
-
-def questions_benchmark(spec: BenchmarkSpec, split: str, chunks: pd.DataFrame | None = None) -> Benchmark:
-    """A user's questions file over any registered corpus (`core/corpus/questions.py`): every question of `split`
-    ranks the whole corpus; its gold, where given, at the grain it can be judged (`registry.gold`: document ids,
-    the chunks that hold its evidence, or its files). Questions without gold are not in `qrels`: the Monte Carlo
-    labels are their only truth."""
-    qfile = load_questions(spec.resolved_path)
-    keep = set(split_members([(r.query_id, r.split) for r in qfile.records], split))
-    records = [r for r in qfile.records if r.query_id in keep]
-    corpus = load_corpus_registry(spec._corpora, spec._shared_data)[spec.corpus]
-    qrels: Qrels = {}
-    files: dict[str, tuple[str, ...]] = {}
-    file_level: set[str] = set()
-    resolver = None
-    if any(r.gold for r in records):
-        resolver = GoldResolver(_chunk_table(corpus, chunks), corpus.name, corpus.loader)
-        for r in records:
-            if r.gold:
-                gold = resolver.resolve(r.gold, r.where, dict(r.evidence))
-                qrels[r.query_id] = gold.qrels
-                if gold.files:
-                    files[r.query_id] = gold.files
-                if gold.file_level:
-                    file_level.add(r.query_id)
-    return Benchmark(spec.name, split, {r.query_id: r.question for r in records}, qrels,
-                     answers={r.query_id: r.answer for r in records if r.answers},
-                     aliases={r.query_id: list(r.aliases) for r in records if r.aliases},
-                     gold_files=files, file_level=frozenset(file_level),
-                     file_of=resolver.file_of if resolver else {})

@@ -12,7 +12,8 @@ from typing import Callable
 
 import pandas as pd
 
-from causal_assets.core.registry.benchmarks import Benchmark, BenchmarkSpec, load_benchmark
+from causal_assets.core.registry.benchmarks import Benchmark, BenchmarkSpec
+from causal_assets.core.registry.benchmark_loading import load_benchmark
 from causal_assets.core.graph.store import chunk_neighbors, load_graph
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.search import CorpusIndex
