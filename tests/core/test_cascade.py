@@ -11,10 +11,9 @@ from causal_assets.core.corpus.chunk import Chunk, chunks_to_frame
 from causal_assets.core.index.build import build_sparse
 from causal_assets.core.index.dense import Embedder
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.retrievers.cascade import (
-    CascadeRetriever, EmbeddingConfig, EntropyCalculator, EntropyConfig, GraphConfig, GraphExpander,
-    MetadataFilter, RetrievalConfig, RetrievalResult, TFIDFConfig,
-)
+from causal_assets.core.retrievers.cascade import CascadeRetriever, EntropyCalculator, GraphExpander, RetrievalResult
+from causal_assets.core.retrievers.cascade_config import EntropyConfig, GraphConfig, RetrievalConfig
+from causal_assets.core.retrievers.metadata_filter import MetadataFilter
 from tests.conftest import SCIFACT, require
 
 SCIFACT_CORPUS = SCIFACT / "corpus.jsonl"

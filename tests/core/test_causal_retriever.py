@@ -27,8 +27,9 @@ from causal_assets.core.llm.cores import free_cores
 from causal_assets.core.retrievers.base import Retriever
 from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel, LLMAnswerModel, candidate_units
 from causal_assets.core.retrievers.causal.documents import ContextDoc
-from causal_assets.core.retrievers.causal.retriever import (RELATIONSHIPS, CausalRetrievalOptions, CausalRetriever,
-                                                            role_of)
+from causal_assets.core.retrievers.causal.retriever import CausalRetriever
+from causal_assets.core.retrievers.causal.results import CausalRetrievalOptions
+from causal_assets.core.retrievers.causal.relationships import RELATIONSHIPS, role_of
 from causal_assets.core.text.answers import normalize_answer
 
 BUG_QUERY = "Why does calculateTotal return NaN?"

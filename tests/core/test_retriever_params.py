@@ -63,13 +63,13 @@ def test_params_within_their_bounds_load_as_written(tmp_path):
 
 def _takes(name: str) -> set[str]:
     """The params a `name` retriever takes (its class's fields or keyword arguments; cascade's sections)."""
-    from causal_assets.core.retrievers import cascade, cross_encoder, fusion, query_likelihood, similarity
-    from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions, RelevanceWeights
+    from causal_assets.core.retrievers import cascade_config, cross_encoder, fusion, query_likelihood, similarity
+    from causal_assets.core.retrievers.causal.results import CausalRetrievalOptions, RelevanceWeights
     from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever
     from causal_assets.core.retrievers.learned.retriever import LearnedRetriever
 
     if name == "cascade":
-        return {f"{section}.{field}" for section, info in cascade.RetrievalConfig.model_fields.items()
+        return {f"{section}.{field}" for section, info in cascade_config.RetrievalConfig.model_fields.items()
                 for field in info.annotation.model_fields}
     if name == "causal":
         return {f.name for f in dataclasses.fields(CausalRetrievalOptions)} | \

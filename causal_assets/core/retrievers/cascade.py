@@ -11,7 +11,6 @@ is checked first, and it stops when an iteration adds nothing or stage 1 is exha
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 import warnings
@@ -21,121 +20,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
-import pandas as pd
 import scipy.sparse as sp
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from causal_assets.core.index.dense import DEFAULT_MODEL
 from causal_assets.core.index.search import CorpusIndex, Hit
+from causal_assets.core.retrievers.cascade_config import PREBUILT_TFIDF, EntropyConfig, GraphConfig, RetrievalConfig
+from causal_assets.core.retrievers.metadata_filter import MetadataFilter
 from causal_assets.core.text.analyzer import analyze
 
 Neighbors = Callable[[str], Iterable[tuple[str, str, float]]]
-
-
-# --- Configuration --------------------------------------------------------------------------------------------
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class TFIDFConfig(_Section):
-    """Stage 1. Only `initial_k` acts at query time. The project's TF-IDF index is prebuilt by the index stage
-    (`build_tfidf`: unigrams of the shared analyzer, whole vocabulary, idf, sublinear tf), so `max_features`,
-    `ngram_range`, `use_idf` and `sublinear_tf` cannot be honoured here: their defaults *describe* that index,
-    and the retriever warns when they are set to anything else (rebuild the index to change them)."""
-    initial_k: int = Field(100, ge=1, description="TF-IDF candidates in iteration 1; iteration i takes initial_k * i")
-    max_features: Optional[int] = Field(None, ge=1, description="describes the prebuilt index: None = whole vocabulary")
-    ngram_range: tuple[int, int] = Field((1, 1), description="describes the prebuilt index: unigrams")
-    use_idf: bool = Field(True, description="describes the prebuilt index")
-    sublinear_tf: bool = Field(True, description="describes the prebuilt index")
-
-
-PREBUILT_TFIDF = {"max_features": None, "ngram_range": (1, 1), "use_idf": True, "sublinear_tf": True}
-
-
-class EmbeddingConfig(_Section):
-    """Stage 2. `similarity_cutoff` is a cosine on L2-normalised vectors (in [-1, 1]); a candidate is kept when
-    `cosine >= similarity_cutoff`; None keeps every candidate."""
-    similarity_top_k: int = Field(20, ge=1, description="stage-2 documents in iteration 1; iteration i keeps top_k * i")
-    similarity_cutoff: Optional[float] = Field(0.6, ge=-1.0, le=1.0)
-    embedding_model: str = Field(DEFAULT_MODEL, description="must be the model the index was embedded with")
-
-
-class GraphConfig(_Section):
-    """Stage 3, over the neighbour function. `max_nodes` caps the documents expansion adds (and the frontier
-    expanded at each hop); edge weights below `min_edge_weight` are not followed; `relationship_types=None`
-    follows every type. Nodes that are not chunks of the index are entity nodes: traversed when
-    `include_entity_nodes`, never returned."""
-    max_hops: int = Field(2, ge=0)
-    max_nodes: int = Field(50, ge=0)
-    min_edge_weight: float = Field(0.3, ge=0.0)
-    relationship_types: Optional[list[str]] = None
-    include_entity_nodes: bool = True
-    score_decay_factor: float = Field(0.8, ge=0.0, le=1.0)
-
-
-class EntropyConfig(_Section):
-    """Loop control. `threshold` bounds |entropy change| against the mean of the last `window_size` iterations;
-    `max_documents` caps (and, when reached, ends) retrieval; fewer than `min_documents` asks for another
-    iteration, but never past `max_iterations` (see the module docstring: Termination)."""
-    threshold: float = Field(0.05, ge=0.0)
-    max_iterations: int = Field(5, ge=1)
-    min_documents: int = Field(5, ge=0)
-    max_documents: int = Field(100, ge=1)
-    window_size: int = Field(3, ge=1)
-    use_normalized_entropy: bool = True
-    terminate_on_decreasing_entropy: bool = True
-
-
-class RetrievalConfig(_Section):
-    tfidf: TFIDFConfig = Field(default_factory=TFIDFConfig)
-    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
-    graph: GraphConfig = Field(default_factory=GraphConfig)
-    entropy: EntropyConfig = Field(default_factory=EntropyConfig)
-
-    @model_validator(mode="after")
-    def _documents_range(self) -> "RetrievalConfig":
-        if self.entropy.min_documents > self.entropy.max_documents:
-            raise ValueError(f"entropy.min_documents ({self.entropy.min_documents}) exceeds "
-                             f"entropy.max_documents ({self.entropy.max_documents})")
-        return self
-
-    def save(self, path: str | Path) -> Path:
-        """JSON, or YAML when the name ends in .yaml/.yml; a path without one of those suffixes is a directory
-        that receives `cascade_config.json`."""
-        path = _config_file(Path(path), for_writing=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = self.model_dump(mode="json")
-        if path.suffix in (".yaml", ".yml"):
-            path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        else:
-            path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        return path
-
-    @classmethod
-    def load(cls, path: str | Path) -> "RetrievalConfig":
-        path = _config_file(Path(path), for_writing=False)
-        text = path.read_text(encoding="utf-8")
-        if path.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text) or {}
-        else:
-            data = json.loads(text)
-        return cls.model_validate(data)
-
-
-CONFIG_NAME = "cascade_config"
-
-
-def _config_file(path: Path, for_writing: bool) -> Path:
-    if path.suffix in (".json", ".yaml", ".yml"):
-        return path
-    if not for_writing:
-        for suffix in (".json", ".yaml", ".yml"):
-            if (path / f"{CONFIG_NAME}{suffix}").exists():
-                return path / f"{CONFIG_NAME}{suffix}"
-        raise FileNotFoundError(f"no {CONFIG_NAME}.json/.yaml in {path}")
-    return path / f"{CONFIG_NAME}.json"
 
 
 # --- Result ---------------------------------------------------------------------------------------------------
@@ -318,97 +210,6 @@ class GraphExpander:
         return found
 
 
-# --- Filters --------------------------------------------------------------------------------------------------
-
-COLUMN_KEYS = ("chunk_id", "kind", "title", "corpus")   # other keys address the JSON metadata column
-OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin")
-_MISSING = object()
-
-
-class MetadataFilter:
-    """Vectorised `filter_dict` evaluation over every chunk of an index: a boolean mask.
-
-    `{"key": value}` is equality; `{"key": {"$op": value, ...}}` combines operators with AND, as do several keys.
-    Keys `chunk_id`, `kind`, `title`, `corpus` address those columns; any other key (or `metadata.<key>`) a key
-    of the JSON `metadata` column. Semantics follow MongoDB: a chunk without the key fails every operator except
-    `$ne`/`$nin`; `$gt/$gte/$lt/$lte` compare numbers with numbers and strings with strings (ISO dates compare
-    correctly as strings), anything else fails. The metadata column is parsed once, on first use.
-    """
-
-    def __init__(self, chunks: pd.DataFrame, corpus: str = ""):
-        self.chunks = chunks
-        self.corpus = corpus
-        self.n = len(chunks)
-        self._metadata: list[dict] | None = None
-        self._columns: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, pd.Series]] = {}
-
-    def _column(self, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, pd.Series]:
-        """(raw object values with _MISSING, presence mask, float view with NaN, string view with NA) of a key."""
-        if key in self._columns:
-            return self._columns[key]
-        if key.startswith("metadata."):
-            key_md, is_column = key[len("metadata."):], False
-        else:
-            key_md, is_column = key, key in COLUMN_KEYS
-        if is_column:
-            if key in self.chunks:
-                raw = self.chunks[key].to_numpy(dtype=object)
-            elif key == "corpus":
-                raw = np.full(self.n, self.corpus, dtype=object)
-            else:
-                raw = np.full(self.n, _MISSING, dtype=object)
-        else:
-            if self._metadata is None:
-                col = self.chunks["metadata"] if "metadata" in self.chunks else [None] * self.n
-                self._metadata = [json.loads(m) if isinstance(m, str) and m else (m if isinstance(m, dict) else {})
-                                  for m in col]
-            raw = np.empty(self.n, dtype=object)
-            raw[:] = [m.get(key_md, _MISSING) for m in self._metadata]
-        present = np.fromiter((v is not _MISSING for v in raw), dtype=bool, count=self.n)
-        numeric = np.array([float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
-                            for v in raw], dtype=np.float64)
-        strings = pd.Series([v if isinstance(v, str) else None for v in raw], dtype="string")
-        self._columns[key] = (raw, present, numeric, strings)
-        return self._columns[key]
-
-    def mask(self, filter_dict: dict[str, Any] | None) -> np.ndarray:
-        out = np.ones(self.n, dtype=bool)
-        for key, cond in (filter_dict or {}).items():
-            ops = cond if isinstance(cond, dict) and cond and all(str(k).startswith("$") for k in cond) \
-                else {"$eq": cond}
-            raw, present, numeric, strings = self._column(key)
-            for op, value in ops.items():
-                out &= self._apply(op, value, raw, numeric, strings, present, key)
-        return out
-
-    @staticmethod
-    def _equal(raw: np.ndarray, value: Any) -> np.ndarray:
-        if isinstance(value, (list, tuple, dict, set)):   # numpy would broadcast a sequence
-            return np.fromiter((v == value for v in raw), dtype=bool, count=len(raw))
-        eq = raw == value
-        return np.asarray(eq, dtype=bool) if isinstance(eq, np.ndarray) else np.full(len(raw), bool(eq))
-
-    def _apply(self, op, value, raw, numeric, strings, present, key) -> np.ndarray:
-        if op == "$eq":
-            return present & self._equal(raw, value)
-        if op == "$ne":
-            return ~(present & self._equal(raw, value))
-        if op in ("$in", "$nin"):
-            if not isinstance(value, (list, tuple, set)):
-                raise ValueError(f"filter {key!r}: {op} needs a list, got {value!r}")
-            hit = np.zeros(self.n, dtype=bool)
-            for v in value:
-                hit |= present & self._equal(raw, v)
-            return hit if op == "$in" else ~hit
-        if op in ("$gt", "$gte", "$lt", "$lte"):
-            compare = {"$gt": np.greater, "$gte": np.greater_equal, "$lt": np.less, "$lte": np.less_equal}[op]
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                with np.errstate(invalid="ignore"):
-                    return compare(numeric, float(value))
-            if isinstance(value, str):
-                return compare(strings, value).fillna(False).to_numpy(dtype=bool)
-            raise ValueError(f"filter {key!r}: {op} needs a number or a string, got {value!r}")
-        raise ValueError(f"filter {key!r}: unknown operator {op!r}; known: {', '.join(OPERATORS)}")
 
 
 # --- The retriever --------------------------------------------------------------------------------------------

@@ -9,10 +9,12 @@ import pandas as pd
 from causal_assets.core.index.search import CorpusIndex
 from causal_assets.core.llm.scoring import Scorer
 from causal_assets.core.retrievers.base import Retriever
-from causal_assets.core.retrievers.cascade import CascadeRetriever, RetrievalConfig
+from causal_assets.core.retrievers.cascade import CascadeRetriever
+from causal_assets.core.retrievers.cascade_config import RetrievalConfig
 from causal_assets.core.retrievers.causal.answer_model import LexicalAnswerModel, LLMAnswerModel
 from causal_assets.core.retrievers.causal.likelihood_model import LikelihoodAnswerModel
-from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions, CausalRetriever
+from causal_assets.core.retrievers.causal.retriever import CausalRetriever
+from causal_assets.core.retrievers.causal.results import CausalRetrievalOptions
 from causal_assets.core.retrievers.cross_encoder import CrossEncoderReranker
 from causal_assets.core.retrievers.entity_first.llm_entities import LLMEntityExtractor
 from causal_assets.core.retrievers.entity_first.retriever import EntityFirstRetriever

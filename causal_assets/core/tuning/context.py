@@ -14,7 +14,7 @@ from causal_assets.core.registry.benchmarks import Benchmark
 from causal_assets.core.measures.metrics import named_metric_per_query, parse_metric
 from causal_assets.core.evaluation.runner import run_benchmark
 from causal_assets.core.index.search import CorpusIndex
-from causal_assets.core.retrievers.causal.retriever import CausalRetrievalOptions
+from causal_assets.core.retrievers.causal.results import CausalRetrievalOptions
 from causal_assets.core.retrievers.factory import build_retriever, uses_scorer
 from causal_assets.core.registry.retrievers import KINDS
 from causal_assets.core.tuning.points import coordinate_search, flat, nested, point_key, sample_queries

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Mapping, Sequence
 
 import networkx as nx
 import pandas as pd
@@ -24,186 +24,18 @@ from causal_assets.core.index.search import CorpusIndex, Hit
 from causal_assets.core.retrievers.causal.answer_model import (AnswerModel, candidate_units, is_causal_query,
                                                                query_terms)
 from causal_assets.core.retrievers.causal.documents import ContextDoc
+from causal_assets.core.retrievers.causal.explanation import explain
+from causal_assets.core.retrievers.causal.relationships import (EDGE_RELATIONSHIPS, MAX_PATHS, RELATIONSHIP_PRIOR,
+                                                                SKIP_NODE_TYPES, role_of)
+from causal_assets.core.retrievers.causal.results import (CausalChainLink, CausalNode, CausalRelevance,
+                                                          CausalRetrievalOptions, CausalRetrievalResult,
+                                                          CounterfactualImpact, InformationContribution,
+                                                          RankedCausalDocument, RetrievalExplanation, answer_f1,
+                                                          counterfactual)
 from causal_assets.core.text.analyzer import analyze
-from causal_assets.core.text.answers import f1_precision_recall, normalize_answer
+from causal_assets.core.text.answers import normalize_answer
 from causal_assets.core.text.entities import extract_entities
 
-Relationship = Literal["answers", "defines", "implements", "calls", "modifies", "constrains", "contextualizes"]
-RELATIONSHIPS = ("answers", "defines", "implements", "calls", "modifies", "constrains", "contextualizes")
-# How strongly a relationship transmits cause. A call executes the callee, so it carries behaviour further than
-# a definition or containment (a module "defines" all its functions); context is weakest.
-RELATIONSHIP_PRIOR = {"answers": 1.0, "implements": 1.0, "calls": 0.9, "modifies": 0.85, "defines": 0.8,
-                      "constrains": 0.75, "contextualizes": 0.5}
-MAX_PATHS = 50         # hop-shortest paths compared per entry node
-EDGE_RELATIONSHIPS = {"calls": "calls", "called_by": "calls", "defines": "defines", "defined_in": "defines",
-                      "inherits": "implements", "inherited_by": "implements", "modifies": "modifies",
-                      "assigns": "modifies", "writes": "modifies", "constrains": "constrains",
-                      "validates": "constrains", "type_of": "constrains", "imports": "contextualizes",
-                      "references": "contextualizes", "related": "contextualizes",
-                      "title_mention": "contextualizes", "answers": "answers"}
-SKIP_NODE_TYPES = frozenset({"community"})
-SIMILAR = 0.9          # answers with token F1 >= 0.9 are the same answer (similarity < 0.9 = a change)
-
-
-# --- Result types ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class InformationContribution:
-    mutual_information: float
-    information_gain: float
-    redundancy: float
-    unique_contribution: float
-    entropy_reduction: float
-    base_entropy: float = 0.0
-    with_doc_entropy: float = 0.0
-    with_all_entropy: float = 0.0
-    with_doc_and_all_entropy: float = 0.0
-
-
-@dataclass(frozen=True)
-class CounterfactualImpact:
-    would_change_answer: bool
-    change_prob: float
-    change_type: str       # complete_change | partial_change | confidence_change | no_change
-    change_severity: str   # critical | significant | minor | negligible
-    answer_with: str = ""
-    answer_without: str = ""
-    similarity: float = 1.0
-
-
-@dataclass(frozen=True)
-class CausalNode:
-    type: str              # query | concept | entity | document
-    id: str
-    label: str
-
-
-@dataclass(frozen=True)
-class CausalChainLink:
-    from_node: CausalNode
-    to_node: CausalNode
-    relationship: str
-    strength: float
-    evidence: str
-
-
-@dataclass
-class CausalRelevance:
-    document: Hit
-    information_contribution: InformationContribution
-    counterfactual_impact: CounterfactualImpact
-    causal_chain: list[CausalChainLink]
-    chain_strength: float
-    relevance_score: float
-    confidence: float
-
-
-@dataclass
-class RankedCausalDocument:
-    document: Hit
-    relevance: CausalRelevance
-    rank: int
-    explanation: str | None = None
-
-
-@dataclass
-class CausalRetrievalResult:
-    documents: list[RankedCausalDocument]
-    total_considered: int
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.documents)
-
-
-@dataclass
-class RetrievalExplanation:
-    query: str
-    chunk_id: str
-    was_retrieved: bool
-    summary: str
-    reasons: list[str]
-    relevance: CausalRelevance | None = None
-
-
-@dataclass(frozen=True)
-class RelevanceWeights:
-    information_contribution: float = 0.35
-    counterfactual_impact: float = 0.4
-    causal_chain_strength: float = 0.25
-    # The shortlist's own order as a prior (1 for its first candidate down to 1/n for its last): 0 by default, so
-    # the score is the measures alone; tuning may weigh it when the shortlist (e.g. the learned model) is strong.
-    shortlist_prior: float = 0.0
-
-    FIELDS = ("information_contribution", "counterfactual_impact", "causal_chain_strength", "shortlist_prior")
-
-    @classmethod
-    def from_mapping(cls, m: Mapping[str, float] | "RelevanceWeights" | None) -> "RelevanceWeights":
-        if m is None:
-            return cls()
-        if isinstance(m, RelevanceWeights):
-            return m
-        alias = {"informationContribution": "information_contribution",
-                 "counterfactualImpact": "counterfactual_impact", "causalChainStrength": "causal_chain_strength",
-                 "shortlistPrior": "shortlist_prior"}
-        kw = {alias.get(k, k): float(v) for k, v in m.items()}
-        unknown = set(kw) - set(cls.FIELDS)
-        if unknown:
-            raise ValueError(f"unknown weight(s) {sorted(unknown)}")
-        w = cls(**kw)
-        values = [getattr(w, f) for f in cls.FIELDS]
-        if min(values) < 0 or sum(values) <= 0:
-            raise ValueError("weights must be >= 0 with a positive sum")
-        return w
-
-
-@dataclass(frozen=True)
-class CausalRetrievalOptions:
-    max_docs: int = 10
-    min_relevance: float = 0.1
-    weights: RelevanceWeights | Mapping[str, float] = field(default_factory=RelevanceWeights)
-    include_explanations: bool = True
-    mode: str = "balanced"               # balanced | precision | recall (module docstring)
-    shortlist_size: int = 8              # documents the shortlist gives to the answer model
-    graph_candidates: int = 3            # graph neighbours of the shortlist added as candidates
-    diversity_threshold: float = 0.01    # bits
-    max_hops: int = 4
-    hop_decay: float = 0.8
-
-    def __post_init__(self):
-        if self.mode not in ("balanced", "precision", "recall"):
-            raise ValueError(f"mode must be balanced, precision or recall, got {self.mode!r}")
-        if self.max_docs < 1 or self.shortlist_size < 1 or self.graph_candidates < 0:
-            raise ValueError("max_docs and shortlist_size must be >= 1, graph_candidates >= 0")
-        object.__setattr__(self, "weights", RelevanceWeights.from_mapping(self.weights))
-
-    def effective(self) -> "CausalRetrievalOptions":
-        """The options after the mode's adjustments (module docstring)."""
-        if self.mode == "precision":
-            return replace(self, min_relevance=max(self.min_relevance, 0.3),
-                           diversity_threshold=self.diversity_threshold * 5)
-        if self.mode == "recall":
-            return replace(self, min_relevance=self.min_relevance / 2, shortlist_size=self.shortlist_size * 2,
-                           graph_candidates=self.graph_candidates * 2, diversity_threshold=1e-9)
-        return self
-
-
-# --- Relationship of a document to a name ---------------------------------------------------------------------
-
-def role_of(text: str, name: str) -> str:
-    """What `text` does with `name`: implements | defines | modifies | calls | contextualizes."""
-    n = re.escape(name)
-    if re.search(rf"\b(?:def|function|func|fn|fun|sub)\s+{n}\s*[(<]|\b(?:const|let|var)\s+{n}\s*=\s*(?:async\s*)?"
-                 rf"(?:\([^)]*\)|\w+)\s*=>|^\s*(?:public |private |static |async )*{n}\s*\([^)]*\)\s*(?::\s*[\w<>\[\]| ]+)?\s*\{{",
-                 text, re.M):
-        return "implements"
-    if re.search(rf"\b(?:class|interface|type|struct|enum|trait)\s+{n}\b|\b(?:const|let|var)\s+{n}\b", text):
-        return "defines"
-    if re.search(rf"(?<![=!<>])\b{n}\s*(?:[-+*/]?=(?!=)|\.push\(|\[[^\]]*\]\s*=(?!=))", text):
-        return "modifies"
-    if re.search(rf"\b{n}\s*\(", text):
-        return "calls"
-    return "contextualizes"
 
 
 # --- The retriever --------------------------------------------------------------------------------------------
@@ -499,15 +331,15 @@ class CausalRetriever:
         if hasattr(self.answer_model, "answer_probability"):
             return self._likelihood_counterfactual(memo, query, full, without, cur)
         alt = self._answer(memo, query, without)
-        mode_sim = _f1(cur, alt)
+        mode_sim = answer_f1(cur, alt)
 
         def expected(ids):
-            return sum(p * _f1(a, cur) for a, p in self._dist(memo, query, ids).items())
+            return sum(p * answer_f1(a, cur) for a, p in self._dist(memo, query, ids).items())
 
         e_with = expected(full)
         sim = min(1.0, expected(without) / e_with) if e_with > 1e-12 else mode_sim
         change_prob = float(min(1.0, max(0.0, 1.0 - sim)))
-        return _impact(change_prob, cur, alt, mode_sim)
+        return counterfactual(change_prob, cur, alt, mode_sim)
 
     def _likelihood_counterfactual(self, memo: dict, query: str, full: list[str], without: list[str],
                                    cur: str) -> CounterfactualImpact:
@@ -520,8 +352,8 @@ class CausalRetriever:
         alt, mode_sim = cur, 1.0
         if change_prob >= 0.5:
             alt = self._answer(memo, query, without)
-            mode_sim = _f1(cur, alt)
-        return _impact(change_prob, cur, alt, mode_sim)
+            mode_sim = answer_f1(cur, alt)
+        return counterfactual(change_prob, cur, alt, mode_sim)
 
     def assess_relevance(self, doc: Hit | str, query: str, context: Mapping[str, Any] | Sequence[str] | None = None,
                          options: CausalRetrievalOptions | None = None, memo: dict | None = None) -> CausalRelevance:
@@ -628,33 +460,7 @@ class CausalRetriever:
 
     # -- explanations --
     def _explain(self, r: CausalRelevance, rank: int | None) -> str:
-        cid = r.document.chunk_id
-        parts = [f"{cid}" + (f" ranked {rank}" if rank else "") + f" (causal relevance {r.relevance_score:.2f})."]
-        cf = r.counterfactual_impact
-        if cf.would_change_answer:
-            without = f'"{cf.answer_without[:120]}"' if cf.answer_without else "no answer"
-            parts.append(f"Removing it changes the answer ({cf.change_type.replace('_', ' ')}, {cf.change_severity}, "
-                         f"p={cf.change_prob:.2f}): with it \"{cf.answer_with[:120]}\", without it {without}.")
-            where = self.answer_location(cid, cf.answer_with)
-            if where:
-                parts.append(f"That answer comes from {where}.")
-        elif cf.change_type == "confidence_change":
-            parts.append(f"Removing it keeps the answer \"{cf.answer_with[:120]}\" but lowers confidence "
-                         f"(p={cf.change_prob:.2f}).")
-        else:
-            parts.append("Removing it does not change the answer.")
-        ic = r.information_contribution
-        what = "the question's surprisal" if getattr(self.answer_model, "entropy_is_surprisal", False) \
-            else "answer entropy"
-        parts.append(f"It reduces {what} by {ic.mutual_information:.2f} bits on its own; "
-                     f"information gain {ic.information_gain:.2f} bits, redundancy {ic.redundancy:.2f} bits.")
-        if r.causal_chain:
-            chain = " -> ".join([r.causal_chain[0].from_node.label[:40]] +
-                                [f"[{l.relationship}] {l.to_node.label}" for l in r.causal_chain])
-            parts.append(f"Causal chain (strength {r.chain_strength:.2f}): {chain}.")
-        else:
-            parts.append("No graph chain links it to the query's entities.")
-        return " ".join(parts)
+        return explain(r, rank, self.answer_location, getattr(self.answer_model, "entropy_is_surprisal", False))
 
     def explain_retrieval(self, query: str, doc: Hit | str, was_retrieved: bool | None = None,
                           options: CausalRetrievalOptions | None = None) -> RetrievalExplanation:
@@ -686,24 +492,3 @@ class CausalRetriever:
             reasons.append(f"ranked below the max_docs={res.metadata['effective_options'].max_docs} cut")
         summary = f"{cid} was not retrieved: {reasons[-1]}. " + self._explain(rel, None)
         return RetrievalExplanation(query, cid, False, summary, reasons, rel)
-
-
-def _impact(change_prob: float, cur: str, alt: str, mode_sim: float) -> CounterfactualImpact:
-    """Change type and severity (module docstring) of an answer `cur` that becomes `alt` (token F1 `mode_sim`)."""
-    would = mode_sim < SIMILAR
-    if would:
-        ctype = "complete_change" if mode_sim <= 0.2 else "partial_change"
-    else:
-        ctype = "confidence_change" if change_prob >= 0.1 else "no_change"
-    sev = ("critical" if change_prob >= 0.75 else "significant" if change_prob >= 0.4
-           else "minor" if change_prob >= 0.1 else "negligible")
-    return CounterfactualImpact(would, change_prob, ctype, sev, cur, alt, float(mode_sim))
-
-
-def _f1(a: str, b: str) -> float:
-    na, nb = normalize_answer(a), normalize_answer(b)
-    if not na and not nb:
-        return 1.0
-    if not na or not nb:
-        return 0.0
-    return float(f1_precision_recall(a, b)[0])
