@@ -48,9 +48,9 @@ def compile_checkout() -> None:
 
 # Modules of tests/core that run real processes or servers (the sandbox, endpoints, killed workers) or fit neural
 # models: in the fast lane, not in the unit lane.
-NOT_UNIT = {"test_sandbox.py", "test_code_benchmark.py", "test_llm.py", "test_llm_endpoint.py", "test_cores.py",
-            "test_labeling_faults.py", "test_orphan_guard.py", "test_search_startup.py", "test_reranker_tuning.py",
-            "test_encoder_tuning.py", "test_labels_early_stop.py"}
+NOT_UNIT = {"test_sandbox.py", "test_sandbox_escapes.py", "test_code_benchmark.py", "test_llm.py",
+            "test_llm_endpoint.py", "test_cores.py", "test_labeling_faults.py", "test_orphan_guard.py",
+            "test_search_startup.py", "test_reranker_tuning.py", "test_encoder_tuning.py", "test_labels_early_stop.py"}
 
 
 # The longest groups, in CPU seconds of one full run (self and waited-for children, the same run for all): handed
@@ -59,8 +59,8 @@ NOT_UNIT = {"test_sandbox.py", "test_code_benchmark.py", "test_llm.py", "test_ll
 GROUP_SECONDS = {
     "tests/cli/test_benchmark_commands.py": 460, "tests/benchmarks/test_quick.py": 400,
     "tests/deploy/test_celery.py": 290, "e2e": 180, "tests/cli/test_gate_commands.py": 150,
-    "tests/cli/test_cli_ux.py": 140, "tests/core/test_sandbox.py": 115, "tests/deploy/test_dg.py": 90,
-    "tests/deploy/test_production.py": 90, "tests/core/test_reranker_tuning.py": 75,
+    "tests/cli/test_cli_ux.py": 140, "tests/deploy/test_dg.py": 90, "tests/deploy/test_production.py": 90,
+    "tests/core/test_reranker_tuning.py": 75, "tests/core/test_sandbox.py": 65, "tests/core/test_sandbox_escapes.py": 50,
     "tests/cli/test_corpus_changes.py": 70, "tests/dagster/test_reliability.py": 70,
     "tests/dagster/test_labels.py": 70, "tests/dagster/test_tuning.py": 70, "tests/dagster/test_run_health.py": 70,
 }
