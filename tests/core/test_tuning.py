@@ -203,7 +203,7 @@ def test_repeated_cv_averages_every_fold_dependent_figure_over_the_splits(tmp_pa
     every retriever's nested figure are the means of what each split alone gives (20 HotpotQA questions, where the
     splits disagree); the first split is the single-split tuning's. Fusion searches a 2 x 2 grid: what is averaged is
     the same whatever its points."""
-    from causal_assets.core.registry.benchmarks import _gold_by_question
+    from causal_assets.core.registry.benchmark_loading import _gold_by_question
     from causal_assets.core.corpus.chunk import chunks_to_frame
     from causal_assets.core.corpus.hotpotqa import load_hotpotqa
     from causal_assets.core.index.build import build_index
