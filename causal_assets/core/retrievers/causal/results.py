@@ -127,7 +127,7 @@ class CausalRetrievalOptions:
     min_relevance: float = 0.1
     weights: RelevanceWeights | Mapping[str, float] = field(default_factory=RelevanceWeights)
     include_explanations: bool = True
-    mode: str = "balanced"               # balanced | precision | recall (module docstring)
+    mode: str = "balanced"               # balanced | precision | recall (docs/on-demand.md)
     shortlist_size: int = 8              # documents the shortlist gives to the answer model
     graph_candidates: int = 3            # graph neighbours of the shortlist added as candidates
     diversity_threshold: float = 0.01    # bits
@@ -142,7 +142,7 @@ class CausalRetrievalOptions:
         object.__setattr__(self, "weights", RelevanceWeights.from_mapping(self.weights))
 
     def effective(self) -> "CausalRetrievalOptions":
-        """The options after the mode's adjustments (module docstring)."""
+        """The options after the mode's adjustments (docs/on-demand.md, "The causal retriever")."""
         if self.mode == "precision":
             return replace(self, min_relevance=max(self.min_relevance, 0.3),
                            diversity_threshold=self.diversity_threshold * 5)
@@ -152,8 +152,8 @@ class CausalRetrievalOptions:
         return self
 
 
-def counterfactual(change_prob: float, cur: str, alt: str, mode_sim: float) -> CounterfactualImpact:
-    """Change type and severity (module docstring) of an answer `cur` that becomes `alt` (token F1 `mode_sim`)."""
+def change_impact(change_prob: float, cur: str, alt: str, mode_sim: float) -> CounterfactualImpact:
+    """Change type and severity (docs/on-demand.md) of an answer `cur` that becomes `alt` (token F1 `mode_sim`)."""
     would = mode_sim < SIMILAR
     if would:
         ctype = "complete_change" if mode_sim <= 0.2 else "partial_change"
@@ -164,7 +164,8 @@ def counterfactual(change_prob: float, cur: str, alt: str, mode_sim: float) -> C
     return CounterfactualImpact(would, change_prob, ctype, sev, cur, alt, float(mode_sim))
 
 
-def answer_f1(a: str, b: str) -> float:
+def answer_similarity(a: str, b: str) -> float:
+    """Token F1 of two answers (two empty answers are the same answer): at `SIMILAR` or above, no change."""
     na, nb = normalize_answer(a), normalize_answer(b)
     if not na and not nb:
         return 1.0

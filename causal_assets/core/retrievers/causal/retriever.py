@@ -30,8 +30,8 @@ from causal_assets.core.retrievers.causal.relationships import (EDGE_RELATIONSHI
 from causal_assets.core.retrievers.causal.results import (CausalChainLink, CausalNode, CausalRelevance,
                                                           CausalRetrievalOptions, CausalRetrievalResult,
                                                           CounterfactualImpact, InformationContribution,
-                                                          RankedCausalDocument, RetrievalExplanation, answer_f1,
-                                                          counterfactual)
+                                                          RankedCausalDocument, RetrievalExplanation,
+                                                          answer_similarity, change_impact)
 from causal_assets.core.text.analyzer import analyze
 from causal_assets.core.text.answers import normalize_answer
 from causal_assets.core.text.entities import extract_entities
@@ -331,15 +331,15 @@ class CausalRetriever:
         if hasattr(self.answer_model, "answer_probability"):
             return self._likelihood_counterfactual(memo, query, full, without, cur)
         alt = self._answer(memo, query, without)
-        mode_sim = answer_f1(cur, alt)
+        mode_sim = answer_similarity(cur, alt)
 
         def expected(ids):
-            return sum(p * answer_f1(a, cur) for a, p in self._dist(memo, query, ids).items())
+            return sum(p * answer_similarity(a, cur) for a, p in self._dist(memo, query, ids).items())
 
         e_with = expected(full)
         sim = min(1.0, expected(without) / e_with) if e_with > 1e-12 else mode_sim
         change_prob = float(min(1.0, max(0.0, 1.0 - sim)))
-        return counterfactual(change_prob, cur, alt, mode_sim)
+        return change_impact(change_prob, cur, alt, mode_sim)
 
     def _likelihood_counterfactual(self, memo: dict, query: str, full: list[str], without: list[str],
                                    cur: str) -> CounterfactualImpact:
@@ -352,8 +352,8 @@ class CausalRetriever:
         alt, mode_sim = cur, 1.0
         if change_prob >= 0.5:
             alt = self._answer(memo, query, without)
-            mode_sim = answer_f1(cur, alt)
-        return counterfactual(change_prob, cur, alt, mode_sim)
+            mode_sim = answer_similarity(cur, alt)
+        return change_impact(change_prob, cur, alt, mode_sim)
 
     def assess_relevance(self, doc: Hit | str, query: str, context: Mapping[str, Any] | Sequence[str] | None = None,
                          options: CausalRetrievalOptions | None = None, memo: dict | None = None) -> CausalRelevance:
