@@ -39,13 +39,15 @@ SUITE = [
     ("dense_latency", "dense_latency.py", [], [], True),
     ("query_latency", "query_latency.py", [], [], True),
     ("incremental_reindex", "incremental_reindex.py", [], [], True),
+    ("build_rates", "build_rates.py", [], [], True),
     ("mc_simulation", "mc_simulation.py", [], [], True),
     ("scaling", "scaling.py", [], [], True),
     ("cli_timings", "cli_timings.py", [], [], True),  # needs the default corpus built (README command 1)
     ("lineage_e2e", "lineage_e2e.py", [], None, False),  # None: not run with --quick
 ]
 TOPICS = [s[0] for s in SUITE]
-ORDER = ["embedding_throughput", "embedding_backends", "dense_latency", "incremental_reindex", "query_latency",
+ORDER = ["embedding_throughput", "embedding_backends", "dense_latency", "incremental_reindex", "build_rates",
+         "query_latency",
          "scaling", "bm25_qps", "metrics_speed", "mc_simulation", "cli_timings", "lineage_e2e"]
 
 

@@ -26,6 +26,8 @@ from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance,
 from causal_assets.commands import say, source_change, stale_line
 from causal_assets.core.stored import needs
 from causal_assets.core.graph.store import mostly_code
+from causal_assets.core.index.build import chunk_texts
+from causal_assets.core.local_search.entity_vectors import entity_nodes, entity_texts
 from causal_assets.core.foundation import progress
 from causal_assets.core.registry.corpora import require_available
 from causal_assets.core.local_search import inbox
@@ -270,11 +272,13 @@ def estimate_seconds(base, corpus: str, todo: list[str]) -> float | None:
     chunks_path = asset_path(base, "corpus_chunks", corpus)
     if not chunks_path.exists():
         return None
-    chunks = read_parquet(chunks_path, columns=["kind"])
+    chunks = read_parquet(chunks_path, columns=["kind", "title", "text"])
     code = mostly_code(chunks["kind"])
     nodes_path = asset_path(base, "graph_nodes", corpus)
-    entities = len(read_parquet(nodes_path, columns=["node_id"])) if nodes_path.exists() else None
-    seconds = needs.build_seconds(len(chunks), code, todo, entities)
+    entities = None   # the entity texts, where the graph is built already
+    if nodes_path.exists():
+        entities = [len(t) for t in entity_texts(entity_nodes(read_parquet(nodes_path)))]
+    seconds = needs.build_seconds([len(t) for t in chunk_texts(chunks)], code, todo, entities)
     # The rates are for idle cores; other work on the machine slows this build about in proportion.
     return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 

@@ -44,7 +44,7 @@ def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) ->
                                      machine=machine_now(Storage().base, None, separate=separate),
                                      separate=separate, code=code,
                                      stop_when_decided=spec.monte_carlo_settings.get("stop_when_decided", True))
-        _, line = lineage_estimate(len(frame), code, labels)
+        _, line = lineage_estimate([len(t) for t in chunk_texts(frame)], code, labels)
         context.log.info(f"default_lineage_job for {context.partition_key!r}: {line}")
     except Exception as e:   # an estimate is a courtesy
         context.log.debug(f"no lineage estimate: {e}")

@@ -22,6 +22,7 @@ RESULT = {"topic", "quick", "machine_start", "figures", "details"}   # common.wr
 # script -> (extra arguments, shared data it reads, the JSON it writes under --out, its top-level keys)
 QUICK = {
     "bm25_qps": ([], [SCIFACT], "bm25_qps_quick.json", RESULT),
+    "build_rates": ([], [], "build_rates_quick.json", RESULT),
     "cli_timings": ([], [], "cli_timings_quick.json", RESULT),
     "dense_latency": ([], [SCIFACT], "dense_latency_quick.json", RESULT),
     "embedding_backends": ([], [SCIFACT], "embedding_backends_quick.json", RESULT),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,23 +257,24 @@ def machine_now(base, benchmarks: list[str] | None = None, solver_path: Path | N
     return history_machine(base, benchmarks, separate) or measure_machine(solver_path)
 
 
-# Tuning and evaluation of the default lineage on 2 idle cores: 56 s + 33 s measured at load ~2.5 (docs/sizing.md);
-# the stages whose time does not follow the chunks or the labelling calls.
-TUNE_AND_EVALUATE_S = 90.0
+# Tuning and evaluation of the default lineage (README command 1, three fresh clones at load 1.7-2.4 on 2 cores):
+# tuning 83-90 s, the evaluation with its answer utility 135-151 s; the stages whose time does not follow the chunks
+# or the labelling calls.
+TUNE_AND_EVALUATE_S = 220.0
 LINEAGE_INDEX = ["corpus_embeddings", "sparse_postings", "graph_nodes", "graph_entity_embeddings"]
 
 
-def lineage_estimate(n_chunks: int, code: bool, labels: LabelEstimate | None, load: float | None = None,
-                     cores: int | None = None) -> tuple[float, str]:
-    """(seconds, one line) for the whole lineage of a partition: the index and graph of `n_chunks` chunks, the
-    labels (`estimate_labels`, already at this machine's rate), tuning and evaluation; the index and the rest are
+def lineage_estimate(chunk_chars: Sequence[int], code: bool, labels: LabelEstimate | None,
+                     load: float | None = None, cores: int | None = None) -> tuple[float, str]:
+    """(seconds, one line) for the whole lineage of a partition: the index and graph of chunks of these lengths
+    (characters, as the indexes see them), the labels (`estimate_labels`, already at this machine's rate), tuning and evaluation; the index and the rest are
     scaled by the load now as the build's estimate is."""
     load = os.getloadavg()[0] if load is None else load
     slowdown = max(1.0, load / (cores or os.cpu_count() or 1))
-    index = build_seconds(n_chunks, code, LINEAGE_INDEX) * slowdown
+    index = build_seconds(chunk_chars, code, LINEAGE_INDEX) * slowdown
     rest = TUNE_AND_EVALUATE_S * slowdown
     label_s = labels.seconds if labels is not None else 0.0
-    parts = [f"index and graph of {n_chunks:,} chunks ~{duration(index)}"]
+    parts = [f"index and graph of {len(chunk_chars):,} chunks ~{duration(index)}"]
     if labels is not None:
         parts.append(f"labels of {labels.questions} questions x {labels.calls // max(1, labels.questions)} solver "
                      f"calls ~{duration(label_s)} (from {labels.source})")
