@@ -24,7 +24,7 @@ from causal_assets.core.llm.server import LocalLlamaServer
 from causal_assets.core.registry.corpora import CorpusSpec, available_corpora, load_corpus_registry
 from causal_assets.core.index.ann import AnnConfig
 from causal_assets.core.index.dense import DEFAULT_BACKEND
-from causal_assets.core.foundation.storage import check_within, read_parquet, write_parquet_atomic
+from causal_assets.core.foundation.storage import cache_path, check_within, read_parquet, write_parquet_atomic
 from causal_assets.retries import only_infrastructure_retried
 from causal_assets.settings import Settings
 
@@ -71,7 +71,7 @@ class Storage(ConfigurableResource):
         return Path(self.reports_dir)
 
     def cache_dir(self, name: str) -> UPath:
-        return self.base / "cache" / name
+        return cache_path(self.base, name)
 
 
 class CorpusRegistry(ConfigurableResource):

@@ -26,7 +26,9 @@ from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance,
 from causal_assets.commands import say, source_change, stale_line
 from causal_assets.core.stored import needs
 from causal_assets.core.graph.store import mostly_code
+from causal_assets.core.corpus.chunk import content_hash
 from causal_assets.core.index.build import chunk_texts
+from causal_assets.core.index.dense import DEFAULT_BACKEND, DEFAULT_MODEL, EmbeddingCache
 from causal_assets.core.local_search.entity_vectors import entity_nodes, entity_texts
 from causal_assets.core.foundation import progress
 from causal_assets.core.registry.corpora import require_available
@@ -34,7 +36,7 @@ from causal_assets.core.local_search import inbox
 from causal_assets.core.foundation.errors import CausalAssetsError, first_line
 from causal_assets.core.llm.server import stop_all
 from causal_assets.core.foundation.progress import duration
-from causal_assets.core.foundation.storage import asset_path, read_parquet
+from causal_assets.core.foundation.storage import asset_path, cache_path, read_parquet
 from causal_assets.dagster_private import instance_without_compute_logs, interrupt_captured
 from causal_assets.exit_codes import EXIT_INTERRUPTED, EXIT_POOL_BLOCKED
 from causal_assets.run_health import blocked_message, pool_holders, reap_dead_runs
@@ -269,16 +271,24 @@ def execute(job_name: str, partition_key: str, base, assets: list[str] | None = 
 
 
 def estimate_seconds(base, corpus: str, todo: list[str]) -> float | None:
+    """The build's seconds at the load now, where the chunks exist: texts whose vectors are in the embedding cache
+    (a rebuild after an edit, another corpus with the same texts) are not counted."""
     chunks_path = asset_path(base, "corpus_chunks", corpus)
     if not chunks_path.exists():
         return None
-    chunks = read_parquet(chunks_path, columns=["kind", "title", "text"])
+    chunks = read_parquet(chunks_path, columns=["kind", "title", "text", "content_hash"])
     code = mostly_code(chunks["kind"])
+    cache = cache_path(base, "embeddings")
+    backend = Settings.from_env().embedding_backend or DEFAULT_BACKEND   # as the corpus_embeddings asset's default
+    held = EmbeddingCache(cache, DEFAULT_MODEL, backend).hashes() if "corpus_embeddings" in todo else set()
+    new_chunks = chunks[~chunks["content_hash"].isin(held)]
     nodes_path = asset_path(base, "graph_nodes", corpus)
-    entities = None   # the entity texts, where the graph is built already
-    if nodes_path.exists():
-        entities = [len(t) for t in entity_texts(entity_nodes(read_parquet(nodes_path)))]
-    seconds = needs.build_seconds([len(t) for t in chunk_texts(chunks)], code, todo, entities)
+    entities = None   # the entity texts not embedded yet, where the graph is built already
+    if nodes_path.exists() and "graph_entity_embeddings" in todo:
+        held = EmbeddingCache(cache, DEFAULT_MODEL).hashes()   # as graph_entity_embeddings keys them
+        entities = [len(t) for t in entity_texts(entity_nodes(read_parquet(nodes_path))) if content_hash(t) not in held]
+    seconds = needs.build_seconds([len(t) for t in chunk_texts(chunks)], code, todo, entities,
+                                  [len(t) for t in chunk_texts(new_chunks)])
     # The rates are for idle cores; other work on the machine slows this build about in proportion.
     return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 

@@ -47,6 +47,11 @@ def check_within(base: str | UPath, path: str | UPath) -> UPath:
     return path
 
 
+def cache_path(base: str | UPath, name: str) -> UPath:
+    """A cache kept beside the assets under the base path (the embedding cache: `cache_path(base, "embeddings")`)."""
+    return UPath(base) / "cache" / name
+
+
 def asset_path(base: str | UPath, asset: str, partition: str | None = None) -> UPath:
     """The one layout used by the IO manager, the DuckDB views and the library loaders."""
     safe_name(asset, "asset")

@@ -239,6 +239,15 @@ class EmbeddingCache:
             cache.update(zip(frame["content_hash"], frame["embedding"]))
         return cache
 
+    def hashes(self) -> set[str]:
+        """The content hashes it holds, without their vectors: what a build's estimate counts as embedded already."""
+        if not self.dir.exists():
+            return set()
+        held: set[str] = set()
+        for f in self.dir.glob("*.parquet"):
+            held.update(read_parquet(f, columns=["content_hash"])["content_hash"])
+        return held
+
     def save(self, corpus: str, hashes: list[str], vectors: np.ndarray) -> None:
         write_parquet_atomic(pd.DataFrame({"content_hash": hashes, "embedding": list(vectors)}),
                              self.dir / f"{corpus}.parquet")

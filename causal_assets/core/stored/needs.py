@@ -112,6 +112,7 @@ ENTITIES_PER_CHUNK = {True: 0.55, False: 6.5}
 ENTITY_TOKENS = {True: 31.0, False: 44.0}
 SPARSE_S = (1.0, 0.0003)                           # seconds: fixed, per chunk
 GRAPH_S = {True: (1.0, 0.0002), False: (1.0, 4.5e-6)}   # seconds: fixed, per chunk (code) or per character (text)
+BUILD_RUN_S = 2.0      # a build run with nothing to embed: 2-3 s (its start, the Parquet read and written, the checks)
 
 
 def embedding_tokens(chars: Sequence[int]) -> float:
@@ -119,15 +120,17 @@ def embedding_tokens(chars: Sequence[int]) -> float:
     return float(sum(min(c / CHARS_PER_TOKEN, EMBED_MAX_TOKENS) for c in chars))
 
 
-def build_parts(chunk_chars: Sequence[int], code: bool, todo: list[str],
-                entity_chars: Sequence[int] | None = None) -> dict[str, float]:
+def build_parts(chunk_chars: Sequence[int], code: bool, todo: list[str], entity_chars: Sequence[int] | None = None,
+                new_chunk_chars: Sequence[int] | None = None) -> dict[str, float]:
     """Seconds to materialize each of `todo`'s steps for a corpus whose chunks have these lengths (characters, as
     the indexes see them: title and text) on 2 idle cores; `code`: mostly code chunks; `entity_chars`: the lengths
-    of the graph's entity texts when it exists, else typical entities are counted per chunk."""
+    of the graph's entity texts not in the embedding cache, when the graph exists (else typical entities are
+    counted per chunk); `new_chunk_chars`: those of the chunks not in the embedding cache (default: every chunk)."""
     n = len(chunk_chars)
     parts = {}
     if "corpus_embeddings" in todo:
-        parts["corpus_embeddings"] = embedding_tokens(chunk_chars) / EMBED_TOKENS_PER_S
+        embedded = chunk_chars if new_chunk_chars is None else new_chunk_chars
+        parts["corpus_embeddings"] = embedding_tokens(embedded) / EMBED_TOKENS_PER_S
     if "sparse_postings" in todo:
         parts["sparse_postings"] = SPARSE_S[0] + n * SPARSE_S[1]
     if "graph_nodes" in todo:
@@ -140,7 +143,7 @@ def build_parts(chunk_chars: Sequence[int], code: bool, todo: list[str],
     return parts
 
 
-def build_seconds(chunk_chars: Sequence[int], code: bool, todo: list[str],
-                  entity_chars: Sequence[int] | None = None) -> float:
-    """The sum of `build_parts`."""
-    return sum(build_parts(chunk_chars, code, todo, entity_chars).values())
+def build_seconds(chunk_chars: Sequence[int], code: bool, todo: list[str], entity_chars: Sequence[int] | None = None,
+                  new_chunk_chars: Sequence[int] | None = None) -> float:
+    """The sum of `build_parts`, and the run's own start and writes."""
+    return BUILD_RUN_S + sum(build_parts(chunk_chars, code, todo, entity_chars, new_chunk_chars).values())
