@@ -4,11 +4,11 @@
 
 Each registered corpus is chunked, then its four timed steps run in this process as the corpus and graph assets
 run them: the chunks' embeddings (the default backend, an empty embedding cache), the BM25/TF-IDF postings, the
-graph with its statistics, and the entities' embeddings. Each step's seconds are set beside `core/stored/needs.build_parts` for the
-same chunks (and, for the entities, the graph's own entity texts and, as before a graph exists, the typical count
-per chunk). Also the embedding rate in tokens a second for each kind of text, the figure the estimate rests on.
+graph with its statistics, and the entities' embeddings. Each step's seconds are set beside
+`core/stored/needs.build_parts` for the same chunks (and, for the entities, the graph's own entity texts and, as
+before a graph exists, the typical count per chunk). Also the embedding rate in tokens a second for each kind of text, the figure the estimate rests on.
 Figures: the estimate over the measured seconds of each corpus's whole build, target within 0.75-1.33.
-`--quick`: the first 300 chunks of the packaged `default` corpus (no shared data).
+`--quick`: the first 100 chunks of the packaged `default` corpus (no shared data).
 Writes data/benchmarks/build_rates[_quick].json.
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ def measure(corpus: str, limit: int | None, embedder: Embedder) -> dict:
 
 
 def run(quick: bool, args) -> tuple[list[Figure], dict]:
-    corpora = {"default": 300} if quick else {name: None for name in args.corpora.split(",")}
+    corpora = {"default": 100} if quick else {name: None for name in args.corpora.split(",")}
     embedder = Embedder()
     embedder.encode(["warm-up"])   # loading the model is not building
     results, figures = {}, []

@@ -267,8 +267,8 @@ LINEAGE_INDEX = ["corpus_embeddings", "sparse_postings", "graph_nodes", "graph_e
 def lineage_estimate(chunk_chars: Sequence[int], code: bool, labels: LabelEstimate | None,
                      load: float | None = None, cores: int | None = None) -> tuple[float, str]:
     """(seconds, one line) for the whole lineage of a partition: the index and graph of chunks of these lengths
-    (characters, as the indexes see them), the labels (`estimate_labels`, already at this machine's rate), tuning and evaluation; the index and the rest are
-    scaled by the load now as the build's estimate is."""
+    (characters, as the indexes see them), the labels (`estimate_labels`, already at this machine's rate), tuning
+    and evaluation; the index and the rest are scaled by the load now as the build's estimate is."""
     load = os.getloadavg()[0] if load is None else load
     slowdown = max(1.0, load / (cores or os.cpu_count() or 1))
     index = build_seconds(chunk_chars, code, LINEAGE_INDEX) * slowdown

@@ -99,7 +99,7 @@ def describe(base, corpus: str, todo: list[str]) -> str:
 
 # What the "about N min" of a build is computed from (docs/operations.md, "Scaling"), measured on 2 idle cores by
 # `python benchmarks/build_rates.py`. MiniLM-L6 (int8 on ONNX Runtime) embeds about 14,000 tokens a second whatever
-# the texts are (code chunks, man pages, abstracts, paragraphs, entity descriptions: 14,000-15,300), a text counting
+# the texts are (code chunks, man pages, abstracts, paragraphs, entity descriptions: 13,000-15,700), a text counting
 # its tokens up to the model's 256; a token is about 4 characters (3.2-4.5 measured, within 10% of the capped count
 # for chunks). The graph of a text corpus takes time in proportion to its characters, a code graph (from the syntax
 # trees) in proportion to its chunks.
