@@ -6,7 +6,8 @@ Each registered corpus is chunked, then its four timed steps run in this process
 run them: the chunks' embeddings (the default backend, an empty embedding cache), the BM25/TF-IDF postings, the
 graph with its statistics, and the entities' embeddings. Each step's seconds are set beside
 `core/stored/needs.build_parts` for the same chunks (and, for the entities, the graph's own entity texts and, as
-before a graph exists, the typical count per chunk). Also the embedding rate in tokens a second for each kind of text, the figure the estimate rests on.
+before a graph exists, the typical count per chunk). Also the embedding rate in tokens a second for each kind of
+text, the figure the estimate rests on.
 Figures: the estimate over the measured seconds of each corpus's whole build, target within 0.75-1.33.
 `--quick`: the first 100 chunks of the packaged `default` corpus (no shared data).
 Writes data/benchmarks/build_rates[_quick].json.
@@ -23,8 +24,9 @@ from causal_assets.core.corpus.chunk import chunks_to_frame
 from causal_assets.core.graph.build import build_graph
 from causal_assets.core.graph.store import graph_stats, mostly_code, to_networkx
 from causal_assets.core.index.build import build_sparse, chunk_texts
-from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
-from causal_assets.core.local_search.entity_vectors import embed_entities, entity_nodes, entity_texts
+from causal_assets.core.index.dense import Embedder
+from causal_assets.core.local_search.entity_vectors import (embed_entities, entity_nodes, entity_texts,
+                                                            entity_vector_cache)
 from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry
 from causal_assets.core.stored.needs import EMBED_MAX_TOKENS, build_parts
 from causal_assets.settings import Settings
@@ -59,15 +61,16 @@ def measure(corpus: str, limit: int | None, embedder: Embedder) -> dict:
     nodes, edges = build_graph(chunks)
     graph_stats(nodes, edges, to_networkx(nodes, edges))   # the step's metadata, as the graph asset computes it
     seconds["graph_nodes"] = time.perf_counter() - t0
-    entity_chars = [len(t) for t in entity_texts(entity_nodes(nodes))]
+    entity_text = entity_texts(entity_nodes(nodes))
+    entity_chars = [len(t) for t in entity_text]
     with tempfile.TemporaryDirectory() as cache:
         t0 = time.perf_counter()
-        embed_entities(nodes, embedder.encode, EmbeddingCache(cache, DEFAULT_MODEL), corpus)
+        embed_entities(nodes, embedder.encode, entity_vector_cache(cache), corpus)
         seconds["graph_entity_embeddings"] = time.perf_counter() - t0
     chars = [len(t) for t in texts]
     with_graph = build_parts(chars, code, STEPS, entity_chars)
     before_graph = build_parts(chars, code, STEPS)
-    entity_tokens = tokens(embedder, entity_texts(entity_nodes(nodes)))
+    entity_tokens = tokens(embedder, entity_text)
     chunk_tokens = tokens(embedder, texts)
     return {
         "chunks": len(chunks), "code": code, "entities": len(entity_chars),

@@ -28,8 +28,8 @@ from causal_assets.core.stored import needs
 from causal_assets.core.graph.store import mostly_code
 from causal_assets.core.corpus.chunk import content_hash
 from causal_assets.core.index.build import chunk_texts
-from causal_assets.core.index.dense import DEFAULT_BACKEND, DEFAULT_MODEL, EmbeddingCache
-from causal_assets.core.local_search.entity_vectors import entity_nodes, entity_texts
+from causal_assets.core.index.dense import DEFAULT_MODEL, EmbeddingCache
+from causal_assets.core.local_search.entity_vectors import entity_nodes, entity_texts, entity_vector_cache
 from causal_assets.core.foundation import progress
 from causal_assets.core.registry.corpora import require_available
 from causal_assets.core.local_search import inbox
@@ -278,14 +278,16 @@ def estimate_seconds(base, corpus: str, todo: list[str]) -> float | None:
         return None
     chunks = read_parquet(chunks_path, columns=["kind", "title", "text", "content_hash"])
     code = mostly_code(chunks["kind"])
+    from causal_assets.resources import DEFAULT_EMBEDDING_BACKEND   # the corpus_embeddings asset's default
+
     cache = cache_path(base, "embeddings")
-    backend = Settings.from_env().embedding_backend or DEFAULT_BACKEND   # as the corpus_embeddings asset's default
-    held = EmbeddingCache(cache, DEFAULT_MODEL, backend).hashes() if "corpus_embeddings" in todo else set()
+    held = (EmbeddingCache(cache, DEFAULT_MODEL, DEFAULT_EMBEDDING_BACKEND).hashes() if "corpus_embeddings" in todo
+            else set())
     new_chunks = chunks[~chunks["content_hash"].isin(held)]
     nodes_path = asset_path(base, "graph_nodes", corpus)
     entities = None   # the entity texts not embedded yet, where the graph is built already
     if nodes_path.exists() and "graph_entity_embeddings" in todo:
-        held = EmbeddingCache(cache, DEFAULT_MODEL).hashes()   # as graph_entity_embeddings keys them
+        held = entity_vector_cache(cache).hashes()
         entities = [len(t) for t in entity_texts(entity_nodes(read_parquet(nodes_path))) if content_hash(t) not in held]
     seconds = needs.build_seconds([len(t) for t in chunk_texts(chunks)], code, todo, entities,
                                   [len(t) for t in chunk_texts(new_chunks)])

@@ -11,8 +11,8 @@ from causal_assets.core.outputs.checks import check_graph
 from causal_assets.core.graph.build import build_graph
 from causal_assets.core.graph.store import graph_stats, to_networkx
 from causal_assets.core.index.provenance import FINGERPRINT, chunks_fingerprint, recorded_fingerprint
-from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder, EmbeddingCache
-from causal_assets.core.local_search.entity_vectors import embed_entities
+from causal_assets.core.index.dense import DEFAULT_MODEL, Embedder
+from causal_assets.core.local_search.entity_vectors import embed_entities, entity_vector_cache
 from causal_assets.defs.checks import check_result, spec
 from causal_assets.defs.partitions import corpus_partitions
 from causal_assets.defs.shared import GRAPH_GROUP
@@ -54,7 +54,7 @@ def graph_entity_embeddings(context: AssetExecutionContext, storage: Storage, gr
     question; written to the embedding cache every few hundred texts, so a stopped build resumes where it was."""
     t0 = time.perf_counter()
     embedder = Embedder()
-    frame, stats = embed_entities(graph_nodes, embedder.encode, EmbeddingCache(storage.cache_dir("embeddings"), DEFAULT_MODEL),
+    frame, stats = embed_entities(graph_nodes, embedder.encode, entity_vector_cache(storage.cache_dir("embeddings")),
                                   f"{context.partition_key}_entities", emit=context.log.info)
     seconds = round(time.perf_counter() - t0, 1)
     frame = frame.assign(corpus=context.partition_key)

@@ -14,10 +14,16 @@ import pandas as pd
 
 from causal_assets.core.corpus.chunk import content_hash
 from causal_assets.core.graph.store import CODE_KINDS
-from causal_assets.core.index.dense import CACHE_BLOCK, encode_resumable
+from causal_assets.core.index.dense import CACHE_BLOCK, DEFAULT_MODEL, EmbeddingCache, encode_resumable
 from causal_assets.core.foundation.progress import Progress
 
 TEXT_ENTITY = "entity"
+
+
+def entity_vector_cache(root) -> EmbeddingCache:
+    """The embedding cache of the entity vectors under `root` (the base path's `cache/embeddings`): the packaged
+    model on the default backend, which is what `graph_entity_embeddings` embeds with."""
+    return EmbeddingCache(root, DEFAULT_MODEL)
 
 
 def entity_nodes(nodes: pd.DataFrame) -> pd.DataFrame:
