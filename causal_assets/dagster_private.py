@@ -8,6 +8,9 @@
 - `retry_mode_from_config(config)`, `celery_submit_task(...)`: what `dagster_celery.celery_executor` does with its
   `retries` config and to submit one step as a Celery task, for the watched Celery executor
   (`causal_assets/celery_executor.py`), which must build the same executor and submit the same task.
+- `slot_status(claimed)`, `class_data(...)`: the result type of a pool slot claim and the description of a storage
+  class, for `causal_assets/pool_storage.py`, which also overrides one private method of Dagster's PostgreSQL event
+  log (`_claim_concurrency_slot`): check it on an upgrade too.
 
 Kept in one module, imported where used, so an upgrade of Dagster has one place to check.
 """
@@ -40,3 +43,15 @@ def celery_submit_task(app, plan_context, step, queue, priority, known_state):
     from dagster_celery.executor import _submit_task
 
     return _submit_task(app, plan_context, step, queue, priority, known_state)
+
+
+def slot_status(claimed: bool):
+    from dagster._utils.concurrency import ConcurrencySlotStatus
+
+    return ConcurrencySlotStatus.CLAIMED if claimed else ConcurrencySlotStatus.BLOCKED
+
+
+def class_data(module_name: str, class_name: str, config_yaml: str):
+    from dagster._serdes import ConfigurableClassData
+
+    return ConfigurableClassData(module_name, class_name, config_yaml)
