@@ -5,7 +5,7 @@
 Each registered corpus is chunked, then its four timed steps run in this process as the corpus and graph assets
 run them: the chunks' embeddings (the default backend, an empty embedding cache), the BM25/TF-IDF postings, the
 graph with its statistics, and the entities' embeddings. Each step's seconds are set beside
-`core/stored/needs.build_parts` for the same chunks (and, for the entities, the graph's own entity texts and, as
+`core/stored/build_time.build_parts` for the same chunks (and, for the entities, the graph's own entity texts and, as
 before a graph exists, the typical count per chunk). Also the embedding rate in tokens a second for each kind of
 text, the figure the estimate rests on.
 Figures: the estimate over the measured seconds of each corpus's whole build, target within 0.75-1.33.
@@ -28,7 +28,7 @@ from causal_assets.core.index.dense import Embedder
 from causal_assets.core.local_search.entity_vectors import (embed_entities, entity_nodes, entity_texts,
                                                             entity_vector_cache)
 from causal_assets.core.registry.corpora import load_corpus, load_corpus_registry
-from causal_assets.core.stored.needs import EMBED_MAX_TOKENS, build_parts
+from causal_assets.core.stored.build_time import EMBED_MAX_TOKENS, build_parts
 from causal_assets.settings import Settings
 
 SETTINGS = Settings.from_env()  # the variables the code location reads (causal_assets/settings.py)

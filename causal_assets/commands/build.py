@@ -24,11 +24,8 @@ import sqlalchemy.exc
 from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance, DagsterRunStatus
 
 from causal_assets.commands import say, source_change, stale_line
-from causal_assets.core.stored import needs
-from causal_assets.core.graph.store import mostly_code
+from causal_assets.core.stored import build_time, needs
 from causal_assets.core.corpus.chunk import content_hash
-from causal_assets.core.index.build import chunk_texts
-from causal_assets.core.index.dense import DEFAULT_MODEL, EmbeddingCache
 from causal_assets.core.local_search.entity_vectors import entity_nodes, entity_texts, entity_vector_cache
 from causal_assets.core.foundation import progress
 from causal_assets.core.registry.corpora import require_available
@@ -271,28 +268,21 @@ def execute(job_name: str, partition_key: str, base, assets: list[str] | None = 
 
 
 def estimate_seconds(base, corpus: str, todo: list[str]) -> float | None:
-    """The build's seconds at the load now, where the chunks exist: texts whose vectors are in the embedding cache
-    (a rebuild after an edit, another corpus with the same texts) are not counted."""
+    """The build's seconds at the load now, where the chunks exist (`build_time.estimate`); else None: the run says
+    it once it has chunked the source."""
     chunks_path = asset_path(base, "corpus_chunks", corpus)
     if not chunks_path.exists():
         return None
-    chunks = read_parquet(chunks_path, columns=["kind", "title", "text", "content_hash"])
-    code = mostly_code(chunks["kind"])
     from causal_assets.resources import DEFAULT_EMBEDDING_BACKEND   # the corpus_embeddings asset's default
 
     cache = cache_path(base, "embeddings")
-    held = (EmbeddingCache(cache, DEFAULT_MODEL, DEFAULT_EMBEDDING_BACKEND).hashes() if "corpus_embeddings" in todo
-            else set())
-    new_chunks = chunks[~chunks["content_hash"].isin(held)]
     nodes_path = asset_path(base, "graph_nodes", corpus)
     entities = None   # the entity texts not embedded yet, where the graph is built already
     if nodes_path.exists() and "graph_entity_embeddings" in todo:
         held = entity_vector_cache(cache).hashes()
         entities = [len(t) for t in entity_texts(entity_nodes(read_parquet(nodes_path))) if content_hash(t) not in held]
-    seconds = needs.build_seconds([len(t) for t in chunk_texts(chunks)], code, todo, entities,
-                                  [len(t) for t in chunk_texts(new_chunks)])
-    # The rates are for idle cores; other work on the machine slows this build about in proportion.
-    return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    return build_time.estimate(read_parquet(chunks_path, columns=["kind", "title", "text", "content_hash"]), todo,
+                               cache, DEFAULT_EMBEDDING_BACKEND, entities)
 
 
 _CHECK = object()
@@ -345,8 +335,8 @@ def build_assets(base, corpus: str, todo: list[str], verbose: bool, reason: str 
     load = os.getloadavg()[0]
     if seconds is not None:
         about = f"about {duration(seconds)} at the current load {load:.1f}"
-    else:   # the chunks are not counted yet: the embedding step prints its own time left
-        about = "its size is known once chunked; the embedding step prints its time left"
+    else:   # the chunks are not counted yet: the run says it once they are
+        about = "how long is said once the source is chunked"
     say(f"corpus {corpus!r}: building {', '.join(todo)}{needed} ({about}; once, then kept in the data directory)")
     _run(base, corpus, todo, verbose)
     took = time.monotonic() - t0

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 import time
 
 import pandas as pd
@@ -50,6 +51,26 @@ def log_lineage_estimate(context: AssetExecutionContext, frame: pd.DataFrame) ->
         context.log.debug(f"no lineage estimate: {e}")
 
 
+def tell_build_estimate(context: AssetExecutionContext, frame: pd.DataFrame) -> None:
+    """Once chunked, how long the rest of the run's build steps take (the command that started the build could not
+    say it before the chunks existed). Never fails the step."""
+    from causal_assets.core.foundation.progress import duration, tell
+    from causal_assets.core.stored import build_time, needs
+    from causal_assets.resources import DEFAULT_EMBEDDING_BACKEND, Storage
+
+    keys = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys   # None: the whole job
+    selected = {key.to_user_string() for key in keys}
+    rest = [a for group in needs.GROUPS if group != needs.CHUNKS for a in group if a in selected]
+    if not rest or context.job_name == "default_lineage_job":   # that job logs the whole lineage's estimate
+        return
+    try:
+        seconds = build_time.estimate(frame, rest, Storage().cache_dir("embeddings"), DEFAULT_EMBEDDING_BACKEND)
+        tell(f"corpus {context.partition_key!r}: {len(frame):,} chunks; {', '.join(rest)}: about {duration(seconds)}"
+             f" at the current load {os.getloadavg()[0]:.1f}", context.log.info)
+    except Exception as e:   # an estimate is a courtesy
+        context.log.debug(f"no build estimate: {e}")
+
+
 def corpus_fingerprint(content_hashes: pd.Series) -> str:
     """One hash for the whole corpus content: what freshness checks and sensors compare."""
     return hashlib.sha256("\n".join(sorted(content_hashes)).encode()).hexdigest()[:16]
@@ -88,6 +109,7 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
     context.log.info(f"{spec.name}: {len(frame)} chunks from {spec.loader} in {time.perf_counter() - t0:.1f}s; {report}")
     if context.has_partition_key and context.job_name == "default_lineage_job":
         log_lineage_estimate(context, frame)
+    tell_build_estimate(context, frame)
     yield Output(frame, metadata={
         "chunks": len(frame),
         "by_kind": MetadataValue.json(frame["kind"].value_counts().to_dict()),

@@ -7,6 +7,7 @@ Commands that execute runs import the code location for their --base-path, so th
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -147,6 +148,11 @@ def test_build_is_one_run(own):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "corpus 'brindle_docs': built in" in done.stderr
     assert len(runs(own)) == 1
+    # A first build cannot say how long before the source is chunked: its run says it once it is, for the rest.
+    assert "(how long is said once the source is chunked;" in done.stderr
+    said = [line for line in done.stderr.splitlines() if "corpus 'brindle_docs': 8 chunks; " in line]
+    assert len(said) == 1 and re.fullmatch(r".*; sparse_postings, sparse_vocabulary, corpus_embeddings: about \d+ s "
+                                           r"at the current load \d+\.\d", said[0]), done.stderr
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from causal_assets.core.labeling.sizing import (HISTORY_MAX_AGE_S, MIN_HISTORY_C
                                                 expected_calls, history_machine, lineage_estimate, machine_now,
                                                 measure_machine, quiet_seconds, shown_chars, solver_file)
 from causal_assets.core.llm.models import local_model_path
-from causal_assets.core.stored.needs import build_parts, build_seconds
+from causal_assets.core.stored.build_time import build_parts, build_seconds
 
 QUIET = Machine(1.0, "2 idle cores")
 

@@ -18,6 +18,13 @@ from typing import Callable
 terminal: Callable[[str], None] | None = None
 
 
+def tell(line: str, log: Callable[[str], None] | None = None) -> None:
+    """One line to `log` (a run's log) and, for a run a command executes in its own process, to the terminal."""
+    for sink in (log, terminal):
+        if sink is not None:
+            sink(line)
+
+
 def duration(seconds: float) -> str:
     """A human duration: `45 s`, `3 min 05 s`, `1 h 02 min`."""
     seconds = max(0, int(round(seconds)))

@@ -19,7 +19,7 @@ import pandas as pd
 
 from causal_assets.core.llm.cores import CoreMeter, free_cores_by_load, free_from_busy
 from causal_assets.core.llm.models import LOCAL_MODELS, local_model_path
-from causal_assets.core.stored.needs import build_seconds
+from causal_assets.core.stored.build_time import build_seconds
 from causal_assets.core.foundation.progress import duration
 from causal_assets.core.foundation.storage import asset_path, read_parquet
 
