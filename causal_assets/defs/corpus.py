@@ -65,8 +65,8 @@ def tell_build_estimate(context: AssetExecutionContext, frame: pd.DataFrame) -> 
         return
     try:
         seconds = build_time.estimate(frame, rest, Storage().cache_dir("embeddings"), DEFAULT_EMBEDDING_BACKEND)
-        tell(f"corpus {context.partition_key!r}: {len(frame):,} chunks; {', '.join(rest)}: about {duration(seconds)}"
-             f" at the current load {os.getloadavg()[0]:.1f}", context.log.info)
+        tell(f"corpus {context.partition_key!r}: {len(frame):,} chunks; the rest of the build ({', '.join(rest)}): "
+             f"about {duration(seconds)} at the current load {os.getloadavg()[0]:.1f}", context.log.info)
     except Exception as e:   # an estimate is a courtesy
         context.log.debug(f"no build estimate: {e}")
 
