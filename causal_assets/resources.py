@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 from dagster import (ConfigurableIOManagerFactory, ConfigurableResource, EnvVar, InitResourceContext, InputContext,
-                     MetadataValue, OutputContext, TableColumn, TableSchema, UPathIOManager)
+                     OutputContext, TableColumn, TableSchema, UPathIOManager)
 from pydantic import PrivateAttr
 from upath import UPath
 

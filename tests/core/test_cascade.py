@@ -2,7 +2,6 @@
 project's TF-IDF and the packaged MiniLM model."""
 import json
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -6,7 +6,6 @@ import hashlib
 import json
 import re
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest

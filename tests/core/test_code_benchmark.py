@@ -5,7 +5,6 @@ before any solver call."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import yaml

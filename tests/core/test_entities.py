@@ -1,7 +1,6 @@
 """Rule-based entity extraction, on hand-written text and on real HotpotQA dev questions."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
 
 import networkx as nx
 import pandas as pd

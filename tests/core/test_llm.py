@@ -12,7 +12,6 @@ import textwrap
 import threading
 import time
 import traceback
-from pathlib import Path
 
 import pytest
 

@@ -4,7 +4,6 @@ Skipped when the shared HotpotQA file is missing (a failure under CI). The index
 paragraphs only, without the embedding cache (a few dozen paragraphs embed in seconds, and a test must not
 rewrite the shared cache).
 """
-from pathlib import Path
 
 import pytest
 

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import time
 
-import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest

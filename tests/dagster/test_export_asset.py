@@ -4,7 +4,6 @@ taken from the latest mc_trials materialization."""
 from __future__ import annotations
 
 import datasets
-import pandas as pd
 import ranx
 from dagster import AssetKey, AssetMaterialization, DagsterInstance, materialize
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 
 from causal_assets.core.outputs.catalog import DuckDBCatalog
 import pandas as pd

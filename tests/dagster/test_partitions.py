@@ -4,7 +4,6 @@ each benchmark partition to its corpus partition (Dagster's StaticPartitionMappi
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import yaml

@@ -14,7 +14,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 import yaml

@@ -8,7 +8,6 @@ import re
 import shutil
 from pathlib import Path
 
-import duckdb
 
 from causal_assets.core.outputs.catalog import DuckDBCatalog
 import pandas as pd

@@ -23,7 +23,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .cache import CallCache, file_sha256, make_key
-from .client import LLMClient, MalformedResponse
+from .client import LLMClient
 from .cores import CoreMeter
 from .errors import LLMError, LLMInfrastructureError
 from .logits import log_softmax_at

@@ -13,7 +13,6 @@ design:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -361,8 +360,8 @@ def render_report(result: LocalSearchResult) -> str:
         f"- **Network data:** {counts['entities']} entities, {counts['relationships']} relationships, "
         f"{counts['text_units']} text units, {counts['community_reports']} community reports "
         f"({meta['nodes_requested']} nodes requested; budget {result.network_max_tokens} tokens)",
-        f"- **Grounding:** " + ("answer supported by the retrieved evidence" if result.grounding.get("grounded")
-                                 else result.grounding.get("note") or "not checked"),
+        "- **Grounding:** " + ("answer supported by the retrieved evidence" if result.grounding.get("grounded")
+                                else result.grounding.get("note") or "not checked"),
         "", "## Final answer", "", result.response, "",
         "## Sources", "", *([f"{i}. `{s['id']}` {s['title']}" for i, s in enumerate(result.sources(), 1)]
                             or ["(none)"]), "",
