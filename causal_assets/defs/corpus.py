@@ -58,12 +58,12 @@ def tell_build_estimate(context: AssetExecutionContext, frame: pd.DataFrame) -> 
     from causal_assets.core.stored import build_time, needs
     from causal_assets.resources import DEFAULT_EMBEDDING_BACKEND, Storage
 
-    keys = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys   # None: the whole job
-    selected = {key.to_user_string() for key in keys}
-    rest = [a for group in needs.GROUPS if group != needs.CHUNKS for a in group if a in selected]
-    if not rest or context.job_name == "default_lineage_job":   # that job logs the whole lineage's estimate
-        return
     try:
+        keys = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys   # None: the whole job
+        selected = {key.to_user_string() for key in keys}
+        rest = [a for group in needs.GROUPS if group != needs.CHUNKS for a in group if a in selected]
+        if not rest:
+            return
         seconds = build_time.estimate(frame, rest, Storage().cache_dir("embeddings"), DEFAULT_EMBEDDING_BACKEND)
         tell(f"corpus {context.partition_key!r}: {len(frame):,} chunks; the rest of the build ({', '.join(rest)}): "
              f"about {duration(seconds)} at the current load {os.getloadavg()[0]:.1f}", context.log.info)
@@ -108,8 +108,9 @@ def corpus_chunks(context: AssetExecutionContext, corpus_registry: CorpusRegistr
                             f"skipped (load_report.skipped_records); `options: {{strict: true}}` refuses them")
     context.log.info(f"{spec.name}: {len(frame)} chunks from {spec.loader} in {time.perf_counter() - t0:.1f}s; {report}")
     if context.has_partition_key and context.job_name == "default_lineage_job":
-        log_lineage_estimate(context, frame)
-    tell_build_estimate(context, frame)
+        log_lineage_estimate(context, frame)   # the whole lineage's, which includes the build
+    else:
+        tell_build_estimate(context, frame)
     yield Output(frame, metadata={
         "chunks": len(frame),
         "by_kind": MetadataValue.json(frame["kind"].value_counts().to_dict()),

@@ -63,9 +63,7 @@ class Progress:
         self._last = now
         text = self.line(done)
         self.lines.append(text)
-        for sink in (self.emit, terminal):
-            if sink is not None:
-                sink(text)
+        tell(text, self.emit)
 
 
 class ProgressLog:
@@ -93,10 +91,7 @@ class ProgressLog:
         if done >= total or due:
             self.last = now
             self.reports += 1
-            text = self.message(done, total, now - self.start)
-            for sink in (self.log, terminal):
-                if sink is not None:
-                    sink(text)
+            tell(self.message(done, total, now - self.start), self.log)
 
 
 def chain(*callbacks: Callable[[int, int], None] | None) -> Callable[[int, int], None] | None:

@@ -22,11 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
+from causal_assets.core.foundation.progress import tell
 from causal_assets.core.foundation.urls import has_credentials, without_credentials
 
 from .cache import CallCache, CachedCall, make_key
 from .errors import BudgetExceeded, LLMError, LLMInfrastructureError, LLMRequestError, ResponseTooLarge
-from .health import FailureStreak, describe, to_terminal
+from .health import FailureStreak, describe
 from .redact import REDACTED, Secret, redact
 
 if TYPE_CHECKING:
@@ -188,7 +189,7 @@ class LLMClient:
                  max_backoff_s: float = 30.0, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
                  cache_endpoint: str | None | object = _FROM_BASE_URL, error_text: re.Pattern | None = ERROR_TEXT,
                  server_failure: Callable[[], str | None] | None = None,
-                 give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S, notify: Callable[[str], None] | None = to_terminal):
+                 give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S, notify: Callable[[str], None] | None = tell):
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
         if base_url and has_credentials(base_url):

@@ -15,19 +15,12 @@ import threading
 import time
 from typing import Callable
 
-from causal_assets.core.foundation import progress
 
 # What a status means for the user, beside its number.
 STATUS_MEANING = {401: "authentication refused: check the API key", 403: "forbidden: check the API key",
                   404: "not found: check the URL and the model name", 408: "request timeout", 409: "conflict",
                   425: "too early", 429: "rate limited"}
 _ERRNO = re.compile(r"\[Errno -?\d+\]\s*(.+)")
-
-
-def to_terminal(line: str) -> None:
-    """A status line to the terminal of the command that runs this step in its own process, if there is one."""
-    if progress.terminal is not None:
-        progress.terminal(line)
 
 
 def _causes(exc: BaseException):
