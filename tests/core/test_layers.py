@@ -52,10 +52,12 @@ HEAVY = frozenset({"torch", "sentence_transformers", "transformers", "onnx", "on
                    # psycopg2: only the PostgreSQL call cache of several machines (core/llm/pg_cache.py)
                    "psycopg2"})
 # Our own modules that exist to hold a heavy dependency: the numba BM25 batch kernel (numba + the cached kernel load
-# in ~0.7 s, which a one-query `causal-assets search` skips), the openai SDK with the client's HTTP transport, and
-# llama_cpp's low-level API for separately encoded documents (loaded by the first such request), and the PostgreSQL
-# call cache (psycopg2, only where the cache is a database URL).
-HEAVY_OWN = frozenset({"causal_assets.core.index.postings_kernel", "causal_assets.core.llm.transport",
+# in ~0.7 s, which a one-query `causal-assets search` skips), the numba kernel that builds ranx's input (numba and
+# scipy, ~0.35 s, which a step process that evaluates nothing skips), the openai SDK with the client's HTTP
+# transport, llama_cpp's low-level API for separately encoded documents (loaded by the first such request), and the
+# PostgreSQL call cache (psycopg2, only where the cache is a database URL).
+HEAVY_OWN = frozenset({"causal_assets.core.index.postings_kernel", "causal_assets.core.measures.ranking_kernel",
+                       "causal_assets.core.llm.transport",
                        "causal_assets.core.llm.separate", "causal_assets.core.llm.pg_cache"})
 # Run inside the sandbox as a script, never imported: its worker and grader processes each import only their side.
 STANDALONE = frozenset({"sandbox._launcher"})

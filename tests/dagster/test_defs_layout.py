@@ -1,7 +1,7 @@
 """The Dagster layer stays thin: the stage modules of defs/ share names only through its shared modules (never one
 stage importing another), Dagster's private modules are used in one module only, and the commands never import
-the command line that dispatches to them (read from the source with `ast`); and the code location loads from an
-installed copy of the package as well as from the checkout."""
+the command line that dispatches to them (read from the source with `ast`); the code location loads from an
+installed copy of the package as well as from the checkout, without the libraries only some steps use."""
 from __future__ import annotations
 
 import ast
@@ -69,3 +69,19 @@ def test_the_code_location_loads_from_an_installed_copy_without_the_project_file
     where, count = out.stdout.split()[-2:]
     from causal_assets.definitions import defs
     assert where.startswith(str(tmp_path)) and int(count) == len(list(defs.resolve_asset_graph().get_all_asset_keys()))
+
+
+# Loaded by the steps that use them, never by loading the code location, which every Dagster process (each run
+# worker, each step process of the multiprocess executor) does first: numba and scipy.linalg with it (the ranking
+# kernel, ~0.35 s), joblib (~0.1 s), ranx, matplotlib, the openai SDK, the model runtimes (seconds).
+NOT_AT_LOAD = ("numba", "joblib", "ranx", "matplotlib", "openai", "sklearn", "torch", "sentence_transformers",
+               "llama_cpp", "onnxruntime", "lightgbm", "bm25s")
+
+
+def test_loading_the_code_location_imports_none_of_the_libraries_only_some_steps_use():
+    code = ("import json, sys; import causal_assets.definitions; "
+            f"print(json.dumps([m for m in {NOT_AT_LOAD!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)}, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "[]", out.stdout

@@ -21,7 +21,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import joblib
 import pandas as pd
 import yaml
 
@@ -147,6 +146,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def save_tuned(root: str | Path, benchmark: str, content: dict[str, Any], models: dict[str, Any]) -> TunedConfig:
     """Write the models and the configuration (module docstring); the returned version names it."""
+    import joblib  # scikit-learn's persistence (0.1 s to import): only when a model is saved, not on every start-up
     folder = Path(root) / benchmark
     content = json.loads(json.dumps(content, default=str))   # plain types only, as YAML will read them back
     for name, model in models.items():
