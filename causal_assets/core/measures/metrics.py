@@ -114,7 +114,7 @@ def _score(qrels, run, ks, relevance_threshold, map_k):
 
     min_gain = min(v for g in graded for v in g.values())
     graded = [{d: v / min_gain for d, v in g.items()} for g in graded]
-    # Imported here: ranx loads scipy.stats and matplotlib (~1.7 s) and the ranking kernel numba (~0.3 s), which
+    # Imported here: ranx loads scipy.stats and matplotlib (~1.7 s) and the ranking kernel numba (~0.35 s), which
     # every Dagster step process would pay on loading the code location, most of them without evaluating anything.
     import ranx
 
