@@ -72,8 +72,8 @@ def test_the_code_location_loads_from_an_installed_copy_without_the_project_file
 
 
 # Loaded by the steps that use them, never by loading the code location, which every Dagster process (each run
-# worker, each step process of the multiprocess executor) does first: numba and scipy.linalg with it (the ranking
-# kernel, ~0.35 s), joblib (~0.1 s), ranx, matplotlib, the openai SDK, the model runtimes (seconds).
+# worker, each step process of the multiprocess executor) does first: numba (the ranking kernel, ~0.35 s), joblib
+# (~0.1 s), ranx, matplotlib, the openai SDK, the model runtimes (seconds).
 NOT_AT_LOAD = ("numba", "joblib", "ranx", "matplotlib", "openai", "sklearn", "torch", "sentence_transformers",
                "llama_cpp", "onnxruntime", "lightgbm", "bm25s")
 

@@ -10,6 +10,7 @@ whole block are random balanced columns). :func:`leave_one_out_design` is the fu
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import hadamard
 
 __all__ = ["bernoulli_design", "balanced_design", "balanced_stages", "leave_one_out_design", "balanced_columns",
            "mixed_design"]
@@ -36,19 +37,8 @@ def balanced_columns(n_docs: int, n_trials: int, rng=None) -> np.ndarray:
     return out
 
 
-def sylvester_hadamard(order: int) -> np.ndarray:
-    """The Sylvester-Hadamard matrix of a power-of-two ``order`` (``scipy.linalg.hadamard``'s, entry for entry):
-    built here because importing scipy.linalg costs every process that loads the labelling code ~0.25 s."""
-    if order < 1 or order & (order - 1):
-        raise ValueError(f"a Sylvester-Hadamard order is a power of two, got {order}")
-    h = np.ones((1, 1), dtype=int)
-    while len(h) < order:
-        h = np.block([[h, h], [h, -h]])
-    return h
-
-
 def _hadamard_block(n_docs: int, order: int, rng: np.random.Generator) -> np.ndarray:
-    h = sylvester_hadamard(order)[:, 1:]            # drop the all-ones column: every column is balanced
+    h = hadamard(order)[:, 1:]                      # drop the all-ones column: every column is balanced
     cols = rng.choice(order - 1, size=n_docs, replace=False)
     signs = rng.choice([-1, 1], size=n_docs)
     block = h[:, cols] * signs
